@@ -1,0 +1,55 @@
+# Entry points. The first use of any target creates .venv and installs what it needs.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+LAYOUT ?= 2x4-mapped
+OUT    ?= build/$(LAYOUT)
+ARGS   ?=
+
+.PHONY: help venv system-deps render run compare report test test-unit test-integration lint clean
+
+help:
+	@echo "make compare            compare layouts with wrk (the main job; ARGS='--duration 10' etc.)"
+	@echo "make test               unit + integration tests (real nginx, uWSGI, wrk)"
+	@echo "make render LAYOUT=2x4-mapped [OUT=dir]   write nginx.conf + uwsgi.ini"
+	@echo "make run LAYOUT=2x4-mapped                serve on http://127.0.0.1:8000 until Ctrl-C"
+	@echo "make report RESULTS=results/.../results.json   re-render a stored run"
+
+# The venv is rebuilt when pyproject.toml changes (uwsgi compiles: ~35 s the first time).
+$(BIN)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@
+
+venv: $(BIN)/.installed
+
+system-deps:
+	@bash scripts/install-system-deps.sh
+
+render: venv
+	$(BIN)/python -m deploy render $(LAYOUT) --out $(OUT) $(ARGS)
+
+run: venv system-deps
+	$(BIN)/python -m deploy run $(LAYOUT) $(ARGS)
+
+compare: venv system-deps
+	$(BIN)/python -m bench compare $(ARGS)
+
+report: venv
+	$(BIN)/python -m bench report $(RESULTS) $(ARGS)
+
+test: venv system-deps
+	$(BIN)/python -m pytest $(ARGS)
+
+test-unit: venv
+	$(BIN)/python -m pytest -m "not integration" $(ARGS)
+
+test-integration: venv system-deps
+	$(BIN)/python -m pytest -m integration $(ARGS)
+
+lint: venv
+	$(BIN)/ruff check app deploy bench tests
+
+clean:
+	rm -rf build .pytest_cache .hypothesis

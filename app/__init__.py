@@ -1,0 +1,1 @@
+"""The benchmark's WSGI app: requests that mix CPU work (fib) and waiting (sleep)."""

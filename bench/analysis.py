@@ -1,0 +1,213 @@
+"""From cells to conclusions: medians and spread over repeats, best layout, verdict.
+
+Pure functions of a ``Results``: no timing, no processes, so they are tested on fixtures
+and used unchanged by ``report`` for a live run and a replayed one.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from bench.results import PERCENTILES, Results
+
+NOISY_SPREAD = 0.10  # (max - min) / median across repeats above this is flagged
+MIN_REQUESTS_FOR_P99 = 100  # below this a "p99" is the sample's max
+
+# Targets from the benchmark issue, at P and 2P connections, medians of repeats.
+TARGET_RPS_RATIO = 1.25  # mapped / shared throughput, at least
+TARGET_P99_RATIO = 0.70  # mapped / shared p99, at most
+TARGET_EFFICIENCY = 0.85  # mapped, at least
+
+
+@dataclass(frozen=True)
+class Stat:
+    """One figure across repeats."""
+
+    median: float
+    low: float
+    high: float
+    n: int
+
+    @classmethod
+    def of(cls, values: list[float]) -> "Stat":
+        values = list(values)
+        if not values:
+            return cls(0.0, 0.0, 0.0, 0)
+        return cls(statistics.median(values), min(values), max(values), len(values))
+
+    @property
+    def spread(self) -> float:
+        return (self.high - self.low) / self.median if self.median else 0.0
+
+    @property
+    def noisy(self) -> bool:
+        return self.n > 1 and self.spread > NOISY_SPREAD
+
+
+@dataclass(frozen=True)
+class Group:
+    """One (scenario, layout, concurrency) over its repeats."""
+
+    scenario: str
+    layout: str
+    concurrency: int
+    rps: Stat
+    latency: dict[str, Stat]
+    efficiency: Stat
+    cv: Stat
+    errors: int
+    requests: int
+    min_cell_requests: int
+    worker_share: dict[str, float]  # pooled over repeats, worker id -> share of requests
+    cpu_ms_per_request: Stat
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def noisy_figures(self) -> list[str]:
+        figures = {"rps": self.rps, "p99": self.latency["p99"]}
+        return [name for name, stat in figures.items() if stat.noisy]
+
+
+def group_cells(results: Results, scenario: str | None = None) -> list[Group]:
+    out = []
+    scenarios = [scenario] if scenario else results.scenarios
+    for sc in scenarios:
+        for layout in results.layouts:
+            for level in results.levels:
+                cells = [c for c in results.cells if c.scenario == sc and c.layout == layout and c.concurrency == level]
+                if not cells:
+                    continue
+                pooled: dict[str, int] = {}
+                for c in cells:
+                    for w, n in c.worker_requests.items():
+                        pooled[w] = pooled.get(w, 0) + n
+                total = sum(pooled.values())
+                cpu = [1000 * sum(c.cpu_s.values()) / c.requests for c in cells if c.requests]
+                extra_keys = sorted({k for c in cells for k, v in c.extra.items() if isinstance(v, (int, float))})
+                out.append(
+                    Group(
+                        scenario=sc,
+                        layout=layout,
+                        concurrency=level,
+                        rps=Stat.of([c.rps for c in cells]),
+                        latency={p: Stat.of([getattr(c.latency_ms, p) for c in cells]) for p in PERCENTILES},
+                        efficiency=Stat.of([c.efficiency for c in cells]),
+                        cv=Stat.of([c.balance["cv"] for c in cells]),
+                        errors=sum(c.errors.total for c in cells),
+                        requests=sum(c.requests for c in cells),
+                        min_cell_requests=min(c.requests for c in cells),
+                        worker_share={w: n / total for w, n in sorted(pooled.items(), key=lambda kv: int(kv[0]))}
+                        if total else {},
+                        cpu_ms_per_request=Stat.of(cpu),
+                        extra={k: Stat.of([c.extra[k] for c in cells if k in c.extra]) for k in extra_keys},
+                    )
+                )
+    return out
+
+
+def best_per_level(groups: list[Group]) -> dict[int, Group]:
+    """Per concurrency: highest median throughput; ties (within 2%) go to the lower p99."""
+    best: dict[int, Group] = {}
+    for g in groups:
+        cur = best.get(g.concurrency)
+        if cur is None:
+            best[g.concurrency] = g
+            continue
+        if g.rps.median > cur.rps.median * 1.02 or (
+            g.rps.median >= cur.rps.median * 0.98 and g.latency["p99"].median < cur.latency["p99"].median
+        ):
+            best[g.concurrency] = g
+    return dict(sorted(best.items()))
+
+
+@dataclass(frozen=True)
+class ClaimAtLevel:
+    concurrency: int
+    shared: Group
+    mapped: Group
+
+    @property
+    def rps_ratio(self) -> float:
+        return self.mapped.rps.median / self.shared.rps.median if self.shared.rps.median else 0.0
+
+    @property
+    def p99_ratio(self) -> float:
+        s = self.shared.latency["p99"].median
+        return self.mapped.latency["p99"].median / s if s else 0.0
+
+    @property
+    def claim_holds(self) -> bool:
+        """The article's claim, directionally: more throughput AND a lower p99."""
+        return self.rps_ratio > 1.0 and self.p99_ratio < 1.0
+
+    @property
+    def targets(self) -> dict[str, bool]:
+        return {
+            f"throughput >= {TARGET_RPS_RATIO}x shared": self.rps_ratio >= TARGET_RPS_RATIO,
+            f"p99 <= {TARGET_P99_RATIO}x shared": self.p99_ratio <= TARGET_P99_RATIO,
+            f"efficiency >= {TARGET_EFFICIENCY}": self.mapped.efficiency.median >= TARGET_EFFICIENCY,
+            "zero errors": self.mapped.errors == 0 and self.shared.errors == 0,
+        }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    levels: list[ClaimAtLevel]
+    missing: str = ""  # why the claim could not be checked, if it could not
+
+    @property
+    def reproduced(self) -> bool:
+        return bool(self.levels) and all(lv.claim_holds for lv in self.levels)
+
+    @property
+    def targets_met(self) -> bool:
+        return bool(self.levels) and all(all(lv.targets.values()) for lv in self.levels)
+
+
+def article_verdict(results: Results, scenario: str = "article") -> Verdict:
+    """Does `PxT-mapped` beat `PxT-shared` at P and 2P connections, as in the article?"""
+    p, t = results.arguments.get("processes"), results.arguments.get("threads")
+    if not p or not t:
+        return Verdict([], missing="the run does not record processes/threads")
+    shared_name, mapped_name = f"{p}x{t}-shared", f"{p}x{t}-mapped"
+    groups = {(g.layout, g.concurrency): g for g in group_cells(results, scenario)}
+    levels, absent = [], []
+    for level in (p, 2 * p):
+        s, m = groups.get((shared_name, level)), groups.get((mapped_name, level))
+        if s is None or m is None:
+            absent.append(level)
+            continue
+        levels.append(ClaimAtLevel(level, s, m))
+    missing = ""
+    if absent:
+        missing = f"{shared_name} and {mapped_name} were not both measured at {absent} connections"
+    return Verdict(levels, missing=missing)
+
+
+def warnings(results: Results) -> list[str]:
+    """Advice the reader should act on, pyperf style: what is wrong and what to do."""
+    out = []
+    groups = group_cells(results)
+    noisy = [g for g in groups if g.noisy_figures]
+    if noisy:
+        worst = max(noisy, key=lambda g: max(g.rps.spread, g.latency["p99"].spread))
+        out.append(
+            f"{len(noisy)} of {len(groups)} cells are noisy (spread > {NOISY_SPREAD:.0%} across repeats; worst: "
+            f"{worst.layout} at {worst.concurrency} connections, throughput spread {worst.rps.spread:.0%}, "
+            f"p99 spread {worst.latency['p99'].spread:.0%}): rerun with a longer --duration, more --repeats, "
+            f"or on a quieter machine."
+        )
+    thin = [g for g in groups if g.min_cell_requests < MIN_REQUESTS_FOR_P99]
+    if thin:
+        duration = results.arguments.get("duration", 0) or 0
+        slowest = min(thin, key=lambda g: g.rps.median or 1e9)
+        need = MIN_REQUESTS_FOR_P99 / slowest.rps.median if slowest.rps.median else 0
+        out.append(
+            f"{len(thin)} cells completed fewer than {MIN_REQUESTS_FOR_P99} requests, so their p99 is close to "
+            f"their max: use --duration {max(need, duration):.0f} or more for tail figures you can quote."
+        )
+    errors = sum(g.errors for g in groups)
+    if errors:
+        out.append(f"{errors} requests failed (see the errors column): figures of cells with errors are suspect.")
+    return out

@@ -1,0 +1,200 @@
+"""Measure one layout: start its stack once, warm up, load it at each level, stop it.
+
+Per cell: wrk's figures, the per-worker request counts (uWSGI stats server, delta over
+the cell), and the CPU seconds of the uWSGI tree, the nginx tree and wrk. From those come
+two bounds on throughput and the efficiency = throughput / the smaller bound:
+  * capacity: cores / CPU-seconds per request (all three share the machine's cores);
+  * closed loop: connections / the latency of one request alone (wrk -c1 while warming up).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from bench.results import Cell
+from bench.scenarios import Scenario
+from bench.wrk import LUA_REPORT, WrkProcess, run_wrk, run_wrks
+from deploy.layout import Layout, parse_layout
+from deploy.render import write_layout
+from deploy.stack import Stack
+
+
+@dataclass(frozen=True)
+class Ports:
+    listen: int
+    stats: int
+    base: int  # first uWSGI socket port; the next `span` ports are free too
+
+
+def find_free_ports(span: int, start: int = 18000, end: int = 60000) -> Ports:
+    """Three free areas on 127.0.0.1 for nginx, the stats server and `span` uWSGI sockets."""
+
+    def free(port: int) -> bool:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return True
+            except OSError:
+                return False
+
+    port = start
+    found: list[int] = []
+    while port + span < end and len(found) < 2:
+        if free(port):
+            found.append(port)
+        port += 1
+    while port + span < end:
+        if all(free(p) for p in range(port, port + span)):
+            return Ports(listen=found[0], stats=found[1], base=port)
+        port += span
+    raise RuntimeError("no free ports on 127.0.0.1 for the benchmark")
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """user+system CPU of a process and its live descendants (threads included)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def worker_requests(stack: Stack) -> dict[str, int]:
+    return {str(w["id"]): int(w["requests"]) for w in stack.stats()["workers"]}
+
+
+@dataclass
+class Snapshot:
+    workers: dict[str, int]
+    uwsgi_cpu: float
+    nginx_cpu: float
+
+    @classmethod
+    def take(cls, stack: Stack) -> "Snapshot":
+        return cls(worker_requests(stack), tree_cpu_seconds(stack.pids["uwsgi"]), tree_cpu_seconds(stack.pids["nginx"]))
+
+
+def fraction_script(directory: Path, healthy_path: str, stall_path: str, fraction: float) -> Path:
+    """A wrk script that sends every Nth request to the stalled path (deterministic, so
+    repeats are comparable), plus the JSON done() hook."""
+    every = max(2, round(1 / fraction))
+    path = directory / f"stall-every-{every}.lua"
+    path.write_text(
+        f"-- every {every}th request of each wrk thread stalls ({fraction:.1%} of requests)\n"
+        f"local n = 0\n"
+        f"request = function()\n"
+        f"  n = n + 1\n"
+        f"  if n % {every} == 0 then return wrk.format(nil, {stall_path!r}) end\n"
+        f"  return wrk.format(nil, {healthy_path!r})\n"
+        f"end\n" + LUA_REPORT.read_text()
+    )
+    return path
+
+
+class LiveRunner:
+    """Runs blocks for real. ``run_block`` is the unit the sweep interleaves: one stack
+    start, a warm-up, then every scenario at every level, then stop."""
+
+    def __init__(self, work_dir: Path, raw_dir: Path, ports: Ports, scenarios: dict[str, Scenario],
+                 duration: float, warmup: float, timeout: float, layout_options: dict | None = None):
+        self.work_dir, self.raw_dir, self.ports = work_dir, raw_dir, ports
+        self.scenarios = scenarios
+        self.duration, self.warmup, self.timeout = duration, warmup, timeout
+        self.layout_options = layout_options or {}
+        self.cores = os.cpu_count() or 1
+
+    def layout(self, spec: str) -> Layout:
+        return parse_layout(
+            spec, run_dir=str(self.work_dir / spec), listen=f"127.0.0.1:{self.ports.listen}",
+            stats_port=self.ports.stats, base_port=self.ports.base, **self.layout_options,
+        )
+
+    def run_block(self, spec: str, repeat: int, levels: list[int], scenarios: list[str], on_cell=None) -> list[Cell]:
+        layout = self.layout(spec)
+        write_layout(layout, layout.run_dir)
+        cells = []
+        with Stack(layout) as stack:
+            for name in scenarios:
+                scenario = self.scenarios[name]
+                url = f"{layout.url}?{scenario.workload.query}"
+                # Warm-up doubles as the unloaded-latency probe: one connection, nothing queued.
+                probe = run_wrk(url, 1, self.warmup, timeout_s=self.timeout)
+                self._save_raw(f"{name}-{spec}-warmup-r{repeat}", probe.raw)
+                for level in levels:
+                    cell = self.measure(stack, layout, scenario, level, repeat, probe.latency_ms.p50)
+                    stack.check_alive()
+                    cells.append(cell)
+                    if on_cell:
+                        on_cell(cell)
+        return cells
+
+    def measure(self, stack, layout, scenario: Scenario, level: int, repeat: int, unloaded_ms: float) -> Cell:
+        healthy_url = f"{layout.url}?{scenario.workload.query}"
+        stall = scenario.stall
+        script_dir = Path(layout.run_dir)
+        before = Snapshot.take(stack)
+        if stall and stall.fraction:
+            script = fraction_script(script_dir, f"/?{scenario.workload.query}", f"/?{stall.query}", stall.fraction)
+            loads = [WrkProcess(healthy_url, level, self.duration, timeout_s=self.timeout + stall.wait_ms / 1000,
+                                script=script)]
+        else:
+            loads = [WrkProcess(healthy_url, level, self.duration, timeout_s=self.timeout)]
+        if stall and stall.clients:
+            # Stalled clients in their own wrk, so their latencies don't mix with the healthy ones.
+            loads.append(WrkProcess(f"{layout.url}?{stall.query}", stall.clients, self.duration,
+                                    timeout_s=self.timeout + stall.wait_ms / 1000))
+        runs, wrk_cpu = run_wrks(*loads)
+        after = Snapshot.take(stack)
+        name = f"{scenario.name}-{layout.name}-c{level}-r{repeat}"
+        raw_name = self._save_raw(name, "\n".join(r.raw for r in runs))
+        extra = {}
+        if stall and stall.clients:
+            s = runs[1]
+            extra = {"stall_clients": stall.clients, "stalled_requests": s.requests,
+                     "stalled_p50_ms": s.latency_ms.p50, "stalled_p99_ms": s.latency_ms.p99,
+                     "stalled_max_ms": s.latency_ms.max, "stalled_errors": s.errors.total}
+        elif stall and stall.fraction:
+            extra = {"stall_fraction": stall.fraction}
+        return self.make_cell(layout.name, level, repeat, scenario.name, runs[0], wrk_cpu, before, after,
+                              unloaded_ms, raw_name, extra)
+
+    def make_cell(self, spec, level, repeat, scenario, run, wrk_cpu, before, after, unloaded_ms, raw_name,
+                  extra=None) -> Cell:
+        cpu = {
+            "uwsgi": max(0.0, after.uwsgi_cpu - before.uwsgi_cpu),
+            "nginx": max(0.0, after.nginx_cpu - before.nginx_cpu),
+            "wrk": wrk_cpu,
+        }
+        # Stalled requests cost almost no CPU; counting only healthy ones keeps the bound honest.
+        per_request = sum(cpu.values()) / run.requests if run.requests else 0.0
+        capacity = self.cores / per_request if per_request else 0.0
+        closed_loop = level / (unloaded_ms / 1000) if unloaded_ms else 0.0
+        bounds = [b for b in (capacity, closed_loop) if b > 0]
+        bound = min(bounds) if bounds else 0.0
+        workers = {w: max(0, after.workers.get(w, 0) - before.workers.get(w, 0)) for w in after.workers}
+        return Cell(
+            layout=spec, concurrency=level, repeat=repeat, scenario=scenario,
+            duration_s=run.duration_s, requests=run.requests, rps=run.rps,
+            latency_ms=run.latency_ms, errors=run.errors, worker_requests=workers, cpu_s=cpu,
+            unloaded_latency_ms=unloaded_ms, capacity_rps=capacity, closed_loop_rps=closed_loop,
+            efficiency=run.rps / bound if bound else 0.0, raw_output=raw_name, extra=extra or {},
+        )
+
+    def _save_raw(self, name: str, text: str) -> str:
+        self.raw_dir.mkdir(parents=True, exist_ok=True)
+        path = self.raw_dir / f"{name}.txt"
+        path.write_text(text)
+        return str(Path(self.raw_dir.name) / path.name)

@@ -1,0 +1,134 @@
+"""Command line: ``python -m deploy render|run LAYOUT [options]``.
+
+Bad input exits 2 with one line naming the field and what is allowed; nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+
+from deploy.errors import LayoutError, RenderError, StackError
+from deploy.layout import PROJECT_ROOT, TRANSPORTS, Layout, parse_layout
+from deploy.strategies import STRATEGIES
+from deploy.render import write_layout
+from deploy.stack import Stack
+
+EXIT_BAD_INPUT = 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (and exit 2), like every other bad input."""
+
+    def error(self, message: str):
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
+
+
+def add_layout_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("layout", help=f"PxT-STRATEGY, e.g. 2x4-mapped (strategies: {', '.join(STRATEGIES)})")
+    p.add_argument("--app", help="WSGI callable as module:callable (default app.wsgi:application)")
+    p.add_argument("--app-dir", help="directory to import the app from (default: this project)")
+    p.add_argument("--transport", help=f"uWSGI sockets: {' or '.join(TRANSPORTS)} (default tcp)")
+    p.add_argument("--base-port", help="first uWSGI TCP port; sockets use consecutive ports (default 5000)")
+    p.add_argument("--listen", help="nginx listen IPV4:PORT (default 127.0.0.1:8000)")
+    p.add_argument("--nginx-workers", help="nginx worker_processes (default 1, as in the article)")
+    p.add_argument("--backlog", help="uWSGI listen backlog per socket (default 100, at most net.core.somaxconn)")
+    p.add_argument("--stats-port", help="uWSGI stats server port on 127.0.0.1 (default 9191)")
+
+
+def layout_from_args(args, run_dir: Path) -> Layout:
+    return parse_layout(
+        args.layout,
+        app=args.app,
+        app_dir=args.app_dir,
+        transport=args.transport,
+        base_port=args.base_port,
+        listen=args.listen,
+        nginx_workers=args.nginx_workers,
+        backlog=args.backlog,
+        stats_port=args.stats_port,
+        run_dir=str(run_dir),
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="python -m deploy", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    render = sub.add_parser("render", help="write nginx.conf, uwsgi.ini and layout.json for a layout")
+    add_layout_options(render)
+    render.add_argument("--out", help="output directory (default build/LAYOUT)")
+    render.add_argument("--no-nginx-test", action="store_true", help="skip `nginx -t`")
+    run = sub.add_parser("run", help="render into a run directory and serve the layout until Ctrl-C")
+    add_layout_options(run)
+    run.add_argument("--run-dir", help="where the stack lives (default build/run/LAYOUT)")
+    run.add_argument("--for", dest="duration", type=float, default=None,
+                     help="stop by itself after this many seconds (default: until Ctrl-C / SIGTERM)")
+    return parser
+
+
+def _default_dir(args, *parts: str) -> Path:
+    # The spec only names a directory once it parsed; a bad spec fails in parse_layout first.
+    safe = args.layout if all(c.isalnum() or c in "x-_" for c in args.layout) else "layout"
+    return PROJECT_ROOT.joinpath(*parts, safe)
+
+
+def cmd_render(args) -> int:
+    out = Path(args.out).resolve() if args.out else _default_dir(args, "build")
+    layout = layout_from_args(args, out)
+    result = write_layout(layout, out, check_nginx=not args.no_nginx_test)
+    print(f"rendered {layout.name} into {result.out_dir}: {', '.join(result.files)}")
+    if result.nginx_test:
+        print("nginx -t: ok")
+    else:
+        print("nginx -t: skipped (nginx not installed or --no-nginx-test)")
+    return 0
+
+
+class Stop(Exception):
+    pass
+
+
+def _raise_stop(signum, frame):
+    raise Stop(signal.Signals(signum).name)
+
+
+def cmd_run(args) -> int:
+    run_dir = Path(args.run_dir).resolve() if args.run_dir else _default_dir(args, "build", "run")
+    layout = layout_from_args(args, run_dir)
+    write_layout(layout, run_dir)
+    signal.signal(signal.SIGTERM, _raise_stop)
+    signal.signal(signal.SIGHUP, _raise_stop)
+    try:
+        with Stack(layout) as stack:
+            print(f"serving {layout.name} on {layout.url}  (uWSGI stats: {layout.stats_address}; "
+                  f"logs: {run_dir / 'logs'})  Ctrl-C to stop", flush=True)
+            deadline = None if args.duration is None else time.monotonic() + args.duration
+            while deadline is None or time.monotonic() < deadline:
+                stack.check_alive()
+                time.sleep(0.2)  # supervision tick
+    except (KeyboardInterrupt, Stop):
+        pass
+    print("stopped nginx and uWSGI", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return {"render": cmd_render, "run": cmd_run}[args.command](args)
+    except LayoutError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except RenderError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        if exc.details:
+            print(exc.details, file=sys.stderr)
+        return 1
+    except StackError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        if exc.log_tail:
+            print("--- last log lines ---\n" + exc.log_tail, file=sys.stderr)
+        return 1

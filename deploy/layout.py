@@ -1,0 +1,250 @@
+"""The layout: processes x threads x socket strategy x options, validated on creation.
+
+One ``Layout`` is the single source of both generated files, so the nginx upstream and
+the uWSGI socket list cannot drift apart. Every field is checked here, with a message
+that names the field and the allowed range; nothing touches the disk.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from deploy.errors import LayoutError
+from deploy.strategies import STRATEGIES, SocketPlan, get_strategy
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_APP = "app.wsgi:application"
+
+MAX_PROCESSES = 256
+MAX_THREADS = 256
+MAX_NGINX_WORKERS = 64
+# sockaddr_un.sun_path is 108 bytes on Linux, including the terminating NUL.
+UNIX_PATH_MAX = 108
+TRANSPORTS = ("tcp", "unix")
+UNIX_SOCKET_MODE = "660"  # never uWSGI's bare `chmod-socket`, which means 666
+
+SPEC_RE = re.compile(r"^(?P<p>[+-]?\d+)x(?P<t>[+-]?\d+)-(?P<strategy>[A-Za-z0-9_-]+)$")
+APP_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def somaxconn() -> int | None:
+    """The kernel's cap on listen backlogs; uWSGI refuses to start above it on Linux."""
+    try:
+        return int(Path("/proc/sys/net/core/somaxconn").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _int_in(field_name: str, raw, low: int, high: int) -> int:
+    if isinstance(raw, bool):
+        raise LayoutError(field_name, f"must be an integer in {low}..{high}, got {raw!r}")
+    if isinstance(raw, str):
+        text = raw.strip()
+        if not re.fullmatch(r"[+-]?\d{1,9}", text):
+            raise LayoutError(field_name, f"must be an integer in {low}..{high}, got {raw!r}")
+        raw = int(text)
+    if not isinstance(raw, int) or not low <= raw <= high:
+        raise LayoutError(field_name, f"must be an integer in {low}..{high}, got {raw!r}")
+    return raw
+
+
+def _parse_host_port(field_name: str, raw: str) -> tuple[str, int]:
+    host, sep, port = str(raw).rpartition(":")
+    if not sep or not host:
+        raise LayoutError(field_name, f"expected IPV4:PORT such as 127.0.0.1:8000, got {raw!r}")
+    if host == "localhost":
+        host = "127.0.0.1"
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        raise LayoutError(field_name, f"expected an IPv4 address before ':PORT', got {host!r}") from None
+    return host, _int_in(field_name, port, 1, 65535)
+
+
+@dataclass(frozen=True)
+class Socket:
+    """One uWSGI socket: its index (0-based, the order of `socket` lines) and who serves it."""
+
+    index: int
+    address: str  # "127.0.0.1:5000" or an absolute unix socket path
+    workers: tuple[int, ...] | None  # 1-based worker ids; None = every worker
+    role: str
+
+    @property
+    def is_unix(self) -> bool:
+        return self.address.startswith("/")
+
+    @property
+    def nginx_address(self) -> str:
+        return f"unix:{self.address}" if self.is_unix else self.address
+
+
+@dataclass(frozen=True)
+class Layout:
+    processes: int
+    threads: int
+    strategy: str
+    app: str = DEFAULT_APP
+    app_dir: str = str(PROJECT_ROOT)
+    transport: str = "tcp"
+    base_port: int = 5000
+    listen: str = "127.0.0.1:8000"
+    nginx_workers: int = 1
+    backlog: int = 100
+    stats_port: int = 9191
+    # Where the stack lives: nginx prefix, logs, pid files, unix sockets. Absolute.
+    run_dir: str = ""
+    # Filled in by __post_init__: the resolved python environment uWSGI should use.
+    virtualenv: str = field(default="")
+
+    def __post_init__(self):
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen dataclass)
+        set_("processes", _int_in("processes", self.processes, 1, MAX_PROCESSES))
+        set_("threads", _int_in("threads", self.threads, 1, MAX_THREADS))
+        get_strategy(self.strategy)
+        if not isinstance(self.app, str) or not APP_RE.match(self.app):
+            raise LayoutError("app", f"expected an importable module:callable such as app.wsgi:application, got {self.app!r}")
+        app_dir = Path(os.path.expanduser(str(self.app_dir))).resolve()
+        if not app_dir.is_dir():
+            raise LayoutError("app_dir", f"must be an existing directory, got {str(self.app_dir)!r}")
+        set_("app_dir", str(app_dir))
+        if self.transport not in TRANSPORTS:
+            raise LayoutError("transport", f"must be one of {', '.join(TRANSPORTS)}, got {self.transport!r}")
+        set_("base_port", _int_in("base_port", self.base_port, 1, 65535))
+        host, port = _parse_host_port("listen", self.listen)
+        set_("listen", f"{host}:{port}")
+        set_("nginx_workers", _int_in("nginx_workers", self.nginx_workers, 1, MAX_NGINX_WORKERS))
+        cap = somaxconn() or 65535
+        backlog = _int_in("backlog", self.backlog, 1, 2**31 - 1)
+        if backlog > cap:
+            raise LayoutError(
+                "backlog",
+                f"must be in 1..{cap} (net.core.somaxconn; uWSGI refuses a larger listen queue), got {backlog}",
+            )
+        set_("backlog", backlog)
+        set_("stats_port", _int_in("stats_port", self.stats_port, 1, 65535))
+        if not self.run_dir:
+            raise LayoutError("run_dir", "must be set (the directory the stack runs in)")
+        set_("run_dir", str(Path(os.path.expanduser(str(self.run_dir))).resolve()))
+        if not self.virtualenv:
+            set_("virtualenv", sys.prefix if sys.prefix != sys.base_prefix else "")
+        self._check_addresses()
+
+    # --- derived views --------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return f"{self.processes}x{self.threads}-{self.strategy}"
+
+    @property
+    def strategy_obj(self):
+        return STRATEGIES[self.strategy]
+
+    @property
+    def socket_plans(self) -> list[SocketPlan]:
+        return self.strategy_obj.sockets(self.processes, self.threads)
+
+    @property
+    def sockets(self) -> list[Socket]:
+        out = []
+        for i, plan in enumerate(self.socket_plans):
+            if self.transport == "unix":
+                address = str(Path(self.run_dir) / "sockets" / f"uwsgi-{i}.sock")
+            else:
+                address = f"127.0.0.1:{self.base_port + i}"
+            out.append(Socket(index=i, address=address, workers=plan.workers, role=plan.role))
+        return out
+
+    @property
+    def upstream_servers(self) -> list[tuple[Socket, tuple[str, ...]]]:
+        sockets = self.sockets
+        plans = self.strategy_obj.servers(self.socket_plans, self.threads)
+        return [(sockets[p.socket_index], p.params) for p in plans]
+
+    @property
+    def stats_address(self) -> str:
+        # Loopback only: the stats server exposes pids, memory and request counts.
+        return f"127.0.0.1:{self.stats_port}"
+
+    @property
+    def listen_host(self) -> str:
+        return self.listen.rpartition(":")[0]
+
+    @property
+    def listen_port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.listen}/"
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["name"] = self.name
+        data["sockets"] = [
+            {"index": s.index, "address": s.address, "workers": list(s.workers) if s.workers else None, "role": s.role}
+            for s in self.sockets
+        ]
+        data["upstream"] = [{"address": s.nginx_address, "params": list(p)} for s, p in self.upstream_servers]
+        data["stats"] = self.stats_address
+        return data
+
+    # --- validation helpers -----------------------------------------------------------
+
+    def _check_addresses(self) -> None:
+        n = len(self.socket_plans)
+        if self.transport == "tcp":
+            last = self.base_port + n - 1
+            if last > 65535:
+                raise LayoutError(
+                    "base_port",
+                    f"{n} sockets need ports {self.base_port}..{last}; must end at 65535 or below",
+                )
+            ports = {self.base_port + i: f"uWSGI socket {i}" for i in range(n)}
+            taken = {self.stats_port: "stats_port"}
+            if self.listen_host in ("127.0.0.1", "0.0.0.0"):
+                taken[self.listen_port] = "listen"
+            for port, what in ports.items():
+                if port in taken:
+                    raise LayoutError(
+                        "base_port",
+                        f"{what} would use port {port}, already taken by {taken[port]}; "
+                        f"choose ports {self.base_port}..{last} clear of listen and stats_port",
+                    )
+        else:
+            longest = max((s.address for s in self.sockets), key=len)
+            if len(longest.encode()) + 1 > UNIX_PATH_MAX:
+                raise LayoutError(
+                    "run_dir",
+                    f"unix socket path {longest!r} is {len(longest.encode())} bytes; the kernel allows "
+                    f"{UNIX_PATH_MAX - 1} (108 with the NUL): use a shorter --out/--run-dir",
+                )
+        if self.listen_host in ("127.0.0.1", "0.0.0.0") and self.listen_port == self.stats_port:
+            raise LayoutError("stats_port", f"port {self.stats_port} is already the nginx listen port; pick another")
+
+
+def parse_layout(spec: str, **options) -> Layout:
+    """Build a Layout from ``PxT-STRATEGY`` plus keyword options (strings or values)."""
+    match = SPEC_RE.match(spec.strip()) if isinstance(spec, str) else None
+    if not match:
+        raise LayoutError(
+            "layout",
+            f"expected PxT-STRATEGY such as 2x4-mapped (strategies: {', '.join(STRATEGIES)}), got {spec!r}",
+        )
+    unknown = set(options) - set(Layout.__dataclass_fields__) - {"name"}
+    if unknown:
+        raise LayoutError(sorted(unknown)[0], "unknown option")
+    from_spec = sorted(set(options) & {"processes", "threads", "strategy"})
+    if from_spec:  # would reach Layout() twice and raise TypeError
+        raise LayoutError(from_spec[0], f"comes from the layout spec {spec.strip()!r}, not from an option")
+    return Layout(
+        processes=_int_in("processes", match["p"], 1, MAX_PROCESSES),
+        threads=_int_in("threads", match["t"], 1, MAX_THREADS),
+        strategy=match["strategy"],
+        **{k: v for k, v in options.items() if v is not None and k != "name"},  # name is derived (see to_dict)
+    )

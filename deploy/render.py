@@ -1,0 +1,276 @@
+"""Render a layout into nginx.conf + uwsgi.ini (+ uwsgi_params, layout.json), safely.
+
+Files are rendered into a staging directory next to the destination, cross-checked
+(nginx upstream == uWSGI sockets, worker/socket mapping, no reused address, loopback
+only), tested with ``nginx -t``, and only then moved into place. A failure at any step
+leaves the destination untouched.
+"""
+
+from __future__ import annotations
+
+import grp
+import ipaddress
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+
+from deploy.errors import LayoutError, RenderError
+from deploy.layout import PROJECT_ROOT, UNIX_SOCKET_MODE, Layout
+
+TEMPLATES_DIR = PROJECT_ROOT / "templates"
+LAYOUT_JSON_VERSION = 1
+UPSTREAM_NAME = "uwsgi_app"
+# Directories nginx and uWSGI write into at run time, created with the files.
+RUN_SUBDIRS = ("logs", "tmp", "sockets")
+
+
+@dataclass
+class RenderResult:
+    out_dir: Path
+    files: list[str]
+    nginx_test: str = ""  # nginx -t output ("" when nginx is not installed)
+    notes: list[str] = field(default_factory=list)
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+
+
+def _run_as() -> tuple[str, str]:
+    """nginx's `user` directive only matters when the master starts as root."""
+    if os.geteuid() != 0:
+        return "", ""
+    return pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
+
+
+def render_texts(layout: Layout) -> dict[str, str]:
+    env = _env()
+    user, group = _run_as()
+    context = {"layout": layout, "unix_mode": UNIX_SOCKET_MODE, "run_as_user": user, "run_as_group": group}
+    texts = {
+        "nginx.conf": env.get_template("nginx.conf.j2").render(context),
+        "uwsgi.ini": env.get_template("uwsgi.ini.j2").render(context),
+        "uwsgi_params": (TEMPLATES_DIR / "uwsgi_params").read_text(),
+        "layout.json": json.dumps({"format_version": LAYOUT_JSON_VERSION, **layout.to_dict()}, indent=2) + "\n",
+    }
+    return texts
+
+
+# --- parsing the generated files back (the cross-checks read files, not the model) ------
+
+
+def parse_uwsgi_ini(text: str) -> list[tuple[str, str]]:
+    """(key, value) pairs of the [uwsgi] section, in order; repeated keys are kept."""
+    pairs, section = [], None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in ";#":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1].strip()
+            continue
+        if section == "uwsgi" and "=" in line:
+            key, _, value = line.partition("=")
+            pairs.append((key.strip(), value.strip()))
+    return pairs
+
+
+def parse_nginx(conf_path: Path) -> list[dict]:
+    """The parsed directives of nginx.conf (includes resolved) via crossplane."""
+    import crossplane
+
+    payload = crossplane.parse(str(conf_path), combine=True, catch_errors=False)
+    if payload["status"] != "ok":
+        raise RenderError(f"nginx.conf does not parse: {payload['errors']}")
+    return payload["config"][0]["parsed"]
+
+
+def find_directives(block: list[dict], name: str) -> list[dict]:
+    """All directives called ``name`` anywhere below ``block`` (depth first)."""
+    found = []
+    for d in block:
+        if d["directive"] == name:
+            found.append(d)
+        found.extend(find_directives(d.get("block", []), name))
+    return found
+
+
+def nginx_summary(conf_path: Path) -> dict:
+    """What the cross-checks need from nginx.conf: upstreams, listens, worker count."""
+    parsed = parse_nginx(conf_path)
+    upstreams = {}
+    for up in find_directives(parsed, "upstream"):
+        block = up.get("block", [])
+        upstreams[up["args"][0]] = {
+            "servers": [d["args"] for d in block if d["directive"] == "server"],
+            "directives": [d["directive"] for d in block],
+        }
+    workers = [d["args"][0] for d in parsed if d["directive"] == "worker_processes"]
+    return {
+        "upstreams": upstreams,
+        "listens": [d["args"][0] for d in find_directives(parsed, "listen")],
+        "uwsgi_pass": [d["args"][0] for d in find_directives(parsed, "uwsgi_pass")],
+        "worker_processes": workers[0] if workers else "1",
+    }
+
+
+def _is_loopback(address: str) -> bool:
+    host = address.rpartition(":")[0]
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def crosscheck(layout: Layout, conf_dir: Path) -> list[str]:
+    """Check the rendered files against each other and the layout; return the problems."""
+    problems: list[str] = []
+    opts = parse_uwsgi_ini((conf_dir / "uwsgi.ini").read_text())
+    values = lambda key: [v for k, v in opts if k == key]  # noqa: E731
+    nginx = nginx_summary(conf_dir / "nginx.conf")
+
+    processes = int(values("processes")[-1]) if values("processes") else 1
+    if processes != layout.processes or values("threads") != [str(layout.threads)]:
+        problems.append(f"uwsgi.ini processes/threads differ from layout {layout.name}")
+    sockets = values("socket")
+    stats = values("stats")
+
+    # 1. nginx sends only to uWSGI sockets, and reaches every one of them.
+    upstream = nginx["upstreams"].get(UPSTREAM_NAME)
+    if upstream is None:
+        return problems + [f"nginx.conf has no upstream {UPSTREAM_NAME!r}"]
+    if set(nginx["uwsgi_pass"]) != {UPSTREAM_NAME}:
+        problems.append(f"uwsgi_pass targets {nginx['uwsgi_pass']} instead of upstream {UPSTREAM_NAME}")
+    servers = [args[0].removeprefix("unix:") for args in upstream["servers"]]
+    if sorted(servers) != sorted(sockets) or len(set(servers)) != len(servers):
+        problems.append(f"nginx upstream servers {servers} != uWSGI sockets {sockets}")
+
+    # 2. Who accepts on which socket: map-socket = SOCKET_INDEX:WORKER_ID[,WORKER_ID...]
+    #    (socket indices from 0, worker ids from 1); an unmapped socket is served by all workers.
+    served: dict[int, set[int]] = {i: set(range(1, processes + 1)) for i in range(len(sockets))}
+    mapped_once: set[int] = set()
+    for entry in values("map-socket"):
+        idx_text, _, workers_text = entry.partition(":")
+        try:
+            idx, workers = int(idx_text), {int(w) for w in workers_text.split(",")}
+        except ValueError:
+            problems.append(f"map-socket {entry!r} is not INDEX:WORKER[,WORKER]")
+            continue
+        if idx not in served:
+            problems.append(f"map-socket {entry!r}: socket index {idx} does not exist (0..{len(sockets) - 1})")
+            continue
+        if not workers <= set(range(1, processes + 1)):
+            problems.append(f"map-socket {entry!r}: worker ids must be in 1..{processes}")
+        served[idx] = set() if idx not in mapped_once else served[idx]
+        served[idx] |= workers
+        mapped_once.add(idx)
+    sockets_of = {w: {i for i, ws in served.items() if w in ws} for w in range(1, processes + 1)}
+    idle = [w for w, s in sockets_of.items() if not s]
+    if idle:
+        problems.append(f"workers {idle} accept on no socket")
+    expected = {s.index: set(s.workers) if s.workers else set(range(1, processes + 1)) for s in layout.sockets}
+    if served != expected:
+        problems.append(f"socket->workers mapping {served} differs from the layout's {expected}")
+    if layout.strategy_obj.one_socket_per_worker:
+        if any(len(ws) != 1 for ws in served.values()) or any(len(s) != 1 for s in sockets_of.values()):
+            problems.append("strategy needs exactly one socket per worker and one worker per socket")
+
+    # 3. No address used twice across nginx listen, uWSGI sockets and the stats server.
+    addresses = nginx["listens"] + sockets + stats
+    dupes = sorted({a for a in addresses if addresses.count(a) > 1})
+    if dupes:
+        problems.append(f"addresses used twice: {dupes}")
+
+    # 4. The uwsgi protocol can load code: loopback or 0660 unix sockets only.
+    for address in sockets + stats:
+        if address.startswith("/"):
+            continue
+        if not _is_loopback(address):
+            problems.append(f"{address} is not a loopback address")
+    if any(a.startswith("/") for a in sockets):
+        modes = values("chmod-socket")
+        if not modes or not modes[-1].isdigit() or int(modes[-1], 8) & ~0o660:
+            problems.append(f"unix sockets need chmod-socket 660 or tighter, got {modes or 'none (666)'}")
+
+    # 5. With several nginx workers, balancing state must live in a shared zone.
+    if nginx["worker_processes"] != "1" and "zone" not in upstream["directives"]:
+        problems.append("nginx has several workers but the upstream has no zone")
+    if layout.strategy_obj.needs_zone and "zone" not in upstream["directives"]:
+        problems.append(f"strategy {layout.strategy} needs an upstream zone")
+    return problems
+
+
+def nginx_test(conf_dir: Path) -> tuple[bool, str]:
+    """Run ``nginx -t`` on a rendered directory. Returns (ok, output); ("", True) without nginx."""
+    binary = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    if binary is None:
+        return True, ""
+    # -p: relative paths resolve inside conf_dir; -e: don't touch the compiled-in /var/log path.
+    cmd = [binary, "-t", "-p", f"{conf_dir}/", "-c", str(conf_dir / "nginx.conf"), "-e", "stderr"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    return proc.returncode == 0, (proc.stdout + proc.stderr).strip()
+
+
+def write_layout(layout: Layout, out_dir: Path | str, check_nginx: bool = True) -> RenderResult:
+    """Render, check and install the files for ``layout`` into ``out_dir`` (its run_dir)."""
+    out = Path(out_dir).resolve()
+    if str(out) != layout.run_dir:
+        raise RenderError(f"layout run_dir {layout.run_dir} differs from output directory {out}")
+    texts = render_texts(layout)  # pure: fails before anything is written
+    blocker = next((a for a in [out, *out.parents] if a.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise LayoutError("out", f"{blocker} exists and is not a directory")
+    if out.exists() and not os.access(out, os.W_OK):
+        raise LayoutError("out", f"{out} is not writable")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
+    except OSError as exc:
+        raise LayoutError("out", f"cannot write in {out.parent}: {exc.strerror or exc}") from None
+    try:
+        for name, text in texts.items():
+            (staging / name).write_text(text)
+        for sub in RUN_SUBDIRS:
+            (staging / sub).mkdir(mode=0o750)
+        problems = crosscheck(layout, staging)
+        if problems:
+            raise RenderError("cross-check failed: " + "; ".join(problems))
+        ok, output = nginx_test(staging) if check_nginx else (True, "")
+        if not ok:
+            raise RenderError("nginx -t rejected the rendered nginx.conf", details=output)
+        # Drop what nginx -t created in staging (pid file, empty logs, temp dirs).
+        for entry in staging.iterdir():
+            if entry.name not in texts and entry.name not in RUN_SUBDIRS:
+                entry.unlink() if entry.is_file() else shutil.rmtree(entry)
+        for sub in ("logs", "tmp"):
+            shutil.rmtree(staging / sub)
+            (staging / sub).mkdir(mode=0o750)
+        staging.chmod(0o750)
+        _install(staging, out, list(texts))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return RenderResult(out_dir=out, files=list(texts), nginx_test=output)
+
+
+def _install(staging: Path, out: Path, names: list[str]) -> None:
+    if not out.exists():
+        os.rename(staging, out)  # atomic: the directory appears complete or not at all
+        return
+    for sub in RUN_SUBDIRS:
+        (out / sub).mkdir(mode=0o750, exist_ok=True)
+    for name in names:  # each replace is atomic; all were validated before the first one
+        os.replace(staging / name, out / name)

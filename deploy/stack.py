@@ -1,0 +1,197 @@
+"""Run a rendered layout: one uWSGI master (+ workers) and one nginx master (+ workers).
+
+``Stack`` is a context manager that owns both process trees. Readiness is polled (the
+uWSGI stats server says every worker is accepting; nginx answers HTTP through to the
+app), never slept for. On every exit path both trees are stopped: a polite signal, a
+bounded wait, then SIGKILL to the whole process group. Children also get
+PR_SET_PDEATHSIG, so they die with us even if we are killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from deploy.errors import StackError
+from deploy.layout import Layout
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+    os.setsid()  # own process group, so stop() can signal workers too
+
+
+def uwsgi_binary() -> str:
+    beside_python = Path(sys.executable).parent / "uwsgi"
+    found = str(beside_python) if beside_python.exists() else shutil.which("uwsgi")
+    if not found:
+        raise StackError("uwsgi is not installed: run `make venv` (pip install uwsgi)")
+    return found
+
+
+def nginx_binary() -> str:
+    found = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    if not found:
+        raise StackError("nginx is not installed: run scripts/install-system-deps.sh (apt-get install nginx)")
+    return found
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"(no log at {path})"
+
+
+def read_stats(address: str, timeout: float = 2.0) -> dict:
+    """The uWSGI stats server's JSON (it writes one document and closes)."""
+    host, _, port = address.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as conn:
+        chunks = []
+        while chunk := conn.recv(65536):
+            chunks.append(chunk)
+    return json.loads(b"".join(chunks).decode("utf-8", "replace"))
+
+
+def http_get(host: str, port: int, path: str, timeout: float = 5.0) -> tuple[int, dict, bytes]:
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+class Stack:
+    def __init__(self, layout: Layout, start_timeout: float = 30.0, stop_timeout: float = 10.0):
+        self.layout = layout
+        self.run_dir = Path(layout.run_dir)
+        self.start_timeout = start_timeout
+        self.stop_timeout = stop_timeout
+        self.uwsgi: subprocess.Popen | None = None
+        self.nginx: subprocess.Popen | None = None
+        self.uwsgi_log = self.run_dir / "logs" / "uwsgi.log"
+        self.nginx_log = self.run_dir / "logs" / "error.log"
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    def __enter__(self) -> "Stack":
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        self.uwsgi = self._spawn([uwsgi_binary(), "--ini", str(self.run_dir / "uwsgi.ini")], self.uwsgi_log)
+        self._wait(self._uwsgi_ready, "uWSGI", self.uwsgi, self.uwsgi_log)
+        nginx_cmd = [
+            nginx_binary(), "-p", f"{self.run_dir}/", "-c", str(self.run_dir / "nginx.conf"),
+            "-e", str(self.nginx_log), "-g", "daemon off;",
+        ]
+        self.nginx = self._spawn(nginx_cmd, self.run_dir / "logs" / "nginx.out")
+        self._wait(self._nginx_ready, "nginx", self.nginx, self.nginx_log)
+
+    def stop(self) -> None:
+        # nginx first, so no new request reaches a uWSGI that is going away.
+        for name in ("nginx", "uwsgi"):
+            proc = getattr(self, name)
+            if proc is not None:
+                _terminate_group(proc, self.stop_timeout)
+                setattr(self, name, None)
+
+    def _spawn(self, cmd: list[str], log_path: Path) -> subprocess.Popen:
+        log = open(log_path, "ab")
+        try:
+            return subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                cwd=self.run_dir, preexec_fn=_die_with_parent,
+            )
+        finally:
+            log.close()
+
+    def _wait(self, ready, what: str, proc: subprocess.Popen, log: Path) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        delay = 0.02
+        while True:
+            if proc.poll() is not None:
+                raise StackError(f"{what} exited with code {proc.returncode} while starting", tail(log))
+            if ready():
+                return
+            if time.monotonic() > deadline:
+                raise StackError(f"{what} not ready after {self.start_timeout:.0f} s", tail(log))
+            time.sleep(delay)  # polling interval, not a readiness guess
+            delay = min(delay * 1.5, 0.25)
+
+    def _uwsgi_ready(self) -> bool:
+        try:
+            workers = read_stats(self.layout.stats_address)["workers"]
+        except (OSError, ValueError, KeyError):
+            return False
+        return len(workers) == self.layout.processes and all(
+            w.get("pid", 0) > 0 and w.get("accepting") == 1 for w in workers
+        )
+
+    def _nginx_ready(self) -> bool:
+        try:
+            status, _, _ = http_get(self.layout.listen_host, self.layout.listen_port, "/healthz", timeout=5)
+        except OSError:
+            return False
+        # Any answer from the app proves nginx -> uWSGI works (a user's app may 404 /healthz).
+        return status not in (502, 503, 504)
+
+    # --- inspection ---------------------------------------------------------------------
+
+    def stats(self) -> dict:
+        return read_stats(self.layout.stats_address)
+
+    def worker_pids(self) -> dict[int, int]:
+        return {w["id"]: w["pid"] for w in self.stats()["workers"]}
+
+    @property
+    def pids(self) -> dict[str, int]:
+        return {n: p.pid for n, p in (("uwsgi", self.uwsgi), ("nginx", self.nginx)) if p is not None}
+
+    def check_alive(self) -> None:
+        for name, proc, log in (("uWSGI", self.uwsgi, self.uwsgi_log), ("nginx", self.nginx, self.nginx_log)):
+            if proc is not None and proc.poll() is not None:
+                raise StackError(f"{name} exited unexpectedly with code {proc.returncode}", tail(log))
+
+
+def _terminate_group(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM the master (nginx: fast shutdown; uWSGI die-on-term: stop), then SIGKILL the group."""
+    if proc.poll() is None:
+        try:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+    # The master may be gone while a worker lingers: the group catches both.
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass

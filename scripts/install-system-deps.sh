@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Install the system programs the stack and the benchmark drive: nginx and wrk.
+# Idempotent: does nothing when both are already on PATH (or in /usr/sbin for nginx).
+set -euo pipefail
+
+missing=()
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
+command -v wrk >/dev/null 2>&1 || missing+=(wrk)
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "error: missing ${missing[*]} and apt-get is not available; install them with your package manager" >&2
+    exit 1
+fi
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then sudo="sudo"; else
+        echo "error: missing ${missing[*]}; run as root or install sudo: apt-get install -y ${missing[*]}" >&2
+        exit 1
+    fi
+fi
+echo "installing ${missing[*]} with apt-get" >&2
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# Debian's package may start a system nginx on :80; this project never uses it.
