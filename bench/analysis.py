@@ -71,7 +71,7 @@ class Group:
 
 def group_cells(results: Results, scenario: str | None = None) -> list[Group]:
     out = []
-    scenarios = [scenario] if scenario else results.scenarios
+    scenarios = results.scenarios if scenario is None else [scenario]
     for sc in scenarios:
         for layout in results.layouts:
             for level in results.levels:
@@ -158,11 +158,12 @@ class Verdict:
 
     @property
     def reproduced(self) -> bool:
-        return bool(self.levels) and all(lv.claim_holds for lv in self.levels)
+        # Both P and 2P must have been measured: half a check is not a reproduction.
+        return bool(self.levels) and not self.missing and all(lv.claim_holds for lv in self.levels)
 
     @property
     def targets_met(self) -> bool:
-        return bool(self.levels) and all(all(lv.targets.values()) for lv in self.levels)
+        return bool(self.levels) and not self.missing and all(all(lv.targets.values()) for lv in self.levels)
 
 
 def article_verdict(results: Results, scenario: str = "article") -> Verdict:
@@ -181,7 +182,8 @@ def article_verdict(results: Results, scenario: str = "article") -> Verdict:
         levels.append(ClaimAtLevel(level, s, m))
     missing = ""
     if absent:
-        missing = f"{shared_name} and {mapped_name} were not both measured at {absent} connections"
+        missing = (f"{shared_name} and {mapped_name} were not both measured at "
+                   f"{' and '.join(map(str, absent))} connections")
     return Verdict(levels, missing=missing)
 
 

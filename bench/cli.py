@@ -24,7 +24,7 @@ from bench.sweep import (
     run_sweep,
     timestamp_dir,
 )
-from deploy.cli import OneLineParser
+from deploy.cli import OneLineParser, parse_args
 from deploy.errors import LayoutError, RenderError, StackError
 from deploy.layout import MAX_PROCESSES, MAX_THREADS, PROJECT_ROOT, parse_layout
 
@@ -213,7 +213,7 @@ def cmd_report(args) -> int:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(build_parser(), argv)
     try:
         return {"compare": cmd_compare, "report": cmd_report}[args.command](args)
     except (BadArgument, LayoutError, ResultsError, ReplayError) as exc:

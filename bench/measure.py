@@ -72,8 +72,9 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
-def worker_requests(stack: Stack) -> dict[str, int]:
-    return {str(w["id"]): int(w["requests"]) for w in stack.stats()["workers"]}
+def worker_requests(stats: dict) -> dict[str, int]:
+    """Requests served so far per uWSGI worker id, from the stats server's JSON document."""
+    return {str(w["id"]): int(w["requests"]) for w in stats["workers"]}
 
 
 @dataclass
@@ -84,7 +85,8 @@ class Snapshot:
 
     @classmethod
     def take(cls, stack: Stack) -> "Snapshot":
-        return cls(worker_requests(stack), tree_cpu_seconds(stack.pids["uwsgi"]), tree_cpu_seconds(stack.pids["nginx"]))
+        return cls(worker_requests(stack.stats()), tree_cpu_seconds(stack.pids["uwsgi"]),
+                   tree_cpu_seconds(stack.pids["nginx"]))
 
 
 def fraction_script(directory: Path, healthy_path: str, stall_path: str, fraction: float) -> Path:

@@ -101,22 +101,27 @@ class Cell:
 
     def __post_init__(self):
         _check(isinstance(self.layout, str) and self.layout != "", "layout: must be a non-empty string")
-        for name in ("concurrency",):
+        _check(isinstance(self.scenario, str) and self.scenario.replace("-", "").isalnum(),
+               f"scenario: must be a name of letters, digits and '-', got {self.scenario!r}")
+        for name, low in (("concurrency", 1), ("repeat", 1), ("requests", 0)):
             v = getattr(self, name)
-            _check(isinstance(v, int) and v >= 1, f"{name}: must be an integer >= 1, got {v!r}")
-        _check(isinstance(self.repeat, int) and self.repeat >= 1, f"repeat: must be >= 1, got {self.repeat!r}")
-        _check(isinstance(self.requests, int) and self.requests >= 0, f"requests: must be >= 0, got {self.requests!r}")
+            _check(isinstance(v, int) and not isinstance(v, bool) and v >= low,
+                   f"{name}: must be an integer >= {low}, got {v!r}")
         for name in ("duration_s", "rps", "unloaded_latency_ms", "capacity_rps", "closed_loop_rps", "efficiency"):
             object.__setattr__(self, name, _finite_nonneg(getattr(self, name), name))
         if isinstance(self.latency_ms, dict):
             object.__setattr__(self, "latency_ms", Latency(**self.latency_ms))
         if isinstance(self.errors, dict):
             object.__setattr__(self, "errors", Errors(**self.errors))
+        _check(isinstance(self.latency_ms, Latency), "latency_ms: must be an object of percentiles")
+        _check(isinstance(self.errors, Errors), "errors: must be an object of error counts")
         _check(isinstance(self.worker_requests, dict), "worker_requests: must be a mapping")
-        wr = {str(k): int(v) for k, v in self.worker_requests.items()}
-        _check(all(v >= 0 for v in wr.values()), "worker_requests: counts must be >= 0")
-        object.__setattr__(self, "worker_requests", wr)
+        _check(all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in self.worker_requests.values()),
+               "worker_requests: counts must be integers >= 0")
+        object.__setattr__(self, "worker_requests", {str(k): v for k, v in self.worker_requests.items()})
+        _check(isinstance(self.cpu_s, dict), "cpu_s: must be a mapping")
         object.__setattr__(self, "cpu_s", {k: _finite_nonneg(v, f"cpu_s.{k}") for k, v in self.cpu_s.items()})
+        _check(isinstance(self.extra, dict), "extra: must be a mapping")
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -142,8 +147,10 @@ class Cell:
         data["errors"] = errors
         try:
             return cls(**data)
-        except TypeError as exc:
-            raise ResultsError(f"cell: {exc}") from None
+        except ResultsError:
+            raise
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ResultsError(f"cell {data.get('layout', '?')}: {exc}") from None
 
 
 def balance(worker_requests: dict[str, int]) -> dict[str, float]:
@@ -203,10 +210,15 @@ class Results:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".results-", suffix=".json", dir=path.parent)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(self.to_dict(), fh, indent=2, sort_keys=False)
-            fh.write("\n")
-        os.replace(tmp, path)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump(self.to_dict(), fh, indent=2, sort_keys=False)
+                fh.write("\n")
+            os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide results from the rest of the team
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
         return path
 
 
@@ -220,6 +232,11 @@ def load(path: Path | str) -> Results:
     version = data.get("format_version")
     if version != FORMAT_VERSION:
         raise ResultsError(f"{path}: format_version {version!r} is not supported (this tool reads {FORMAT_VERSION})")
+    missing = [k for k in ("environment", "arguments", "workload", "cells") if k not in data]
+    if missing:
+        raise ResultsError(f"{path}: missing {', '.join(missing)}")
+    if not isinstance(data["cells"], list):
+        raise ResultsError(f"{path}: cells must be a list")
     return Results(
         environment=data.get("environment", {}),
         arguments=data.get("arguments", {}),

@@ -6,6 +6,7 @@ Bad input exits 2 with one line naming the field and what is allowed; nothing is
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import sys
 import time
@@ -13,9 +14,9 @@ from pathlib import Path
 
 from deploy.errors import LayoutError, RenderError, StackError
 from deploy.layout import PROJECT_ROOT, TRANSPORTS, Layout, parse_layout
-from deploy.strategies import STRATEGIES
 from deploy.render import write_layout
 from deploy.stack import Stack
+from deploy.strategies import STRATEGIES
 
 EXIT_BAD_INPUT = 2
 
@@ -37,6 +38,7 @@ def add_layout_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nginx-workers", help="nginx worker_processes (default 1, as in the article)")
     p.add_argument("--backlog", help="uWSGI listen backlog per socket (default 100, at most net.core.somaxconn)")
     p.add_argument("--stats-port", help="uWSGI stats server port on 127.0.0.1 (default 9191)")
+    p.add_argument("--access-log", help="on: nginx logs each request with its upstream socket (default off)")
 
 
 def layout_from_args(args, run_dir: Path) -> Layout:
@@ -50,6 +52,7 @@ def layout_from_args(args, run_dir: Path) -> Layout:
         nginx_workers=args.nginx_workers,
         backlog=args.backlog,
         stats_port=args.stats_port,
+        access_log=args.access_log,
         run_dir=str(run_dir),
     )
 
@@ -97,6 +100,8 @@ def _raise_stop(signum, frame):
 
 def cmd_run(args) -> int:
     run_dir = Path(args.run_dir).resolve() if args.run_dir else _default_dir(args, "build", "run")
+    if args.duration is not None and not 0 < args.duration <= 7 * 24 * 3600:
+        raise LayoutError("for", f"must be a number of seconds in (0, {7 * 24 * 3600}], got {args.duration:g}")
     layout = layout_from_args(args, run_dir)
     write_layout(layout, run_dir)
     signal.signal(signal.SIGTERM, _raise_stop)
@@ -115,8 +120,23 @@ def cmd_run(args) -> int:
     return 0
 
 
+# argparse takes "-1x4-mapped" for an option; such a spec is still a layout (a bad one).
+NEGATIVE_SPEC = re.compile(r"^-\d+x")
+SPEC_MARK = "\x00spec:"
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    marked = [SPEC_MARK + a if NEGATIVE_SPEC.match(a) else a for a in argv]
+    args = parser.parse_args(marked)
+    for key, value in vars(args).items():
+        if isinstance(value, str) and value.startswith(SPEC_MARK):
+            setattr(args, key, value[len(SPEC_MARK):])
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(build_parser(), argv)
     try:
         return {"render": cmd_render, "run": cmd_run}[args.command](args)
     except LayoutError as exc:

@@ -53,6 +53,17 @@ def _int_in(field_name: str, raw, low: int, high: int) -> int:
     return raw
 
 
+def _bool(field_name: str, raw) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "on", "yes"):
+        return True
+    if text in ("0", "false", "off", "no"):
+        return False
+    raise LayoutError(field_name, f"must be on or off, got {raw!r}")
+
+
 def _parse_host_port(field_name: str, raw: str) -> tuple[str, int]:
     host, sep, port = str(raw).rpartition(":")
     if not sep or not host:
@@ -97,6 +108,8 @@ class Layout:
     nginx_workers: int = 1
     backlog: int = 100
     stats_port: int = 9191
+    # Per-request nginx log with the upstream each request went to (off: it costs CPU).
+    access_log: bool = False
     # Where the stack lives: nginx prefix, logs, pid files, unix sockets. Absolute.
     run_dir: str = ""
     # Filled in by __post_init__: the resolved python environment uWSGI should use.
@@ -108,7 +121,9 @@ class Layout:
         set_("threads", _int_in("threads", self.threads, 1, MAX_THREADS))
         get_strategy(self.strategy)
         if not isinstance(self.app, str) or not APP_RE.match(self.app):
-            raise LayoutError("app", f"expected an importable module:callable such as app.wsgi:application, got {self.app!r}")
+            raise LayoutError(
+                "app", f"expected an importable module:callable such as app.wsgi:application, got {self.app!r}"
+            )
         app_dir = Path(os.path.expanduser(str(self.app_dir))).resolve()
         if not app_dir.is_dir():
             raise LayoutError("app_dir", f"must be an existing directory, got {str(self.app_dir)!r}")
@@ -128,6 +143,7 @@ class Layout:
             )
         set_("backlog", backlog)
         set_("stats_port", _int_in("stats_port", self.stats_port, 1, 65535))
+        set_("access_log", _bool("access_log", self.access_log))
         if not self.run_dir:
             raise LayoutError("run_dir", "must be set (the directory the stack runs in)")
         set_("run_dir", str(Path(os.path.expanduser(str(self.run_dir))).resolve()))

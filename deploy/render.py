@@ -206,7 +206,18 @@ def crosscheck(layout: Layout, conf_dir: Path) -> list[str]:
         if not modes or not modes[-1].isdigit() or int(modes[-1], 8) & ~0o660:
             problems.append(f"unix sockets need chmod-socket 660 or tighter, got {modes or 'none (666)'}")
 
-    # 5. With several nginx workers, balancing state must live in a shared zone.
+    # 5. The balancing the strategy promises is what nginx was told (least_conn, max_conns, backup).
+    strategy = layout.strategy_obj
+    balancers = {"least_conn", "ip_hash", "hash", "random", "least_time"} & set(upstream["directives"])
+    if balancers != ({strategy.balancer} if strategy.balancer else set()):
+        problems.append(f"upstream balancing {sorted(balancers) or 'round robin'} != strategy's "
+                        f"{strategy.balancer or 'round robin'}")
+    rendered_params = [tuple(args[1:]) for args in upstream["servers"]]
+    expected_params = [params for _, params in layout.upstream_servers]
+    if rendered_params != expected_params:
+        problems.append(f"upstream server parameters {rendered_params} != layout's {expected_params}")
+
+    # 6. With several nginx workers, balancing state must live in a shared zone.
     if nginx["worker_processes"] != "1" and "zone" not in upstream["directives"]:
         problems.append("nginx has several workers but the upstream has no zone")
     if layout.strategy_obj.needs_zone and "zone" not in upstream["directives"]:
@@ -231,16 +242,18 @@ def write_layout(layout: Layout, out_dir: Path | str, check_nginx: bool = True) 
     if str(out) != layout.run_dir:
         raise RenderError(f"layout run_dir {layout.run_dir} differs from output directory {out}")
     texts = render_texts(layout)  # pure: fails before anything is written
-    blocker = next((a for a in [out, *out.parents] if a.exists()), None)
-    if blocker is not None and not blocker.is_dir():
-        raise LayoutError("out", f"{blocker} exists and is not a directory")
-    if out.exists() and not os.access(out, os.W_OK):
-        raise LayoutError("out", f"{out} is not writable")
+    # Stage inside the nearest existing ancestor: same filesystem (so the final rename is
+    # atomic), and missing parent directories are only created once everything passed.
+    ancestor = next((a for a in [out, *out.parents] if a.exists()), Path("/"))
+    if not ancestor.is_dir():
+        raise LayoutError("out", f"{ancestor} exists and is not a directory")
+    if not os.access(ancestor, os.W_OK):
+        raise LayoutError("out", f"{ancestor} is not writable")
+    stage_in = ancestor if ancestor != out else out.parent
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=stage_in))
     except OSError as exc:
-        raise LayoutError("out", f"cannot write in {out.parent}: {exc.strerror or exc}") from None
+        raise LayoutError("out", f"cannot write in {stage_in}: {exc.strerror or exc}") from None
     try:
         for name, text in texts.items():
             (staging / name).write_text(text)
@@ -268,6 +281,7 @@ def write_layout(layout: Layout, out_dir: Path | str, check_nginx: bool = True) 
 
 def _install(staging: Path, out: Path, names: list[str]) -> None:
     if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
         os.rename(staging, out)  # atomic: the directory appears complete or not at all
         return
     for sub in RUN_SUBDIRS:

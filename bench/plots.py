@@ -1,0 +1,219 @@
+"""PNG plots of a stored run, made from ``Results`` only (never by re-running anything).
+
+Each ``plot_*`` function takes a ``Results`` and a target path and returns the paths it wrote:
+one file when the run has one scenario, else one per scenario with the scenario as a file-name
+suffix (``throughput.png`` -> ``throughput-article.png``, ``throughput-stall.png``).
+``plot_file_names`` predicts those names without drawing, so the Markdown report can link them.
+Files are written atomically (temp file + rename) and every figure is closed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # before pyplot: no display needed, and the same output everywhere
+
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
+
+from bench.analysis import NOISY_SPREAD, Group, Stat, group_cells  # noqa: E402
+from bench.results import Results  # noqa: E402
+
+FIGSIZE = (9, 5.5)
+DPI = 110
+MARKERS = "osD^vP*Xhp<>"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "scenario"
+
+
+def scenario_paths(results: Results, path: Path | str) -> list[tuple[str, Path]]:
+    """(scenario, output path) pairs: ``path`` itself for one scenario, suffixed paths for several."""
+    path = Path(path)
+    scenarios = results.scenarios
+    if len(scenarios) <= 1:
+        return [(sc, path) for sc in scenarios]
+    return [(sc, path.with_name(f"{path.stem}-{_slug(sc)}{path.suffix}")) for sc in scenarios]
+
+
+def _save(fig, path: Path) -> Path:
+    """Write the figure as PNG atomically: a crash never leaves half an image under ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".png", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual permissions
+        with os.fdopen(fd, "wb") as fh:
+            fig.savefig(fh, format="png", dpi=DPI, bbox_inches="tight")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _processes(results: Results) -> int | None:
+    p = results.arguments.get("processes")
+    return p if isinstance(p, int) and p > 0 else None
+
+
+def _repeats(groups: list[Group]) -> int:
+    return max((g.rps.n for g in groups), default=0)
+
+
+def _line_plot(results: Results, path: Path | str, *, value: Callable[[Group], Stat], ylabel: str,
+               what: str) -> list[Path]:
+    """Median vs concurrency per layout, low–high error bars, noisy points circled."""
+    written = []
+    for sc, out in scenario_paths(results, path):
+        groups = group_cells(results, sc)
+        layouts = list(dict.fromkeys(g.layout for g in groups))
+        levels = sorted({g.concurrency for g in groups})
+        fig, ax = plt.subplots(figsize=FIGSIZE)
+        try:
+            noisy_label = f"noisy (spread > {NOISY_SPREAD:.0%})"
+            for i, layout in enumerate(layouts):
+                gs = sorted((g for g in groups if g.layout == layout), key=lambda g: g.concurrency)
+                # Nudge layouts apart on the log axis so their error bars do not hide each other.
+                dodge = 2 ** ((i - (len(layouts) - 1) / 2) * 0.025)
+                xs = [g.concurrency * dodge for g in gs]
+                stats = [value(g) for g in gs]
+                ys = [s.median for s in stats]
+                yerr = [[s.median - s.low for s in stats], [s.high - s.median for s in stats]]
+                ax.errorbar(xs, ys, yerr=yerr, label=layout, marker=MARKERS[i % len(MARKERS)], markersize=6,
+                            capsize=4, linewidth=1.6, linestyle="-" if "mapped" in layout else "--")
+                noisy = [(x, s.median) for x, s in zip(xs, stats, strict=True) if s.noisy]
+                if noisy:
+                    ax.scatter(*zip(*noisy, strict=True), s=260, facecolors="none", edgecolors="red", linewidths=1.5,
+                               label=noisy_label, zorder=5)
+                    noisy_label = "_nolegend_"
+            p = _processes(results)
+            for level, name in ((p, "P"), (2 * p if p else None, "2P")):
+                if level in levels:
+                    ax.axvline(level, color="grey", linestyle=":", linewidth=1)
+                    ax.annotate(f"{name} = {level}", (level, 1), xycoords=("data", "axes fraction"),
+                                xytext=(3, -12), textcoords="offset points", color="grey", fontsize=8)
+            ax.set_xscale("log", base=2)
+            ax.xaxis.set_major_locator(FixedLocator(levels))
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.set_xticklabels([str(x) for x in levels])
+            if levels:
+                ax.set_xlim(levels[0] / 1.3, levels[-1] * 1.3)
+            ax.set_ylim(bottom=0)
+            ax.set_xlabel("concurrent connections (wrk -c)")
+            ax.set_ylabel(ylabel)
+            ax.set_title(f"{what} vs connections, scenario '{sc}'\n"
+                         f"median of {_repeats(groups)} repeats; error bars: lowest to highest repeat",
+                         fontsize=11)
+            ax.grid(True, alpha=0.3)
+            handles, labels = ax.get_legend_handles_labels()
+            order = sorted(range(len(labels)), key=lambda k: labels[k].startswith("noisy"))  # noisy marker last
+            ax.legend([handles[k] for k in order], [labels[k] for k in order], title="layout", fontsize=9, loc="best")
+            written.append(_save(fig, out))
+        finally:
+            plt.close(fig)
+    return written
+
+
+def plot_throughput(results: Results, path: Path | str) -> list[Path]:
+    """Requests per second vs connections, one line per layout."""
+    return _line_plot(results, path, value=lambda g: g.rps, ylabel="throughput (requests/s)", what="Throughput")
+
+
+def plot_p99(results: Results, path: Path | str) -> list[Path]:
+    """99th-percentile latency vs connections, one line per layout."""
+    return _line_plot(results, path, value=lambda g: g.latency["p99"], ylabel="p99 latency (ms)",
+                      what="p99 latency")
+
+
+def share_level(results: Results, groups: list[Group], level: int | None = None) -> int | None:
+    """The level the worker-share plot shows: ``level`` if given, else 2P if measured, else the highest."""
+    levels = sorted({g.concurrency for g in groups})
+    if not levels:
+        return None
+    if level is not None:
+        if level not in levels:
+            raise ValueError(f"level {level} was not measured (levels: {levels})")
+        return level
+    p = _processes(results)
+    return 2 * p if p and 2 * p in levels else levels[-1]
+
+
+def plot_worker_share(results: Results, path: Path | str, level: int | None = None) -> list[Path]:
+    """Per layout, the share of requests each uWSGI worker served at one level (grouped bars).
+
+    The dashed line over each group is the even split (1 / workers), the ideal.
+    """
+    written = []
+    for sc, out in scenario_paths(results, path):
+        groups = group_cells(results, sc)
+        lvl = share_level(results, groups, level)
+        at = [g for g in groups if g.concurrency == lvl and g.worker_share]
+        fig, ax = plt.subplots(figsize=FIGSIZE)
+        try:
+            seen_workers: set[str] = set()
+            even_label = "even split (ideal)"
+            n_bars = sum(len(g.worker_share) for g in at)
+            for i, g in enumerate(at):
+                shares = list(g.worker_share.items())
+                width = 0.8 / len(shares)
+                for j, (worker, share) in enumerate(shares):
+                    x = i - 0.4 + (j + 0.5) * width
+                    color = f"C{(int(worker) - 1) % 10}" if worker.isdigit() else "grey"
+                    label = f"worker {worker}" if worker not in seen_workers else "_nolegend_"
+                    seen_workers.add(worker)
+                    ax.bar(x, 100 * share, width=width * 0.9, color=color, label=label)
+                    if n_bars <= 32:
+                        ax.annotate(f"{share:.0%}", (x, 100 * share), xytext=(0, 2), textcoords="offset points",
+                                    ha="center", va="bottom", fontsize=8)
+                ax.hlines(100 / len(shares), i - 0.45, i + 0.45, colors="black", linestyles="--", linewidth=1.2,
+                          label=even_label, zorder=4)
+                even_label = "_nolegend_"
+            ax.set_xticks(range(len(at)))
+            ax.set_xticklabels([g.layout for g in at])
+            ax.set_xlim(-0.6, max(len(at), 1) - 0.4)
+            ax.set_ylim(0, 112)
+            ax.set_xlabel("layout")
+            ax.set_ylabel("share of requests served (%)")
+            ax.set_title(f"Requests served per uWSGI worker at {lvl} connections, scenario '{sc}'\n"
+                         f"pooled over {_repeats(at)} repeats; dashed: even split", fontsize=11)
+            ax.grid(True, axis="y", alpha=0.3)
+            if at:
+                ax.legend(fontsize=9, loc="upper right", ncol=2 if len(seen_workers) > 4 else 1)
+            else:
+                ax.text(0.5, 0.5, "no per-worker counts recorded", ha="center", va="center", transform=ax.transAxes)
+            written.append(_save(fig, out))
+        finally:
+            plt.close(fig)
+    return written
+
+
+# File stem -> plot function; the order is the order of the plots in the Markdown report.
+PLOTS: dict[str, Callable[[Results, Path], list[Path]]] = {
+    "throughput": plot_throughput,
+    "p99": plot_p99,
+    "worker-share": plot_worker_share,
+}
+
+
+def plot_file_names(results: Results) -> list[str]:
+    """The file names ``plot_all`` writes for these results, without drawing anything."""
+    return [p.name for stem in PLOTS for _, p in scenario_paths(results, Path(f"{stem}.png"))]
+
+
+def plot_all(results: Results, out_dir: Path | str) -> list[Path]:
+    """Every plot into ``out_dir``; returns the written paths in ``plot_file_names`` order."""
+    out_dir = Path(out_dir)
+    return [p for stem, fn in PLOTS.items() for p in fn(results, out_dir / f"{stem}.png")]

@@ -1,0 +1,224 @@
+"""Shared fixtures: free loopback ports, short run directories, layouts, process hygiene.
+
+Integration tests (``@pytest.mark.integration``) start real nginx/uWSGI processes. They
+must find nginx and wrk installed (a missing tool is an error, never a skip), and after
+each of them no process may still run in, or name, one of the test's run directories.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from deploy.layout import Layout, parse_layout
+from deploy.strategies import STRATEGIES
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+PORT_LOW, PORT_HIGH = 20000, 39999
+# Ports handed out in this session: never hand one out twice, even if it is free again.
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    """Start of the kernel's ephemeral range: client sockets may grab ports from it at any time."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return PORT_HIGH + 1
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def find_free_ports(n: int) -> list[int]:
+    """``n`` free consecutive TCP ports on 127.0.0.1 within 20000-39999 (random start).
+
+    Prefers the part of the range below the kernel's ephemeral ports, so an outgoing
+    connection cannot take a port between this check and the server's bind().
+    """
+    assert 1 <= n <= 200, n
+    high = min(PORT_HIGH, _ephemeral_low() - 1)
+    if high - PORT_LOW + 1 < 4 * n:  # ephemeral range covers most of ours: use all of it
+        high = PORT_HIGH
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(400):
+        start = rng.randint(PORT_LOW, high - n + 1)
+        ports = list(range(start, start + n))
+        if any(p in _handed_out for p in ports):
+            continue
+        if all(_port_is_free(p) for p in ports):
+            _handed_out.update(ports)
+            return ports
+    raise RuntimeError(f"no {n} free consecutive ports in {PORT_LOW}..{high}")
+
+
+def socket_count(spec: str) -> int:
+    """How many uWSGI sockets ``spec`` needs (1 when the spec is invalid: parse_layout will say why)."""
+    m = re.match(r"^\s*\+?(\d+)x(\d+)-([\w-]+)\s*$", spec)
+    if not m or m[3] not in STRATEGIES or not 1 <= int(m[1]) <= 256 or not 1 <= int(m[2]) <= 256:
+        return 1
+    return len(STRATEGIES[m[3]].sockets(int(m[1]), int(m[2])))
+
+
+@pytest.fixture
+def free_ports():
+    """``free_ports(n)``: n free consecutive loopback TCP ports (see find_free_ports)."""
+    return find_free_ports
+
+
+# --- run directories ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def run_dirs():
+    """Factory of short, fresh run directories (/tmp/ul-XXXXXXXX), all removed afterwards.
+
+    ``run_dirs.dirs`` lists those created, for the process-leak check.
+    """
+    dirs: list[str] = []
+
+    def new() -> Path:
+        d = tempfile.mkdtemp(prefix="ul-", dir="/tmp")
+        dirs.append(d)
+        return Path(d)
+
+    new.dirs = dirs
+    yield new
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
+        # write_layout stages next to the destination: nothing of ours may stay in /tmp.
+        for leftover in Path(d).parent.glob(f".{Path(d).name}.staging-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+@pytest.fixture
+def tmp_run_dir(run_dirs) -> Path:
+    """A short (unix socket paths are limited to 107 bytes) empty directory, cleaned up."""
+    d = run_dirs()
+    assert len(str(d)) < 40
+    return d
+
+
+@pytest.fixture
+def make_layout(run_dirs):
+    """``make_layout(spec, **opts)`` -> Layout with distinct free ports and a fresh run_dir.
+
+    Ports: the sockets take base_port.., then the nginx listen port, then the stats port,
+    all consecutive and bind-tested. Any option given explicitly wins.
+    """
+
+    def make(spec: str, **opts) -> Layout:
+        n = socket_count(spec)
+        ports = find_free_ports(n + 2)
+        opts.setdefault("base_port", ports[0])
+        opts.setdefault("listen", f"127.0.0.1:{ports[n]}")
+        opts.setdefault("stats_port", ports[n + 1])
+        if "run_dir" not in opts:
+            opts["run_dir"] = str(run_dirs())
+        return parse_layout(spec, **opts)
+
+    return make
+
+
+# --- integration hygiene ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def integration_tools() -> dict[str, str]:
+    """The programs integration tests need. Missing ones fail the run loudly (no skip)."""
+    found = {
+        "nginx": shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None),
+        "wrk": shutil.which("wrk"),
+        "uwsgi": str(REPO_ROOT / ".venv/bin/uwsgi") if (REPO_ROOT / ".venv/bin/uwsgi").exists()
+        else shutil.which("uwsgi"),
+    }
+    missing = [name for name, path in found.items() if not path]
+    if missing:
+        pytest.fail(
+            f"integration tests need {', '.join(missing)} installed "
+            "(run scripts/install-system-deps.sh / make venv); refusing to skip",
+            pytrace=False,
+        )
+    return found
+
+
+def processes_in(dirs: list[str]) -> list[psutil.Process]:
+    """Live processes (not zombies, not us) whose command line names, or whose cwd is, one of ``dirs``."""
+    me = os.getpid()
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+        try:
+            if proc.pid == me or proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            cmdline = " ".join(proc.info["cmdline"] or ())
+            try:
+                cwd = proc.cwd()
+            except (psutil.AccessDenied, psutil.ZombieProcess, FileNotFoundError):
+                cwd = ""
+            for d in dirs:
+                if d in cmdline or cwd == d or cwd.startswith(d + "/"):
+                    found.append(proc)
+                    break
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def wait_no_processes(dirs: list[str], timeout: float = 5.0) -> list[psutil.Process]:
+    """Poll until no process references ``dirs``; return the survivors at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = processes_in(dirs)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def describe(procs: list[psutil.Process]) -> str:
+    out = []
+    for p in procs:
+        try:
+            out.append(f"pid {p.pid}: {' '.join(p.cmdline())[:200]}")
+        except psutil.Error:
+            out.append(f"pid {p.pid}: (gone)")
+    return "; ".join(out)
+
+
+@pytest.fixture
+def leftover_processes():
+    """``leftover_processes(dirs, timeout)``: processes still referencing ``dirs`` after polling."""
+    return wait_no_processes
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_processes(request, run_dirs):
+    if request.node.get_closest_marker("integration") is None:
+        yield
+        return
+    request.getfixturevalue("integration_tools")
+    yield
+    left = wait_no_processes(run_dirs.dirs, timeout=5.0)
+    if left:
+        text = describe(left)
+        for p in left:  # these were started by this test: do not leak them into the next one
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        pytest.fail(f"processes still running for {run_dirs.dirs} after the test: {text}", pytrace=False)

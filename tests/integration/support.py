@@ -1,0 +1,96 @@
+"""Helpers shared by the integration tests: talk uwsgi to a socket, fire requests together,
+read per-worker counts. No process is started here (see conftest.start_stack)."""
+
+from __future__ import annotations
+
+import re
+import socket
+import struct
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from deploy.stack import http_get, read_stats
+
+SLOW = "/?rounds=1&fib=0&io_ms={ms}"
+FAST = "/?rounds=1&fib=1&io_ms=0"
+
+def uwsgi_packet(env: dict[str, str]) -> bytes:
+    """A uwsgi protocol request: modifier1=0, 16-bit LE datasize, modifier2=0, then the vars."""
+    body = b""
+    for key, value in env.items():
+        k, v = key.encode(), value.encode()
+        body += struct.pack("<H", len(k)) + k + struct.pack("<H", len(v)) + v
+    assert len(body) < 65536
+    return struct.pack("<BHB", 0, len(body), 0) + body
+
+
+def uwsgi_get(address: str, path_qs: str, timeout: float = 10.0) -> tuple[int, dict[str, str], bytes]:
+    """GET straight to a uWSGI socket (tcp HOST:PORT or a unix path); uWSGI closes after the response."""
+    path, _, query = path_qs.partition("?")
+    env = {
+        "REQUEST_METHOD": "GET", "REQUEST_URI": path_qs, "PATH_INFO": path, "QUERY_STRING": query,
+        "SERVER_PROTOCOL": "HTTP/1.1", "SERVER_NAME": "test", "SERVER_PORT": "80",
+        "REMOTE_ADDR": "127.0.0.1", "REMOTE_PORT": "1", "HTTP_HOST": "test",
+    }
+    if address.startswith("/"):
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        target: object = address
+    else:
+        host, _, port = address.rpartition(":")
+        conn = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        target = (host, int(port))
+    with conn:
+        conn.settimeout(timeout)
+        conn.connect(target)
+        conn.sendall(uwsgi_packet(env))
+        data = b""
+        deadline = time.monotonic() + timeout
+        while chunk := conn.recv(65536):
+            data += chunk
+            assert time.monotonic() < deadline, "response not finished in time"
+    head, sep, body = data.partition(b"\r\n\r\n")
+    assert sep, f"no HTTP header block in {data[:200]!r}"
+    lines = head.decode("latin-1").split("\r\n")
+    m = re.match(r"HTTP/1\.[01] (\d{3}) ", lines[0])
+    assert m, lines[0]
+    headers = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    return int(m[1]), headers, body
+
+
+def concurrently(fn, args_list: list, barrier: bool = True) -> list:
+    """Run fn(*args) for each args at the same time (released together by a barrier)."""
+    gate = threading.Barrier(len(args_list)) if barrier else None
+
+    def one(args):
+        if gate:
+            gate.wait(timeout=10)
+        return fn(*args)
+
+    with ThreadPoolExecutor(max_workers=len(args_list)) as pool:
+        return list(pool.map(one, args_list, timeout=60))
+
+
+def worker_requests(layout) -> dict[int, int]:
+    return {w["id"]: w["requests"] for w in read_stats(layout.stats_address)["workers"]}
+
+
+def settled_requests(layout, at_least: int = 0, timeout: float = 5.0) -> dict[int, int]:
+    """Per-worker request counts once they stop moving (and total >= at_least)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        now = worker_requests(layout)
+        if now == last and sum(now.values()) >= at_least:
+            return now
+        if time.monotonic() > deadline:
+            return now
+        last = now
+        time.sleep(0.05)
+
+
+def via_nginx(layout, path: str, timeout: float = 20.0):
+    return http_get(layout.listen_host, layout.listen_port, path, timeout=timeout)

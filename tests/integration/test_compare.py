@@ -1,0 +1,77 @@
+"""A real, short `python -m bench compare`: real nginx, uWSGI and wrk, a few seconds.
+
+Checks that every recorded field is present and that no request failed, never the ratios
+(performance is measured by `make compare`, not asserted by a timed test).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CELL_FIELDS = {"layout", "concurrency", "repeat", "scenario", "rps", "requests", "duration_s", "latency_ms",
+               "errors", "worker_requests", "balance", "cpu_s", "unloaded_latency_ms", "capacity_rps",
+               "closed_loop_rps", "efficiency", "raw_output", "extra"}
+
+
+def bench_processes() -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline", "cwd"]):
+        text = " ".join(p.info["cmdline"] or []) + " " + (p.info["cwd"] or "")
+        if "/tmp/ul-bench-" in text:
+            found.append(p)
+    return found
+
+
+def compare(out: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "bench", "compare", "--out", str(out), "--warmup", "1", "--repeats", "1", *args]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not bench_processes(), "compare left processes running"
+    return proc
+
+
+def test_smoke_compare_records_every_field(tmp_path):
+    out = tmp_path / "run"
+    proc = compare(out, "--layouts", "2x2-shared,2x2-mapped", "--concurrency", "2", "--duration", "2")
+    data = json.loads((out / "results.json").read_text())
+    assert data["format_version"] == 1 and data["arguments"]["complete"] is True
+    for key in ("nproc", "nginx", "uwsgi", "wrk", "python", "git_commit", "kernel"):
+        assert data["environment"][key], key
+    assert data["workload"]["article"]["query"] == "rounds=5&fib=25&io_ms=10"
+    cells = data["cells"]
+    assert [(c["layout"], c["concurrency"]) for c in cells] == [("2x2-shared", 2), ("2x2-mapped", 2)]
+    for cell in cells:
+        assert CELL_FIELDS <= set(cell), CELL_FIELDS - set(cell)
+        assert set(cell["latency_ms"]) >= {"p50", "p90", "p99", "p999", "max"}
+        assert set(cell["errors"]) >= {"connect", "read", "write", "timeout", "status"}
+        assert cell["errors"]["total"] == 0, cell["errors"]
+        assert cell["requests"] > 0 and cell["rps"] > 0
+        assert set(cell["worker_requests"]) == {"1", "2"}
+        assert cell["cpu_s"]["uwsgi"] > 0
+        assert 0 < cell["efficiency"] and cell["unloaded_latency_ms"] > 0
+        assert (out / cell["raw_output"]).read_text().count("WRK_JSON") == 1
+    for name in ("report.md", "report.txt", "throughput.png", "p99.png", "worker-share.png"):
+        assert (out / name).stat().st_size > 0, name
+    assert "Verdict" in proc.stdout
+
+
+def test_smoke_stall_scenario_separates_stalled_clients(tmp_path):
+    out = tmp_path / "stall"
+    compare(out, "--layouts", "2x2-overflow", "--concurrency", "2", "--duration", "3",
+            "--scenario", "stall", "--stall-ms", "1000", "--stall-clients", "2")
+    cell = json.loads((out / "results.json").read_text())["cells"][0]
+    assert cell["scenario"] == "stall" and cell["errors"]["total"] == 0
+    extra = cell["extra"]
+    assert extra["stall_clients"] == 2 and extra["stalled_errors"] == 0
+    assert extra["stalled_requests"] >= 2
+    # Stalled requests wait ~1 s; healthy ones are measured separately and are far shorter.
+    assert extra["stalled_p50_ms"] >= 1000 > cell["latency_ms"]["p50"]
