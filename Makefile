@@ -1,5 +1,7 @@
 # Entry points. The first use of any target creates .venv and installs what it needs.
-PYTHON ?= python3
+# A system Python by default: when started as root the stack runs as www-data, which must
+# be able to read the interpreter (a pyenv under /root is not readable by other users).
+PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 LAYOUT ?= 2x4-mapped

@@ -8,6 +8,9 @@ burn unbounded CPU or hold a thread forever.
 
 ``GET /healthz`` is a cheap 200 for readiness checks.
 
+``GET /files/<id>`` looks a data-set file up and hands it to nginx (``X-Accel-Redirect``),
+or streams it itself with ``?via=app``: see ``app/files.py``.
+
 Every response says which uWSGI worker served it (``X-Worker-Id``, ``X-Worker-Pid``),
 so tests and the benchmark can check balancing from the client side too.
 """
@@ -18,6 +21,8 @@ import os
 import time
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
+
+from app import files
 
 try:  # only importable inside a uWSGI worker
     import uwsgi  # type: ignore[import-not-found]
@@ -128,6 +133,8 @@ def application(environ, start_response):
         )
     if path == "/healthz":
         return _respond(start_response, "200 OK", b"ok\n", method)
+    if path.startswith(files.ROUTE_PREFIX):
+        return files.handle(environ, start_response, worker_headers())
     if path != "/":
         return _respond(start_response, "404 Not Found", b"not found\n", method)
     try:

@@ -180,6 +180,7 @@ def cmd_compare(args) -> int:
     else:
         max_sockets = max(len(parse_layout(s, run_dir="/tmp/x").sockets) for s in plan.layouts)
         work_dir = Path(tempfile.mkdtemp(prefix="ul-bench-", dir="/tmp"))  # short: unix socket paths
+        work_dir.chmod(0o711)  # started as root, the stacks run as www-data, who must reach their run dirs
         runner = LiveRunner(work_dir, out / "raw", find_free_ports(max_sockets + 1), scenarios,
                             plan.duration, plan.warmup, plan.timeout, layout_options=plan.options)
         environment = capture()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from deploy.errors import LayoutError, RenderError, StackError
 from deploy.layout import PROJECT_ROOT, TRANSPORTS, Layout, parse_layout
+from deploy.reload import chain_reload
 from deploy.render import write_layout
 from deploy.stack import Stack
 from deploy.strategies import STRATEGIES
@@ -39,6 +40,11 @@ def add_layout_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backlog", help="uWSGI listen backlog per socket (default 100, at most net.core.somaxconn)")
     p.add_argument("--stats-port", help="uWSGI stats server port on 127.0.0.1 (default 9191)")
     p.add_argument("--access-log", help="on: nginx logs each request with its upstream socket (default off)")
+    p.add_argument("--user", help="run uWSGI and nginx workers as this user when started as root "
+                                  "(default www-data, else nobody)")
+    p.add_argument("--harakiri", help="seconds before uWSGI kills a stuck request's worker (default 30, 0 = off)")
+    p.add_argument("--retries", help="extra attempts nginx makes for GET/HEAD on another socket (default 1)")
+    p.add_argument("--connect-timeout", help="seconds nginx waits to connect to a uWSGI socket (default 2)")
 
 
 def layout_from_args(args, run_dir: Path) -> Layout:
@@ -53,6 +59,10 @@ def layout_from_args(args, run_dir: Path) -> Layout:
         backlog=args.backlog,
         stats_port=args.stats_port,
         access_log=args.access_log,
+        user=args.user,
+        harakiri=args.harakiri,
+        retries=args.retries,
+        connect_timeout=args.connect_timeout,
         run_dir=str(run_dir),
     )
 
@@ -69,6 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--run-dir", help="where the stack lives (default build/run/LAYOUT)")
     run.add_argument("--for", dest="duration", type=float, default=None,
                      help="stop by itself after this many seconds (default: until Ctrl-C / SIGTERM)")
+    reload = sub.add_parser("reload", help="chain-reload the uWSGI workers of a running layout, one at a time")
+    reload.add_argument("layout", help="the layout given to `run` (locates build/run/LAYOUT)")
+    reload.add_argument("--run-dir", help="the run directory given to `run` (default build/run/LAYOUT)")
+    reload.add_argument("--timeout", type=float, default=120.0,
+                        help="seconds to wait for every worker to be replaced (default 120)")
     return parser
 
 
@@ -135,10 +150,19 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None):
     return args
 
 
+def cmd_reload(args) -> int:
+    run_dir = Path(args.run_dir).resolve() if args.run_dir else _default_dir(args, "build", "run")
+    if not 0 < args.timeout <= 3600:
+        raise LayoutError("timeout", f"must be a number of seconds in (0, 3600], got {args.timeout:g}")
+    result = chain_reload(run_dir, timeout=args.timeout, progress=lambda line: print(line, flush=True))
+    print(result.summary(), flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(build_parser(), argv)
     try:
-        return {"render": cmd_render, "run": cmd_run}[args.command](args)
+        return {"render": cmd_render, "run": cmd_run, "reload": cmd_reload}[args.command](args)
     except LayoutError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

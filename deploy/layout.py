@@ -7,8 +7,10 @@ that names the field and the allowed range; nothing touches the disk.
 
 from __future__ import annotations
 
+import grp
 import ipaddress
 import os
+import pwd
 import re
 import sys
 from dataclasses import asdict, dataclass, field
@@ -64,6 +66,32 @@ def _bool(field_name: str, raw) -> bool:
     raise LayoutError(field_name, f"must be on or off, got {raw!r}")
 
 
+def _default_unprivileged_user() -> str:
+    for name in ("www-data", "nobody"):
+        try:
+            pwd.getpwnam(name)
+            return name
+        except KeyError:
+            continue
+    raise LayoutError("user", "running as root but neither www-data nor nobody exists: pass --user NAME")
+
+
+def _resolve_user(raw) -> str:
+    """The user uWSGI and nginx workers run as. Only root can switch users."""
+    current = pwd.getpwuid(os.getuid()).pw_name
+    name = str(raw or "").strip()
+    if os.geteuid() != 0:
+        if name and name != current:
+            raise LayoutError("user", f"only root can run the stack as another user; you are {current!r}")
+        return current
+    name = name or _default_unprivileged_user()
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        raise LayoutError("user", f"no such user {name!r}") from None
+    return name
+
+
 def _parse_host_port(field_name: str, raw: str) -> tuple[str, int]:
     host, sep, port = str(raw).rpartition(":")
     if not sep or not host:
@@ -110,6 +138,17 @@ class Layout:
     stats_port: int = 9191
     # Per-request nginx log with the upstream each request went to (off: it costs CPU).
     access_log: bool = False
+    # Started as root, uWSGI (uid/gid) and nginx's workers run as this user. "" = the
+    # default: www-data (or nobody) under root, the invoking user otherwise.
+    user: str = ""
+    # Seconds after which uWSGI kills a stuck request's worker (0 = never).
+    harakiri: int = 30
+    # Extra attempts nginx makes on another socket for an idempotent request whose worker
+    # failed (GET/HEAD only: a POST is never replayed).
+    retries: int = 1
+    # Seconds nginx waits to connect to a uWSGI socket; a full TCP backlog drops SYNs, so
+    # this bounds how long an excess request hangs before failing.
+    connect_timeout: int = 2
     # Where the stack lives: nginx prefix, logs, pid files, unix sockets. Absolute.
     run_dir: str = ""
     # Filled in by __post_init__: the resolved python environment uWSGI should use.
@@ -144,6 +183,10 @@ class Layout:
         set_("backlog", backlog)
         set_("stats_port", _int_in("stats_port", self.stats_port, 1, 65535))
         set_("access_log", _bool("access_log", self.access_log))
+        set_("harakiri", _int_in("harakiri", self.harakiri, 0, 3600))
+        set_("retries", _int_in("retries", self.retries, 0, 16))
+        set_("connect_timeout", _int_in("connect_timeout", self.connect_timeout, 1, 60))
+        set_("user", _resolve_user(self.user))
         if not self.run_dir:
             raise LayoutError("run_dir", "must be set (the directory the stack runs in)")
         set_("run_dir", str(Path(os.path.expanduser(str(self.run_dir))).resolve()))
@@ -180,7 +223,23 @@ class Layout:
     def upstream_servers(self) -> list[tuple[Socket, tuple[str, ...]]]:
         sockets = self.sockets
         plans = self.strategy_obj.servers(self.socket_plans, self.threads)
-        return [(sockets[p.socket_index], p.params) for p in plans]
+        servers = [(sockets[p.socket_index], p.params) for p in plans]
+        primaries = [s for s, params in servers if "backup" not in params]
+        if self.retries and len(primaries) == 1 and len(servers) == 1:
+            # nginx never retries a lone server, so a request whose worker died would fail.
+            # The same socket again, as backup, gives the retry a peer: any other worker
+            # accepting on that socket takes it. It carries no traffic otherwise.
+            servers.append((primaries[0], ("backup",)))
+        return servers
+
+    @property
+    def drops_privileges(self) -> bool:
+        """True when started as root: uWSGI binds as root, then runs as ``user``."""
+        return os.geteuid() == 0 and self.user != "root"
+
+    @property
+    def group(self) -> str:
+        return grp.getgrgid(pwd.getpwnam(self.user).pw_gid).gr_name
 
     @property
     def stats_address(self) -> str:

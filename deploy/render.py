@@ -15,6 +15,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import sysconfig
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,12 @@ TEMPLATES_DIR = PROJECT_ROOT / "templates"
 LAYOUT_JSON_VERSION = 1
 UPSTREAM_NAME = "uwsgi_app"
 # Directories nginx and uWSGI write into at run time, created with the files.
-RUN_SUBDIRS = ("logs", "tmp", "sockets")
+RUN_SUBDIRS = ("logs", "tmp", "sockets", "control")
+# Directories the unprivileged run user must own (uWSGI's vacuum, pid file, master FIFO).
+USER_OWNED_SUBDIRS = ("sockets", "control")
+# nginx variables a client controls: none may reach a UWSGI_* variable (those load code).
+CLIENT_CONTROLLED = ("$arg", "$args", "$query_string", "$request_uri", "$http_", "$cookie_", "$request_body",
+                     "$uri", "$document_uri", "$request")
 
 
 @dataclass
@@ -50,17 +56,9 @@ def _env() -> jinja2.Environment:
     )
 
 
-def _run_as() -> tuple[str, str]:
-    """nginx's `user` directive only matters when the master starts as root."""
-    if os.geteuid() != 0:
-        return "", ""
-    return pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
-
-
 def render_texts(layout: Layout) -> dict[str, str]:
     env = _env()
-    user, group = _run_as()
-    context = {"layout": layout, "unix_mode": UNIX_SOCKET_MODE, "run_as_user": user, "run_as_group": group}
+    context = {"layout": layout, "unix_mode": UNIX_SOCKET_MODE}
     texts = {
         "nginx.conf": env.get_template("nginx.conf.j2").render(context),
         "uwsgi.ini": env.get_template("uwsgi.ini.j2").render(context),
@@ -120,7 +118,10 @@ def nginx_summary(conf_path: Path) -> dict:
             "directives": [d["directive"] for d in block],
         }
     workers = [d["args"][0] for d in parsed if d["directive"] == "worker_processes"]
+    users = [d["args"] for d in parsed if d["directive"] == "user"]
     return {
+        "user": users[0] if users else [],
+        "uwsgi_params": [d["args"] for d in find_directives(parsed, "uwsgi_param")],
         "upstreams": upstreams,
         "listens": [d["args"][0] for d in find_directives(parsed, "listen")],
         "uwsgi_pass": [d["args"][0] for d in find_directives(parsed, "uwsgi_pass")],
@@ -156,7 +157,11 @@ def crosscheck(layout: Layout, conf_dir: Path) -> list[str]:
     if set(nginx["uwsgi_pass"]) != {UPSTREAM_NAME}:
         problems.append(f"uwsgi_pass targets {nginx['uwsgi_pass']} instead of upstream {UPSTREAM_NAME}")
     servers = [args[0].removeprefix("unix:") for args in upstream["servers"]]
-    if sorted(servers) != sorted(sockets) or len(set(servers)) != len(servers):
+    primaries = [args[0].removeprefix("unix:") for args in upstream["servers"] if "backup" not in args[1:]]
+    backups = [args[0].removeprefix("unix:") for args in upstream["servers"] if "backup" in args[1:]]
+    # A socket may appear twice only as the retry alias: once as primary, once as backup.
+    if (set(servers) != set(sockets) or len(set(primaries)) != len(primaries)
+            or len(set(backups)) != len(backups) or len(servers) > len(sockets) + len(set(primaries) & set(backups))):
         problems.append(f"nginx upstream servers {servers} != uWSGI sockets {sockets}")
 
     # 2. Who accepts on which socket: map-socket = SOCKET_INDEX:WORKER_ID[,WORKER_ID...]
@@ -217,7 +222,24 @@ def crosscheck(layout: Layout, conf_dir: Path) -> list[str]:
     if rendered_params != expected_params:
         problems.append(f"upstream server parameters {rendered_params} != layout's {expected_params}")
 
-    # 6. With several nginx workers, balancing state must live in a shared zone.
+    # 6. No UWSGI_* variable (they make uWSGI load and run code) takes a client's value.
+    for args in nginx["uwsgi_params"]:
+        name, value = args[0], " ".join(args[1:])
+        if name.upper().startswith("UWSGI_") and any(v in value for v in CLIENT_CONTROLLED):
+            problems.append(f"uwsgi_param {name} takes a client-controlled value {value!r}")
+
+    # 7. Started as root: nothing serves requests as root.
+    if layout.drops_privileges:
+        if values("uid") != [layout.user] or values("gid") != [layout.group]:
+            problems.append(f"uwsgi.ini must drop to uid/gid {layout.user}/{layout.group}, has "
+                            f"{values('uid')}/{values('gid')}")
+        if nginx["user"][:1] != [layout.user]:
+            problems.append(f"nginx workers must run as {layout.user}, nginx.conf says {nginx['user'] or 'nothing'}")
+    for key in ("uid", "gid"):
+        if values(key) and values(key)[-1] in ("0", "root"):
+            problems.append(f"uwsgi.ini sets {key} to root")
+
+    # 8. With several nginx workers, balancing state must live in a shared zone.
     if nginx["worker_processes"] != "1" and "zone" not in upstream["directives"]:
         problems.append("nginx has several workers but the upstream has no zone")
     if layout.strategy_obj.needs_zone and "zone" not in upstream["directives"]:
@@ -259,6 +281,7 @@ def write_layout(layout: Layout, out_dir: Path | str, check_nginx: bool = True) 
             (staging / name).write_text(text)
         for sub in RUN_SUBDIRS:
             (staging / sub).mkdir(mode=0o750)
+        _check_reachable(layout, out)
         problems = crosscheck(layout, staging)
         if problems:
             raise RenderError("cross-check failed: " + "; ".join(problems))
@@ -273,10 +296,75 @@ def write_layout(layout: Layout, out_dir: Path | str, check_nginx: bool = True) 
             shutil.rmtree(staging / sub)
             (staging / sub).mkdir(mode=0o750)
         staging.chmod(0o750)
+        _apply_ownership(layout, staging)
         _install(staging, out, list(texts))
+        _apply_ownership(layout, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return RenderResult(out_dir=out, files=list(texts), nginx_test=output)
+
+
+def _ids(layout: Layout) -> tuple[int, int]:
+    entry = pwd.getpwnam(layout.user)
+    return entry.pw_uid, entry.pw_gid
+
+
+def _apply_ownership(layout: Layout, run_dir: Path) -> None:
+    """Under root: the run dir and its subdirs are group-owned by the run user's group (so
+    nginx workers can reach sockets and temp files); sockets/ and control/ are owned by the
+    run user (uWSGI manages files there after dropping privileges). Nothing is world-readable."""
+    if not layout.drops_privileges or not run_dir.exists():
+        return
+    uid, gid = _ids(layout)
+    os.chown(run_dir, 0, gid)
+    run_dir.chmod(0o750)
+    for sub in RUN_SUBDIRS:
+        path = run_dir / sub
+        path.mkdir(mode=0o750, exist_ok=True)
+        os.chown(path, uid if sub in USER_OWNED_SUBDIRS else 0, gid)
+        path.chmod(0o750)
+
+
+def _blocked_at(path: Path, uid: int, gids: set[int], need_read: bool) -> Path | None:
+    """The first directory on the way to ``path`` that user ``uid`` cannot pass (or read)."""
+    for step in [*reversed(path.parents), path]:
+        if not step.exists():
+            return None
+        st = step.stat()
+        bits = 6 if st.st_uid == uid else 3 if st.st_gid in gids else 0
+        perm = (st.st_mode >> bits) & 0o7
+        wanted = 0o5 if (need_read and step == path) else 0o1
+        if perm & wanted != wanted:
+            return step
+    return None
+
+
+def _check_reachable(layout: Layout, out: Path) -> None:
+    """Under root, the unprivileged run user must reach the run dir and read the app, its
+    virtualenv and Python's standard library, or uWSGI dies right after dropping privileges."""
+    if not layout.drops_privileges:
+        return
+    uid, gid = _ids(layout)
+    gids = {gid, *(g.gr_gid for g in grp.getgrall() if layout.user in g.gr_mem)}
+    blocked = _blocked_at(out.parent, uid, gids, need_read=False)
+    if blocked is not None:
+        raise LayoutError(
+            "run_dir",
+            f"user {layout.user} cannot reach {out}: {blocked} is mode {blocked.stat().st_mode & 0o777:o}; "
+            f"use another --out/--run-dir (or chmod o+x {blocked})",
+        )
+    needed = {"app_dir": Path(layout.app_dir), "python": Path(sysconfig.get_paths()["stdlib"])}
+    if layout.virtualenv:
+        needed["virtualenv"] = Path(layout.virtualenv)
+    for what, path in needed.items():
+        blocked = _blocked_at(path.resolve(), uid, gids, need_read=True)
+        if blocked is not None:
+            raise LayoutError(
+                "user",
+                f"uWSGI would run as {layout.user}, who cannot read the {what} at {path} ({blocked} is mode "
+                f"{blocked.stat().st_mode & 0o777:o}); build the venv from a system Python "
+                f"(make venv PYTHON=/usr/bin/python3) or pass --user with a user who can",
+            )
 
 
 def _install(staging: Path, out: Path, names: list[str]) -> None:

@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# Install the system programs the stack and the benchmark drive: nginx and wrk.
-# Idempotent: does nothing when both are already on PATH (or in /usr/sbin for nginx).
+# Install the system programs the stack and the benchmark drive (nginx, wrk) and what the
+# venv is built with (Debian's python3, venv, headers, a compiler).
+# Idempotent: does nothing when everything is already installed.
 set -euo pipefail
 
 missing=()
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
 command -v wrk >/dev/null 2>&1 || missing+=(wrk)
+# The venv is built from Debian's python3 (readable by the unprivileged run user);
+# uWSGI compiles against its headers.
+if command -v dpkg-query >/dev/null 2>&1; then
+    for pkg in python3 python3-venv python3-dev gcc make; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+    done
+fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if ! command -v apt-get >/dev/null 2>&1; then

@@ -95,6 +95,9 @@ def run_dirs():
 
     def new() -> Path:
         d = tempfile.mkdtemp(prefix="ul-", dir="/tmp")
+        # Traversable (not listable) by others: started as root, the stack runs as www-data,
+        # which must reach run directories below this one.
+        os.chmod(d, 0o711)
         dirs.append(d)
         return Path(d)
 

@@ -51,14 +51,16 @@ def test_render_writes_the_four_files(tmp_run_dir, free_ports):
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     assert {p.name for p in out.iterdir() if p.is_file()} == FILES
-    assert {p.name for p in out.iterdir() if p.is_dir()} == {"logs", "tmp", "sockets"}
+    assert {p.name for p in out.iterdir() if p.is_dir()} == {"logs", "tmp", "sockets", "control"}
     assert "rendered 2x4-mapped" in proc.stdout
     assert "nginx -t: ok" in proc.stdout
     assert "map-socket = 1:2" in (out / "uwsgi.ini").read_text()
     assert not staging_dirs(out)
 
 
-def test_render_all_options(tmp_run_dir, free_ports, tmp_path):
+def test_render_all_options(tmp_run_dir, free_ports, run_dirs):
+    tmp_path = run_dirs()
+    tmp_path.chmod(0o755)  # an app dir must be readable by the unprivileged user the stack drops to under root
     (tmp_path / "mod.py").write_text("def app(e, s):\n    return []\n")
     out = tmp_run_dir / "o"
     ports = free_ports(3)

@@ -93,7 +93,11 @@ def test_run_dir_is_made_absolute(tmp_path, monkeypatch):
 def test_shared_socket_strategies_have_one_socket_for_all_workers(strategy):
     lay = layout(f"4x2-{strategy}", base_port=6000)
     assert [(s.index, s.address, s.workers) for s in lay.sockets] == [(0, "127.0.0.1:6000", None)]
-    assert [s.nginx_address for s, _ in lay.upstream_servers] == ["127.0.0.1:6000"]
+    # The lone socket is listed again as backup, so nginx has a peer to retry on.
+    assert [(s.nginx_address, p) for s, p in lay.upstream_servers] == [("127.0.0.1:6000", ()),
+                                                                      ("127.0.0.1:6000", ("backup",))]
+    no_retry = layout(f"4x2-{strategy}", base_port=6000, retries=0)
+    assert [(s.nginx_address, p) for s, p in no_retry.upstream_servers] == [("127.0.0.1:6000", ())]
 
 
 def test_mapped_has_one_socket_per_worker():

@@ -25,7 +25,7 @@ from deploy.strategies import STRATEGIES
 
 SHAPES = ["1x1", "1x4", "2x4", "3x4", "4x4", "8x2"]
 FILES = {"nginx.conf", "uwsgi.ini", "uwsgi_params", "layout.json"}
-SUBDIRS = {"logs", "tmp", "sockets"}
+SUBDIRS = {"logs", "tmp", "sockets", "control"}
 
 
 # --- independent parsers --------------------------------------------------------------------
@@ -108,15 +108,20 @@ def render_into(layout):
 
 
 def expected(layout) -> dict:
-    """What each strategy must render, stated from the README table (not from the code)."""
+    """What each strategy must render, stated from the README table (not from the code).
+    ``servers`` lists (socket index, server parameters) in upstream order."""
     p, t, nw = layout.processes, layout.threads, layout.nginx_workers
+    # nginx never retries a lone server: a single socket is listed again as backup (retry alias).
+    alias = [(0, ["backup"])] if layout.retries else []
     if layout.strategy in ("shared", "thunder"):
-        return dict(n=1, maps=[], params=[[]], least_conn=False, zone=nw > 1)
+        return dict(n=1, maps=[], servers=[(0, [])] + alias, least_conn=False, zone=nw > 1)
     if layout.strategy == "mapped":
-        return dict(n=p, maps=[f"{i}:{i + 1}" for i in range(p)], params=[[]] * p, least_conn=True, zone=nw > 1)
+        return dict(n=p, maps=[f"{i}:{i + 1}" for i in range(p)],
+                    servers=[(i, []) for i in range(p)] + (alias if p == 1 else []), least_conn=True, zone=nw > 1)
     if layout.strategy == "overflow":
         return dict(n=p + 1, maps=[f"{i}:{i + 1}" for i in range(p)],
-                    params=[[f"max_conns={t}"]] * p + [["backup"]], least_conn=True, zone=True)
+                    servers=[(i, [f"max_conns={t}"]) for i in range(p)] + [(p, ["backup"])], least_conn=True,
+                    zone=True)
     raise AssertionError(f"strategy {layout.strategy!r} has no expectations in tests/test_render.py: add them")
 
 
@@ -179,7 +184,7 @@ def test_rendered_files_match_layout(make_layout, shape, strategy, transport):
     facts = nginx_facts(out / "nginx.conf")
     name = facts["upstream_name"]
     expected_servers = [f"unix:{s}" if transport == "unix" else s for s in sockets]
-    assert facts["servers"] == [[addr, *params] for addr, params in zip(expected_servers, want["params"], strict=True)]
+    assert facts["servers"] == [[expected_servers[i], *params] for i, params in want["servers"]]
     assert ("least_conn" in facts["upstream_body"]) == want["least_conn"]
     assert facts["upstream_body"].count("least_conn") <= 1
     if want["zone"]:
@@ -196,7 +201,7 @@ def test_rendered_files_match_layout(make_layout, shape, strategy, transport):
     data = json.loads((out / "layout.json").read_text())
     assert data["name"] == layout.name
     assert [s["address"] for s in data["sockets"]] == sockets
-    assert [u["address"] for u in data["upstream"]] == expected_servers
+    assert [u["address"] for u in data["upstream"]] == [expected_servers[i] for i, _ in want["servers"]]
 
     # --- the checks of deploy.render agree
     assert crosscheck(layout, out) == []
@@ -236,10 +241,18 @@ def test_render_texts_is_pure(make_layout, tmp_run_dir):
     assert json.loads(texts["layout.json"])["format_version"] == 1
 
 
-def test_root_nginx_user_only_when_root(make_layout):
-    text = render_texts(make_layout("1x1-shared"))["nginx.conf"]
-    user_lines = [line for line in text.splitlines() if line.startswith("user ")]
-    assert (len(user_lines) == 1) == (os.geteuid() == 0)
+def test_root_drops_privileges_in_both_files(make_layout):
+    layout = make_layout("1x1-shared")
+    texts = render_texts(layout)
+    user_lines = [line for line in texts["nginx.conf"].splitlines() if line.startswith("user ")]
+    pairs = ini_pairs(texts["uwsgi.ini"])
+    if os.geteuid() == 0:
+        assert layout.user not in ("", "root") and layout.drops_privileges
+        assert user_lines == [f"user {layout.user} {layout.group};"]
+        assert ini_single(pairs, "uid") == layout.user and ini_single(pairs, "gid") == layout.group
+    else:
+        assert not layout.drops_privileges and user_lines == []
+        assert "uid" not in dict(pairs) and "gid" not in dict(pairs)
 
 
 def test_app_options_are_rendered(make_layout, tmp_path):
@@ -474,8 +487,9 @@ def test_property_render_is_consistent(args):
 
         facts = nginx_facts(out / "nginx.conf")
         upstream = [args_[0].removeprefix("unix:") for args_ in facts["servers"]]
-        assert upstream == sockets
-        assert [a[1:] for a in facts["servers"]] == want["params"]
+        assert upstream == [sockets[i] for i, _ in want["servers"]]
+        assert set(upstream) == set(sockets)
+        assert [a[1:] for a in facts["servers"]] == [params for _, params in want["servers"]]
         assert ("least_conn" in facts["upstream_body"]) == want["least_conn"]
         assert bool(facts["zone"]) == want["zone"]
         listens = [a[0] for _, a in facts["listens"]]
