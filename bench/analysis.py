@@ -213,3 +213,73 @@ def warnings(results: Results) -> list[str]:
     if errors:
         out.append(f"{errors} requests failed (see the errors column): figures of cells with errors are suspect.")
     return out
+
+
+# --- choosing a layout across scenarios (steady state vs stalls) ---------------------------
+
+GOAL_P99_SLACK = 1.10  # within 10% of the best healthy p99, in every scenario and level
+GOAL_RPS_OF_MAPPED = 0.95  # "the mapped layout's steady-state throughput", within 5% noise
+
+
+@dataclass(frozen=True)
+class Choice:
+    """How one layout fares across every scenario of a run."""
+
+    layout: str
+    p99_vs_best: dict[str, float]  # scenario -> worst (over levels) healthy p99 / best layout's p99
+    worst_where: str  # "stall at 8 connections"
+    steady_rps_vs_mapped: float | None  # worst over steady levels; None without a mapped layout
+    stalled_p99_ms: dict[str, float]  # stall scenario -> median over levels of the stalled requests' p99
+
+    @property
+    def worst_p99_ratio(self) -> float:
+        return max(self.p99_vs_best.values()) if self.p99_vs_best else 0.0
+
+    @property
+    def meets_goal(self) -> bool:
+        return (self.worst_p99_ratio <= GOAL_P99_SLACK and self.steady_rps_vs_mapped is not None
+                and self.steady_rps_vs_mapped >= GOAL_RPS_OF_MAPPED)
+
+
+def steady_scenarios(results: Results) -> list[str]:
+    """Scenarios without a stall load (by their recorded mix, else by name)."""
+    out = []
+    for sc in results.scenarios:
+        mix = results.workload.get(sc) if isinstance(results.workload.get(sc), dict) else {}
+        if not mix.get("stall") and "stall" not in sc:
+            out.append(sc)
+    return out
+
+
+def layout_choice(results: Results) -> list[Choice]:
+    groups = group_cells(results)
+    by = {(g.scenario, g.layout, g.concurrency): g for g in groups}
+    p, t = results.arguments.get("processes"), results.arguments.get("threads")
+    mapped = f"{p}x{t}-mapped"
+    steady = steady_scenarios(results)
+    out = []
+    for layout in results.layouts:
+        ratios: dict[str, float] = {}
+        worst, where = 0.0, ""
+        stalled: dict[str, float] = {}
+        rps_ratios = []
+        for sc in results.scenarios:
+            for level in results.levels:
+                g = by.get((sc, layout, level))
+                if g is None:
+                    continue
+                peers = [x for x in groups if x.scenario == sc and x.concurrency == level]
+                best = min(x.latency["p99"].median for x in peers)
+                ratio = g.latency["p99"].median / best if best else 0.0
+                ratios[sc] = max(ratios.get(sc, 0.0), ratio)
+                if ratio > worst:
+                    worst, where = ratio, f"{sc} at {level} connections"
+                m = by.get((sc, mapped, level))
+                if sc in steady and m is not None and m.rps.median:
+                    rps_ratios.append(g.rps.median / m.rps.median)
+            stall_p99 = [by[(sc, layout, lv)].extra["stalled_p99_ms"].median for lv in results.levels
+                         if (sc, layout, lv) in by and "stalled_p99_ms" in by[(sc, layout, lv)].extra]
+            if stall_p99:
+                stalled[sc] = statistics.median(stall_p99)
+        out.append(Choice(layout, ratios, where, min(rps_ratios) if rps_ratios else None, stalled))
+    return out

@@ -13,6 +13,8 @@ import textwrap
 from dataclasses import dataclass
 
 from bench.analysis import (
+    GOAL_P99_SLACK,
+    GOAL_RPS_OF_MAPPED,
     NOISY_SPREAD,
     TARGET_EFFICIENCY,
     TARGET_P99_RATIO,
@@ -24,6 +26,8 @@ from bench.analysis import (
     article_verdict,
     best_per_level,
     group_cells,
+    layout_choice,
+    steady_scenarios,
     warnings,
 )
 from bench.results import Results
@@ -371,6 +375,7 @@ def terminal_lines(results: Results) -> list[str]:
             out += ["", f"{level} connections{_level_name(results, level)}"]
             out += _terminal_table(at)
             out += _wrap(_best_line(best[level], at))
+    out += choice_lines(results)
     out.append("")
     out.extend(verdict_lines(results))
     warns = warnings(results)
@@ -378,6 +383,63 @@ def terminal_lines(results: Results) -> list[str]:
         out += ["", "warnings:"]
         for w in warns:
             out.extend(_wrap(w, indent="  - ", subsequent="    "))
+    return out
+
+
+# --------------------------------------------------------------------------- choosing a layout
+
+
+def choice_lines(results: Results, markdown: bool = False) -> list[str]:
+    """Which layout to run across scenarios: each layout's worst healthy p99 relative to the
+    best layout (per scenario, over levels), its steady-state throughput relative to the
+    mapped layout, the stalled requests' p99, and whether it meets the goal. Only shown when
+    the run has more than one scenario or a stall scenario."""
+    stall = [sc for sc in results.scenarios if sc not in steady_scenarios(results)]
+    if len(results.scenarios) < 2 and not stall:
+        return []
+    choices = layout_choice(results)
+    p, t = results.arguments.get("processes"), results.arguments.get("threads")
+    headers = (["layout"] + [f"p99/best {sc}" for sc in results.scenarios]
+               + ["rps/mapped"] + [f"stalled p99 {sc}" for sc in stall] + ["goal"])
+    rows = []
+    for c in choices:
+        ratios = [f"{c.p99_vs_best[sc]:.2f}x" if sc in c.p99_vs_best else "" for sc in results.scenarios]
+        rows.append([c.layout] + ratios
+                    + [f"{c.steady_rps_vs_mapped:.2f}x" if c.steady_rps_vs_mapped is not None else "n/a"]
+                    + [_num(c.stalled_p99_ms[sc]) if sc in c.stalled_p99_ms else "" for sc in stall]
+                    + ["meets" if c.meets_goal else "no"])
+    goal = (f"rps/mapped: steady-state throughput / {p}x{t}-mapped's; stalled p99 in ms. "
+            f"Goal: healthy p99 within {GOAL_P99_SLACK - 1:.0%} of the best layout in every scenario and level, and "
+            f"at least {GOAL_RPS_OF_MAPPED:.0%} of the mapped layout's steady-state throughput "
+            "(worst level shown; medians of repeats).")
+    winners = [c for c in choices if c.meets_goal]
+    if winners:
+        verdict = "Meets the goal: " + ", ".join(f"{c.layout} (worst p99 {c.worst_p99_ratio:.2f}x of the best, "
+                                                 f"at {c.worst_where})" for c in winners) + "."
+    elif choices:
+        close = min(choices, key=lambda c: (c.worst_p99_ratio, -(c.steady_rps_vs_mapped or 0)))
+        verdict = (f"No layout meets the goal here; closest: {close.layout}, whose worst healthy p99 is "
+                   f"{close.worst_p99_ratio:.2f}x the best ({close.worst_where}).")
+    else:
+        verdict = "No layouts to compare."
+    per_scenario = []
+    for sc in results.scenarios:
+        groups = [g for g in group_cells(results, sc)]
+        if groups:
+            worst_level = max(g.concurrency for g in groups)
+            at = [g for g in groups if g.concurrency == worst_level]
+            best = min(at, key=lambda g: g.latency["p99"].median)
+            per_scenario.append(f"{sc}: lowest healthy p99 at {worst_level} connections is {best.layout} "
+                                f"({_num(best.latency['p99'].median)} ms, {_num(best.rps.median)} req/s)")
+    if markdown:
+        return (["## Choosing a layout: steady state and stalls", "", goal, ""] + _md_table(headers, rows)
+                + ["", f"**{verdict}**", ""] + [f"- {x}" for x in per_scenario] + [""])
+    out = ["", "choosing a layout (steady state and stalls):"]
+    out += _wrap(goal, indent="  ", subsequent="  ")
+    out += ["  " + x for x in _table(headers, rows, "<" + ">" * (len(headers) - 1))]
+    out += _wrap(verdict, indent="  ", subsequent="  ")
+    for x in per_scenario:
+        out += _wrap(x, indent="  - ", subsequent="    ")
     return out
 
 
@@ -513,6 +575,7 @@ def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
     if _comment(results):
         out += [f"> **Note:** {_comment(results)}", ""]
     out += _md_verdict(results)
+    out += choice_lines(results, markdown=True)
     out += _md_reproduce(results)
     out += _md_kv("Environment", results.environment)
     out += _md_kv("Workload", results.workload)

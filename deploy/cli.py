@@ -45,6 +45,15 @@ def add_layout_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--harakiri", help="seconds before uWSGI kills a stuck request's worker (default 30, 0 = off)")
     p.add_argument("--retries", help="extra attempts nginx makes for GET/HEAD on another socket (default 1)")
     p.add_argument("--connect-timeout", help="seconds nginx waits to connect to a uWSGI socket (default 2)")
+    p.add_argument("--reuseport", help="on: one nginx listen socket per worker, balanced by the kernel")
+    p.add_argument("--accept-mutex", help="on: nginx workers take turns to accept (default off)")
+    p.add_argument("--multi-accept", help="on: an nginx worker accepts all pending connections at once")
+    p.add_argument("--sendfile", help="on: nginx sends file bytes with sendfile() (default off)")
+    p.add_argument("--sendfile-max-chunk", help="bound one sendfile() call, e.g. 512k")
+    p.add_argument("--aio", help="off or threads: nginx reads files in a thread pool (default off)")
+    p.add_argument("--aio-threads", help="threads in the pool with --aio threads (default 32)")
+    p.add_argument("--aio-max-queue", help="queued tasks the pool holds before refusing (default 65536)")
+    p.add_argument("--data-dir", help="a data set (make dataset): enables /files/<id> and /static/")
 
 
 def layout_from_args(args, run_dir: Path) -> Layout:
@@ -63,6 +72,15 @@ def layout_from_args(args, run_dir: Path) -> Layout:
         harakiri=args.harakiri,
         retries=args.retries,
         connect_timeout=args.connect_timeout,
+        reuseport=args.reuseport,
+        accept_mutex=args.accept_mutex,
+        multi_accept=args.multi_accept,
+        sendfile=args.sendfile,
+        sendfile_max_chunk=args.sendfile_max_chunk,
+        aio=args.aio,
+        aio_threads=args.aio_threads,
+        aio_max_queue=args.aio_max_queue,
+        data_dir=args.data_dir,
         run_dir=str(run_dir),
     )
 

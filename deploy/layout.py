@@ -28,6 +28,8 @@ MAX_NGINX_WORKERS = 64
 # sockaddr_un.sun_path is 108 bytes on Linux, including the terminating NUL.
 UNIX_PATH_MAX = 108
 TRANSPORTS = ("tcp", "unix")
+AIO_MODES = ("off", "threads")
+THREAD_POOL = "ul_pool"
 UNIX_SOCKET_MODE = "660"  # never uWSGI's bare `chmod-socket`, which means 666
 
 SPEC_RE = re.compile(r"^(?P<p>[+-]?\d+)x(?P<t>[+-]?\d+)-(?P<strategy>[A-Za-z0-9_-]+)$")
@@ -133,7 +135,7 @@ class Layout:
     transport: str = "tcp"
     base_port: int = 5000
     listen: str = "127.0.0.1:8000"
-    nginx_workers: int = 1
+    nginx_workers: int | str = 1  # a count, or "auto" (one per core)
     backlog: int = 100
     stats_port: int = 9191
     # Per-request nginx log with the upstream each request went to (off: it costs CPU).
@@ -149,6 +151,18 @@ class Layout:
     # Seconds nginx waits to connect to a uWSGI socket; a full TCP backlog drops SYNs, so
     # this bounds how long an excess request hangs before failing.
     connect_timeout: int = 2
+    # nginx's own I/O and accept tuning (defaults: nginx's own defaults).
+    reuseport: bool = False  # one listen socket per nginx worker, balanced by the kernel
+    accept_mutex: bool = False
+    multi_accept: bool = False
+    sendfile: bool = False
+    sendfile_max_chunk: str = ""  # e.g. 512k; "" = nginx's default
+    aio: str = "off"  # off | threads: blocking reads and sendfile go to a thread pool
+    aio_threads: int = 32
+    aio_max_queue: int = 65536
+    # A data set (python -m bench.dataset): served as /files/<id> by the app through
+    # X-Accel-Redirect, and as /static/<path> by nginx alone. "" = no file locations.
+    data_dir: str = ""
     # Where the stack lives: nginx prefix, logs, pid files, unix sockets. Absolute.
     run_dir: str = ""
     # Filled in by __post_init__: the resolved python environment uWSGI should use.
@@ -172,7 +186,10 @@ class Layout:
         set_("base_port", _int_in("base_port", self.base_port, 1, 65535))
         host, port = _parse_host_port("listen", self.listen)
         set_("listen", f"{host}:{port}")
-        set_("nginx_workers", _int_in("nginx_workers", self.nginx_workers, 1, MAX_NGINX_WORKERS))
+        if str(self.nginx_workers).strip() == "auto":
+            set_("nginx_workers", "auto")
+        else:
+            set_("nginx_workers", _int_in("nginx_workers", self.nginx_workers, 1, MAX_NGINX_WORKERS))
         cap = somaxconn() or 65535
         backlog = _int_in("backlog", self.backlog, 1, 2**31 - 1)
         if backlog > cap:
@@ -187,6 +204,22 @@ class Layout:
         set_("retries", _int_in("retries", self.retries, 0, 16))
         set_("connect_timeout", _int_in("connect_timeout", self.connect_timeout, 1, 60))
         set_("user", _resolve_user(self.user))
+        for flag in ("reuseport", "accept_mutex", "multi_accept", "sendfile"):
+            set_(flag, _bool(flag, getattr(self, flag)))
+        chunk = str(self.sendfile_max_chunk or "").strip()
+        if chunk and not re.fullmatch(r"[1-9]\d{0,6}[kKmM]?", chunk):
+            raise LayoutError("sendfile_max_chunk", f"expected a size such as 512k or 2m, got {chunk!r}")
+        set_("sendfile_max_chunk", chunk.lower())
+        if self.aio not in AIO_MODES:
+            raise LayoutError("aio", f"must be one of {', '.join(AIO_MODES)}, got {self.aio!r}")
+        set_("aio_threads", _int_in("aio_threads", self.aio_threads, 1, 1024))
+        set_("aio_max_queue", _int_in("aio_max_queue", self.aio_max_queue, 0, 10_000_000))
+        if self.data_dir:
+            data = Path(os.path.expanduser(str(self.data_dir))).resolve()
+            if not (data / "files").is_dir() or not (data / "index.json").is_file():
+                raise LayoutError("data_dir", f"{self.data_dir!r} is not a data set (files/ and index.json): "
+                                              "create one with `make dataset`")
+            set_("data_dir", str(data))
         if not self.run_dir:
             raise LayoutError("run_dir", "must be set (the directory the stack runs in)")
         set_("run_dir", str(Path(os.path.expanduser(str(self.run_dir))).resolve()))

@@ -23,7 +23,7 @@ from pathlib import Path
 import jinja2
 
 from deploy.errors import LayoutError, RenderError
-from deploy.layout import PROJECT_ROOT, UNIX_SOCKET_MODE, Layout
+from deploy.layout import PROJECT_ROOT, THREAD_POOL, UNIX_SOCKET_MODE, Layout
 
 TEMPLATES_DIR = PROJECT_ROOT / "templates"
 LAYOUT_JSON_VERSION = 1
@@ -58,7 +58,7 @@ def _env() -> jinja2.Environment:
 
 def render_texts(layout: Layout) -> dict[str, str]:
     env = _env()
-    context = {"layout": layout, "unix_mode": UNIX_SOCKET_MODE}
+    context = {"layout": layout, "unix_mode": UNIX_SOCKET_MODE, "thread_pool": THREAD_POOL}
     texts = {
         "nginx.conf": env.get_template("nginx.conf.j2").render(context),
         "uwsgi.ini": env.get_template("uwsgi.ini.j2").render(context),
@@ -239,7 +239,13 @@ def crosscheck(layout: Layout, conf_dir: Path) -> list[str]:
         if values(key) and values(key)[-1] in ("0", "root"):
             problems.append(f"uwsgi.ini sets {key} to root")
 
-    # 8. With several nginx workers, balancing state must live in a shared zone.
+    # 8. The data set's internal location is internal: clients must not reach it directly.
+    for loc in find_directives(parse_nginx(conf_dir / "nginx.conf"), "location"):
+        if loc["args"][-1:] == ["/_internal_files/"] and not any(d["directive"] == "internal"
+                                                                  for d in loc.get("block", [])):
+            problems.append("location /_internal_files/ is not `internal`")
+
+    # 9. With several nginx workers, balancing state must live in a shared zone.
     if nginx["worker_processes"] != "1" and "zone" not in upstream["directives"]:
         problems.append("nginx has several workers but the upstream has no zone")
     if layout.strategy_obj.needs_zone and "zone" not in upstream["directives"]:
@@ -354,6 +360,8 @@ def _check_reachable(layout: Layout, out: Path) -> None:
             f"use another --out/--run-dir (or chmod o+x {blocked})",
         )
     needed = {"app_dir": Path(layout.app_dir), "python": Path(sysconfig.get_paths()["stdlib"])}
+    if layout.data_dir:
+        needed["data_dir"] = Path(layout.data_dir) / "files"
     if layout.virtualenv:
         needed["virtualenv"] = Path(layout.virtualenv)
     for what, path in needed.items():
