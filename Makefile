@@ -8,14 +8,16 @@ LAYOUT ?= 2x4-mapped
 OUT    ?= build/$(LAYOUT)
 ARGS   ?=
 
-.PHONY: help venv system-deps render run compare report test test-unit test-integration lint clean
+.PHONY: help venv system-deps render run reload compare report dataset test test-unit test-integration lint clean
 
 help:
 	@echo "make compare            compare layouts with wrk (the main job; ARGS='--duration 10' etc.)"
 	@echo "make test               unit + integration tests (real nginx, uWSGI, wrk)"
 	@echo "make render LAYOUT=2x4-mapped [OUT=dir]   write nginx.conf + uwsgi.ini"
 	@echo "make run LAYOUT=2x4-mapped                serve on http://127.0.0.1:8000 until Ctrl-C"
+	@echo "make reload LAYOUT=2x4-mapped             chain-reload the running layout's workers"
 	@echo "make report RESULTS=results/.../results.json   re-render a stored run"
+	@echo "make dataset [ARGS='--small-count 10000']  the file set for the file-offload scenarios"
 
 # The venv is rebuilt when pyproject.toml changes (uwsgi compiles: ~35 s the first time).
 $(BIN)/.installed: pyproject.toml
@@ -35,11 +37,17 @@ render: venv
 run: venv system-deps
 	$(BIN)/python -m deploy run $(LAYOUT) $(ARGS)
 
+reload: venv
+	$(BIN)/python -m deploy reload $(LAYOUT) $(ARGS)
+
 compare: venv system-deps
 	$(BIN)/python -m bench compare $(ARGS)
 
 report: venv
 	$(BIN)/python -m bench report $(RESULTS) $(ARGS)
+
+dataset: venv
+	$(BIN)/python -m bench.dataset $(ARGS)
 
 test: venv system-deps
 	$(BIN)/python -m pytest $(ARGS)

@@ -26,7 +26,7 @@ from bench.sweep import (
 )
 from deploy.cli import OneLineParser, parse_args
 from deploy.errors import LayoutError, RenderError, StackError
-from deploy.layout import MAX_PROCESSES, MAX_THREADS, PROJECT_ROOT, parse_layout
+from deploy.layout import MAX_PROCESSES, MAX_THREADS, PROJECT_ROOT, parse_variant
 
 EXIT_BAD_INPUT = 2
 # 5 layouts x 3 levels x 3 repeats of 5 s, plus starts and warm-ups: about 5 minutes on 2 cores.
@@ -100,7 +100,7 @@ def plan_from_args(args, stored=None) -> Plan:
     if not layouts:
         raise BadArgument("layouts: give at least one PxT-STRATEGY")
     for spec in layouts:
-        parse_layout(spec, run_dir="/tmp/validate")  # raises LayoutError naming the field
+        parse_variant(spec, run_dir="/tmp/validate")  # raises LayoutError naming the field
     if args.concurrency:
         levels = tuple(sorted({_int("concurrency", x, 1, 1000) for x in args.concurrency.split(",") if x.strip()}))
     else:
@@ -178,7 +178,7 @@ def cmd_compare(args) -> int:
     if stored:
         runner, environment = ReplayRunner(stored), stored.environment | {"replayed_from": str(args.replay)}
     else:
-        max_sockets = max(len(parse_layout(s, run_dir="/tmp/x").sockets) for s in plan.layouts)
+        max_sockets = max(len(parse_variant(s, run_dir="/tmp/x").sockets) for s in plan.layouts)
         work_dir = Path(tempfile.mkdtemp(prefix="ul-bench-", dir="/tmp"))  # short: unix socket paths
         work_dir.chmod(0o711)  # started as root, the stacks run as www-data, who must reach their run dirs
         runner = LiveRunner(work_dir, out / "raw", find_free_ports(max_sockets + 1), scenarios,

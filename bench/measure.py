@@ -19,7 +19,7 @@ import psutil
 from bench.results import Cell
 from bench.scenarios import Scenario
 from bench.wrk import LUA_REPORT, WrkProcess, run_wrk, run_wrks
-from deploy.layout import Layout, parse_layout
+from deploy.layout import Layout, parse_variant
 from deploy.render import write_layout
 from deploy.stack import Stack
 
@@ -119,8 +119,10 @@ class LiveRunner:
         self.cores = os.cpu_count() or 1
 
     def layout(self, spec: str) -> Layout:
-        return parse_layout(
-            spec, run_dir=str(self.work_dir / spec), listen=f"127.0.0.1:{self.ports.listen}",
+        """``spec`` may carry options (``2x4-mapped@aio=threads``); it stays the cells' label."""
+        run_dir = self.work_dir / spec.replace("@", "_").replace(",", "_").replace("=", "-")
+        return parse_variant(
+            spec, run_dir=str(run_dir), listen=f"127.0.0.1:{self.ports.listen}",
             stats_port=self.ports.stats, base_port=self.ports.base, **self.layout_options,
         )
 
@@ -134,16 +136,18 @@ class LiveRunner:
                 url = f"{layout.url}?{scenario.workload.query}"
                 # Warm-up doubles as the unloaded-latency probe: one connection, nothing queued.
                 probe = run_wrk(url, 1, self.warmup, timeout_s=self.timeout)
-                self._save_raw(f"{name}-{spec}-warmup-r{repeat}", probe.raw)
+                self._save_raw(f"{name}-{layout.name}-warmup-r{repeat}", probe.raw)
                 for level in levels:
-                    cell = self.measure(stack, layout, scenario, level, repeat, probe.latency_ms.p50)
+                    cell = self.measure(stack, layout, scenario, level, repeat, probe.latency_ms.p50, label=spec)
                     stack.check_alive()
                     cells.append(cell)
                     if on_cell:
                         on_cell(cell)
         return cells
 
-    def measure(self, stack, layout, scenario: Scenario, level: int, repeat: int, unloaded_ms: float) -> Cell:
+    def measure(self, stack, layout, scenario: Scenario, level: int, repeat: int, unloaded_ms: float,
+                label: str = "") -> Cell:
+        label = label or layout.name
         healthy_url = f"{layout.url}?{scenario.workload.query}"
         stall = scenario.stall
         script_dir = Path(layout.run_dir)
@@ -160,7 +164,7 @@ class LiveRunner:
                                     timeout_s=self.timeout + stall.wait_ms / 1000))
         runs, wrk_cpu = run_wrks(*loads)
         after = Snapshot.take(stack)
-        name = f"{scenario.name}-{layout.name}-c{level}-r{repeat}"
+        name = f"{scenario.name}-{label}-c{level}-r{repeat}".replace("@", "_").replace(",", "_").replace("=", "-")
         raw_name = self._save_raw(name, "\n".join(r.raw for r in runs))
         extra = {}
         if stall and stall.clients:
@@ -170,7 +174,7 @@ class LiveRunner:
                      "stalled_max_ms": s.latency_ms.max, "stalled_errors": s.errors.total}
         elif stall and stall.fraction:
             extra = {"stall_fraction": stall.fraction}
-        return self.make_cell(layout.name, level, repeat, scenario.name, runs[0], wrk_cpu, before, after,
+        return self.make_cell(label, level, repeat, scenario.name, runs[0], wrk_cpu, before, after,
                               unloaded_ms, raw_name, extra)
 
     def make_cell(self, spec, level, repeat, scenario, run, wrk_cpu, before, after, unloaded_ms, raw_name,

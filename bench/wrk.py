@@ -73,12 +73,14 @@ class WrkProcess:
     """One wrk run in the background, so two loads (healthy and stalled clients) can overlap."""
 
     def __init__(self, url: str, connections: int, duration_s: float, threads: int = 1, timeout_s: float = 10.0,
-                 script: Path = LUA_REPORT):
+                 script: Path = LUA_REPORT, script_args: list[str] | None = None):
         threads = max(1, min(threads, connections))
         self.cmd = [
             wrk_binary(), f"-t{threads}", f"-c{connections}", f"-d{duration_s:g}s", f"--timeout={timeout_s:g}s",
             "--latency", "-s", str(script), url,
         ]
+        if script_args:
+            self.cmd += ["--", *script_args]  # reach the script's init(args)
         self.limit = duration_s + timeout_s + 30
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

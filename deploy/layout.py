@@ -356,3 +356,21 @@ def parse_layout(spec: str, **options) -> Layout:
         strategy=match["strategy"],
         **{k: v for k, v in options.items() if v is not None and k != "name"},  # name is derived (see to_dict)
     )
+
+
+def parse_variant(text: str, **defaults) -> Layout:
+    """``PxT-STRATEGY@option=value,option=value``: a layout plus options under one label, so
+    a benchmark can compare e.g. ``2x4-mapped@aio=threads`` with ``2x4-mapped@aio=off``.
+    Options after ``@`` override ``defaults``."""
+    spec, sep, extra = str(text).partition("@")
+    options = dict(defaults)
+    if sep:
+        for item in extra.split(","):
+            key, eq, value = item.partition("=")
+            key = key.strip().replace("-", "_")
+            if not eq or not key:
+                raise LayoutError("layout", f"expected OPTION=VALUE after '@' in {text!r}, got {item!r}")
+            if key in ("run_dir", "listen", "base_port", "stats_port"):
+                raise LayoutError(key, "is chosen by the benchmark, not by a variant")
+            options[key] = value.strip()
+    return parse_layout(spec, **options)

@@ -356,3 +356,17 @@ def test_spec_fields_given_as_options_are_a_layout_error(name):
     # They come from the spec; as keywords they used to reach Layout() twice (TypeError).
     err = field_of("2x4-mapped", **{name: 3 if name != "strategy" else "shared"})
     assert err.field == name
+
+
+def test_variant_labels_carry_options_for_benchmarks():
+    from deploy.layout import parse_variant
+
+    lay = parse_variant("2x4-mapped@aio=threads,sendfile=on,nginx-workers=auto", run_dir="/tmp/ul-variant")
+    assert (lay.name, lay.aio, lay.sendfile, lay.nginx_workers) == ("2x4-mapped", "threads", True, "auto")
+    assert parse_variant("2x4-mapped", run_dir="/tmp/ul-variant", aio="threads").aio == "threads"
+    assert parse_variant("2x4-mapped@aio=off", run_dir="/tmp/ul-variant", aio="threads").aio == "off"
+    for bad, field in (("2x4-mapped@aio", "layout"), ("2x4-mapped@listen=127.0.0.1:1", "listen"),
+                       ("2x4-mapped@bogus=1", "bogus"), ("2x4-mapped@aio=maybe", "aio")):
+        with pytest.raises(LayoutError) as info:
+            parse_variant(bad, run_dir="/tmp/ul-variant")
+        assert info.value.field == field, bad
