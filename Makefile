@@ -8,7 +8,7 @@ LAYOUT ?= 2x4-mapped
 OUT    ?= build/$(LAYOUT)
 ARGS   ?=
 
-.PHONY: help venv system-deps render run reload compare report dataset test test-unit test-integration lint clean
+.PHONY: help venv system-deps render run reload faults compare report dataset nginx-scenarios openloop test test-unit test-integration lint clean
 
 help:
 	@echo "make compare            compare layouts with wrk (the main job; ARGS='--duration 10' etc.)"
@@ -16,8 +16,11 @@ help:
 	@echo "make render LAYOUT=2x4-mapped [OUT=dir]   write nginx.conf + uwsgi.ini"
 	@echo "make run LAYOUT=2x4-mapped                serve on http://127.0.0.1:8000 until Ctrl-C"
 	@echo "make reload LAYOUT=2x4-mapped             chain-reload the running layout's workers"
+	@echo "make faults [ARGS='--layouts 2x4-mapped --only kill-worker']   faults under load: figures table"
 	@echo "make report RESULTS=results/.../results.json   re-render a stored run"
 	@echo "make dataset [ARGS='--small-count 10000']  the file set for the file-offload scenarios"
+	@echo "make nginx-scenarios [ARGS='--duration 8']  files, files-mixed and reuseport, one results dir each"
+	@echo "make openloop [ARGS='--rates 5,10,15,20']   httperf at fixed rates until replies fall behind (the knee)"
 
 # The venv is rebuilt when pyproject.toml changes (uwsgi compiles: ~35 s the first time).
 $(BIN)/.installed: pyproject.toml
@@ -40,6 +43,9 @@ run: venv system-deps
 reload: venv
 	$(BIN)/python -m deploy reload $(LAYOUT) $(ARGS)
 
+faults: venv system-deps
+	$(BIN)/python -m bench.faults $(ARGS)
+
 compare: venv system-deps
 	$(BIN)/python -m bench compare $(ARGS)
 
@@ -48,6 +54,14 @@ report: venv
 
 dataset: venv
 	$(BIN)/python -m bench.dataset $(ARGS)
+
+nginx-scenarios: venv system-deps
+	$(BIN)/python -m bench compare --scenario files $(ARGS)
+	$(BIN)/python -m bench compare --scenario files-mixed $(ARGS)
+	$(BIN)/python -m bench compare --scenario reuseport $(ARGS)
+
+openloop: venv system-deps
+	$(BIN)/python -m bench openloop $(ARGS)
 
 test: venv system-deps
 	$(BIN)/python -m pytest $(ARGS)

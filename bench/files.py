@@ -61,6 +61,32 @@ def write_path_list(index: Index, mode: str, dest: Path, which: str = "small", h
     return dest
 
 
+def weighted_paths(index: Index, mode: str, which: str = "small", large_share: float = 0.0,
+                   hot_route: str = "static") -> list[str]:
+    """``request_paths``, with each large file's path repeated so that a uniform pick from the
+    list asks for a large file with probability ``large_share`` (about; 0 = no weighting)."""
+    paths = request_paths(index, mode, which, hot_route)
+    if not large_share or mode == "hot" or which != "all" or not index.large_ids:
+        return paths
+    if not 0 < large_share < 1:
+        raise ValueError(f"large_share: must be in 0..1, got {large_share!r}")
+    large = set(request_paths(index, mode, "large", hot_route))
+    small = [p for p in paths if p not in large]
+    big = [p for p in paths if p in large]
+    if not small:
+        return paths
+    copies = max(1, round(large_share * len(small) / ((1 - large_share) * len(big))))
+    return small + big * copies
+
+
+def write_lines(dest: Path, paths: list[str]) -> Path:
+    """One request path per line (for ``random_files.lua``); returns ``dest``."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text("\n".join(paths) + "\n", encoding="ascii")
+    return dest
+
+
 def write_wlog(index: Index, mode: str, dest: Path, seed: int = 0, which: str = "small",
                hot_route: str = "static") -> Path:
     """The list shuffled with ``seed``, NUL-separated, for ``httperf --wlog=y,FILE``."""

@@ -338,7 +338,10 @@ def _terminal_table(groups: list[Group]) -> list[str]:
             " ".join(g.noisy_figures),
         ])
     out = _table(headers, rows, "<>>>>>>>>>><")
-    keys = sorted({k for g in groups for k in g.extra})
+    from bench.nginx_report import NGINX_SCENARIOS
+
+    # The nginx scenarios' figures have their own section (bench.nginx_report).
+    keys = sorted({k for g in groups if g.scenario not in NGINX_SCENARIOS for k in g.extra})
     if keys:
         out.append("")
         out.append("scenario figures (medians):")
@@ -375,9 +378,13 @@ def terminal_lines(results: Results) -> list[str]:
             out += ["", f"{level} connections{_level_name(results, level)}"]
             out += _terminal_table(at)
             out += _wrap(_best_line(best[level], at))
+    from bench.nginx_report import nginx_lines, only_nginx
+
+    out += nginx_lines(results)
     out += choice_lines(results)
-    out.append("")
-    out.extend(verdict_lines(results))
+    if not only_nginx(results):  # the article's verdict needs the article's scenario
+        out.append("")
+        out.extend(verdict_lines(results))
     warns = warnings(results)
     if warns:
         out += ["", "warnings:"]
@@ -394,8 +401,10 @@ def choice_lines(results: Results, markdown: bool = False) -> list[str]:
     best layout (per scenario, over levels), its steady-state throughput relative to the
     mapped layout, the stalled requests' p99, and whether it meets the goal. Only shown when
     the run has more than one scenario or a stall scenario."""
+    from bench.nginx_report import only_nginx
+
     stall = [sc for sc in results.scenarios if sc not in steady_scenarios(results)]
-    if len(results.scenarios) < 2 and not stall:
+    if (len(results.scenarios) < 2 and not stall) or only_nginx(results):
         return []
     choices = layout_choice(results)
     p, t = results.arguments.get("processes"), results.arguments.get("threads")
@@ -574,7 +583,11 @@ def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
     out += ["; ".join(meta) + ".", ""]
     if _comment(results):
         out += [f"> **Note:** {_comment(results)}", ""]
-    out += _md_verdict(results)
+    from bench.nginx_report import nginx_lines, only_nginx
+
+    if not only_nginx(results):
+        out += _md_verdict(results)
+    out += nginx_lines(results, markdown=True)
     out += choice_lines(results, markdown=True)
     out += _md_reproduce(results)
     out += _md_kv("Environment", results.environment)

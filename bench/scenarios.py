@@ -1,15 +1,26 @@
-"""Named request mixes: the healthy workload, and optionally a stall load beside it.
+"""Named request mixes: the healthy workload, and optionally a second load beside it.
 
 A stall stands for an external API that hangs: some clients (``clients``) send requests
 that only wait ``wait_ms``, back to back, while the healthy clients run the normal mix; or
 a ``fraction`` of the healthy clients' own requests stall. Stalled clients run in a second
 wrk process, so healthy and stalled latencies are measured separately.
+
+The nginx scenarios (``FAMILIES``) request files of the data set (``bench.dataset``) instead
+of the app's query: ``files`` wraps the three routes of one file set (``files-accel``:
+the app looks the id up and nginx sends the bytes through X-Accel-Redirect; ``files-app``:
+Python streams them; ``files-static``: nginx alone), ``files-mixed`` adds one hot-file
+client beside random cold files (cache evicted before each cell), and ``reuseport``
+hammers one small static file through many connections to see how nginx workers share them.
+Each family names the layouts and levels it is compared on by default.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 from urllib.parse import urlencode
+
+FILE_MODES = ("accel", "app", "static", "hot")  # bench.files.MODES
+FILE_WHICH = ("small", "large", "all")
 
 
 @dataclass(frozen=True)
@@ -38,11 +49,40 @@ class Stall:
 
 
 @dataclass(frozen=True)
+class FileLoad:
+    """Requests for data-set files (random ids from a list, ``bench/lua/random_files.lua``)
+    instead of the app's fixed query."""
+
+    mode: str = "accel"  # accel | app | static | hot (one file): see bench.files
+    which: str = "small"  # small | large | all
+    # Share of requests that ask for a large file (the list repeats large paths to get it);
+    # 0 = as many as their count in the list gives.
+    large_share: float = 0.0
+    hot_clients: int = 0  # a second wrk on the hot file (nginx static), latencies in extra
+    cold_cache: bool = False  # evict the data set's pages before every cell
+
+    def __post_init__(self):
+        if self.mode not in FILE_MODES:
+            raise ValueError(f"mode: must be one of {', '.join(FILE_MODES)}, got {self.mode!r}")
+        if self.which not in FILE_WHICH:
+            raise ValueError(f"which: must be one of {', '.join(FILE_WHICH)}, got {self.which!r}")
+        if not 0 <= self.large_share < 1:
+            raise ValueError(f"large_share: must be in 0..1, got {self.large_share!r}")
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     description: str
     workload: Workload
     stall: Stall | None = None
+    files: FileLoad | None = None
+    # Record connections and CPU per nginx worker (how evenly they share the load).
+    nginx_spread: bool = False
+
+    @property
+    def family(self) -> str:
+        return family_of(self.name)
 
     def resolved(self, threads: int, **overrides) -> "Scenario":
         """Apply CLI overrides and fill defaults that depend on the layout (T)."""
@@ -58,12 +98,28 @@ class Scenario:
                 fraction=fraction if fraction is not None else stall.fraction,
                 clients=0 if fraction else (clients if clients is not None else (stall.clients or threads)),
             )
-        return replace(self, workload=workload, stall=stall)
+        files = self.files
+        if files is not None:
+            hot = overrides.get("hot_clients")
+            cold = overrides.get("cold_cache")
+            share = overrides.get("large_share")
+            files = replace(
+                files,
+                hot_clients=hot if hot is not None and files.hot_clients else files.hot_clients,
+                cold_cache=cold if cold is not None and files.mode != "hot" else files.cold_cache,
+                large_share=share if share is not None and files.which == "all" else files.large_share,
+            )
+        return replace(self, workload=workload, stall=stall, files=files)
 
     def to_dict(self) -> dict:
-        data = {"description": self.description, **asdict(self.workload), "query": self.workload.query}
+        if self.files is not None:  # the app's query is not used
+            data = {"description": self.description, "files": asdict(self.files)}
+        else:
+            data = {"description": self.description, **asdict(self.workload), "query": self.workload.query}
         if self.stall is not None:
             data["stall"] = asdict(self.stall) | {"query": self.stall.query}
+        if self.nginx_spread:
+            data["nginx_spread"] = True
         return data
 
 
@@ -78,5 +134,56 @@ SCENARIOS = {
                  Workload(5, 25, 10), Stall()),
         Scenario("stall-io", "the I/O-heavy mix while T extra clients hit an external API that hangs 3 s",
                  Workload(5, 15, 40), Stall()),
+        Scenario("files-accel", "random small files: the app looks the id up, nginx sends the bytes "
+                 "(X-Accel-Redirect to an internal location)", Workload(), files=FileLoad("accel")),
+        Scenario("files-app", "random small files streamed by the app itself (?via=app)", Workload(),
+                 files=FileLoad("app")),
+        Scenario("files-static", "random small files served by nginx alone (/static/, no app)", Workload(),
+                 files=FileLoad("static")),
+        Scenario("files-mixed", "random small and large files (nginx static, page cache evicted before each "
+                 "cell) while hot-file clients ask for one cached file", Workload(),
+                 files=FileLoad("static", which="all", large_share=0.02, hot_clients=4, cold_cache=True)),
+        Scenario("reuseport", "one small cached file (nginx static) through many keep-alive connections: "
+                 "how nginx workers share connections", Workload(), files=FileLoad("hot"), nginx_spread=True),
     )
 }
+
+# Names that stand for several scenarios.
+ALIASES = {"files": ("files-accel", "files-app", "files-static")}
+
+# Per family: default layouts ({p}, {t} filled in) and connection levels when none are given.
+FAMILIES = {
+    "files": {"layouts": ("{p}x{t}-mapped",), "levels": (8, 32)},
+    "files-mixed": {"layouts": ("{p}x{t}-mapped@aio=off", "{p}x{t}-mapped@aio=threads"), "levels": (32,)},
+    "reuseport": {"layouts": ("{p}x{t}-mapped@nginx_workers=2,reuseport=off",
+                              "{p}x{t}-mapped@nginx_workers=2,reuseport=on"), "levels": (64,)},
+}
+
+
+def family_of(name: str) -> str:
+    """``files`` for files-accel/-app/-static, else the name if it is a family, else ""."""
+    if name in ALIASES["files"]:
+        return "files"
+    return name if name in FAMILIES else ""
+
+
+def expand(names) -> tuple[str, ...]:
+    """Scenario names with aliases expanded, in order, without repeats."""
+    out: list[str] = []
+    for name in names:
+        out.extend(ALIASES.get(name, (name,)))
+    return tuple(dict.fromkeys(out))
+
+
+def needs_dataset(names) -> bool:
+    return any(SCENARIOS[n].files is not None for n in names if n in SCENARIOS)
+
+
+def family_defaults(names, processes: int, threads: int) -> tuple[tuple[str, ...], tuple[int, ...]] | None:
+    """Default (layouts, levels) when every scenario belongs to an nginx family, else None."""
+    families = list(dict.fromkeys(family_of(n) for n in names))
+    if not families or "" in families:
+        return None
+    layouts = [x.format(p=processes, t=threads) for f in families for x in FAMILIES[f]["layouts"]]
+    levels = sorted({lv for f in families for lv in FAMILIES[f]["levels"]})
+    return tuple(dict.fromkeys(layouts)), tuple(levels)

@@ -102,9 +102,12 @@ class WrkProcess:
             self.proc.communicate()
 
 
-def run_wrks(*loads: WrkProcess) -> tuple[list[WrkRun], float]:
-    """Wait for every load; return their runs and the CPU seconds all of them used."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+def run_wrks(*loads: WrkProcess, rusage_before=None) -> tuple[list[WrkRun], float]:
+    """Wait for every load; return their runs and the CPU seconds all of them used.
+
+    ``rusage_before``: RUSAGE_CHILDREN taken before the loads started, needed when a load
+    may already have been reaped (``proc.poll()``) before this call."""
+    before = rusage_before or resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         runs = [w.result() for w in loads]
     finally:

@@ -26,6 +26,8 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (and exit 2), like every other bad input."""
 
     def error(self, message: str):
+        # argparse echoes tokens raw: escape control characters (\n, \f...) so it stays one line.
+        message = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
 
 

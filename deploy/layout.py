@@ -57,6 +57,30 @@ def _int_in(field_name: str, raw, low: int, high: int) -> int:
     return raw
 
 
+def _is(path: Path, kind: str) -> bool:
+    """path.is_dir()/is_file(), False instead of OSError (e.g. a name over 255 bytes)."""
+    try:
+        return path.is_dir() if kind == "dir" else path.is_file()
+    except OSError:
+        return False
+
+
+# uWSGI expands %x and $(VAR) in uwsgi.ini values; nginx.conf takes socket paths and the
+# data-set alias unquoted, so its syntax characters would change what it reads.
+UWSGI_EXPANDS = "%$"
+NGINX_SYNTAX = " \t;{}#'\"\\"
+
+
+def _config_path(field_name: str, path: str, nginx: bool = False) -> str:
+    """A directory that is written into uwsgi.ini (and, with ``nginx``, into nginx.conf)."""
+    refused = UWSGI_EXPANDS + (NGINX_SYNTAX if nginx else "")
+    bad = next((c for c in path if not c.isprintable() or c in refused), None)
+    if bad is not None:
+        raise LayoutError(field_name, f"{path!r} contains {bad!r}, which the generated config files cannot "
+                                      "hold; use another directory")
+    return path
+
+
 def _bool(field_name: str, raw) -> bool:
     if isinstance(raw, bool):
         return raw
@@ -178,9 +202,9 @@ class Layout:
                 "app", f"expected an importable module:callable such as app.wsgi:application, got {self.app!r}"
             )
         app_dir = Path(os.path.expanduser(str(self.app_dir))).resolve()
-        if not app_dir.is_dir():
+        if not _is(app_dir, "dir"):
             raise LayoutError("app_dir", f"must be an existing directory, got {str(self.app_dir)!r}")
-        set_("app_dir", str(app_dir))
+        set_("app_dir", _config_path("app_dir", str(app_dir)))
         if self.transport not in TRANSPORTS:
             raise LayoutError("transport", f"must be one of {', '.join(TRANSPORTS)}, got {self.transport!r}")
         set_("base_port", _int_in("base_port", self.base_port, 1, 65535))
@@ -216,13 +240,14 @@ class Layout:
         set_("aio_max_queue", _int_in("aio_max_queue", self.aio_max_queue, 0, 10_000_000))
         if self.data_dir:
             data = Path(os.path.expanduser(str(self.data_dir))).resolve()
-            if not (data / "files").is_dir() or not (data / "index.json").is_file():
+            if not _is(data / "files", "dir") or not _is(data / "index.json", "file"):
                 raise LayoutError("data_dir", f"{self.data_dir!r} is not a data set (files/ and index.json): "
                                               "create one with `make dataset`")
-            set_("data_dir", str(data))
+            set_("data_dir", _config_path("data_dir", str(data), nginx=True))
         if not self.run_dir:
             raise LayoutError("run_dir", "must be set (the directory the stack runs in)")
-        set_("run_dir", str(Path(os.path.expanduser(str(self.run_dir))).resolve()))
+        run_dir = str(Path(os.path.expanduser(str(self.run_dir))).resolve())
+        set_("run_dir", _config_path("run_dir", run_dir, nginx=self.transport == "unix"))
         if not self.virtualenv:
             set_("virtualenv", sys.prefix if sys.prefix != sys.base_prefix else "")
         self._check_addresses()

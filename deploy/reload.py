@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import stat
 import subprocess
 import time
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deploy.errors import LayoutError, StackError
-from deploy.stack import read_stats
+from deploy.stack import read_stats, tail
 
 PREFLIGHT = """
 import importlib, sys
@@ -54,11 +55,22 @@ def preflight(layout: dict, timeout: float = 30.0) -> None:
     venv = layout.get("virtualenv") or ""
     python = str(Path(venv) / "bin" / "python") if venv else "python3"
     env = dict(os.environ, PYTHONPATH=layout["app_dir"])
+    # As the user uWSGI's workers run as: code root can read but that user cannot would
+    # pass a root import, then take the whole instance down (need-app) mid-chain.
+    user = layout.get("user") or ""
+    as_user = {}
+    if os.geteuid() == 0 and user and user != "root":
+        entry = pwd.getpwnam(user)
+        as_user = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": os.getgrouplist(user, entry.pw_gid)}
+        env["HOME"] = entry.pw_dir
     try:
         proc = subprocess.run([python, "-c", PREFLIGHT, layout["app"]], cwd=layout["app_dir"], env=env,
-                              capture_output=True, text=True, timeout=timeout)
+                              capture_output=True, text=True, timeout=timeout, **as_user)
     except subprocess.TimeoutExpired:
         raise StackError(f"the new code of {layout['app']} did not finish importing within {timeout:.0f} s; "
+                         "chain reload not started, the old workers keep serving") from None
+    except OSError as exc:  # e.g. the app dir is no longer reachable for that user
+        raise StackError(f"cannot import the new code of {layout['app']} as {user or 'you'}: {exc}; "
                          "chain reload not started, the old workers keep serving") from None
     if proc.returncode != 0:
         lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
@@ -98,7 +110,8 @@ def chain_reload(run_dir: Path, timeout: float = 120.0, progress=None) -> Reload
         try:
             now = _workers(stats)
         except OSError:
-            raise StackError("uWSGI stopped during the chain reload (see logs/uwsgi.log)") from None
+            raise StackError("uWSGI stopped during the chain reload (see logs/uwsgi.log)",
+                             tail(run_dir / "logs" / "uwsgi.log")) from None
         for w, info in now.items():
             if info["pid"] and info["pid"] != old.get(w) and info.get("accepting") == 1 and w not in seen:
                 seen[w] = info["pid"]

@@ -14,6 +14,7 @@ import json
 import os
 import pwd
 import shutil
+import socket
 import subprocess
 import sysconfig
 import tempfile
@@ -272,7 +273,10 @@ def write_layout(layout: Layout, out_dir: Path | str, check_nginx: bool = True) 
     texts = render_texts(layout)  # pure: fails before anything is written
     # Stage inside the nearest existing ancestor: same filesystem (so the final rename is
     # atomic), and missing parent directories are only created once everything passed.
-    ancestor = next((a for a in [out, *out.parents] if a.exists()), Path("/"))
+    try:
+        ancestor = next((a for a in [out, *out.parents] if a.exists()), Path("/"))
+    except OSError as exc:  # e.g. a name over 255 bytes
+        raise LayoutError("out", f"unusable directory {str(out)!r}: {exc.strerror}") from None
     if not ancestor.is_dir():
         raise LayoutError("out", f"{ancestor} exists and is not a directory")
     if not os.access(ancestor, os.W_OK):
@@ -288,6 +292,7 @@ def write_layout(layout: Layout, out_dir: Path | str, check_nginx: bool = True) 
         for sub in RUN_SUBDIRS:
             (staging / sub).mkdir(mode=0o750)
         _check_reachable(layout, out)
+        _check_listen_address(layout)
         problems = crosscheck(layout, staging)
         if problems:
             raise RenderError("cross-check failed: " + "; ".join(problems))
@@ -343,6 +348,18 @@ def _blocked_at(path: Path, uid: int, gids: set[int], need_read: bool) -> Path |
         if perm & wanted != wanted:
             return step
     return None
+
+
+def _check_listen_address(layout: Layout) -> None:
+    """nginx (and so `nginx -t`) binds the listen address: it must be one of this machine's."""
+    if layout.listen_host == "0.0.0.0":
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((layout.listen_host, 0))
+        except OSError as exc:
+            raise LayoutError("listen", f"{layout.listen_host} is not an address of this machine "
+                                        f"({exc.strerror}); nginx could not bind it") from None
 
 
 def _check_reachable(layout: Layout, out: Path) -> None:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install the system programs the stack and the benchmark drive (nginx, wrk) and what the
+# Install the system programs the stack and the benchmark drive (nginx, wrk, httperf) and what the
 # venv is built with (Debian's python3, venv, headers, a compiler).
 # Idempotent: does nothing when everything is already installed.
 set -euo pipefail
@@ -7,6 +7,7 @@ set -euo pipefail
 missing=()
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
 command -v wrk >/dev/null 2>&1 || missing+=(wrk)
+command -v httperf >/dev/null 2>&1 || missing+=(httperf)  # python -m bench openloop (and its test)
 # The venv is built from Debian's python3 (readable by the unprivileged run user);
 # uWSGI compiles against its headers.
 if command -v dpkg-query >/dev/null 2>&1; then

@@ -1,0 +1,295 @@
+"""Report sections for the nginx scenarios, from stored results only (lines, never printed).
+
+- files: X-Accel-Redirect vs app-streamed vs static throughput and p99 per layout and level,
+  the X-Accel / app-streamed ratio against the issue's target (at least 10x), static / X-Accel;
+- files-mixed: the hot file's p99 with ``aio off`` vs ``aio threads``, and whether the disk
+  was really touched (bytes the block device read during the cell, page-cache residency
+  before and after);
+- reuseport: p99 and how connections and CPU spread over the nginx workers, reuseport on vs off.
+
+Ratios are paired by repeat (the same repeat of both sides ran back to back, so drift hits
+both alike): the median of the per-repeat ratios, with their low–high range.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from bench import report as rp
+from bench.analysis import Group, Stat, group_cells
+from bench.results import Cell, Results
+
+TARGET_ACCEL_OVER_APP = 10.0  # the issue: X-Accel-Redirect >= 10x app-streamed (5 KB files, same concurrency)
+DISK_TOUCHED_MB = 1.0  # more than this read from the block device during a cell = the disk was touched
+ROUTES = (("files-accel", "X-Accel-Redirect"), ("files-app", "app-streamed"), ("files-static", "static (nginx alone)"))
+NGINX_SCENARIOS = ("files-accel", "files-app", "files-static", "files-mixed", "reuseport")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def variant_options(label: str) -> dict[str, str]:
+    """``2x4-mapped@aio=threads,sendfile=on`` -> {"aio": "threads", "sendfile": "on"} (normalised)."""
+    _, _, extra = label.partition("@")
+    out = {}
+    for item in filter(None, (x.strip() for x in extra.split(","))):
+        key, _, value = item.partition("=")
+        value = value.strip().lower()
+        value = {"true": "on", "1": "on", "yes": "on", "false": "off", "0": "off", "no": "off"}.get(value, value)
+        out[key.strip().replace("-", "_")] = value
+    return out
+
+
+def without(label: str, key: str) -> str:
+    """The label with option ``key`` removed: what two variants that differ only in it share."""
+    spec, _, _ = label.partition("@")
+    rest = {k: v for k, v in variant_options(label).items() if k != key}
+    return spec + ("@" + ",".join(f"{k}={v}" for k, v in sorted(rest.items())) if rest else "")
+
+
+def pairs(layouts: list[str], key: str, low: str, high: str) -> list[tuple[str, str]]:
+    """(layout with key=low, layout with key=high) for layouts that differ only in ``key``
+    (a missing key counts as ``low``, nginx's default)."""
+    by_base: dict[str, dict[str, str]] = {}
+    for layout in layouts:
+        value = variant_options(layout).get(key, low)
+        by_base.setdefault(without(layout, key), {})[value] = layout
+    return [(v[low], v[high]) for v in by_base.values() if low in v and high in v]
+
+
+def cells_by_repeat(results: Results, scenario: str, layout: str, level: int) -> dict[int, Cell]:
+    return {c.repeat: c for c in results.cells
+            if c.scenario == scenario and c.layout == layout and c.concurrency == level}
+
+
+def paired(a: dict[int, Cell], b: dict[int, Cell], value) -> Stat:
+    """Per repeat value(a) / value(b), over repeats both have; zero denominators skipped."""
+    ratios = []
+    for r in sorted(set(a) & set(b)):
+        num, den = value(a[r]), value(b[r])
+        if num is not None and den:
+            ratios.append(num / den)
+    return Stat.of(ratios)
+
+
+def _x(stat: Stat) -> str:
+    """A ratio: ``1.25x (1.10–1.31)``."""
+    if stat.n == 0:
+        return "n/a"
+    text = f"{rp._num(stat.median)}x"
+    if stat.n > 1:
+        text += f" ({rp._num(stat.low)}–{rp._num(stat.high)})"
+    return text
+
+
+def _s(stat: Stat | None, unit: str = "") -> str:
+    return rp.fmt_stat(stat, unit=unit, digits=None) if stat is not None else "n/a"
+
+
+def _groups(results: Results, scenario: str) -> dict[tuple[str, int], Group]:
+    return {(g.layout, g.concurrency): g for g in group_cells(results, scenario)} if scenario in results.scenarios \
+        else {}
+
+
+def _dataset_text(results: Results) -> str:
+    d = results.environment.get("dataset")
+    if not isinstance(d, dict):
+        return ""
+    text = f"{d.get('small_count')} small files of {d.get('small_size')} bytes"
+    if d.get("large_count"):
+        text += f" and {d.get('large_count')} large ones of {d.get('large_size', 0) / 1e6:.1f} MB"
+    if d.get("fs_type"):
+        text += f" on {d['fs_type']}"
+    return text
+
+
+def _emit(title: str, intro: list[str], blocks: list[tuple[str, list[str], list[list[str]], str, list[str]]],
+          markdown: bool) -> list[str]:
+    """A section: title, intro sentences, then per block a heading, a table and its notes."""
+    if markdown:
+        out = [f"## {title}", ""]
+        for sentence in intro:
+            out += [sentence, ""]
+        for heading, headers, rows, align, notes in blocks:
+            out += [f"### {heading}", ""] + rp._md_table(headers, rows, align) + [""]
+            out += [f"- {n}" for n in notes] + ([""] if notes else [])
+        return out
+    out = ["", f"== {title} =="]
+    for sentence in intro:
+        out += rp._wrap(sentence)
+    for heading, headers, rows, align, notes in blocks:
+        out += ["", heading]
+        out += ["  " + x for x in rp._table(headers, rows, align)]
+        for n in notes:
+            out += rp._wrap(n, indent="  ", subsequent="    ")
+    return out
+
+
+# --------------------------------------------------------------------------- files
+
+
+def files_section(results: Results, markdown: bool = False) -> list[str]:
+    present = [(sc, name) for sc, name in ROUTES if sc in results.scenarios]
+    if not present:
+        return []
+    groups = {sc: _groups(results, sc) for sc, _ in present}
+    blocks = []
+    for layout in results.layouts:
+        for level in results.levels:
+            at = {sc: groups[sc].get((layout, level)) for sc, _ in present}
+            if not any(at.values()):
+                continue
+            rows = []
+            for sc, name in present:
+                g = at[sc]
+                if g is None:
+                    continue
+                rows.append([name, _s(g.rps), _s(g.latency["p99"], "ms"), f"{g.errors} of {g.requests}"
+                             if g.errors else "0", _s(g.extra.get("disk_read_mb"))])
+            notes = []
+            cells = {sc: cells_by_repeat(results, sc, layout, level) for sc, _ in present}
+            if "files-accel" in cells and "files-app" in cells:
+                ratio = paired(cells["files-accel"], cells["files-app"], lambda c: c.rps)
+                if ratio.n:
+                    ok = ratio.median >= TARGET_ACCEL_OVER_APP
+                    verdict = "pass" if ok else f"MISS (short by {TARGET_ACCEL_OVER_APP - ratio.median:.2f}x)"
+                    p99 = paired(cells["files-accel"], cells["files-app"], lambda c: c.latency_ms.p99)
+                    notes.append(f"X-Accel-Redirect / app-streamed throughput: {_x(ratio)}; target >= "
+                                 f"{TARGET_ACCEL_OVER_APP:g}x: {verdict}. p99 X-Accel / app-streamed: {_x(p99)}.")
+            if "files-static" in cells and "files-accel" in cells:
+                ratio = paired(cells["files-static"], cells["files-accel"], lambda c: c.rps)
+                if ratio.n:
+                    notes.append(f"static / X-Accel-Redirect throughput: {_x(ratio)} (what the app's id lookup "
+                                 "costs per request).")
+            blocks.append((f"{layout} at {level} connections", ["route", "req/s", "p99", "errors", "disk MB read"],
+                           rows, "<>>>>", notes))
+    dataset = _dataset_text(results)
+    intro = [("Random files of the data set" + (f" ({dataset})" if dataset else "") + " through three routes: "
+              "the app looks the id up and nginx sends the bytes (X-Accel-Redirect to an internal location), "
+              "the app streams them itself (?via=app), or nginx serves them alone (/static/). Medians with the "
+              "low–high range over repeats; ratios are per repeat (paired), then their median and range.")]
+    return _emit("nginx: sending files (X-Accel-Redirect vs app-streamed vs static)", intro, blocks, markdown)
+
+
+# --------------------------------------------------------------------------- files-mixed
+
+
+def disk_text(g: Group) -> str:
+    """"yes (12.3 MB read, residency 2% -> 61%)", "no (...)" or "unknown (...)"."""
+    mb = g.extra.get("disk_read_mb")
+    before, after = g.extra.get("resident_before"), g.extra.get("resident_after")
+    residency = (f", residency {before.median:.0%} -> {after.median:.0%}"
+                 if before is not None and after is not None else "")
+    if mb is None:
+        return "unknown (not on a block device" + residency + ")"
+    touched = mb.median >= DISK_TOUCHED_MB
+    return f"{'yes' if touched else 'no'} ({rp._num(mb.median)} MB read{residency})"
+
+
+def mixed_section(results: Results, markdown: bool = False) -> list[str]:
+    sc = "files-mixed"
+    if sc not in results.scenarios:
+        return []
+    groups = _groups(results, sc)
+    blocks = []
+    for level in results.levels:
+        at = [(layout, groups[(layout, level)]) for layout in results.layouts if (layout, level) in groups]
+        if not at:
+            continue
+        rows = []
+        for layout, g in at:
+            errors = g.errors + int(sum(c.extra.get("hot_errors", 0) for c in results.cells
+                                        if c.scenario == sc and c.layout == layout and c.concurrency == level))
+            rows.append([layout, variant_options(layout).get("aio", "off"), _s(g.extra.get("hot_p99_ms"), "ms"),
+                         _s(g.extra.get("hot_p50_ms"), "ms"), _s(g.extra.get("hot_rps")), _s(g.rps),
+                         _s(g.latency["p99"], "ms"), str(errors), disk_text(g)])
+        notes = []
+        for off, threads in pairs([x for x, _ in at], "aio", "off", "threads"):
+            a = cells_by_repeat(results, sc, threads, level)
+            b = cells_by_repeat(results, sc, off, level)
+            hot = paired(a, b, lambda c: c.extra.get("hot_p99_ms"))
+            cold = paired(a, b, lambda c: c.rps)
+            if hot.n:
+                better = "lower" if hot.median < 1 else "higher" if hot.median > 1 else "the same"
+                notes.append(f"hot-file p99 with aio threads / aio off: {_x(hot)} ({better} with threads); "
+                             f"cold-file throughput threads / off: {_x(cold)}.")
+        blocks.append((f"{level} cold-file connections", ["layout", "aio", "hot p99", "hot p50", "hot req/s",
+                                                          "cold req/s", "cold p99", "errors", "disk touched"],
+                       rows, "<<>>>>>><", notes))
+    mix = results.workload.get(sc, {}).get("files", {}) if isinstance(results.workload.get(sc), dict) else {}
+    dataset = _dataset_text(results)
+    intro = [f"Random files ({mix.get('which', 'all')}, {mix.get('large_share', 0):.0%} of requests for a large "
+             f"one; nginx static) while {mix.get('hot_clients', '?')} other connections ask for one hot file, "
+             "as in the thread-pool article" + (f"; data set: {dataset}" if dataset else "") + ". "
+             + ("The data set's pages were evicted from the page cache before every cell "
+                "(posix_fadvise DONTNEED); 'disk touched' says whether its block device really read during the cell "
+                f"(more than {DISK_TOUCHED_MB:g} MB) and the share of its pages cached before -> after."
+                if mix.get("cold_cache") else "The page cache was NOT evicted (cold cache off).")]
+    return _emit("nginx: cold files + one hot file (aio off vs threads)", intro, blocks, markdown)
+
+
+# --------------------------------------------------------------------------- reuseport
+
+
+def _max_min(values: list) -> float:
+    if not values or max(values) == 0:
+        return 0.0
+    return max(values) / min(values) if min(values) else math.inf
+
+
+def _ratio_text(x: float) -> str:
+    return "∞" if math.isinf(x) else f"{x:.2f}"
+
+
+def reuseport_section(results: Results, markdown: bool = False) -> list[str]:
+    sc = "reuseport"
+    if sc not in results.scenarios:
+        return []
+    groups = _groups(results, sc)
+    blocks = []
+    for level in results.levels:
+        at = [(layout, groups[(layout, level)]) for layout in results.layouts if (layout, level) in groups]
+        if not at:
+            continue
+        rows = []
+        for layout, g in at:
+            cells = sorted(cells_by_repeat(results, sc, layout, level).values(), key=lambda c: c.repeat)
+            conns = [c.extra.get("nginx_worker_conns") or [] for c in cells]
+            cpu = [c.extra.get("nginx_worker_cpu_s") or [] for c in cells]
+            spread = [_max_min(x) for x in conns if x]
+            cpu_spread = [_max_min(x) for x in cpu if x]
+            rows.append([
+                layout, variant_options(layout).get("reuseport", "off"), _s(g.rps), _s(g.latency["p99"], "ms"),
+                _s(g.latency["p999"], "ms"), str(g.errors),
+                "; ".join("/".join(str(n) for n in x) for x in conns if x) or "n/a",
+                _ratio_text(statistics.median(spread)) if spread else "n/a",
+                _ratio_text(statistics.median(cpu_spread)) if cpu_spread else "n/a",
+            ])
+        notes = []
+        for off, on in pairs([x for x, _ in at], "reuseport", "off", "on"):
+            a = cells_by_repeat(results, sc, on, level)
+            b = cells_by_repeat(results, sc, off, level)
+            p99 = paired(a, b, lambda c: c.latency_ms.p99)
+            rps = paired(a, b, lambda c: c.rps)
+            if p99.n:
+                notes.append(f"reuseport on / off: p99 {_x(p99)}, throughput {_x(rps)}.")
+        blocks.append((f"{level} connections", ["layout", "reuseport", "req/s", "p99", "p99.9", "errors",
+                                                "conns per nginx worker (per repeat)", "conn max/min",
+                                                "CPU max/min"], rows, "<<>>>><>>", notes))
+    intro = ["One small cached file (nginx static) through many keep-alive connections, so nginx, not the app, is "
+             "the work. wrk keeps its connections open, but nginx closes a keep-alive connection after 1000 requests "
+             "(keepalive_requests), so wrk reconnects and accepts go on during the whole cell. Connections are "
+             "counted per nginx worker while the load runs (the sample with the most; a connection being re-opened "
+             "can be missed or counted twice), with each worker's CPU seconds over the cell. max/min: busiest "
+             "worker / idlest (1.00 = even; ∞ = one worker held none), median over repeats."]
+    return _emit("nginx: reuseport on vs off (accept spread across nginx workers)", intro, blocks, markdown)
+
+
+def nginx_lines(results: Results, markdown: bool = False) -> list[str]:
+    """Every nginx section this run has data for (none: an empty list)."""
+    return files_section(results, markdown) + mixed_section(results, markdown) + reuseport_section(results, markdown)
+
+
+def only_nginx(results: Results) -> bool:
+    return bool(results.scenarios) and all(sc in NGINX_SCENARIOS for sc in results.scenarios)
