@@ -572,7 +572,7 @@ def kill_worker(lab: Lab, spec: str = "2x4-mapped", duration: float = 6.0, get_c
 
 
 def stuck_request(lab: Lab, spec: str = "2x4-mapped", harakiri: int = 2, duration: float = 6.0,
-                  connections: int = 4, stuck_ms: int = 8000, patch: Patch | None = None, **options) -> FaultResult:
+                  connections: int = 4, stuck_ms: int = 10000, patch: Patch | None = None, **options) -> FaultResult:
     """One request sleeps far beyond harakiri while wrk keeps the stack busy."""
     with lab.stack(spec, patch, harakiri=harakiri, access_log=True, **options) as stack:
         layout = stack.layout
@@ -591,7 +591,8 @@ def stuck_request(lab: Lab, spec: str = "2x4-mapped", harakiri: int = 2, duratio
         kinds = _kinds_note(stack)
         harakiri_lines = [line for line in stack.uwsgi_log.read_text(errors="replace").splitlines()
                           if "HARAKIRI ON WORKER" in line]
-    prompt = status in (502, 504) and seconds <= harakiri + 2
+    bound = 2 * harakiri + 2  # nginx's uwsgi_read_timeout is 2 x harakiri + 1 s
+    prompt = status in (502, 504) and seconds <= bound
     return FaultResult(
         name="stuck-request", patch=patch.label if patch else "",
         layout=_label(layout, patch) + f" harakiri={harakiri}",
@@ -608,7 +609,8 @@ def stuck_request(lab: Lab, spec: str = "2x4-mapped", harakiri: int = 2, duratio
               "clears it: with threads > 1 under load a stuck request is never killed",)
              if layout.threads > 1 and not harakiri_lines else ()),
         checks=(
-            check(f"the client gets a prompt error (502/504 within harakiri + 2 s = {harakiri + 2} s)",
+            check(f"the client gets a prompt error (502/504 within 2 x harakiri + 2 s = {bound} s, "
+                  f"not after {stuck_ms / 1000:g} s)",
                   prompt, f"HTTP {status or 'no answer'} after {seconds:.2f} s"),
             check("the stuck request is not replayed on another worker",
                   len(entries) == 1 and len(entries[0].upstreams) == 1,

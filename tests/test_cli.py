@@ -74,7 +74,7 @@ def test_render_all_options(tmp_run_dir, free_ports, run_dirs):
         assert line in ini.splitlines(), line
     conf = (out / "nginx.conf").read_text()
     assert "worker_processes 2;" in conf and "zone uwsgi_app" in conf
-    assert f"server unix:{out}/sockets/uwsgi-0.sock;" in conf
+    assert f"server unix:{out}/sockets/uwsgi-0.sock max_fails=0;" in conf
 
 
 def test_render_no_nginx_test_flag(tmp_run_dir, free_ports):

@@ -94,10 +94,10 @@ def test_shared_socket_strategies_have_one_socket_for_all_workers(strategy):
     lay = layout(f"4x2-{strategy}", base_port=6000)
     assert [(s.index, s.address, s.workers) for s in lay.sockets] == [(0, "127.0.0.1:6000", None)]
     # The lone socket is listed again as backup, so nginx has a peer to retry on.
-    assert [(s.nginx_address, p) for s, p in lay.upstream_servers] == [("127.0.0.1:6000", ()),
-                                                                      ("127.0.0.1:6000", ("backup",))]
+    assert [(s.nginx_address, p) for s, p in lay.upstream_servers] == [
+        ("127.0.0.1:6000", ("max_fails=0",)), ("127.0.0.1:6000", ("max_fails=0", "backup"))]
     no_retry = layout(f"4x2-{strategy}", base_port=6000, retries=0)
-    assert [(s.nginx_address, p) for s, p in no_retry.upstream_servers] == [("127.0.0.1:6000", ())]
+    assert [(s.nginx_address, p) for s, p in no_retry.upstream_servers] == [("127.0.0.1:6000", ("max_fails=0",))]
 
 
 def test_mapped_has_one_socket_per_worker():
@@ -131,8 +131,8 @@ def test_to_dict_is_json_and_complete():
         {"index": 1, "address": "127.0.0.1:6001", "workers": [2], "role": "worker"},
     ]
     assert data["upstream"] == [
-        {"address": "127.0.0.1:6000", "params": []},
-        {"address": "127.0.0.1:6001", "params": []},
+        {"address": "127.0.0.1:6000", "params": ["max_fails=0"]},
+        {"address": "127.0.0.1:6001", "params": ["max_fails=0"]},
     ]
     assert data["stats"] == "127.0.0.1:9191"
 

@@ -111,6 +111,13 @@ def expected(layout) -> dict:
     """What each strategy must render, stated from the README table (not from the code).
     ``servers`` lists (socket index, server parameters) in upstream order."""
     p, t, nw = layout.processes, layout.threads, layout.nginx_workers
+    out = _expected(layout, p, t, nw)
+    # uWSGI's master keeps sockets open: no server is ever marked down (max_fails=0).
+    out["servers"] = [(i, ["max_fails=0", *params]) for i, params in out["servers"]]
+    return out
+
+
+def _expected(layout, p, t, nw) -> dict:
     # nginx never retries a lone server: a single socket is listed again as backup (retry alias).
     alias = [(0, ["backup"])] if layout.retries else []
     if layout.strategy in ("shared", "thunder"):
@@ -219,7 +226,7 @@ def test_done_when_3x4_mapped(make_layout):
     assert ini_values(pairs, "map-socket") == ["0:1", "1:2", "2:3"]
     facts = nginx_facts(out / "nginx.conf")
     assert "least_conn" in facts["upstream_body"]
-    assert facts["servers"] == [[f"127.0.0.1:{b}"], [f"127.0.0.1:{b + 1}"], [f"127.0.0.1:{b + 2}"]]
+    assert facts["servers"] == [[f"127.0.0.1:{b + i}", "max_fails=0"] for i in range(3)]
     ok, output = nginx_test(out)
     assert ok and "test is successful" in output, output
 
@@ -374,12 +381,14 @@ TAMPER = [
     ("chmod-bare", "2x4-mapped", {"transport": "unix"}, "uwsgi.ini", "chmod-socket = 660", "chmod-socket = true",
      "chmod-socket"),
     ("chmod-dropped", "2x4-mapped", {"transport": "unix"}, "uwsgi.ini", "chmod-socket = 660\n", "", "chmod-socket"),
-    ("server-port", "2x4-mapped", {}, "nginx.conf", "server {sock1};", "server 127.0.0.1:1;", "upstream"),
-    ("server-dropped", "3x4-mapped", {}, "nginx.conf", "server {sock1};", "", "upstream"),
-    ("server-twice", "2x4-mapped", {}, "nginx.conf", "server {sock1};", "server {sock1}; server {sock1};",
+    ("server-port", "2x4-mapped", {}, "nginx.conf", "server {sock1} max_fails=0;", "server 127.0.0.1:1 max_fails=0;",
      "upstream"),
-    ("unix-server", "2x4-mapped", {"transport": "unix"}, "nginx.conf", "server unix:{sock0};",
-     "server unix:/tmp/elsewhere.sock;", "upstream"),
+    ("server-dropped", "3x4-mapped", {}, "nginx.conf", "server {sock1} max_fails=0;", "", "upstream"),
+    ("server-twice", "2x4-mapped", {}, "nginx.conf", "server {sock1} max_fails=0;",
+     "server {sock1} max_fails=0; server {sock1} max_fails=0;",
+     "upstream"),
+    ("unix-server", "2x4-mapped", {"transport": "unix"}, "nginx.conf", "server unix:{sock0} max_fails=0;",
+     "server unix:/tmp/elsewhere.sock max_fails=0;", "upstream"),
     ("pass-elsewhere", "2x4-mapped", {}, "nginx.conf", "uwsgi_pass uwsgi_app;", "uwsgi_pass 127.0.0.1:1;",
      "uwsgi_pass"),
     ("upstream-renamed", "2x4-mapped", {}, "nginx.conf", "upstream uwsgi_app {{", "upstream other {{", "upstream"),
@@ -390,10 +399,12 @@ TAMPER = [
     ("least-conn-on-shared", "2x4-shared", {}, "nginx.conf", "upstream uwsgi_app {{",
      "upstream uwsgi_app {{ least_conn;", "balancing"),
     ("ip-hash", "2x4-mapped", {}, "nginx.conf", "least_conn;", "ip_hash;", "balancing"),
-    ("no-max-conns", "2x4-overflow", {}, "nginx.conf", "server {sock0} max_conns=4;", "server {sock0};",
-     "parameters"),
-    ("no-backup", "2x4-overflow", {}, "nginx.conf", "server {sock2} backup;", "server {sock2};", "parameters"),
+    ("no-max-conns", "2x4-overflow", {}, "nginx.conf", "server {sock0} max_fails=0 max_conns=4;",
+     "server {sock0} max_fails=0;", "parameters"),
+    ("no-backup", "2x4-overflow", {}, "nginx.conf", "server {sock2} max_fails=0 backup;",
+     "server {sock2} max_fails=0;", "parameters"),
     ("overflow-no-zone", "2x4-overflow", {}, "nginx.conf", "zone uwsgi_app 64k;", "", "zone"),
+    ("marked-down", "2x4-mapped", {}, "nginx.conf", "server {sock1} max_fails=0;", "server {sock1};", "parameters"),
 ]
 
 
