@@ -18,11 +18,9 @@ from __future__ import annotations
 import argparse
 import http.client
 import os
-import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +34,7 @@ from typing import Callable
 from bench.wrk import LUA_REPORT, WrkProcess, WrkRun, run_wrks
 from deploy.errors import LayoutError, StackError
 from deploy.layout import Layout, parse_layout
+from deploy.ports import free_consecutive_ports
 from deploy.render import write_layout
 from deploy.stack import Stack, read_stats
 
@@ -94,31 +93,9 @@ def check(target: str, ok: bool, measured: str) -> Check:
 # --- the lab: run directories, ports, stacks ---------------------------------------------------
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def find_free_ports(n: int) -> list[int]:
     """``n`` free consecutive loopback ports below the kernel's ephemeral range."""
-    try:
-        ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        ephemeral = 32768
-    low, high = 40000, 59999
-    if ephemeral > 20000 + 4 * n:
-        low, high = 20000, ephemeral - 1
-    rng = random.Random(os.getpid() ^ time.monotonic_ns())
-    for _ in range(400):
-        start = rng.randint(low, high - n + 1)
-        ports = list(range(start, start + n))
-        if all(_port_free(p) for p in ports):
-            return ports
-    raise RuntimeError(f"no {n} free consecutive ports on 127.0.0.1 in {low}..{high}")
+    return free_consecutive_ports(n, 20000, 59999)
 
 
 class Lab:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import resource
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from bench.results import Cell
 from bench.scenarios import Scenario
 from bench.wrk import LUA_REPORT, WrkProcess, run_wrks
 from deploy.layout import Layout, parse_variant
+from deploy.ports import free_consecutive_ports
 from deploy.render import write_layout
 from deploy.stack import Stack
 
@@ -39,28 +39,10 @@ class Ports:
     base: int  # first uWSGI socket port; the next `span` ports are free too
 
 
-def find_free_ports(span: int, start: int = 18000, end: int = 60000) -> Ports:
-    """Three free areas on 127.0.0.1 for nginx, the stats server and `span` uWSGI sockets."""
-
-    def free(port: int) -> bool:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return True
-            except OSError:
-                return False
-
-    port = start
-    found: list[int] = []
-    while port + span < end and len(found) < 2:
-        if free(port):
-            found.append(port)
-        port += 1
-    while port + span < end:
-        if all(free(p) for p in range(port, port + span)):
-            return Ports(listen=found[0], stats=found[1], base=port)
-        port += span
-    raise RuntimeError("no free ports on 127.0.0.1 for the benchmark")
+def find_free_ports(span: int) -> Ports:
+    """Free ports on 127.0.0.1 for nginx, the stats server and ``span`` uWSGI sockets."""
+    listen, stats, *sockets = free_consecutive_ports(span + 2, 18000, 60000)
+    return Ports(listen=listen, stats=stats, base=sockets[0])
 
 
 def tree_cpu_seconds(pid: int) -> float:

@@ -8,10 +8,8 @@ each of them no process may still run in, or name, one of the test's run directo
 from __future__ import annotations
 
 import os
-import random
 import re
 import shutil
-import socket
 import tempfile
 import time
 from pathlib import Path
@@ -20,6 +18,7 @@ import psutil
 import pytest
 
 from deploy.layout import Layout, parse_layout
+from deploy.ports import free_consecutive_ports
 from deploy.strategies import STRATEGIES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -29,43 +28,12 @@ PORT_LOW, PORT_HIGH = 20000, 39999
 _handed_out: set[int] = set()
 
 
-def _ephemeral_low() -> int:
-    """Start of the kernel's ephemeral range: client sockets may grab ports from it at any time."""
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return PORT_HIGH + 1
-
-
-def _port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def find_free_ports(n: int) -> list[int]:
-    """``n`` free consecutive TCP ports on 127.0.0.1 within 20000-39999 (random start).
-
-    Prefers the part of the range below the kernel's ephemeral ports, so an outgoing
-    connection cannot take a port between this check and the server's bind().
-    """
+    """``n`` free consecutive TCP ports on 127.0.0.1 within 20000-39999, never handed out twice."""
     assert 1 <= n <= 200, n
-    high = min(PORT_HIGH, _ephemeral_low() - 1)
-    if high - PORT_LOW + 1 < 4 * n:  # ephemeral range covers most of ours: use all of it
-        high = PORT_HIGH
-    rng = random.Random(os.getpid() ^ time.monotonic_ns())
-    for _ in range(400):
-        start = rng.randint(PORT_LOW, high - n + 1)
-        ports = list(range(start, start + n))
-        if any(p in _handed_out for p in ports):
-            continue
-        if all(_port_is_free(p) for p in ports):
-            _handed_out.update(ports)
-            return ports
-    raise RuntimeError(f"no {n} free consecutive ports in {PORT_LOW}..{high}")
+    ports = free_consecutive_ports(n, PORT_LOW, PORT_HIGH, exclude=_handed_out)
+    _handed_out.update(ports)
+    return ports
 
 
 def socket_count(spec: str) -> int:
