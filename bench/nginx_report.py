@@ -187,16 +187,21 @@ def disk_text(g: Group) -> str:
     return f"{'yes' if touched else 'no'} ({rp._num(mb.median)} MB read{residency})"
 
 
+def _levels(results: Results, sc: str):
+    """(level, [(layout, group), ...]) for every level where ``sc`` measured some layout."""
+    groups = _groups(results, sc)
+    for level in results.levels:
+        at = [(layout, groups[(layout, level)]) for layout in results.layouts if (layout, level) in groups]
+        if at:
+            yield level, at
+
+
 def mixed_section(results: Results, markdown: bool = False) -> list[str]:
     sc = "files-mixed"
     if sc not in results.scenarios:
         return []
-    groups = _groups(results, sc)
     blocks = []
-    for level in results.levels:
-        at = [(layout, groups[(layout, level)]) for layout in results.layouts if (layout, level) in groups]
-        if not at:
-            continue
+    for level, at in _levels(results, sc):
         rows = []
         for layout, g in at:
             errors = g.errors + int(sum(c.extra.get("hot_errors", 0) for c in results.cells
@@ -246,12 +251,8 @@ def reuseport_section(results: Results, markdown: bool = False) -> list[str]:
     sc = "reuseport"
     if sc not in results.scenarios:
         return []
-    groups = _groups(results, sc)
     blocks = []
-    for level in results.levels:
-        at = [(layout, groups[(layout, level)]) for layout in results.layouts if (layout, level) in groups]
-        if not at:
-            continue
+    for level, at in _levels(results, sc):
         rows = []
         for layout, g in at:
             cells = sorted(cells_by_repeat(results, sc, layout, level).values(), key=lambda c: c.repeat)
