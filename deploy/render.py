@@ -123,6 +123,9 @@ def nginx_summary(conf_path: Path) -> dict:
     return {
         "user": users[0] if users else [],
         "uwsgi_params": [d["args"] for d in find_directives(parsed, "uwsgi_param")],
+        # location path -> the directive names inside it
+        "locations": {" ".join(d["args"]): [x["directive"] for x in d.get("block", [])]
+                      for d in find_directives(parsed, "location")},
         "upstreams": upstreams,
         "listens": [d["args"][0] for d in find_directives(parsed, "listen")],
         "uwsgi_pass": [d["args"][0] for d in find_directives(parsed, "uwsgi_pass")],
@@ -241,10 +244,9 @@ def crosscheck(layout: Layout, conf_dir: Path) -> list[str]:
             problems.append(f"uwsgi.ini sets {key} to root")
 
     # 8. The data set's internal location is internal: clients must not reach it directly.
-    for loc in find_directives(parse_nginx(conf_dir / "nginx.conf"), "location"):
-        if loc["args"][-1:] == ["/_internal_files/"] and not any(d["directive"] == "internal"
-                                                                  for d in loc.get("block", [])):
-            problems.append("location /_internal_files/ is not `internal`")
+    internal = nginx["locations"].get("/_internal_files/")
+    if internal is not None and "internal" not in internal:
+        problems.append("location /_internal_files/ is not `internal`")
 
     # 9. With several nginx workers, balancing state must live in a shared zone.
     if nginx["worker_processes"] != "1" and "zone" not in upstream["directives"]:
@@ -308,8 +310,7 @@ def write_layout(layout: Layout, out_dir: Path | str, check_nginx: bool = True) 
             (staging / sub).mkdir(mode=0o750)
         staging.chmod(0o750)
         _apply_ownership(layout, staging)
-        _install(staging, out, list(texts))
-        _apply_ownership(layout, out)
+        _install(layout, staging, out, list(texts))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return RenderResult(out_dir=out, files=list(texts), nginx_test=output)
@@ -392,7 +393,7 @@ def _check_reachable(layout: Layout, out: Path) -> None:
             )
 
 
-def _install(staging: Path, out: Path, names: list[str]) -> None:
+def _install(layout: Layout, staging: Path, out: Path, names: list[str]) -> None:
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         os.rename(staging, out)  # atomic: the directory appears complete or not at all
@@ -401,3 +402,4 @@ def _install(staging: Path, out: Path, names: list[str]) -> None:
         (out / sub).mkdir(mode=0o750, exist_ok=True)
     for name in names:  # each replace is atomic; all were validated before the first one
         os.replace(staging / name, out / name)
+    _apply_ownership(layout, out)  # an existing directory keeps its own modes otherwise
