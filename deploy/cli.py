@@ -1,6 +1,7 @@
-"""Command line: ``python -m deploy render|run LAYOUT [options]``.
+"""Command line: ``python -m deploy render|run|reload LAYOUT [options]``.
 
 Bad input exits 2 with one line naming the field and what is allowed; nothing is written.
+An app that does not import (the pre-flight of run and reload) is bad input too.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from deploy.appenv import add_app_options, app_options, preflight
 from deploy.errors import LayoutError, RenderError, StackError
 from deploy.layout import PROJECT_ROOT, TRANSPORTS, Layout, parse_layout
 from deploy.reload import chain_reload
@@ -33,8 +35,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 def add_layout_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("layout", help=f"PxT-STRATEGY, e.g. 2x4-mapped (strategies: {', '.join(STRATEGIES)})")
-    p.add_argument("--app", help="WSGI callable as module:callable (default app.wsgi:application)")
-    p.add_argument("--app-dir", help="directory to import the app from (default: this project)")
+    add_app_options(p)
     p.add_argument("--transport", help=f"uWSGI sockets: {' or '.join(TRANSPORTS)} (default tcp)")
     p.add_argument("--base-port", help="first uWSGI TCP port; sockets use consecutive ports (default 5000)")
     p.add_argument("--listen", help="nginx listen IPV4:PORT (default 127.0.0.1:8000)")
@@ -61,8 +62,7 @@ def add_layout_options(p: argparse.ArgumentParser) -> None:
 def layout_from_args(args, run_dir: Path) -> Layout:
     return parse_layout(
         args.layout,
-        app=args.app,
-        app_dir=args.app_dir,
+        **app_options(args),
         transport=args.transport,
         base_port=args.base_port,
         listen=args.listen,
@@ -138,6 +138,7 @@ def cmd_run(args) -> int:
     if args.duration is not None and not 0 < args.duration <= 7 * 24 * 3600:
         raise LayoutError("for", f"must be a number of seconds in (0, {7 * 24 * 3600}], got {args.duration:g}")
     layout = layout_from_args(args, run_dir)
+    preflight(layout)  # the app imports as the workers will, or exit 2 before anything is written
     write_layout(layout, run_dir)
     signal.signal(signal.SIGTERM, _raise_stop)
     signal.signal(signal.SIGHUP, _raise_stop)

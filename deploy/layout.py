@@ -16,6 +16,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from deploy.appenv import uwsgi_python, virtualenv_python
 from deploy.errors import LayoutError
 from deploy.strategies import STRATEGIES, SocketPlan, get_strategy
 
@@ -79,6 +80,135 @@ def _config_path(field_name: str, path: str, nginx: bool = False) -> str:
         raise LayoutError(field_name, f"{path!r} contains {bad!r}, which the generated config files cannot "
                                       "hold; use another directory")
     return path
+
+
+# --- the app's environment: virtualenv, env, static ----------------------------------------
+
+ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# uWSGI reads uwsgi.ini values through three passes that replace $(VAR) with an environment
+# variable, @(FILE) with a file's content (read as root, before dropping privileges) and
+# %(NAME) with an option (core/uwsgi.c uwsgi_apply_config_pass). None has an escape.
+UWSGI_VALUE_SEQUENCES = {"$(": "an environment variable", "@(": "a file's content", "%(": "another option"}
+# Keys the stack sets itself (or uWSGI reads as options).
+RESERVED_ENV = {"PYTHONHOME": "--virtualenv sets it", "UL_DATA_DIR": "--data-dir sets it"}
+STATIC_SEGMENT_RE = re.compile(r"^[A-Za-z0-9._~-]+$")
+# Locations the project's own data set takes (--data-dir): nginx serves /static/ and
+# /_internal_files/, the app answers /files/<id>.
+DATA_DIR_PREFIXES = ("/files", "/_internal_files", "/static")
+
+
+def check_virtualenv(raw) -> str:
+    """The resolved virtualenv directory, or LayoutError("virtualenv", ...)."""
+    text = _config_path("virtualenv", str(raw))
+    venv = Path(os.path.expanduser(text)).resolve()
+    _config_path("virtualenv", str(venv))  # where a symlink led
+    (major, minor), how = uwsgi_python()
+    make = f"python{major}.{minor} -m venv {venv}"
+    try:
+        exists = venv.is_dir()
+        shaped = (venv / "pyvenv.cfg").is_file() and os.access(venv / "bin" / "python", os.X_OK)
+    except OSError as exc:
+        raise LayoutError("virtualenv", f"unusable path {text!r}: {exc.strerror}") from None
+    if not exists:
+        raise LayoutError("virtualenv", f"{text!r} does not exist: create it with {make}")
+    if not shaped:
+        raise LayoutError("virtualenv", f"{venv} is not a virtualenv (it needs pyvenv.cfg and bin/python): "
+                                        f"create one with {make}")
+    found = virtualenv_python(venv)
+    if found is None:
+        raise LayoutError("virtualenv", f"cannot tell the Python version of {venv} (no version in pyvenv.cfg, "
+                                        f"bin/python does not run): recreate it with {make}")
+    if found != (major, minor):
+        raise LayoutError(
+            "virtualenv",
+            f"{venv} is Python {found[0]}.{found[1]} but our uWSGI runs Python {major}.{minor} ({how}): recreate it "
+            f"with {make} and reinstall your requirements, or rebuild our venv with that Python "
+            f"(rm -rf .venv; make venv PYTHON=python{found[0]}.{found[1]})",
+        )
+    return str(venv)
+
+
+def _pairs(field_name: str, raw, example: str) -> list[tuple[str, str]]:
+    """Accept "K=V" strings or (k, v) pairs (from layout.json), one or many."""
+    items = [raw] if isinstance(raw, str) else list(raw or ())
+    pairs = []
+    for item in items:
+        if isinstance(item, str):
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise LayoutError(field_name, f"expected {example}, got {item!r}")
+        elif isinstance(item, (list, tuple)) and len(item) == 2 and all(isinstance(x, str) for x in item):
+            key, value = item
+        else:
+            raise LayoutError(field_name, f"expected {example}, got {item!r}")
+        pairs.append((key, value))
+    return pairs
+
+
+def parse_env(raw) -> tuple[tuple[str, str], ...]:
+    """``--env KEY=VALUE`` items -> ((key, value), ...): uWSGI ``env = KEY=VALUE`` lines."""
+    out: list[tuple[str, str]] = []
+    for key, value in _pairs("env", raw, "KEY=VALUE such as DJANGO_SETTINGS_MODULE=shop.settings"):
+        if not ENV_KEY_RE.match(key):
+            raise LayoutError("env", f"key {key!r} must be a name of letters, digits and _ (not starting with a "
+                                     "digit), e.g. DJANGO_SETTINGS_MODULE")
+        if key.upper().startswith("UWSGI_"):
+            raise LayoutError("env", f"{key} is refused: uWSGI reads UWSGI_* variables as its own options")
+        if key in RESERVED_ENV:
+            raise LayoutError("env", f"{key} is refused: {RESERVED_ENV[key]}")
+        if any(key == k for k, _ in out):
+            raise LayoutError("env", f"{key} is given twice")
+        bad = next((c for c in value if not c.isprintable()), None)
+        if bad is not None:
+            raise LayoutError("env", f"value of {key} contains {bad!r}: uwsgi.ini values are one line of "
+                                     "printable characters")
+        if value != value.rstrip(" \t"):
+            raise LayoutError("env", f"value of {key} ends with whitespace, which uWSGI strips from ini values")
+        for seq, what in UWSGI_VALUE_SEQUENCES.items():
+            if seq in value:
+                raise LayoutError("env", f"value of {key} contains {seq!r}, which uWSGI replaces with {what} "
+                                         "in uwsgi.ini (no escape exists): export it in the environment that "
+                                         "starts the stack instead (uWSGI passes its environment on to the app)")
+        out.append((key, value))
+    return tuple(out)
+
+
+def _nests(a: str, b: str) -> bool:
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
+
+
+def parse_static(raw, data_dir: str = "") -> tuple[tuple[str, str], ...]:
+    """``--static PREFIX=DIR`` items -> ((prefix, dir), ...), prefix without a trailing slash,
+    dir resolved. nginx serves DIR under PREFIX/ itself."""
+    out: list[tuple[str, str]] = []
+    for prefix, directory in _pairs("static", raw, "PREFIX=DIR such as /static=/srv/shop/static"):
+        clean = prefix[:-1] if prefix.endswith("/") and prefix != "/" else prefix
+        if clean == "/":
+            raise LayoutError("static", "prefix '/' would hide the app behind nginx: use a path such as /static")
+        segments = clean.split("/")[1:]
+        if (not clean.startswith("/") or any(s in ("", ".", "..") for s in segments)
+                or not all(STATIC_SEGMENT_RE.match(s) for s in segments)):
+            raise LayoutError("static", f"prefix {prefix!r} must be a clean URL path such as /static or "
+                                        "/media/uploads (segments of letters, digits, . _ ~ -; no . or ..)")
+        if not directory:
+            raise LayoutError("static", f"{prefix}= needs a directory after '='")
+        path = Path(os.path.expanduser(_config_path("static", directory, nginx=True))).resolve()
+        if not _is(path, "dir"):
+            raise LayoutError("static", f"{directory!r} (for {clean}/) must be an existing directory")
+        if path == Path("/"):
+            raise LayoutError("static", f"{clean}/ would serve the whole filesystem: name the static directory")
+        _config_path("static", str(path), nginx=True)
+        for other, _ in out:
+            if _nests(clean, other):
+                raise LayoutError("static", f"prefixes {other}/ and {clean}/ overlap: nginx would serve one "
+                                            "from inside the other; give each its own path")
+        if data_dir:
+            taken = next((p for p in DATA_DIR_PREFIXES if _nests(clean, p)), None)
+            if taken:
+                raise LayoutError("static", f"prefix {clean}/ overlaps {taken}/, which --data-dir uses; "
+                                            "choose another prefix")
+        out.append((clean, str(path)))
+    return tuple(out)
 
 
 def _bool(field_name: str, raw) -> bool:
@@ -189,8 +319,13 @@ class Layout:
     data_dir: str = ""
     # Where the stack lives: nginx prefix, logs, pid files, unix sockets. Absolute.
     run_dir: str = ""
-    # Filled in by __post_init__: the resolved python environment uWSGI should use.
+    # The app's virtualenv, used by uWSGI (`virtualenv =`) and by the pre-flight import.
+    # "" = this project's venv (sys.prefix), which holds our uWSGI and the demo app.
     virtualenv: str = field(default="")
+    # Environment variables for the app: ((KEY, VALUE), ...), rendered as uWSGI `env` lines.
+    env: tuple[tuple[str, str], ...] = ()
+    # Directories nginx serves itself: ((PREFIX, DIR), ...), PREFIX without trailing slash.
+    static: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen dataclass)
@@ -248,8 +383,12 @@ class Layout:
             raise LayoutError("run_dir", "must be set (the directory the stack runs in)")
         run_dir = str(Path(os.path.expanduser(str(self.run_dir))).resolve())
         set_("run_dir", _config_path("run_dir", run_dir, nginx=self.transport == "unix"))
-        if not self.virtualenv:
+        if self.virtualenv:
+            set_("virtualenv", check_virtualenv(self.virtualenv))
+        else:
             set_("virtualenv", sys.prefix if sys.prefix != sys.base_prefix else "")
+        set_("env", parse_env(self.env))
+        set_("static", parse_static(self.static, self.data_dir))
         self._check_addresses()
 
     # --- derived views --------------------------------------------------------------
@@ -386,6 +525,11 @@ def parse_layout(spec: str, **options) -> Layout:
         strategy=match["strategy"],
         **{k: v for k, v in options.items() if v is not None and k != "name"},  # name is derived (see to_dict)
     )
+
+
+def layout_from_record(data: dict) -> Layout:
+    """The Layout a layout.json records, validated again (the app or its venv may have changed)."""
+    return Layout(**{k: data[k] for k in Layout.__dataclass_fields__ if k in data})
 
 
 def parse_variant(text: str, **defaults) -> Layout:

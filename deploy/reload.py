@@ -3,31 +3,25 @@
 uWSGI's chain reload (``c`` on the master FIFO, lazy-apps only) stops one worker
 gracefully, spawns its replacement, waits until it accepts, then moves to the next.
 Under ``need-app`` a replacement whose app fails to load would take the whole instance
-down, so the new code is first imported in a fresh interpreter with the same paths; if
-that fails, the chain is never started and the old workers keep serving.
+down, so the new code first goes through the same pre-flight as ``run`` (deploy/appenv.py:
+a fresh interpreter with the virtualenv, paths, env and user recorded in layout.json); if
+that fails, the chain is never started, the old workers keep serving, and the command
+exits 2 (bad input: the code to deploy) with the app's own exception line.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import pwd
 import stat
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from deploy.appenv import preflight
 from deploy.errors import LayoutError, StackError
+from deploy.layout import layout_from_record
 from deploy.stack import read_stats, tail
-
-PREFLIGHT = """
-import importlib, sys
-module, _, name = sys.argv[1].partition(":")
-app = getattr(importlib.import_module(module), name)
-if not callable(app):
-    raise TypeError(f"{sys.argv[1]} is not callable")
-"""
 
 
 @dataclass
@@ -46,37 +40,10 @@ def load_run_layout(run_dir: Path) -> dict:
     try:
         data = json.loads((run_dir / "layout.json").read_text())
     except (OSError, ValueError):
-        raise LayoutError("run_dir", f"{run_dir} holds no rendered layout (layout.json); start it with `run`") from None
+        data = None
+    if not isinstance(data, dict) or not {"processes", "threads", "strategy"} <= set(data):
+        raise LayoutError("run_dir", f"{run_dir} holds no rendered layout (layout.json); start it with `run`")
     return data
-
-
-def preflight(layout: dict, timeout: float = 30.0) -> None:
-    """Import the app the way uWSGI will, in a fresh interpreter; raise StackError with the reason."""
-    venv = layout.get("virtualenv") or ""
-    python = str(Path(venv) / "bin" / "python") if venv else "python3"
-    env = dict(os.environ, PYTHONPATH=layout["app_dir"])
-    # As the user uWSGI's workers run as: code root can read but that user cannot would
-    # pass a root import, then take the whole instance down (need-app) mid-chain.
-    user = layout.get("user") or ""
-    as_user = {}
-    if os.geteuid() == 0 and user and user != "root":
-        entry = pwd.getpwnam(user)
-        as_user = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": os.getgrouplist(user, entry.pw_gid)}
-        env["HOME"] = entry.pw_dir
-    try:
-        proc = subprocess.run([python, "-c", PREFLIGHT, layout["app"]], cwd=layout["app_dir"], env=env,
-                              capture_output=True, text=True, timeout=timeout, **as_user)
-    except subprocess.TimeoutExpired:
-        raise StackError(f"the new code of {layout['app']} did not finish importing within {timeout:.0f} s; "
-                         "chain reload not started, the old workers keep serving") from None
-    except OSError as exc:  # e.g. the app dir is no longer reachable for that user
-        raise StackError(f"cannot import the new code of {layout['app']} as {user or 'you'}: {exc}; "
-                         "chain reload not started, the old workers keep serving") from None
-    if proc.returncode != 0:
-        lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
-        reason = lines[-1] if lines else f"exit code {proc.returncode}"
-        raise StackError(f"the new code of {layout['app']} does not load: {reason}; "
-                         "chain reload not started, the old workers keep serving", "\n".join(lines[-15:]))
 
 
 def _workers(stats_address: str) -> dict[int, dict]:
@@ -84,14 +51,20 @@ def _workers(stats_address: str) -> dict[int, dict]:
 
 
 def chain_reload(run_dir: Path, timeout: float = 120.0, progress=None) -> ReloadResult:
-    layout = load_run_layout(run_dir)
+    """Chain-reload the stack running in ``run_dir``. New code that does not import (the
+    pre-flight, as at start) raises LayoutError (bad input, exit 2) before anything is touched."""
+    layout = layout_from_record(load_run_layout(run_dir))
     fifo = run_dir / "control" / "master.fifo"
-    stats = layout["stats"]
+    stats = layout.stats_address
     try:
         before = _workers(stats)
     except OSError:
-        raise StackError(f"uWSGI of {layout['name']} is not running (no stats server on {stats})") from None
-    preflight(layout)
+        raise StackError(f"uWSGI of {layout.name} is not running (no stats server on {stats})") from None
+    try:
+        preflight(layout)
+    except LayoutError as exc:
+        raise LayoutError(exc.field, f"{exc.problem}; chain reload not started, the old workers keep "
+                                     "serving") from None
     if not fifo.exists() or not stat.S_ISFIFO(fifo.stat().st_mode):
         raise StackError(f"{fifo} is not uWSGI's master FIFO; was the stack started by this version of `run`?")
     started = time.monotonic()

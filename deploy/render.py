@@ -8,21 +8,21 @@ leaves the destination untouched.
 
 from __future__ import annotations
 
-import grp
 import ipaddress
 import json
 import os
 import pwd
+import re
 import shutil
 import socket
 import subprocess
-import sysconfig
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2
 
+from deploy.appenv import blocked_at, check_readable, run_user_ids
 from deploy.errors import LayoutError, RenderError
 from deploy.layout import PROJECT_ROOT, THREAD_POOL, UNIX_SOCKET_MODE, Layout
 
@@ -46,8 +46,21 @@ class RenderResult:
     notes: list[str] = field(default_factory=list)
 
 
+def uwsgi_ini_value(value: str) -> str:
+    """``value`` as uwsgi.ini must spell it: uWSGI reads ``%%`` as ``%`` and any other ``%x``
+    as a magic variable (core/utils.c magic_sub), so every ``%`` is doubled. The sequences no
+    escape protects ($(, @(, %() are refused by Layout."""
+    return value.replace("%", "%%")
+
+
+def read_uwsgi_ini_value(raw: str) -> str | None:
+    """What uWSGI makes of an ini value written by ``uwsgi_ini_value``; None when a lone ``%``
+    would be eaten as a magic variable."""
+    return raw.replace("%%", "%") if re.fullmatch(r"(?:[^%]|%%)*", raw) else None
+
+
 def _env() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
@@ -55,6 +68,8 @@ def _env() -> jinja2.Environment:
         lstrip_blocks=True,
         autoescape=False,
     )
+    env.filters["uwsgi_ini_value"] = uwsgi_ini_value
+    return env
 
 
 def render_texts(layout: Layout) -> dict[str, str]:
@@ -126,6 +141,9 @@ def nginx_summary(conf_path: Path) -> dict:
         # location path -> the directive names inside it
         "locations": {" ".join(d["args"]): [x["directive"] for x in d.get("block", [])]
                       for d in find_directives(parsed, "location")},
+        # location path -> {directive: args} of the directives inside it (last one wins)
+        "location_args": {" ".join(d["args"]): {x["directive"]: x["args"] for x in d.get("block", [])}
+                          for d in find_directives(parsed, "location")},
         "upstreams": upstreams,
         "listens": [d["args"][0] for d in find_directives(parsed, "listen")],
         "uwsgi_pass": [d["args"][0] for d in find_directives(parsed, "uwsgi_pass")],
@@ -253,6 +271,25 @@ def crosscheck(layout: Layout, conf_dir: Path) -> list[str]:
         problems.append("nginx has several workers but the upstream has no zone")
     if layout.strategy_obj.needs_zone and "zone" not in upstream["directives"]:
         problems.append(f"strategy {layout.strategy} needs an upstream zone")
+
+    # 10. Aliases: a location and its alias both end in "/" or neither does, else "/static../x"
+    #     reaches the parent of the aliased directory (the classic alias traversal). No listing.
+    for where, directives in nginx["location_args"].items():
+        alias = directives.get("alias")
+        if alias and where.endswith("/") != alias[0].endswith("/"):
+            problems.append(f"location {where} has alias {alias[0]}: one ends in '/' and the other does not")
+        if directives.get("autoindex", ["off"])[0] != "off":
+            problems.append(f"location {where} lists directories (autoindex)")
+    served_static = {where.removeprefix("^~ ").rstrip("/"): d.get("alias", [""])[0].rstrip("/")
+                     for where, d in nginx["location_args"].items() if where.startswith("^~ ")}
+    if served_static != dict(layout.static):
+        problems.append(f"nginx static locations {served_static} differ from the layout's {dict(layout.static)}")
+
+    # 11. The app's environment is what the layout says, once uWSGI has read "%%" as "%".
+    expected_env = ([("UL_DATA_DIR", layout.data_dir)] if layout.data_dir else []) + list(layout.env)
+    rendered_env = [(key, read_uwsgi_ini_value(value)) for key, _, value in (v.partition("=") for v in values("env"))]
+    if rendered_env != expected_env:
+        problems.append(f"uwsgi.ini env lines {rendered_env} differ from the layout's {expected_env}")
     return problems
 
 
@@ -337,20 +374,6 @@ def _apply_ownership(layout: Layout, run_dir: Path) -> None:
         path.chmod(0o750)
 
 
-def _blocked_at(path: Path, uid: int, gids: set[int], need_read: bool) -> Path | None:
-    """The first directory on the way to ``path`` that user ``uid`` cannot pass (or read)."""
-    for step in [*reversed(path.parents), path]:
-        if not step.exists():
-            return None
-        st = step.stat()
-        bits = 6 if st.st_uid == uid else 3 if st.st_gid in gids else 0
-        perm = (st.st_mode >> bits) & 0o7
-        wanted = 0o5 if (need_read and step == path) else 0o1
-        if perm & wanted != wanted:
-            return step
-    return None
-
-
 def _check_listen_address(layout: Layout) -> None:
     """nginx (and so `nginx -t`) binds the listen address: it must be one of this machine's."""
     if layout.listen_host == "0.0.0.0":
@@ -365,32 +388,19 @@ def _check_listen_address(layout: Layout) -> None:
 
 def _check_reachable(layout: Layout, out: Path) -> None:
     """Under root, the unprivileged run user must reach the run dir and read the app, its
-    virtualenv and Python's standard library, or uWSGI dies right after dropping privileges."""
+    virtualenv, Python's standard library and the static dirs, or uWSGI dies right after
+    dropping privileges."""
     if not layout.drops_privileges:
         return
-    uid, gid = _ids(layout)
-    gids = {gid, *(g.gr_gid for g in grp.getgrall() if layout.user in g.gr_mem)}
-    blocked = _blocked_at(out.parent, uid, gids, need_read=False)
+    uid, _, gids = run_user_ids(layout.user)
+    blocked = blocked_at(out.parent, uid, gids, need_read=False)
     if blocked is not None:
         raise LayoutError(
             "run_dir",
             f"user {layout.user} cannot reach {out}: {blocked} is mode {blocked.stat().st_mode & 0o777:o}; "
             f"use another --out/--run-dir (or chmod o+x {blocked})",
         )
-    needed = {"app_dir": Path(layout.app_dir), "python": Path(sysconfig.get_paths()["stdlib"])}
-    if layout.data_dir:
-        needed["data_dir"] = Path(layout.data_dir) / "files"
-    if layout.virtualenv:
-        needed["virtualenv"] = Path(layout.virtualenv)
-    for what, path in needed.items():
-        blocked = _blocked_at(path.resolve(), uid, gids, need_read=True)
-        if blocked is not None:
-            raise LayoutError(
-                "user",
-                f"uWSGI would run as {layout.user}, who cannot read the {what} at {path} ({blocked} is mode "
-                f"{blocked.stat().st_mode & 0o777:o}); build the venv from a system Python "
-                f"(make venv PYTHON=/usr/bin/python3) or pass --user with a user who can",
-            )
+    check_readable(layout)
 
 
 def _install(layout: Layout, staging: Path, out: Path, names: list[str]) -> None:

@@ -17,10 +17,10 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+from deploy.appenv import find_uwsgi
 from deploy.errors import StackError
 from deploy.layout import Layout
 
@@ -36,8 +36,7 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 
 def uwsgi_binary() -> str:
-    beside_python = Path(sys.executable).parent / "uwsgi"
-    found = str(beside_python) if beside_python.exists() else shutil.which("uwsgi")
+    found = find_uwsgi()
     if not found:
         raise StackError("uwsgi is not installed: run `make venv` (pip install uwsgi)")
     return found

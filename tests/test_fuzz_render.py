@@ -19,6 +19,7 @@ import argparse
 import os
 import re
 import shutil
+import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -95,6 +96,9 @@ PLAUSIBLE = {
     "--aio": st.sampled_from(["off", "threads"]),
     "--aio-threads": st.integers(1, 1024).map(str),
     "--aio-max-queue": st.integers(0, 10_000_000).map(str),
+    "--virtualenv": st.sampled_from([sys.prefix, "/tmp", "/nonexistent"]),
+    "--env": st.sampled_from(["DJANGO_SETTINGS_MODULE=shop.settings", "A=5%", "URL=a=b;c#d", "A=", "A=%(x)"]),
+    "--static": st.sampled_from(["/assets=/tmp", "/static/=/tmp", "/a/b=/tmp", "/=/tmp", "/assets../=/tmp"]),
 }
 
 

@@ -405,6 +405,16 @@ TAMPER = [
      "server {sock2} max_fails=0;", "parameters"),
     ("overflow-no-zone", "2x4-overflow", {}, "nginx.conf", "zone uwsgi_app 64k;", "", "zone"),
     ("marked-down", "2x4-mapped", {}, "nginx.conf", "server {sock1} max_fails=0;", "server {sock1};", "parameters"),
+    # --static: the classic alias traversal (location without "/", alias with), a listing, another dir
+    ("alias-traversal", "2x4-mapped", {"static": ["/assets=/tmp"]}, "nginx.conf", "location ^~ /assets/ {{",
+     "location ^~ /assets {{", "ends in '/'"),
+    ("autoindex", "2x4-mapped", {"static": ["/assets=/tmp"]}, "nginx.conf", "autoindex off;", "autoindex on;",
+     "autoindex"),
+    ("static-elsewhere", "2x4-mapped", {"static": ["/assets=/tmp"]}, "nginx.conf", "alias /tmp/;", "alias /var/;",
+     "static locations"),
+    # --env: the value changed, or a "%" left unescaped (uWSGI would eat it as a magic variable)
+    ("env-changed", "2x4-mapped", {"env": ["A=1"]}, "uwsgi.ini", "env = A=1", "env = A=2", "env lines"),
+    ("env-percent", "2x4-mapped", {"env": ["A=5%"]}, "uwsgi.ini", "env = A=5%%", "env = A=5%", "env lines"),
 ]
 
 

@@ -1,0 +1,404 @@
+"""The app's environment at run time: the Python our uWSGI embeds, what the run user can
+read, and the pre-flight import; plus the app options every command shares.
+
+``preflight(layout)`` imports ``module:callable`` in a fresh interpreter set up as uWSGI's
+workers will be (the layout's virtualenv, paths, env and user), so a broken app fails with its
+own exception line before anything starts, instead of uWSGI's "callable not found" deep in
+uwsgi.log. ``add_app_options`` / ``app_options`` give every command the same options; the
+fields themselves (virtualenv, env, static) are validated by ``Layout`` (deploy/layout.py).
+
+Why the version check: uWSGI's python plugin is linked against one libpython; with
+``virtualenv =`` it takes the venv's ``bin/python`` as program name, so Python looks for the
+venv's packages in ``lib/pythonX.Y`` of *its own* X.Y: a venv of another version loads nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import grp
+import json
+import os
+import pwd
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from deploy.errors import LayoutError
+
+if TYPE_CHECKING:
+    from deploy.layout import Layout
+
+PREFLIGHT_TIMEOUT = 30.0
+PREFLIGHT_MARK = "\x1eul-preflight "
+
+
+# --- the Python our uWSGI runs --------------------------------------------------------------
+
+
+def find_uwsgi() -> str | None:
+    """The uwsgi binary the stack starts: the one pip put beside this interpreter, else PATH's."""
+    beside_python = Path(sys.executable).parent / "uwsgi"
+    return str(beside_python) if beside_python.exists() else shutil.which("uwsgi")
+
+
+@lru_cache(maxsize=None)
+def uwsgi_python() -> tuple[tuple[int, int], str]:
+    """(major, minor) of the Python our uWSGI embeds, and how that was determined.
+
+    pip compiles uWSGI against the interpreter that installs it and links that libpython
+    (e.g. ``libpython3.11.so.1.0``, a DT_NEEDED entry of the binary): read that name. A
+    statically linked build names none; then it is this interpreter, whose venv holds it.
+    """
+    binary = find_uwsgi()
+    if binary:
+        try:
+            match = re.search(rb"libpython(\d+)\.(\d+)", Path(binary).read_bytes())
+        except OSError:
+            match = None
+        if match:
+            return (int(match[1]), int(match[2])), f"{binary} links libpython{match[1].decode()}.{match[2].decode()}"
+    version = sys.version_info[:2]
+    return (version[0], version[1]), f"pip built {binary or 'uwsgi'} with {sys.executable}"
+
+
+def virtualenv_python(venv: Path) -> tuple[int, int] | None:
+    """(major, minor) a virtualenv was made with: pyvenv.cfg's ``version`` (venv) or
+    ``version_info`` (virtualenv, uv), else what its bin/python says."""
+    try:
+        text = (venv / "pyvenv.cfg").read_text(errors="replace")
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip().lower() in ("version", "version_info"):
+            match = re.match(r"\s*(\d+)\.(\d+)", value)
+            if match:
+                return int(match[1]), int(match[2])
+    try:
+        out = subprocess.run([str(venv / "bin" / "python"), "-c", "import sys; print(*sys.version_info[:2])"],
+                             capture_output=True, text=True, timeout=30).stdout.split()
+        return int(out[0]), int(out[1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+# --- can the run user read it? ----------------------------------------------------------------
+
+
+def blocked_at(path: Path, uid: int, gids: set[int], need_read: bool) -> Path | None:
+    """The first directory on the way to ``path`` that user ``uid`` cannot pass (or read)."""
+    for step in [*reversed(path.parents), path]:
+        if not step.exists():
+            return None
+        st = step.stat()
+        bits = 6 if st.st_uid == uid else 3 if st.st_gid in gids else 0
+        perm = (st.st_mode >> bits) & 0o7
+        wanted = 0o5 if (need_read and step == path) else 0o1
+        if perm & wanted != wanted:
+            return step
+    return None
+
+
+def run_user_ids(user: str) -> tuple[int, int, set[int]]:
+    """uid, primary gid and every group id of ``user`` (uWSGI calls initgroups when it drops)."""
+    entry = pwd.getpwnam(user)
+    gids = {entry.pw_gid, *(g.gr_gid for g in grp.getgrall() if user in g.gr_mem)}
+    return entry.pw_uid, entry.pw_gid, gids
+
+
+def _venv_base_stdlib(venv: Path) -> Path | None:
+    """The standard library a venv's workers load: under pyvenv.cfg's ``home`` (its base Python)."""
+    try:
+        text = (venv / "pyvenv.cfg").read_text(errors="replace")
+    except OSError:
+        return None
+    home = next((v.strip() for k, _, v in (line.partition("=") for line in text.splitlines())
+                 if k.strip() == "home"), "")
+    version = virtualenv_python(venv)
+    if not home or version is None:
+        return None
+    stdlib = Path(home).parent / "lib" / f"python{version[0]}.{version[1]}"
+    return stdlib if stdlib.is_dir() else None
+
+
+def check_readable(layout: Layout) -> None:
+    """Under root, the run user must read the app, its virtualenv (and the Python that venv was
+    made from), Python's standard library and every static directory, or uWSGI dies right after
+    dropping privileges (and nginx answers 403 for static files)."""
+    if not layout.drops_privileges:
+        return
+    uid, _, gids = run_user_ids(layout.user)
+    needed: list[tuple[str, str, Path]] = [
+        ("app_dir", "app dir", Path(layout.app_dir)),
+        ("user", "Python standard library", Path(sysconfig.get_paths()["stdlib"])),
+    ]
+    if layout.data_dir:
+        needed.append(("data_dir", "data set", Path(layout.data_dir) / "files"))
+    if layout.virtualenv:
+        venv = Path(layout.virtualenv)
+        needed.append(("virtualenv", "virtualenv", venv))
+        base = _venv_base_stdlib(venv)
+        if base is not None:
+            needed.append(("virtualenv", "standard library of the virtualenv's base Python", base))
+    needed += [("static", f"static directory for {prefix}/", Path(d)) for prefix, d in layout.static]
+    for field_name, what, path in needed:
+        blocked = blocked_at(path.resolve(), uid, gids, need_read=True)
+        if blocked is None:
+            continue
+        mode = f"{blocked} is mode {blocked.stat().st_mode & 0o777:o}"
+        if field_name == "user":
+            fix = "build the venv from a system Python (make venv PYTHON=/usr/bin/python3) or pass --user"
+        elif field_name == "virtualenv":
+            fix = f"make it readable (chmod o+rx {blocked}), build it from a system Python such as /usr/bin/python3, " \
+                  "or pass --user"
+        else:
+            fix = f"move it where {layout.user} can read it (e.g. under /srv), make it readable (chmod o+rx " \
+                  f"{blocked}), or pass --user with a user who can"
+        raise LayoutError(field_name, f"uWSGI and nginx would run as {layout.user}, who cannot read the {what} at "
+                                      f"{path} ({mode}): {fix}")
+
+
+# --- pre-flight -----------------------------------------------------------------------------------
+
+# Runs in the app's own interpreter (the virtualenv's bin/python), standard library only.
+PREFLIGHT_SCRIPT = r'''
+import sys
+# `-c` put the cwd (the app dir) first on sys.path: drop it before importing anything, or an
+# app file named json.py would replace the json this script itself uses.
+if sys.path and sys.path[0] in ("", "."):
+    del sys.path[0]
+import importlib, importlib.util, json, os, sysconfig, traceback
+
+cfg = json.loads(sys.argv[1])
+module_name, _, attr = cfg["app"].partition(":")
+# As uWSGI: `pythonpath` first, then "." (core python_plugin.c), cwd = app dir (`chdir`).
+sys.path[:0] = [cfg["app_dir"], "."]
+
+
+def report(**fields):
+    os.write(1, ("\n" + cfg["mark"] + json.dumps(fields) + "\n").encode())
+    os._exit(0)
+
+
+def real(p):
+    return os.path.realpath(p)
+
+
+def inside(path, root):
+    return bool(root) and (path == root or path.startswith(root.rstrip("/") + "/"))
+
+
+APP_DIR, VENV = real(cfg["app_dir"]), real(cfg["venv"]) if cfg["venv"] else ""
+SITE = {real(p) for p in (sysconfig.get_paths().get("purelib"), sysconfig.get_paths().get("platlib")) if p}
+STDLIB = {real(p) for p in (sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")) if p}
+
+
+def kind_of(path):
+    if path in ("built-in", "frozen"):
+        return "stdlib"
+    path = real(path)
+    if inside(path, APP_DIR):
+        return "app"
+    if inside(path, VENV):
+        return "virtualenv"
+    if any(inside(path, s) for s in STDLIB) and not any(inside(path, s) for s in SITE):
+        return "stdlib"
+    return "outside"
+
+
+def location(module):
+    spec = getattr(module, "__spec__", None)
+    origin = getattr(module, "__file__", None) or (spec.origin if spec else None)
+    if origin:
+        return origin
+    paths = list(getattr(module, "__path__", []) or [])
+    return paths[0] if paths else "built-in"
+
+
+top = module_name.split(".")[0]
+if top in sys.modules:  # imported at startup (e.g. site): uWSGI gets that one too
+    where = location(sys.modules[top])
+else:
+    try:
+        spec = importlib.util.find_spec(top)
+    except BaseException:  # the import below reports it in the app's own words
+        spec = None
+    if spec is None:
+        where = None
+    elif spec.origin and spec.origin != "namespace":
+        where = spec.origin
+    else:
+        where = (list(spec.submodule_search_locations or []) or ["built-in"])[0]
+if where is not None:
+    kind = kind_of(where)
+    shadow = next((os.path.join(APP_DIR, n) for n in (top + ".py", top) if os.path.exists(os.path.join(APP_DIR, n))),
+                  "")
+    if kind == "stdlib" or (kind == "app" and top in getattr(sys, "stdlib_module_names", ())):
+        report(kind="stdlib", module=top, path=where if kind == "stdlib" else "", shadow=shadow)
+    if kind == "outside":
+        report(kind="outside", module=top, path=real(where))
+
+try:
+    module = importlib.import_module(module_name)
+except BaseException as exc:
+    machinery = (importlib.__file__, "<")  # import_module and the frozen bootstrap, not the app
+    frames = [(f.filename, f.lineno, f.name, (f.line or "").strip())
+              for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith(machinery)]
+    if isinstance(exc, SyntaxError) and exc.filename:
+        frames.append((exc.filename, exc.lineno or 0, "<module>", (exc.text or "").strip()))
+    line = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    report(kind="import", exception=line, frames=frames[-3:])
+where = location(module)
+if kind_of(where) in ("outside", "stdlib"):
+    report(kind=kind_of(where), module=module_name, path=real(where), shadow="")
+try:
+    target = getattr(module, attr)
+except AttributeError:
+    report(kind="attribute", module=module_name, path=where)
+except BaseException as exc:
+    report(kind="import", exception=traceback.format_exception_only(type(exc), exc)[-1].strip(), frames=[])
+if not callable(target):
+    report(kind="not_callable", type=type(target).__name__, value=repr(target)[:60])
+report(kind="ok", path=where)
+'''
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def _short(path: str, app_dir: str) -> str:
+    return os.path.relpath(path, app_dir) if path.startswith(app_dir.rstrip("/") + "/") else path
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def preflight(layout: Layout, timeout: float = PREFLIGHT_TIMEOUT) -> None:
+    """Import ``layout.app`` as uWSGI's workers will: the layout's virtualenv (its bin/python),
+    ``app_dir`` first on sys.path and as cwd, the layout's env, and as the run user. Raises
+    ``LayoutError("app", ...)`` with one line: the app's own exception line and where it was
+    raised, or why the module or callable is not the app (standard library, outside the app
+    dir and virtualenv, missing, not callable). Returns None when uWSGI will find the app."""
+    check_readable(layout)
+    python = str(Path(layout.virtualenv) / "bin" / "python") if layout.virtualenv else sys.executable
+    env = dict(os.environ, **dict(layout.env), PYTHONDONTWRITEBYTECODE="1")  # leave no __pycache__ behind
+    as_user: dict = {}
+    who = "you"
+    if layout.drops_privileges:
+        uid, gid, _ = run_user_ids(layout.user)
+        as_user = {"user": uid, "group": gid, "extra_groups": os.getgrouplist(layout.user, gid)}
+        who = layout.user
+    ran = f"pre-flight: {python} as {who} in {layout.app_dir}"
+    config = json.dumps({"app": layout.app, "app_dir": layout.app_dir, "venv": layout.virtualenv,
+                         "mark": PREFLIGHT_MARK})
+    try:
+        proc = subprocess.Popen([python, "-c", PREFLIGHT_SCRIPT, config], cwd=layout.app_dir, env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True, **as_user)
+    except OSError as exc:
+        raise LayoutError("app", f"cannot run the pre-flight import of {layout.app} ({ran}): "
+                                 f"{exc.strerror or exc}") from None
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise LayoutError("app", f"importing {layout.app} took longer than {timeout:g} s ({ran}); "
+                                 "uWSGI would hang the same way") from None
+    finally:
+        if proc.poll() is None:
+            _kill_group(proc)
+    _raise_for(layout, _last_report(out), err, proc.returncode, ran)
+
+
+def _last_report(out: bytes) -> dict | None:
+    text = out.decode("utf-8", "replace")
+    _, sep, tail = text.rpartition(PREFLIGHT_MARK)
+    if not sep:
+        return None
+    try:
+        return json.loads(tail.splitlines()[0])
+    except (ValueError, IndexError):
+        return None
+
+
+def _raise_for(layout: Layout, result: dict | None, err: bytes, returncode: int, ran: str) -> None:
+    app, app_dir = layout.app, layout.app_dir
+    venv = layout.virtualenv or "(none)"
+    if result is None:
+        lines = [line for line in err.decode("utf-8", "replace").splitlines() if line.strip()]
+        last = _one_line(lines[-1]) if lines else "no output"
+        how = f"signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
+        raise LayoutError("app", f"importing {app} ended the interpreter ({how}) without an exception: {last} "
+                                 f"({ran})")
+    kind = result["kind"]
+    if kind == "ok":
+        return
+    if kind == "import":
+        frames = result.get("frames") or []
+        where = " <- ".join(f"{_short(f, app_dir)}:{n} in {name}" for f, n, name, _ in reversed(frames))
+        code = frames[-1][3] if frames and frames[-1][3] else ""
+        detail = f" (at {where}{': ' + repr(code) if code else ''})" if where else ""
+        raise LayoutError("app", f"{app} does not import: {_one_line(result['exception'])}{detail}; {ran}")
+    if kind == "stdlib":
+        module, path, shadow = result["module"], result["path"], result["shadow"]
+        if not path:  # the app's own file, named like a standard-library module
+            raise LayoutError("app", f"module {module!r} ({shadow}) has the name of a standard-library module: "
+                                     "uWSGI (or the standard library itself) may import the standard one first; "
+                                     "rename your module")
+        instead = f"not to {shadow}" if shadow else f"not to a file in the app dir {app_dir}"
+        raise LayoutError("app", f"module {module!r} resolves to the standard library ({path}), {instead}: "
+                                 + ("rename your module" if shadow else "check --app and --app-dir"))
+    if kind == "outside":
+        raise LayoutError("app", f"module {result['module']!r} resolves to {result['path']}, outside the app dir "
+                                 f"{app_dir} and the virtualenv {venv}: put it in --app-dir or install it "
+                                 "into the virtualenv")
+    if kind == "attribute":
+        module, _, attr = app.partition(":")
+        raise LayoutError("app", f"module {module} ({result['path']}) has no attribute {attr!r}: "
+                                 "name the WSGI callable after ':'")
+    if kind == "not_callable":
+        raise LayoutError("app", f"{app} is a {result['type']} ({_one_line(result['value'], 60)}), not a callable "
+                                 "WSGI application")
+    raise LayoutError("app", f"pre-flight of {app} gave an unknown answer {kind!r}")
+
+
+# --- command-line options -------------------------------------------------------------------------
+
+
+def add_app_options(parser: argparse.ArgumentParser) -> None:
+    """The app options every command that starts (or renders) a stack takes."""
+    parser.add_argument("--app", help="WSGI callable as module:callable (default app.wsgi:application)")
+    parser.add_argument("--app-dir", help="directory to import the app from (default: this project)")
+    parser.add_argument("--virtualenv", metavar="DIR",
+                        help="the app's own virtualenv, used by uWSGI (default: this project's); its Python "
+                             "major.minor must be the one our uWSGI runs")
+    parser.add_argument("--env", action="append", metavar="KEY=VALUE",
+                        help="environment variable for the app (repeatable), e.g. DJANGO_SETTINGS_MODULE=shop.settings")
+    parser.add_argument("--static", action="append", metavar="PREFIX=DIR",
+                        help="nginx serves DIR under PREFIX/ itself (repeatable), e.g. /static=/srv/shop/static")
+
+
+def app_options(args: argparse.Namespace) -> dict:
+    """Layout keyword arguments from ``add_app_options``' options (only those given)."""
+    given = {
+        "app": args.app,
+        "app_dir": args.app_dir,
+        "virtualenv": args.virtualenv,
+        "env": tuple(args.env) if args.env else None,
+        "static": tuple(args.static) if args.static else None,
+    }
+    return {key: value for key, value in given.items() if value is not None}
