@@ -10,8 +10,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -20,6 +22,7 @@ import pytest
 from deploy.layout import Layout, parse_layout
 from deploy.ports import free_consecutive_ports
 from deploy.strategies import STRATEGIES
+from tests.flaskapp import FlaskApp, build_flask_app
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -105,6 +108,27 @@ def make_layout(run_dirs):
         return parse_layout(spec, **opts)
 
     return make
+
+
+# --- a real third-party app ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def flask_app() -> Iterator[FlaskApp]:
+    """A Flask shop in its own directory and virtualenv (Flask from PyPI), built once per
+    session under /tmp/ul-flask-XXXXXXXX (world-traversable: the stack runs as www-data under
+    root) and removed afterwards. See tests/flaskapp.py for what it holds. Treat it as
+    read-only: tests that change the code copy it first (``flask_app.copy_app_dir``)."""
+    root = Path(tempfile.mkdtemp(prefix="ul-flask-", dir="/tmp"))
+    try:
+        try:
+            app = build_flask_app(root)
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+            pytest.fail(f"cannot build the Flask test app (needs /usr/bin/python3 -m venv and pip access to "
+                        f"PyPI): {exc}", pytrace=False)
+        yield app
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # --- integration hygiene ------------------------------------------------------------------

@@ -1,17 +1,24 @@
 """Helpers shared by the integration tests: talk uwsgi to a socket, fire requests together,
-read per-worker counts. No process is started here (see conftest.start_stack)."""
+read per-worker counts, start `python -m deploy run` as a user would (the caller stops it
+with ``kill_run`` in a ``finally``; stacks started through the API: conftest.start_stack)."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from deploy.stack import http_get, read_stats
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SLOW = "/?rounds=1&fib=0&io_ms={ms}"
 FAST = "/?rounds=1&fib=1&io_ms=0"
 
@@ -94,3 +101,43 @@ def settled_requests(layout, at_least: int = 0, timeout: float = 5.0) -> dict[in
 
 def via_nginx(layout, path: str, timeout: float = 20.0):
     return http_get(layout.listen_host, layout.listen_port, path, timeout=timeout)
+
+
+# --- `python -m deploy run` as a subprocess ------------------------------------------------------
+
+
+def _reset_signals():  # runs in the child: a clean slate even if pytest runs with SIGINT ignored
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def start_deploy_run(*args: str, log_dir: Path) -> subprocess.Popen:
+    """``python -m deploy run ARGS`` in its own session; output in log_dir/run.out and run.err."""
+    out = open(log_dir / "run.out", "w")
+    err = open(log_dir / "run.err", "w")
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "deploy", "run", *args],
+            cwd=REPO_ROOT, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+            start_new_session=True, preexec_fn=_reset_signals,
+        )
+    finally:
+        out.close()
+        err.close()
+
+
+def kill_run(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=10)
+
+
+def port_closed(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except OSError:
+        return True
+    return False

@@ -9,28 +9,30 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import stat
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from deploy.stack import http_get, read_stats
+from deploy.errors import StackError
+from deploy.render import write_layout
+from deploy.stack import Stack, http_get, read_stats
 from tests.integration.support import (
     FAST,
     SLOW,
     concurrently,
+    kill_run,
+    port_closed,
     settled_requests,
+    start_deploy_run,
     uwsgi_get,
     via_nginx,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 TRANSPORTS = pytest.mark.parametrize("transport", ["tcp", "unix"])
@@ -130,35 +132,10 @@ def test_unix_sockets_are_0660_or_tighter_and_vacuumed(start_stack):
 # --- (e) `python -m deploy run` stops cleanly on signals -----------------------------------------
 
 
-def _reset_signals():  # runs in the child: a clean slate even if pytest runs with SIGINT ignored
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def start_run(run_dir: Path, log_dir: Path, *extra: str, spec: str = "2x4-mapped", ports=None):
     base, listen, stats = ports
-    out = open(log_dir / "run.out", "w")
-    err = open(log_dir / "run.err", "w")
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "deploy", "run", spec, "--run-dir", str(run_dir),
-             "--listen", f"127.0.0.1:{listen}", "--base-port", str(base), "--stats-port", str(stats), *extra],
-            cwd=REPO_ROOT, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=_reset_signals,
-        )
-    finally:
-        out.close()
-        err.close()
-    return proc
-
-
-def kill_run(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(timeout=10)
+    return start_deploy_run(spec, "--run-dir", str(run_dir), "--listen", f"127.0.0.1:{listen}",
+                            "--base-port", str(base), "--stats-port", str(stats), *extra, log_dir=log_dir)
 
 
 def wait_for_hello(proc, listen: int, log_dir: Path, timeout: float = 30.0) -> None:
@@ -175,14 +152,6 @@ def wait_for_hello(proc, listen: int, log_dir: Path, timeout: float = 30.0) -> N
         if time.monotonic() > deadline:
             pytest.fail(f"run did not serve within {timeout} s:\n{(log_dir / 'run.err').read_text()}")
         time.sleep(0.1)
-
-
-def port_closed(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=2).close()
-    except OSError:
-        return True
-    return False
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
@@ -224,32 +193,45 @@ def test_run_for_duration_exits_by_itself(tmp_run_dir, tmp_path, free_ports, lef
         kill_run(proc)
 
 
-# --- (f) a broken app fails fast, with the uWSGI log -----------------------------------------
+# --- (f) a broken app: refused by the pre-flight, or (past it) fails fast with the uWSGI log ------
 
 
-@pytest.mark.parametrize("app,needle", [("nosuchmodule:application", "No module named 'nosuchmodule'"),
-                                        ("app.wsgi:no_such_callable", "unable to load app")])
-def test_run_with_broken_app_fails_with_log_tail(tmp_run_dir, tmp_path, free_ports, leftover_processes, app, needle):
+@pytest.mark.parametrize("app,needle", [
+    ("nosuchmodule:application", "ModuleNotFoundError: No module named 'nosuchmodule'"),
+    ("app.wsgi:no_such_callable", "has no attribute 'no_such_callable'"),
+])
+def test_run_with_broken_app_is_refused_before_anything_starts(tmp_run_dir, tmp_path, free_ports, leftover_processes,
+                                                               app, needle):
     base, _, listen, stats = free_ports(4)
-    proc = start_run(tmp_run_dir, tmp_path, "--app", app, ports=(base, listen, stats))
+    run_dir = tmp_run_dir / "run"
+    proc = start_run(run_dir, tmp_path, "--app", app, ports=(base, listen, stats))
     try:
-        t0 = time.monotonic()
         try:
-            rc = proc.wait(timeout=20)
+            rc = proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            pytest.fail("run with a broken app did not exit within 20 s")
+            pytest.fail("run with a broken app did not exit within 30 s")
         err = (tmp_path / "run.err").read_text()
-        assert rc not in (0, None), err
-        assert time.monotonic() - t0 < 20
-        assert "Traceback (most recent call last)" not in err.split("--- last log lines ---")[0], err
-        assert err.startswith("error: "), err
-        assert "uWSGI" in err.splitlines()[0], err
-        assert "--- last log lines ---" in err, err
-        assert needle in err.split("--- last log lines ---")[1], err  # the tail of uwsgi.log
+        assert rc == 2, err
+        assert len(err.splitlines()) == 1 and err.startswith("error: app: "), err
+        assert needle in err and "callable not found" not in err, err
+        assert not run_dir.exists(), "nothing is written for bad input"
         assert leftover_processes([str(tmp_run_dir)], timeout=5) == []
-        assert port_closed(listen)
+        assert port_closed(listen) and port_closed(base)
     finally:
         kill_run(proc)
+
+
+def test_stack_without_preflight_fails_fast_with_the_uwsgi_log(make_layout):
+    # The Stack API does not import the app first: a broken one still fails fast, with the log.
+    layout = make_layout("2x4-mapped", app="nosuchmodule:application")
+    write_layout(layout, layout.run_dir)
+    t0 = time.monotonic()
+    with pytest.raises(StackError) as info:
+        with Stack(layout, start_timeout=20, stop_timeout=10):
+            pass
+    assert time.monotonic() - t0 < 20
+    assert "uWSGI" in str(info.value)
+    assert "No module named 'nosuchmodule'" in info.value.log_tail, info.value.log_tail
 
 
 # --- (g) a shared socket is served by every worker ----------------------------------------------
