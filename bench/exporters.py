@@ -9,15 +9,13 @@ never sees half a report. Exporters never print: showing ``report.txt`` is the C
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from bench import plots
 from bench.report import markdown_lines, terminal_lines
-from bench.results import Results
+from bench.results import Results, write_text_atomic
 
 
 class Exporter(Protocol):
@@ -26,24 +24,6 @@ class Exporter(Protocol):
     def export(self, results: Results, out_dir: Path) -> list[Path]:
         """Write this format's files for ``results`` into ``out_dir``; return the written paths."""
         ...
-
-
-def write_text_atomic(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` via a temp file in the same directory and ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
-    try:
-        mask = os.umask(0o022)
-        os.umask(mask)
-        os.fchmod(fd, 0o666 & ~mask)  # mkstemp creates 0600; give the usual permissions
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 @dataclass

@@ -9,9 +9,7 @@ Files are written atomically (temp file + rename) and every figure is closed.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
 
 from bench.analysis import NOISY_SPREAD, Group, Stat, group_cells  # noqa: E402
-from bench.results import Results  # noqa: E402
+from bench.results import Results, write_atomic  # noqa: E402
 
 FIGSIZE = (9, 5.5)
 DPI = 110
@@ -45,23 +43,7 @@ def scenario_paths(results: Results, path: Path | str) -> list[tuple[str, Path]]
 
 def _save(fig, path: Path) -> Path:
     """Write the figure as PNG atomically: a crash never leaves half an image under ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".png", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual permissions
-        with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, format="png", dpi=DPI, bbox_inches="tight")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+    return write_atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=DPI, bbox_inches="tight"), binary=True)
 
 
 def _processes(results: Results) -> int | None:
