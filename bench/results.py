@@ -40,6 +40,7 @@ not change):
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import os
@@ -659,6 +660,11 @@ def migrate_v1(data: dict, source: str) -> dict:
         return {**data, "format_version": FORMAT_VERSION,
                 "workload": {"path": arguments.get("path", ""), "files": arguments.get("files", "")}}
     raise ResultsError(f"{source}: format_version 1 files of kind {kind!r} were never written by this tool")
+
+
+def utc_now() -> str:
+    """``created``: the time a run started, ISO 8601 in UTC to the second."""
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 # --------------------------------------------------------------------------- atomic files

@@ -3,6 +3,9 @@
     export_all(results, out_dir)                   # report.txt, report.md and the PNG plots
     export_all(results, out_dir, formats=("md",))  # one format
 
+Every exporter works for every results kind: the report and the plots dispatch on
+``results.kind`` (``bench.report.RENDERERS``, ``bench.report.plots.PLOTS``).
+
 Every file is written atomically (temp file in the same directory + ``os.replace``), so a reader
 never sees half a report. Exporters never print: showing ``report.txt`` is the CLI's job.
 """
@@ -13,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from bench import plots
-from bench.report import markdown_lines, terminal_lines
+from bench.report import markdown_lines, plots, terminal_lines
 from bench.results import Results, write_text_atomic
 
 
@@ -28,7 +30,7 @@ class Exporter(Protocol):
 
 @dataclass
 class PlotExporter:
-    """The PNG plots of ``bench.plots`` (throughput, p99, worker share; one set per scenario)."""
+    """The kind's PNG plots (``bench.report.plots``; compare: throughput, p99, worker share per scenario)."""
 
     name = "png"
 
