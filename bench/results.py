@@ -2,7 +2,7 @@
 
 Every experiment kind saves a ``Results``: its ``kind``, when it was ``created``, the
 ``environment``, the ``arguments`` (the full argument set, including the command line), the
-``workload``, and the kind's records (``KINDS`` says which field a kind fills):
+``workload``, and the kind's records (``KIND_RECORDS`` says which field a kind fills):
 
 - ``cells``  (``Cell``):        closed-loop measurements, one per layout x concurrency x repeat
                                 (compare; tune will fill it too);
@@ -56,7 +56,7 @@ PERCENTILES = ("p50", "p90", "p99", "p999", "max")
 STATUS_CLASSES = ("2xx", "3xx", "4xx", "5xx")
 
 # Experiment kind -> the record field its Results fill. ``register_kind`` adds one (e.g. tune).
-KINDS: dict[str, str] = {"compare": "cells", "openloop": "steps", "faults": "faults"}
+KIND_RECORDS: dict[str, str] = {"compare": "cells", "openloop": "steps", "faults": "faults"}
 RECORD_FIELDS = ("cells", "steps", "faults")
 
 
@@ -68,9 +68,9 @@ def register_kind(name: str, records: str) -> None:
     """Let a new experiment kind save ``Results``: ``records`` is the field it fills."""
     if records not in RECORD_FIELDS:
         raise ValueError(f"records: must be one of {', '.join(RECORD_FIELDS)}, got {records!r}")
-    if KINDS.get(name, records) != records:
-        raise ValueError(f"kind {name!r} is already registered with {KINDS[name]!r}")
-    KINDS[name] = records
+    if KIND_RECORDS.get(name, records) != records:
+        raise ValueError(f"kind {name!r} is already registered with {KIND_RECORDS[name]!r}")
+    KIND_RECORDS[name] = records
 
 
 # --------------------------------------------------------------------------- validation helpers
@@ -546,15 +546,15 @@ class Results:
     def __post_init__(self):
         _check(self.format_version == FORMAT_VERSION,
                f"format_version: this tool writes version {FORMAT_VERSION}, got {self.format_version!r}")
-        _check(self.kind in KINDS, f"kind: must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        _check(self.kind in KIND_RECORDS, f"kind: must be one of {', '.join(KIND_RECORDS)}, got {self.kind!r}")
         for name in ("environment", "arguments", "workload"):
             _mapping(getattr(self, name), name)
         _check(isinstance(self.created, str), "created: must be a string (ISO 8601 time)")
         for name, cls in RECORD_TYPES.items():
             records = getattr(self, name)
             _check(isinstance(records, (list, tuple)), f"{name}: must be a list")
-            _check(not records or name == KINDS[self.kind], f"{name}: the results of kind {self.kind} hold "
-                                                            f"{KINDS[self.kind]}, not {name}")
+            _check(not records or name == KIND_RECORDS[self.kind], f"{name}: the results of kind {self.kind} hold "
+                                                            f"{KIND_RECORDS[self.kind]}, not {name}")
             object.__setattr__(self, name, tuple(r if isinstance(r, cls) else cls.from_dict(r) for r in records))
         keys = [(c.scenario, *c.key) for c in self.cells]
         _check(len(keys) == len(set(keys)), "cells: a (scenario, layout, concurrency, repeat) appears twice")
@@ -562,7 +562,7 @@ class Results:
     @property
     def records(self) -> tuple:
         """This kind's records (cells, steps or faults)."""
-        return getattr(self, KINDS[self.kind])
+        return getattr(self, KIND_RECORDS[self.kind])
 
     @property
     def layouts(self) -> list[str]:
@@ -585,7 +585,7 @@ class Results:
         return find_knee(self.steps)
 
     def to_dict(self) -> dict:
-        records = KINDS[self.kind]
+        records = KIND_RECORDS[self.kind]
         data = {
             "format_version": self.format_version,
             "kind": self.kind,
@@ -627,9 +627,9 @@ def from_dict(data, source: str = "results") -> Results:
     if version == 1:
         data = migrate_v1(data, source)
     kind = data.get("kind")
-    if kind not in KINDS:
-        raise ResultsError(f"{source}: kind {kind!r} is not one this tool reads ({', '.join(KINDS)})")
-    records = KINDS[kind]
+    if kind not in KIND_RECORDS:
+        raise ResultsError(f"{source}: kind {kind!r} is not one this tool reads ({', '.join(KIND_RECORDS)})")
+    records = KIND_RECORDS[kind]
     missing = [k for k in ("environment", "arguments", "workload", records) if k not in data]
     if missing:
         raise ResultsError(f"{source}: missing {', '.join(missing)}")

@@ -13,7 +13,7 @@ import pytest
 
 from bench.results import (
     FORMAT_VERSION,
-    KINDS,
+    KIND_RECORDS,
     Cell,
     Check,
     FaultRecord,
@@ -106,7 +106,7 @@ def test_a_kind_holds_only_its_own_records(tmp_path):
 
 
 def test_register_kind_lets_a_new_kind_save_cells(tmp_path, monkeypatch):
-    monkeypatch.setattr("bench.results.KINDS", dict(KINDS))  # the registry as it was comes back afterwards
+    monkeypatch.setattr("bench.results.KIND_RECORDS", dict(KIND_RECORDS))  # restored afterwards
     register_kind("tune", "cells")
     stored = load(COMPARE_V1)
     tuned = replace(stored, kind="tune")
