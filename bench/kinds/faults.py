@@ -3,10 +3,9 @@
 Every experiment here starts its own nginx + uWSGI stack on loopback (``bench.stack.Lab``),
 drives it with real ``wrk`` for a bounded time, injects one kind of fault at a measured moment
 (once the uWSGI stats server shows requests flowing, ``bench.observe.Sampler``), and returns a
-``bench.results.FaultRecord``: the load held,
-the faults injected, the requests sent and failed (wrk's error classes, non-2xx
-included), the data lost (POST handlers that ran twice), notes, and the checks of the
-issue's targets. The integration tests (tests/integration/test_faults.py) call these
+``bench.results.FaultRecord``: the load held, the faults injected, the requests sent and failed
+(wrk's error classes, non-2xx included), the data lost (POST handlers that ran twice), notes,
+and the checks of the issue's targets. The integration tests (tests/integration/test_faults.py) call these
 same functions and assert the checks, so the figures and the tests cannot disagree.
 
 Experiments: kill -9 of a worker (GET and POST loads), a request stuck beyond harakiri,
