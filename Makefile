@@ -16,8 +16,8 @@ help:
 	@echo "make render LAYOUT=2x4-mapped [OUT=dir]   write nginx.conf + uwsgi.ini"
 	@echo "make run LAYOUT=2x4-mapped                serve on http://127.0.0.1:8000 until Ctrl-C"
 	@echo "make reload LAYOUT=2x4-mapped             chain-reload the running layout's workers"
-	@echo "make faults [ARGS='--layouts 2x4-mapped --only kill-worker']   faults under load: figures table"
-	@echo "make report RESULTS=results/.../results.json   re-render a stored run"
+	@echo "make faults [ARGS='--layouts 2x4-mapped --only kill-worker']   faults under load: figures table + results dir"
+	@echo "make report RESULTS=results/.../results.json   re-render a stored run (compare, openloop or faults)"
 	@echo "make dataset [ARGS='--small-count 10000']  the file set for the file-offload scenarios"
 	@echo "make nginx-scenarios [ARGS='--duration 8']  files, files-mixed and reuseport, one results dir each"
 	@echo "make openloop [ARGS='--rates 5,10,15,20']   httperf at fixed rates until replies fall behind (the knee)"
@@ -44,7 +44,7 @@ reload: venv
 	$(BIN)/python -m deploy reload $(LAYOUT) $(ARGS)
 
 faults: venv system-deps
-	$(BIN)/python -m bench.faults $(ARGS)
+	$(BIN)/python -m bench faults $(ARGS)
 
 compare: venv system-deps
 	$(BIN)/python -m bench compare $(ARGS)

@@ -1,1 +1,2 @@
-"""The benchmark's WSGI app: requests that mix CPU work (fib) and waiting (sleep)."""
+"""The WSGI apps: the benchmark's (``wsgi``: requests that mix CPU work and waiting, with
+``files``' data-set routes) and the fault experiments' (``faults``: GET sleeps, POST logs its id)."""

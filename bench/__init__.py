@@ -1,6 +1,30 @@
-"""Benchmark: drive real wrk against each layout and report which one to run.
+"""Benchmark: drive real load against nginx + uWSGI layouts and report which one to run.
 
-Flow: ``scenarios`` (what load) -> ``sweep`` (which layouts, interleaved repeats)
--> ``measure`` (one stack, wrk, stats server, CPU) -> ``results`` (versioned JSON)
--> ``analysis`` (medians, spread, verdict) -> ``report`` / ``plots`` (from JSON only).
+One pipeline, every experiment kind plugs into it:
+
+    stack.py  -> load/       -> results.py -> analysis.py -> report/
+    (a Lab:      (wrk,          (one versioned   (statistics,    (text, Markdown and PNG
+     render,      httperf,       JSON format:     conclusions)    from stored JSON only)
+     start,       scenarios,     cells, steps
+     stop)        file lists)    or faults)
+       observe.py reads a running stack (CPU, per-worker requests, nginx workers, logs)
+
+    kinds/    compare (closed-loop cells, sweep in closedloop.py), openloop (httperf rate steps),
+              faults (fault experiments): the subcommands of ``python -m bench`` (cli.py);
+              options.py holds the argument validators they share.
+
+Add an experiment kind (``tune``, peer servers, ...):
+
+1. ``bench/kinds/NAME.py``: ``add_arguments(parser)`` (validate with ``bench.options``) and
+   ``run(args) -> exit code``: get stacks from ``with Lab() as lab: with lab.stack(spec, **options)``,
+   load them with ``bench.load``, read them with ``bench.observe`` (or reuse
+   ``kinds.closedloop``'s ``LiveRunner``/``run_sweep`` for closed-loop cells), build
+   ``Results(kind="NAME", ...)`` with your records, ``save`` it to ``out / "results.json"``
+   (``options.prepare_out``) and end with ``kinds.base.publish(results, out, saved=...)``;
+   ``KIND = Kind("NAME", help, add_arguments, run)``.
+2. Register it: ``KINDS`` in ``bench/kinds/__init__.py``, and ``results.register_kind("NAME",
+   "cells")`` (or a new record type in ``results.py``) so its files load.
+3. Its report: ``bench/report/NAME.py`` with ``terminal_lines(results)`` and
+   ``markdown_lines(results, plot_files)``, one entry in ``bench.report.RENDERERS``, and its
+   plots (if any) in ``bench.report.plots.PLOTS``. ``python -m bench report`` then renders it.
 """

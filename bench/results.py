@@ -1,26 +1,79 @@
-"""Results: small immutable records, validated on creation, saved as versioned JSON.
+"""Results: small immutable records, validated on creation, saved as ONE versioned JSON format.
 
-A ``Results`` holds the environment, the arguments and one ``Cell`` per
-layout x concurrency x repeat. Everything the report shows is derived from this file,
-so a stored run can be re-reported (or replayed) without timing anything.
+Every experiment kind saves a ``Results``: its ``kind``, when it was ``created``, the
+``environment``, the ``arguments`` (the full argument set, including the command line), the
+``workload``, and the kind's records (``KIND_RECORDS`` says which field a kind fills):
+
+- ``cells``  (``Cell``):        closed-loop measurements, one per layout x concurrency x repeat
+                                (compare; tune will fill it too);
+- ``steps``  (``Step``):        open-loop rate steps (openloop);
+- ``faults`` (``FaultRecord``): fault experiments with their checks (faults).
+
+Everything a report shows is derived from this file, so a stored run can be re-reported (or
+replayed) without timing anything. Derived values (a cell's ``balance``, the open loop's
+``knee``) are written for readers of the JSON but recomputed on load, never trusted from it.
+
+Format version 2 (this one). ``load`` also reads the version-1 files written before, migrating
+them: compare's ``results.json`` (no ``kind``) and openloop's ``openloop.json`` (``kind:
+openloop``). Anything else (a newer version, not JSON, a missing field) raises ResultsError with
+one line saying why.
+
+A ``Cell`` carries optional fields that later work fills; each is empty by default, validated
+when given, and written to the JSON only when non-empty (so files and reports without them do
+not change):
+
+- ``status``:    responses per HTTP status class, ``{"2xx": n, "3xx": n, "4xx": n, "5xx": n}``
+                 (any subset of these keys; counts are integers >= 0);
+- ``memory``:    megabytes, ``{"uwsgi_pss_mb": x, "uwsgi_uss_mb": x, "uwsgi_rss_mb": x,
+                 "nginx_pss_mb": x, "worker_pss_mb": {"1": x, "2": x, ...}}``: every value a number
+                 >= 0, or a mapping of worker id (digits) to a number >= 0;
+- ``inflight``:  requests in flight per uWSGI worker, sampled from the stats server:
+                 ``{"samples": n, "pileup": share, "workers": {"1": {"0": share, "1": share, ...},
+                 ...}}``: ``samples`` an integer >= 1; ``pileup`` the share of samples in which one
+                 worker had 2 or more requests in flight while another had an idle thread; per
+                 worker, the share of samples at each in-flight count (keys: digits), summing to 1
+                 (within 0.01); other keys allowed when they hold numbers >= 0 (e.g.
+                 ``"interval_ms"``); every share in 0..1;
+- ``histogram``: wrk's latency histogram, ``[[latency_us, count], ...]``: latencies numbers >= 0
+                 in strictly ascending order, counts integers > 0.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READS_VERSIONS = (1, 2)
 ERROR_CLASSES = ("connect", "read", "write", "timeout", "status")
 PERCENTILES = ("p50", "p90", "p99", "p999", "max")
+STATUS_CLASSES = ("2xx", "3xx", "4xx", "5xx")
+
+# Experiment kind -> the record field its Results fill. ``register_kind`` adds one (e.g. tune).
+KIND_RECORDS: dict[str, str] = {"compare": "cells", "openloop": "steps", "faults": "faults"}
+RECORD_FIELDS = ("cells", "steps", "faults")
 
 
 class ResultsError(ValueError):
     """A results file or record that cannot be trusted (bad version, missing field)."""
+
+
+def register_kind(name: str, records: str) -> None:
+    """Let a new experiment kind save ``Results``: ``records`` is the field it fills."""
+    if records not in RECORD_FIELDS:
+        raise ValueError(f"records: must be one of {', '.join(RECORD_FIELDS)}, got {records!r}")
+    if KIND_RECORDS.get(name, records) != records:
+        raise ValueError(f"kind {name!r} is already registered with {KIND_RECORDS[name]!r}")
+    KIND_RECORDS[name] = records
+
+
+# --------------------------------------------------------------------------- validation helpers
 
 
 def _check(cond: bool, what: str) -> None:
@@ -28,10 +81,92 @@ def _check(cond: bool, what: str) -> None:
         raise ResultsError(what)
 
 
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _is_count(x, low: int = 0) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= low
+
+
 def _finite_nonneg(x, name: str) -> float:
-    _check(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0,
-           f"{name}: must be a finite number >= 0, got {x!r}")
+    _check(_is_number(x) and x >= 0, f"{name}: must be a finite number >= 0, got {x!r}")
     return float(x)
+
+
+def _share(x, name: str) -> float:
+    _check(_is_number(x) and 0 <= x <= 1, f"{name}: must be a share in 0..1, got {x!r}")
+    return float(x)
+
+
+def _mapping(x, name: str, what: str = "a mapping") -> dict:
+    _check(isinstance(x, dict), f"{name}: must be {what}, got {type(x).__name__}")
+    return x
+
+
+def _digits(key, name: str) -> str:
+    key = str(key)
+    _check(key.isdigit(), f"{name}: keys must be numbers (worker ids, counts), got {key!r}")
+    return key
+
+
+def _status(value) -> dict[str, int]:
+    _mapping(value, "status", "a mapping of HTTP status class to count")
+    for k, v in value.items():
+        _check(k in STATUS_CLASSES, f"status: keys must be among {', '.join(STATUS_CLASSES)}, got {k!r}")
+        _check(_is_count(v), f"status.{k}: must be an integer >= 0, got {v!r}")
+    return dict(value)
+
+
+def _memory(value) -> dict:
+    _mapping(value, "memory", "a mapping of figure name to megabytes")
+    out: dict = {}
+    for k, v in value.items():
+        _check(isinstance(k, str) and k != "", f"memory: keys must be non-empty names, got {k!r}")
+        if isinstance(v, dict):
+            out[k] = {_digits(w, f"memory.{k}"): _finite_nonneg(x, f"memory.{k}.{w}") for w, x in v.items()}
+        else:
+            out[k] = _finite_nonneg(v, f"memory.{k}")
+    return out
+
+
+def _inflight(value) -> dict:
+    _mapping(value, "inflight")
+    if not value:
+        return {}
+    _check(_is_count(value.get("samples"), 1), f"inflight.samples: must be an integer >= 1, got "
+                                               f"{value.get('samples')!r}")
+    out: dict = {"samples": value["samples"], "pileup": _share(value.get("pileup"), "inflight.pileup")}
+    workers = _mapping(value.get("workers"), "inflight.workers", "a mapping of worker id to shares")
+    out["workers"] = {}
+    for w, shares in workers.items():
+        name = f"inflight.workers.{w}"
+        _mapping(shares, name, "a mapping of in-flight count to share")
+        clean = {_digits(n, name): _share(s, f"{name}.{n}") for n, s in shares.items()}
+        _check(abs(sum(clean.values()) - 1) <= 0.01, f"{name}: shares must sum to 1, got {sum(clean.values()):.3f}")
+        out["workers"][_digits(w, "inflight.workers")] = clean
+    for k, v in value.items():
+        if k not in out:
+            out[k] = _finite_nonneg(v, f"inflight.{k}")
+    return out
+
+
+def _histogram(value) -> tuple[tuple[float, int], ...]:
+    _check(isinstance(value, (list, tuple)), "histogram: must be a list of [latency_us, count] pairs")
+    out = []
+    for i, pair in enumerate(value):
+        _check(isinstance(pair, (list, tuple)) and len(pair) == 2,
+               f"histogram[{i}]: must be a [latency_us, count] pair, got {pair!r}")
+        latency, count = pair
+        _check(_is_number(latency) and latency >= 0, f"histogram[{i}]: latency_us must be a number >= 0, "
+                                                     f"got {latency!r}")
+        _check(_is_count(count, 1), f"histogram[{i}]: count must be an integer > 0, got {count!r}")
+        _check(not out or latency > out[-1][0], f"histogram[{i}]: latencies must be strictly ascending")
+        out.append((latency, count))
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- closed loop (cells)
 
 
 @dataclass(frozen=True)
@@ -72,6 +207,11 @@ class Errors:
         return sum(getattr(self, n) for n in ERROR_CLASSES)
 
 
+# Optional Cell fields (see the module docstring): validator, and written only when non-empty.
+CELL_OPTIONAL: dict[str, Callable] = {"status": _status, "memory": _memory, "inflight": _inflight,
+                                      "histogram": _histogram}
+
+
 @dataclass(frozen=True)
 class Cell:
     """One measurement: one layout at one concurrency, in one repeat."""
@@ -98,6 +238,11 @@ class Cell:
     raw_output: str = ""  # path of wrk's raw output, relative to the results directory
     # Scenario-specific measurements (e.g. the stalled clients of the `stall` scenario).
     extra: dict = field(default_factory=dict)
+    # Optional, filled by later work (schemas in the module docstring).
+    status: dict = field(default_factory=dict)
+    memory: dict = field(default_factory=dict)
+    inflight: dict = field(default_factory=dict)
+    histogram: tuple = ()
 
     def __post_init__(self):
         _check(isinstance(self.layout, str) and self.layout != "", "layout: must be a non-empty string")
@@ -105,8 +250,7 @@ class Cell:
                f"scenario: must be a name of letters, digits and '-', got {self.scenario!r}")
         for name, low in (("concurrency", 1), ("repeat", 1), ("requests", 0)):
             v = getattr(self, name)
-            _check(isinstance(v, int) and not isinstance(v, bool) and v >= low,
-                   f"{name}: must be an integer >= {low}, got {v!r}")
+            _check(_is_count(v, low), f"{name}: must be an integer >= {low}, got {v!r}")
         for name in ("duration_s", "rps", "unloaded_latency_ms", "capacity_rps", "closed_loop_rps", "efficiency"):
             object.__setattr__(self, name, _finite_nonneg(getattr(self, name), name))
         if isinstance(self.latency_ms, dict):
@@ -116,12 +260,14 @@ class Cell:
         _check(isinstance(self.latency_ms, Latency), "latency_ms: must be an object of percentiles")
         _check(isinstance(self.errors, Errors), "errors: must be an object of error counts")
         _check(isinstance(self.worker_requests, dict), "worker_requests: must be a mapping")
-        _check(all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in self.worker_requests.values()),
+        _check(all(_is_count(v) for v in self.worker_requests.values()),
                "worker_requests: counts must be integers >= 0")
         object.__setattr__(self, "worker_requests", {str(k): v for k, v in self.worker_requests.items()})
         _check(isinstance(self.cpu_s, dict), "cpu_s: must be a mapping")
         object.__setattr__(self, "cpu_s", {k: _finite_nonneg(v, f"cpu_s.{k}") for k, v in self.cpu_s.items()})
         _check(isinstance(self.extra, dict), "extra: must be a mapping")
+        for name, validate in CELL_OPTIONAL.items():
+            object.__setattr__(self, name, validate(getattr(self, name)))
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -136,21 +282,31 @@ class Cell:
         data = asdict(self)
         data["balance"] = self.balance
         data["errors"]["total"] = self.errors.total
+        data["histogram"] = [list(pair) for pair in self.histogram]
+        for name in CELL_OPTIONAL:
+            if not data[name]:
+                del data[name]
         return data
 
     @classmethod
     def from_dict(cls, data: dict) -> "Cell":
+        _check(isinstance(data, dict), f"cell: must be an object, got {type(data).__name__}")
         data = dict(data)
         data.pop("balance", None)
         errors = dict(data.get("errors", {}))
         errors.pop("total", None)
         data["errors"] = errors
-        try:
-            return cls(**data)
-        except ResultsError:
-            raise
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise ResultsError(f"cell {data.get('layout', '?')}: {exc}") from None
+        return _build(cls, data, f"cell {data.get('layout', '?')}")
+
+
+def _build(cls, data: dict, label: str):
+    """``cls(**data)``, with a wrong or missing field reported as one ResultsError line."""
+    try:
+        return cls(**data)
+    except ResultsError as exc:
+        raise ResultsError(f"{label}: {exc}") from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ResultsError(f"{label}: {exc}") from None
 
 
 def balance(worker_requests: dict[str, int]) -> dict[str, float]:
@@ -164,21 +320,249 @@ def balance(worker_requests: dict[str, int]) -> dict[str, float]:
     return {"max_min_ratio": ratio if math.isfinite(ratio) else -1.0, "cv": cv}
 
 
+# --------------------------------------------------------------------------- open loop (steps)
+
+HTTP_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")  # httperf's "Reply status" line
+HTTPERF_ERRORS = ("total", "client_timo", "socket_timo", "connrefused", "connreset",
+                  "fd_unavail", "addrunavail", "ftab_full", "other")
+VERDICTS = ("pass", "fail", "invalid")
+
+
+def _counts(value, name: str, keys: tuple[str, ...]) -> dict[str, int]:
+    _mapping(value, name)
+    missing = [k for k in keys if k not in value]
+    _check(not missing, f"{name}: lacks {', '.join(missing)}")
+    for k in keys:
+        _check(_is_count(value[k]), f"{name}.{k}: must be an integer >= 0, got {value[k]!r}")
+    return {k: value[k] for k in keys}
+
+
+def _numbers(value, name: str, keys: tuple[str, ...]) -> dict:
+    _mapping(value, name)
+    missing = [k for k in keys if k not in value]
+    _check(not missing, f"{name}: lacks {', '.join(missing)}")
+    for k in keys:
+        _finite_nonneg(value[k], f"{name}.{k}")
+    return dict(value)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One open-loop step: httperf offering ``rate`` new connections per second, one request
+    each, for ``num_conns`` connections; its summary, the server's CPU and the verdict."""
+
+    rate: float
+    num_conns: int
+    connections: int
+    requests: int
+    replies: int
+    test_duration_s: float
+    # replies/s: {"min", "avg", "max", "stddev", "samples"[, "each": one figure per 5-s sample]}
+    reply_rate: dict
+    status: dict  # HTTP status class (1xx..5xx) -> replies
+    errors: dict  # httperf's error counters, HTTPERF_ERRORS
+    server_cpu_cores: float  # uWSGI + nginx CPU seconds per second of the step
+    verdict: str  # "pass", "fail" or "invalid" (the rule: bench.analysis.judge_step)
+    reasons: tuple[str, ...] = ()
+    raw_output: str = ""  # httperf's output, relative to the results directory
+    connection_ms: dict = field(default_factory=dict)  # {"min", "avg", "max", "median", "stddev"}, if printed
+    request_rate: float | None = None  # requests/s httperf achieved, if printed
+    client_cpu_pct: float | None = None  # httperf's own CPU share, if printed
+
+    def __post_init__(self):
+        _check(_is_number(self.rate) and self.rate > 0, f"rate: must be a number > 0, got {self.rate!r}")
+        _check(_is_count(self.num_conns, 1), f"num_conns: must be an integer >= 1, got {self.num_conns!r}")
+        for name in ("connections", "requests", "replies"):
+            _check(_is_count(getattr(self, name)), f"{name}: must be an integer >= 0, got {getattr(self, name)!r}")
+        for name in ("test_duration_s", "server_cpu_cores"):
+            object.__setattr__(self, name, _finite_nonneg(getattr(self, name), name))
+        rate = _numbers(self.reply_rate, "reply_rate", ("min", "avg", "max", "stddev"))
+        _check(_is_count(rate.get("samples")), f"reply_rate.samples: must be an integer >= 0, "
+                                               f"got {rate.get('samples')!r}")
+        if "each" in rate:
+            _check(isinstance(rate["each"], list), "reply_rate.each: must be a list of numbers")
+            for x in rate["each"]:
+                _finite_nonneg(x, "reply_rate.each")
+        object.__setattr__(self, "reply_rate", rate)
+        object.__setattr__(self, "status", _counts(self.status, "status", HTTP_CLASSES))
+        object.__setattr__(self, "errors", _counts(self.errors, "errors", HTTPERF_ERRORS))
+        _check(self.verdict in VERDICTS, f"verdict: must be one of {', '.join(VERDICTS)}, got {self.verdict!r}")
+        _check(isinstance(self.reasons, (list, tuple)) and all(isinstance(r, str) for r in self.reasons),
+               "reasons: must be a list of strings")
+        object.__setattr__(self, "reasons", tuple(self.reasons))
+        _check(isinstance(self.raw_output, str), "raw_output: must be a path string")
+        if self.connection_ms:
+            object.__setattr__(self, "connection_ms", _numbers(self.connection_ms, "connection_ms",
+                                                               ("min", "avg", "max", "median", "stddev")))
+        for name in ("request_rate", "client_cpu_pct"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _finite_nonneg(getattr(self, name), name))
+
+    def to_dict(self) -> dict:
+        data = {"rate": self.rate, "num_conns": self.num_conns, "connections": self.connections,
+                "requests": self.requests, "replies": self.replies, "test_duration_s": self.test_duration_s,
+                "reply_rate": self.reply_rate, "status": self.status, "errors": self.errors}
+        if self.connection_ms:
+            data["connection_ms"] = self.connection_ms
+        for name in ("request_rate", "client_cpu_pct"):
+            if getattr(self, name) is not None:
+                data[name] = getattr(self, name)
+        data.update({"server_cpu_cores": self.server_cpu_cores, "verdict": self.verdict,
+                     "reasons": list(self.reasons), "raw_output": self.raw_output})
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Step":
+        _check(isinstance(data, dict), f"step: must be an object, got {type(data).__name__}")
+        return _build(cls, data, f"step at rate {data.get('rate', '?')}")
+
+
+def find_knee(steps) -> dict:
+    """The last passing rate before the first step that did not pass (derived, never stored)."""
+    last_pass, first_bad = None, None
+    for step in sorted(steps, key=lambda s: s.rate):
+        if step.verdict == "pass":
+            last_pass = step
+            continue
+        first_bad = step
+        break
+    if first_bad is None:
+        status = "not reached" if last_pass else "no steps"
+    elif first_bad.verdict == "invalid":
+        status = "client-limited"
+    else:
+        status = "found" if last_pass else "below the first rate"
+    return {"rate": last_pass.rate if last_pass else None,
+            "next_rate": first_bad.rate if first_bad else None,
+            "next_verdict": first_bad.verdict if first_bad else None,
+            "next_reasons": list(first_bad.reasons) if first_bad else [],
+            "status": status}
+
+
+# --------------------------------------------------------------------------- faults
+
+
+@dataclass(frozen=True)
+class Check:
+    """One target of a fault experiment, with what was measured against it."""
+
+    target: str
+    ok: bool
+    measured: str
+
+    def __post_init__(self):
+        _check(isinstance(self.target, str) and self.target, "check.target: must be a non-empty string")
+        _check(isinstance(self.ok, bool), f"check.ok: must be true or false, got {self.ok!r}")
+        _check(isinstance(self.measured, str), "check.measured: must be a string")
+
+
+@dataclass(frozen=True)
+class FaultRecord:
+    """One fault experiment: the load held, the faults injected, requests sent and failed
+    (wrk's error classes, non-2xx included), data lost (e.g. POST handlers that ran twice),
+    notes, the checks of its targets and the raw figures behind them. ``error``: why the
+    experiment could not run ("" when it ran)."""
+
+    name: str
+    layout: str
+    load: str  # e.g. "wrk -c8 6 s GET"
+    faults_injected: int
+    requests_sent: int
+    requests_failed: int
+    data_lost: int
+    notes: tuple[str, ...] = ()
+    checks: tuple[Check, ...] = ()
+    patch: str = ""  # the experiment-only nginx.conf patch this ran with ("" = as rendered)
+    figures: dict = field(default_factory=dict, compare=False, hash=False)
+    seconds: float = 0.0  # how long the experiment took, stack start and stop included
+    error: str = ""
+
+    def __post_init__(self):
+        for name in ("name", "layout"):
+            _check(isinstance(getattr(self, name), str) and getattr(self, name), f"{name}: must be a non-empty string")
+        for name in ("load", "patch", "error"):
+            _check(isinstance(getattr(self, name), str), f"{name}: must be a string")
+        for name in ("faults_injected", "requests_sent", "requests_failed", "data_lost"):
+            _check(_is_count(getattr(self, name)), f"{name}: must be an integer >= 0, got {getattr(self, name)!r}")
+        _check(isinstance(self.notes, (list, tuple)) and all(isinstance(n, str) for n in self.notes),
+               "notes: must be a list of strings")
+        object.__setattr__(self, "notes", tuple(self.notes))
+        _check(isinstance(self.checks, (list, tuple)), "checks: must be a list")
+        object.__setattr__(self, "checks", tuple(c if isinstance(c, Check) else _build(Check, _mapping(c, "check"),
+                                                                                      "check")
+                                                 for c in self.checks))
+        _mapping(self.figures, "figures")
+        try:  # stored as JSON: what is kept in memory is what a reload gives back
+            object.__setattr__(self, "figures", json.loads(json.dumps(self.figures)))
+        except (TypeError, ValueError) as exc:
+            raise ResultsError(f"figures: must be JSON data ({exc})") from None
+        object.__setattr__(self, "seconds", _finite_nonneg(self.seconds, "seconds"))
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and all(c.ok for c in self.checks)
+
+    @property
+    def failed_checks(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+    def explain(self) -> str:
+        lines = [f"{self.name} on {self.layout} ({self.load}):"]
+        lines += [f"  [{'ok' if c.ok else 'FAILED'}] {c.target}: {c.measured}" for c in self.checks]
+        lines += [f"  note: {n}" for n in self.notes]
+        lines += [f"  could not run: {self.error}"] if self.error else []
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        if not data["error"]:
+            del data["error"]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "FaultRecord":
+        _check(isinstance(data, dict), f"fault: must be an object, got {type(data).__name__}")
+        return _build(cls, data, f"fault {data.get('name', '?')}")
+
+
+RECORD_TYPES = {"cells": Cell, "steps": Step, "faults": FaultRecord}
+
+
+# --------------------------------------------------------------------------- the results file
+
+
 @dataclass(frozen=True)
 class Results:
     environment: dict
     arguments: dict
     workload: dict
-    cells: tuple[Cell, ...]
+    cells: tuple[Cell, ...] = ()
     created: str = ""
     format_version: int = FORMAT_VERSION
+    kind: str = "compare"
+    steps: tuple[Step, ...] = ()
+    faults: tuple[FaultRecord, ...] = ()
 
     def __post_init__(self):
         _check(self.format_version == FORMAT_VERSION,
-               f"format_version: this tool reads version {FORMAT_VERSION}, got {self.format_version!r}")
-        object.__setattr__(self, "cells", tuple(c if isinstance(c, Cell) else Cell.from_dict(c) for c in self.cells))
+               f"format_version: this tool writes version {FORMAT_VERSION}, got {self.format_version!r}")
+        _check(self.kind in KIND_RECORDS, f"kind: must be one of {', '.join(KIND_RECORDS)}, got {self.kind!r}")
+        for name in ("environment", "arguments", "workload"):
+            _mapping(getattr(self, name), name)
+        _check(isinstance(self.created, str), "created: must be a string (ISO 8601 time)")
+        for name, cls in RECORD_TYPES.items():
+            records = getattr(self, name)
+            _check(isinstance(records, (list, tuple)), f"{name}: must be a list")
+            _check(not records or name == KIND_RECORDS[self.kind], f"{name}: the results of kind {self.kind} hold "
+                                                            f"{KIND_RECORDS[self.kind]}, not {name}")
+            object.__setattr__(self, name, tuple(r if isinstance(r, cls) else cls.from_dict(r) for r in records))
         keys = [(c.scenario, *c.key) for c in self.cells]
         _check(len(keys) == len(set(keys)), "cells: a (scenario, layout, concurrency, repeat) appears twice")
+
+    @property
+    def records(self) -> tuple:
+        """This kind's records (cells, steps or faults)."""
+        return getattr(self, KIND_RECORDS[self.kind])
 
     @property
     def layouts(self) -> list[str]:
@@ -195,53 +579,119 @@ class Results:
     def scenarios(self) -> list[str]:
         return list(dict.fromkeys(c.scenario for c in self.cells))
 
+    @property
+    def knee(self) -> dict:
+        """The open loop's knee, derived from the steps."""
+        return find_knee(self.steps)
+
     def to_dict(self) -> dict:
-        return {
+        records = KIND_RECORDS[self.kind]
+        data = {
             "format_version": self.format_version,
+            "kind": self.kind,
             "created": self.created,
             "environment": self.environment,
             "arguments": self.arguments,
             "workload": self.workload,
-            "cells": [c.to_dict() for c in self.cells],
+            records: [r.to_dict() for r in self.records],
         }
+        if records == "steps":
+            data["knee"] = self.knee  # for readers of the JSON; recomputed on load
+        return data
 
     def save(self, path: Path | str) -> Path:
         """Write atomically (temp file + rename): a crash never leaves half a results file."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".results-", suffix=".json", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as fh:
-                json.dump(self.to_dict(), fh, indent=2, sort_keys=False)
-                fh.write("\n")
-            os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide results from the rest of the team
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        return write_text_atomic(path, json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n")
 
 
 def load(path: Path | str) -> Results:
+    """A results file of any kind and of any version this tool reads (version 1 is migrated)."""
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot read results JSON ({exc.strerror or exc})") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
         raise ResultsError(f"{path}: cannot read results JSON ({exc})") from None
+    return from_dict(data, source=str(path))
+
+
+def from_dict(data, source: str = "results") -> Results:
     if not isinstance(data, dict):
-        raise ResultsError(f"{path}: not a results object")
+        raise ResultsError(f"{source}: not a results object")
     version = data.get("format_version")
-    if version != FORMAT_VERSION:
-        raise ResultsError(f"{path}: format_version {version!r} is not supported (this tool reads {FORMAT_VERSION})")
-    missing = [k for k in ("environment", "arguments", "workload", "cells") if k not in data]
+    if version not in READS_VERSIONS:
+        raise ResultsError(f"{source}: format_version {version!r} is not supported (this tool reads "
+                           f"{' and '.join(map(str, READS_VERSIONS))})")
+    if version == 1:
+        data = migrate_v1(data, source)
+    kind = data.get("kind")
+    if kind not in KIND_RECORDS:
+        raise ResultsError(f"{source}: kind {kind!r} is not one this tool reads ({', '.join(KIND_RECORDS)})")
+    records = KIND_RECORDS[kind]
+    missing = [k for k in ("environment", "arguments", "workload", records) if k not in data]
     if missing:
-        raise ResultsError(f"{path}: missing {', '.join(missing)}")
-    if not isinstance(data["cells"], list):
-        raise ResultsError(f"{path}: cells must be a list")
-    return Results(
-        environment=data.get("environment", {}),
-        arguments=data.get("arguments", {}),
-        workload=data.get("workload", {}),
-        cells=tuple(data.get("cells", [])),
-        created=data.get("created", ""),
-        format_version=version,
-    )
+        raise ResultsError(f"{source}: missing {', '.join(missing)}")
+    for name in RECORD_FIELDS:
+        if name in data and not isinstance(data[name], list):
+            raise ResultsError(f"{source}: {name} must be a list")
+    try:
+        return Results(
+            environment=data["environment"], arguments=data["arguments"], workload=data["workload"],
+            created=data.get("created", ""), kind=kind,
+            **{name: tuple(data.get(name) or ()) for name in RECORD_FIELDS},
+        )
+    except ResultsError as exc:
+        raise ResultsError(f"{source}: {exc}") from None
+
+
+def migrate_v1(data: dict, source: str) -> dict:
+    """Version 1 as version 2: compare's results.json had no ``kind``; openloop's openloop.json
+    had ``kind: openloop``, its arguments and steps, and a stored knee (dropped: derived)."""
+    kind = data.get("kind", "compare")
+    if kind == "compare":
+        return {**data, "kind": "compare", "format_version": FORMAT_VERSION}
+    if kind == "openloop":
+        arguments = data.get("arguments", {})
+        if not isinstance(arguments, dict):
+            raise ResultsError(f"{source}: arguments must be an object")
+        data = {k: v for k, v in data.items() if k != "knee"}
+        return {**data, "format_version": FORMAT_VERSION,
+                "workload": {"path": arguments.get("path", ""), "files": arguments.get("files", "")}}
+    raise ResultsError(f"{source}: format_version 1 files of kind {kind!r} were never written by this tool")
+
+
+def utc_now() -> str:
+    """``created``: the time a run started, ISO 8601 in UTC to the second."""
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+# --------------------------------------------------------------------------- atomic files
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_atomic(path: Path | str, write: Callable, binary: bool = False) -> Path:
+    """Create ``path`` via a temp file in the same directory and ``os.replace``: a reader (or a
+    crash) never sees half a file. ``write(fh)`` fills the open temp file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600, which would hide results from the team
+        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as fh:
+            write(fh)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text_atomic(path: Path | str, text: str) -> Path:
+    return write_atomic(path, lambda fh: fh.write(text))

@@ -13,11 +13,12 @@ import pytest
 
 from bench import cli as bench_cli
 from bench.analysis import article_verdict, group_cells
-from bench.measure import fraction_script, worker_requests
+from bench.kinds import compare
+from bench.kinds.closedloop import Plan, Progress, ReplayError, ReplayRunner, default_layouts, default_levels, run_sweep
+from bench.load.scenarios import SCENARIOS
+from bench.load.wrk import WrkError, fraction_script, parse_output, to_run
+from bench.observe import worker_requests
 from bench.results import ResultsError, load
-from bench.scenarios import SCENARIOS
-from bench.sweep import Plan, Progress, ReplayError, ReplayRunner, default_layouts, default_levels, run_sweep
-from bench.wrk import WrkError, parse_output, to_run
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -132,7 +133,7 @@ def test_progress_eta_counts_down():
 def test_default_plan_fits_in_about_five_minutes_on_two_cores():
     parser = bench_cli.build_parser()
     args = parser.parse_args(["compare", "--processes", "2"])
-    plan, _ = bench_cli.plan_from_args(args)
+    plan, _ = compare.plan_from_args(args)
     assert plan.layouts == default_layouts(2, 4) and plan.concurrency == (2, 4, 8) and plan.repeats == 3
     assert plan.estimate_seconds() <= 330
 

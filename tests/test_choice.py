@@ -4,7 +4,8 @@ made with the real Cell/Results constructors; not a measurement)."""
 from __future__ import annotations
 
 from bench.analysis import layout_choice, steady_scenarios
-from bench.report import choice_lines, markdown_lines, terminal_lines
+from bench.report import markdown_lines, terminal_lines
+from bench.report.compare import choice_lines
 from bench.results import Cell, Results
 
 LAYOUTS = ("2x4-shared", "2x4-mapped", "2x4-overflow")

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from bench.dataset import make_dataset
-from bench.files import (
+from bench.load.files import (
     RANDOM_FILES_LUA,
     request_paths,
     write_path_list,
     write_wlog,
     wrk_script_args,
 )
-from bench.wrk import parse_output
+from bench.load.wrk import parse_output
 
 
 @pytest.fixture

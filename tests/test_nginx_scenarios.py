@@ -9,12 +9,14 @@ import json
 import pytest
 
 from bench import cli as bench_cli
-from bench import nginx_report as nr
-from bench import scenarios as sc
+from bench import options
 from bench.dataset import make_dataset
-from bench.files import request_paths, weighted_paths
-from bench.measure import spread_extra
+from bench.kinds import compare
+from bench.load import scenarios as sc
+from bench.load.files import request_paths, weighted_paths
+from bench.observe import spread_extra
 from bench.report import markdown_lines, terminal_lines
+from bench.report import nginx as nr
 from bench.results import Cell, Errors, Latency, Results, load
 
 # --- scenarios and the CLI plan ------------------------------------------------------------------
@@ -64,12 +66,12 @@ def test_bad_file_load_says_what_is_allowed():
     ("2x4-shared,2x4-mapped,2x4-shared", ("2x4-shared", "2x4-mapped")),
 ])
 def test_layout_lists_keep_variant_options_together(text, want):
-    assert bench_cli.split_specs(text) == want
+    assert options.split_specs(text) == want
 
 
 def _plan(argv):
     args = bench_cli.build_parser().parse_args(["compare", *argv])
-    return bench_cli.plan_from_args(args)
+    return compare.plan_from_args(args)
 
 
 def test_files_plan_adds_the_data_set_and_sendfile(tmp_path):
@@ -111,11 +113,11 @@ def test_unreachable_data_dir_is_named(tmp_path, monkeypatch):
     inner = private / "ds"
     inner.mkdir(parents=True)
     private.chmod(0o700)
-    monkeypatch.setattr(bench_cli.os, "geteuid", lambda: 0)
-    assert bench_cli.unreachable_parent(inner) == private
+    monkeypatch.setattr(options.os, "geteuid", lambda: 0)
+    assert options.unreachable_parent(inner) == private
     private.chmod(0o711)
     tmp_path.chmod(0o711)
-    blocked = bench_cli.unreachable_parent(inner)
+    blocked = options.unreachable_parent(inner)
     assert blocked is None or blocked not in (inner, private)
 
 

@@ -20,10 +20,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench import plots
 from bench.analysis import TARGET_EFFICIENCY, Stat
-from bench.exporters import EXPORTERS, MarkdownExporter, PlotExporter, TerminalExporter, export_all
-from bench.report import fmt_stat, markdown_lines, terminal_lines, verdict_lines
+from bench.report import markdown_lines, plots, terminal_lines
+from bench.report.compare import verdict_lines
+from bench.report.exporters import EXPORTERS, MarkdownExporter, PlotExporter, TerminalExporter, export_all
+from bench.report.text import fmt_stat
 from bench.results import Latency, Results, ResultsError, load
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -43,7 +43,7 @@ def test_smoke_compare_records_every_field(tmp_path):
     out = tmp_path / "run"
     proc = compare(out, "--layouts", "2x2-shared,2x2-mapped", "--concurrency", "2", "--duration", "2")
     data = json.loads((out / "results.json").read_text())
-    assert data["format_version"] == 1 and data["arguments"]["complete"] is True
+    assert data["format_version"] == 2 and data["kind"] == "compare" and data["arguments"]["complete"] is True
     for key in ("nproc", "nginx", "uwsgi", "wrk", "python", "git_commit", "kernel"):
         assert data["environment"][key], key
     assert data["workload"]["article"]["query"] == "rounds=5&fib=25&io_ms=10"

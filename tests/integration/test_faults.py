@@ -1,7 +1,7 @@
 """Faults, reloads and overload under real wrk load, against real nginx + uWSGI on loopback.
 
-Each test runs one experiment of ``bench/faults.py`` (the same functions ``make faults``
-prints its figures from) and asserts the issue's targets, which the experiment records as
+Each test runs one experiment of ``bench/kinds/faults.py`` (the same functions ``make faults``
+prints and saves its figures from) and asserts the issue's targets, which the experiment records as
 checks with what it measured. Loads are bounded (wrk -d a few seconds); every process is
 stopped on every path (the experiments use context managers, and conftest checks that
 nothing survives in the test's run directories).
@@ -14,20 +14,21 @@ import subprocess
 
 import pytest
 
-from bench.faults import (
-    Check,
-    FaultResult,
-    Lab,
+from bench.kinds.faults import (
+    FAULT_APP,
+    FaultApp,
     Patch,
     backlog_full,
     broken_reload,
     chain_reload_under_load,
-    format_table,
     kill_worker,
     nginx_reloads,
     plan,
     stuck_request,
 )
+from bench.report.faults import format_table
+from bench.results import Check, FaultRecord
+from bench.stack import Lab
 from deploy.layout import PROJECT_ROOT
 
 
@@ -43,7 +44,7 @@ def lab(run_dirs, free_ports):
         yield lab
 
 
-def met(result: FaultResult, *targets: str) -> None:
+def met(result: FaultRecord, *targets: str) -> None:
     """Assert the checks whose target starts with one of ``targets`` (all when none given)."""
     print("\n" + result.explain())
     chosen = [c for c in result.checks if not targets or c.target.startswith(targets)]
@@ -149,9 +150,9 @@ def test_plan_covers_every_experiment_and_the_single_thread_contrast():
 
 def test_table_is_aligned_and_lists_missed_targets():
     results = [
-        FaultResult("kill-worker", "2x4-mapped", "wrk -c8 GET 5 s", 1, 1234, 0, 0, ("a note",),
+        FaultRecord("kill-worker", "2x4-mapped", "wrk -c8 GET 5 s", 1, 1234, 0, 0, ("a note",),
                     (Check("0 failed GETs", True, "none"),)),
-        FaultResult("backlog-full", "1x1-shared unix*", "wrk -c32 GET 4 s", 1, 99, 98, 0, (),
+        FaultRecord("backlog-full", "1x1-shared unix*", "wrk -c32 GET 4 s", 1, 99, 98, 0, (),
                     (Check("recovers", False, "first 200 after 9 s"), Check("fast", True, "0.01 s")),
                     patch="max_fails=0"),
     ]
@@ -190,5 +191,73 @@ def test_make_faults_and_reload_targets():
     out = subprocess.run(["make", "-n", "faults", "reload", "ARGS=--only kill-worker", "BIN=.venv-x/bin",
                           "LAYOUT=2x4-mapped"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
-    assert ".venv-x/bin/python -m bench.faults --only kill-worker" in out.stdout
+    assert ".venv-x/bin/python -m bench faults --only kill-worker" in out.stdout
     assert ".venv-x/bin/python -m deploy reload 2x4-mapped --only kill-worker" in out.stdout
+
+
+def test_fault_app_is_a_copy_of_app_faults_that_logs_posts_and_sleeps(run_dirs):
+    """The experiments' app: app/faults.py copied into a directory of its own (the handler log
+    lands there, not in the repository); called directly here, without a server."""
+    import importlib.util
+    import io
+    import time
+
+    app = FaultApp.create(run_dirs())
+    assert app.module.read_text() == FAULT_APP.read_text()
+    assert app.app_dir.stat().st_mode & 0o777 == 0o755 and (app.app_dir / "data").stat().st_mode & 0o777 == 0o777
+    spec = importlib.util.spec_from_file_location("faultapp_copy", app.module)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def call(method: str, query: str):
+        seen = {}
+        body = b"".join(module.application(
+            {"REQUEST_METHOD": method, "QUERY_STRING": query, "CONTENT_LENGTH": "1", "wsgi.input": io.BytesIO(b"x")},
+            lambda status, headers: seen.update(status=status, headers=dict(headers))))
+        return seen["status"], body
+
+    t0 = time.monotonic()
+    assert call("GET", "io_ms=50") == ("200 OK", b"ok")
+    assert time.monotonic() - t0 >= 0.05
+    assert not app.handled()  # a GET logs nothing
+    call("POST", "id=t1-1")
+    call("POST", "id=t1-1")
+    call("POST", "id=t1-2")
+    assert app.handled() == {"t1-1": 2, "t1-2": 1}
+    assert app.log.parent == app.app_dir / "data"
+
+
+def test_faults_results_are_saved_and_re_rendered(tmp_path, capsys):
+    """A faults run's results.json (SYNTHETIC records) renders the same table and summary."""
+    from bench import cli as bench_cli
+    from bench.report import terminal_lines
+    from bench.results import Results, load
+
+    ran = FaultRecord("kill-worker", "2x4-mapped", "wrk -c8 GET 5 s", 1, 1234, 0, 0, ("a note",),
+                      (Check("0 failed GETs", True, "none"),), seconds=9.4)
+    crashed = FaultRecord("nginx-reload", "2x4-mapped", "", 0, 0, 0, 0, seconds=0.6,
+                          error="nginx not ready after 30 s")
+    results = Results(environment={"nproc": 2}, arguments={"layouts": ["2x4-mapped"], "command": "x"},
+                      workload={}, kind="faults", faults=(ran, crashed))
+    path = results.save(tmp_path / "results.json")
+    lines = terminal_lines(load(path))
+    assert lines[:-2] == format_table([ran])
+    assert lines[-1] == ("1 experiments in 10 s; every target met; 1 could not run: "
+                         "nginx-reload on 2x4-mapped: nginx not ready after 30 s")
+    assert bench_cli.main(["report", str(path)]) == 0
+    assert capsys.readouterr().out.startswith("\n".join(lines))
+    md = (tmp_path / "report.md").read_text()
+    assert "| kill-worker | 2x4-mapped | wrk -c8 GET 5 s | 1 | 1234 | 0 | 0 | 1/1 met |" in md
+    assert "- [x] 0 failed GETs: none" in md and (tmp_path / "report.txt").read_text() == "\n".join(lines) + "\n"
+
+
+def test_bad_faults_arguments_exit_2_before_anything_is_written(tmp_path, capsys):
+    from bench import cli as bench_cli
+
+    for argv, field in ((["--layouts", "2x4-bogus"], "strategy"), (["--only", "nap"], "only"),
+                        (["--layouts", ","], "layouts")):
+        out = tmp_path / "out"
+        assert bench_cli.main(["faults", "--out", str(out), *argv]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: {field}"), err
+        assert not out.exists()

@@ -97,10 +97,12 @@ def test_smoke_openloop_one_step(tmp_path):
     out = tmp_path / "open"
     proc = bench(out, "openloop", "--layout", "1x2-mapped", "--rates", "20", "--step", "15", "--warmup", "1",
                  "--path", "/healthz")
-    data = json.loads((out / "openloop.json").read_text())
+    data = json.loads((out / "results.json").read_text())
+    assert data["format_version"] == 2 and data["kind"] == "openloop" and data["arguments"]["complete"] is True
     (step,) = data["steps"]
     assert step["rate"] == 20 and step["requests"] == 300 and step["verdict"] in ("pass", "fail")
     assert step["reply_rate"]["samples"] >= 2 and len(step["reply_rate"]["each"]) >= 2
     assert step["errors"]["fd_unavail"] == 0 and step["status"]["4xx"] == 0
     assert (out / step["raw_output"]).read_text().count("Total: connections") == 1
     assert "knee" in proc.stdout and (out / "report.md").stat().st_size > 0
+    assert (out / "reply-rate.png").stat().st_size > 0

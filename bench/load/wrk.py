@@ -102,6 +102,28 @@ class WrkProcess:
             self.proc.communicate()
 
 
+def write_script(path: Path, lua: str) -> Path:
+    """A generated wrk script: ``lua`` (its request logic) followed by the JSON ``done()`` hook
+    of report.lua, readable by every user (wrk may run next to a stack that dropped privileges)."""
+    path.write_text(lua + LUA_REPORT.read_text())
+    path.chmod(0o644)
+    return path
+
+
+def fraction_script(directory: Path, healthy_path: str, stall_path: str, fraction: float) -> Path:
+    """A wrk script that sends every Nth request to the stalled path (deterministic, so
+    repeats are comparable), plus the JSON done() hook."""
+    every = max(2, round(1 / fraction))
+    return write_script(directory / f"stall-every-{every}.lua", (
+        f"-- every {every}th request of each wrk thread stalls ({fraction:.1%} of requests)\n"
+        f"local n = 0\n"
+        f"request = function()\n"
+        f"  n = n + 1\n"
+        f"  if n % {every} == 0 then return wrk.format(nil, {stall_path!r}) end\n"
+        f"  return wrk.format(nil, {healthy_path!r})\n"
+        f"end\n"))
+
+
 def run_wrks(*loads: WrkProcess, rusage_before=None) -> tuple[list[WrkRun], float]:
     """Wait for every load; return their runs and the CPU seconds all of them used.
 

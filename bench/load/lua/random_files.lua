@@ -1,7 +1,7 @@
 -- wrk script: every request asks for a random path from a list (the thread-pool article's
 -- method), and done() prints the run's figures as one JSON line (report.lua, loaded below).
 --
---   wrk -t2 -c50 -d10s --latency -s bench/lua/random_files.lua http://127.0.0.1:8000 -- LIST [SEED]
+--   wrk -t2 -c50 -d10s --latency -s bench/load/lua/random_files.lua http://127.0.0.1:8000 -- LIST [SEED]
 --
 -- LIST: a file with one request path per line ("/files/s00042", "/static/small/00/00/s00042.bin");
 -- empty lines are skipped (bench/files.py writes these lists). SEED (default 1): each wrk
@@ -45,7 +45,7 @@ function request()
 end
 
 -- The JSON done() hook lives in report.lua next to this file (unless the caller already
--- appended it to this script's text, as bench/measure.py does for its generated scripts).
+-- appended it to this script's text, as bench/load/wrk.py's write_script does).
 if done == nil then
   local source = debug.getinfo(1, "S").source
   local dir = source:match("^@(.*/)") or "./"

@@ -1,12 +1,20 @@
-"""Measure one layout: start its stack once, warm up, load it at each level, stop it.
+"""Closed-loop cells: the sweep and the runners that measure or replay its cells.
 
-Per cell: wrk's figures, the per-worker request counts (uWSGI stats server, delta over
-the cell), and the CPU seconds of the uWSGI tree, the nginx tree and wrk. File scenarios
-also record, in ``extra``, the bytes the data set's block device read during the cell,
-the page-cache residency before and after (cold-cache cells are evicted first), the hot
-file's latencies, and for ``nginx_spread`` scenarios the connections and CPU of each nginx
-worker. From wrk's figures and the CPU come
-two bounds on throughput and the efficiency = throughput / the smaller bound:
+The sweep decides which layouts, which levels, in which order: repeats are interleaved
+(A B C, A B C, ...) so that drift of a noisy machine hits every layout alike, with a progress
+line (ETA) and a partial save after every block. A runner does the measuring:
+``LiveRunner`` for real, ``ReplayRunner`` to rerun this logic on stored cells without timing
+anything. ``compare`` runs a sweep; ``tune`` will run its own plans through the same runners.
+
+``LiveRunner.run_block`` starts one layout's stack once (``bench.stack.Lab``), warms it up,
+loads it at each level (``bench.load.wrk``) and stops it. Per cell: wrk's figures, the
+per-worker request counts (uWSGI stats server, delta over the cell), and the CPU seconds of
+the uWSGI tree, the nginx tree and wrk (``bench.observe``). File scenarios also record, in
+``extra``, the bytes the data set's block device read during the cell, the page-cache
+residency before and after (cold-cache cells are evicted first), the hot file's latencies,
+and for ``nginx_spread`` scenarios the connections and CPU of each nginx worker. From wrk's
+figures and the CPU come two bounds on throughput and the efficiency = throughput / the
+smaller bound:
   * capacity: cores / CPU-seconds per request (all three share the machine's cores);
   * closed loop: connections / the latency of one request alone (wrk -c1 while warming up).
 """
@@ -15,123 +23,161 @@ from __future__ import annotations
 
 import os
 import resource
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-import psutil
+from typing import Callable, Protocol
 
 from bench import dataset as ds
-from bench.files import RANDOM_FILES_LUA, request_paths, weighted_paths, write_lines
-from bench.results import Cell
-from bench.scenarios import Scenario
-from bench.wrk import LUA_REPORT, WrkProcess, run_wrks
-from deploy.layout import Layout, parse_variant
-from deploy.ports import free_consecutive_ports
-from deploy.render import write_layout
-from deploy.stack import Stack
+from bench.load.files import RANDOM_FILES_LUA, request_paths, weighted_paths, write_lines
+from bench.load.scenarios import Scenario
+from bench.load.wrk import WrkProcess, fraction_script, run_wrks
+from bench.observe import Snapshot, busiest_connections, cpu_seconds, nginx_workers, spread_extra
+from bench.results import Cell, Results, utc_now
+from bench.stack import Lab, dir_name
+from deploy.layout import Layout
 
 
 @dataclass(frozen=True)
-class Ports:
-    listen: int
-    stats: int
-    base: int  # first uWSGI socket port; the next `span` ports are free too
+class Plan:
+    layouts: tuple[str, ...]
+    concurrency: tuple[int, ...]
+    repeats: int
+    duration: float
+    warmup: float
+    processes: int
+    threads: int
+    scenarios: tuple[str, ...]
+    workload: dict  # scenario name -> its resolved mix (query strings, stall settings)
+    timeout: float = 10.0
+    command: str = ""
+    options: dict = field(default_factory=dict)
+
+    @property
+    def blocks(self) -> list[tuple[int, str]]:
+        """(repeat, layout) in run order: every layout once per repeat, interleaved."""
+        return [(r, layout) for r in range(1, self.repeats + 1) for layout in self.layouts]
+
+    @property
+    def cell_count(self) -> int:
+        return len(self.blocks) * len(self.concurrency) * len(self.scenarios)
+
+    def estimate_seconds(self, per_block_overhead: float = 2.5) -> float:
+        per_cell = self.duration + 0.3
+        warmups = len(self.blocks) * len(self.scenarios) * self.warmup
+        return len(self.blocks) * per_block_overhead + warmups + self.cell_count * per_cell
+
+    def arguments(self) -> dict:
+        data = asdict(self)
+        data.pop("workload")
+        for key in ("layouts", "concurrency", "scenarios"):
+            data[key] = list(data[key])
+        data["scenario"] = self.scenarios[0]
+        return data
 
 
-def find_free_ports(span: int) -> Ports:
-    """Free ports on 127.0.0.1 for nginx, the stats server and ``span`` uWSGI sockets."""
-    listen, stats, *sockets = free_consecutive_ports(span + 2, 18000, 60000)
-    return Ports(listen=listen, stats=stats, base=sockets[0])
+def default_levels(processes: int, threads: int) -> tuple[int, ...]:
+    """P and 2P (where the article's effect shows), doubling up to P*T, and P*T itself."""
+    levels, c = set(), processes
+    while c <= processes * threads:
+        levels.add(c)
+        c *= 2
+    levels.add(processes * threads)
+    return tuple(sorted(levels))
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """user+system CPU of a process and its live descendants (threads included)."""
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0.0
-    total = 0.0
-    for p in procs:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.NoSuchProcess:
-            pass
-    return total
+def default_layouts(processes: int, threads: int) -> tuple[str, ...]:
+    p, t = processes, threads
+    wanted = [f"1x{t}-shared", f"{p}x1-shared", f"{p}x{t}-shared", f"{p}x{t}-thunder", f"{p}x{t}-mapped"]
+    return tuple(dict.fromkeys(wanted))  # P=1 or T=1 would repeat a layout
 
 
-def worker_requests(stats: dict) -> dict[str, int]:
-    """Requests served so far per uWSGI worker id, from the stats server's JSON document."""
-    return {str(w["id"]): int(w["requests"]) for w in stats["workers"]}
+class Runner(Protocol):
+    def run_block(self, spec: str, repeat: int, levels: list[int], scenarios: list[str],
+                  on_cell: Callable[[Cell], None] | None = None) -> list[Cell]: ...
 
 
-@dataclass
-class Snapshot:
-    workers: dict[str, int]
-    uwsgi_cpu: float
-    nginx_cpu: float
+class ReplayRunner:
+    """Serves stored cells in place of measuring: the sweep, results and report logic run
+    exactly as live, in milliseconds. Missing cells are an error, not invented."""
 
-    @classmethod
-    def take(cls, stack: Stack) -> "Snapshot":
-        return cls(worker_requests(stack.stats()), tree_cpu_seconds(stack.pids["uwsgi"]),
-                   tree_cpu_seconds(stack.pids["nginx"]))
+    def __init__(self, stored: Results):
+        self.cells = {(c.scenario, *c.key): c for c in stored.cells}
 
-
-def nginx_workers(master_pid: int) -> list[psutil.Process]:
-    """The nginx master's worker processes (its children)."""
-    try:
-        return psutil.Process(master_pid).children()
-    except psutil.NoSuchProcess:
-        return []
-
-
-def cpu_seconds(proc: psutil.Process) -> float:
-    try:
-        t = proc.cpu_times()
-        return t.user + t.system
-    except psutil.NoSuchProcess:
-        return 0.0
+    def run_block(self, spec, repeat, levels, scenarios, on_cell=None):
+        out = []
+        for scenario in scenarios:
+            for level in levels:
+                try:
+                    cell = self.cells[(scenario, spec, level, repeat)]
+                except KeyError:
+                    raise ReplayError(f"replay: no stored {scenario} cell for {spec} at {level} connections, "
+                                      f"repeat {repeat}") from None
+                out.append(cell)
+                if on_cell:
+                    on_cell(cell)
+        return out
 
 
-def client_connections(proc: psutil.Process, port: int) -> int:
-    """Established TCP connections ``proc`` holds on local ``port`` (accepted clients)."""
-    try:
-        return sum(1 for c in proc.net_connections(kind="tcp")
-                   if c.status == psutil.CONN_ESTABLISHED and c.laddr and c.laddr.port == port)
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return 0
+class ReplayError(KeyError):
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
-def spread_extra(conns: list[int], cpu: list[float]) -> dict:
-    """Per-nginx-worker figures for a cell's ``extra``: connections (the busiest sample) and
-    CPU seconds, each sorted high to low, and the busiest worker's share of each."""
-    conns, cpu = sorted(conns, reverse=True), sorted((round(c, 4) for c in cpu), reverse=True)
-    return {
-        "nginx_workers": len(conns),
-        "nginx_worker_conns": conns,
-        "nginx_worker_cpu_s": cpu,
-        "nginx_conn_max_share": conns[0] / sum(conns) if conns and sum(conns) else 0.0,
-        "nginx_cpu_max_share": cpu[0] / sum(cpu) if cpu and sum(cpu) else 0.0,
-    }
+class Progress:
+    """One status line on stderr: layout, level, cells left, ETA (rewritten in place on a TTY)."""
+
+    def __init__(self, plan: Plan, stream=None, clock=time.monotonic):
+        self.plan, self.stream, self.clock = plan, stream or sys.stderr, clock
+        self.done, self.start = 0, clock()
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+
+    def eta_seconds(self) -> float:
+        left = self.plan.cell_count - self.done
+        if self.done == 0:
+            return self.plan.estimate_seconds()
+        return (self.clock() - self.start) / self.done * left
+
+    def line(self, cell: Cell) -> str:
+        eta = self.eta_seconds()
+        scenario = f"{cell.scenario} " if len(self.plan.scenarios) > 1 else ""
+        return (f"[{self.done}/{self.plan.cell_count}] {scenario}{cell.layout} c={cell.concurrency} "
+                f"repeat {cell.repeat}/"
+                f"{self.plan.repeats}: {cell.rps:.1f} req/s, p99 {cell.latency_ms.p99:.0f} ms, "
+                f"{cell.errors.total} errors | {self.plan.cell_count - self.done} cells left, "
+                f"ETA {int(eta // 60)}m{int(eta % 60):02d}s")
+
+    def __call__(self, cell: Cell) -> None:
+        self.done += 1
+        text = self.line(cell)
+        if self.tty:
+            self.stream.write("\r\033[K" + text + ("\n" if self.done == self.plan.cell_count else ""))
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
 
 
-def fraction_script(directory: Path, healthy_path: str, stall_path: str, fraction: float) -> Path:
-    """A wrk script that sends every Nth request to the stalled path (deterministic, so
-    repeats are comparable), plus the JSON done() hook."""
-    every = max(2, round(1 / fraction))
-    path = directory / f"stall-every-{every}.lua"
-    path.write_text(
-        f"-- every {every}th request of each wrk thread stalls ({fraction:.1%} of requests)\n"
-        f"local n = 0\n"
-        f"request = function()\n"
-        f"  n = n + 1\n"
-        f"  if n % {every} == 0 then return wrk.format(nil, {stall_path!r}) end\n"
-        f"  return wrk.format(nil, {healthy_path!r})\n"
-        f"end\n" + LUA_REPORT.read_text()
-    )
-    return path
+def run_sweep(plan: Plan, runner: Runner, environment: dict, save=None, progress=None,
+              kind: str = "compare") -> Results:
+    """Run every block in interleaved order; ``save(results)`` after each block keeps
+    what was measured if the run is interrupted."""
+    cells: list[Cell] = []
+    created = utc_now()
+
+    def snapshot(complete: bool) -> Results:
+        args = plan.arguments() | {"complete": complete}
+        return Results(environment=environment, arguments=args, workload=plan.workload,
+                       cells=tuple(cells), created=created, kind=kind)
+
+    for repeat, spec in plan.blocks:
+        cells.extend(runner.run_block(spec, repeat, list(plan.concurrency), list(plan.scenarios), on_cell=progress))
+        if save:
+            save(snapshot(complete=False))
+    results = snapshot(complete=True)
+    if save:
+        save(results)
+    return results
 
 
 class LiveRunner:
@@ -140,23 +186,15 @@ class LiveRunner:
 
     SPREAD_SAMPLE_S = 0.25  # how often per-nginx-worker connections are counted during a cell
 
-    def __init__(self, work_dir: Path, raw_dir: Path, ports: Ports, scenarios: dict[str, Scenario],
+    def __init__(self, lab: Lab, raw_dir: Path, scenarios: dict[str, Scenario],
                  duration: float, warmup: float, timeout: float, layout_options: dict | None = None):
-        self.work_dir, self.raw_dir, self.ports = work_dir, raw_dir, ports
+        self.lab, self.raw_dir = lab, raw_dir
         self.scenarios = scenarios
         self.duration, self.warmup, self.timeout = duration, warmup, timeout
         self.layout_options = layout_options or {}
         self.cores = os.cpu_count() or 1
         self._index: ds.Index | None = None
         self._lists: dict[str, Path] = {}
-
-    def layout(self, spec: str) -> Layout:
-        """``spec`` may carry options (``2x4-mapped@aio=threads``); it stays the cells' label."""
-        run_dir = self.work_dir / spec.replace("@", "_").replace(",", "_").replace("=", "-")
-        return parse_variant(
-            spec, run_dir=str(run_dir), listen=f"127.0.0.1:{self.ports.listen}",
-            stats_port=self.ports.stats, base_port=self.ports.base, **self.layout_options,
-        )
 
     # --- file scenarios -----------------------------------------------------------------
 
@@ -175,7 +213,7 @@ class LiveRunner:
         if scenario.name not in self._lists:
             f = scenario.files
             paths = weighted_paths(self.index, f.mode, f.which, f.large_share)
-            self._lists[scenario.name] = write_lines(self.work_dir / "lists" / f"{scenario.name}.txt", paths)
+            self._lists[scenario.name] = write_lines(self.lab.work_dir / "lists" / f"{scenario.name}.txt", paths)
         return self._lists[scenario.name]
 
     def hot_url(self, layout: Layout) -> str:
@@ -193,10 +231,10 @@ class LiveRunner:
     # --- blocks and cells ---------------------------------------------------------------
 
     def run_block(self, spec: str, repeat: int, levels: list[int], scenarios: list[str], on_cell=None) -> list[Cell]:
-        layout = self.layout(spec)
-        write_layout(layout, layout.run_dir)
+        """``spec`` may carry options (``2x4-mapped@aio=threads``); it stays the cells' label."""
         cells = []
-        with Stack(layout) as stack:
+        with self.lab.stack(spec, name=dir_name(spec), **self.layout_options) as stack:
+            layout = stack.layout
             for name in scenarios:
                 scenario = self.scenarios[name]
                 if scenario.files is not None and not scenario.files.cold_cache:
@@ -243,17 +281,11 @@ class LiveRunner:
             return None
 
     def _sample_spread(self, stack, layout: Layout, loads: list[WrkProcess]) -> list[int]:
-        """While the loads run, count each nginx worker's client connections; keep the
-        sample with the most connections in total (wrk opens its connections once)."""
-        workers = nginx_workers(stack.pids["nginx"])
-        best: list[int] = [0] * len(workers)
-        deadline = time.monotonic() + max(w.limit for w in loads)
-        while any(w.proc.poll() is None for w in loads) and time.monotonic() < deadline:
-            sample = [client_connections(w, layout.listen_port) for w in workers]
-            if sum(sample) > sum(best):
-                best = sample
-            time.sleep(self.SPREAD_SAMPLE_S)  # sampling interval while wrk runs, not a readiness wait
-        return best
+        """Each nginx worker's client connections while the loads run (the busiest sample)."""
+        return busiest_connections(nginx_workers(stack.pids["nginx"]), layout.listen_port,
+                                   running=lambda: any(w.proc.poll() is None for w in loads),
+                                   deadline=time.monotonic() + max(w.limit for w in loads),
+                                   interval=self.SPREAD_SAMPLE_S)
 
     def measure(self, stack, layout, scenario: Scenario, level: int, repeat: int, unloaded_ms: float,
                 label: str = "") -> Cell:
@@ -283,7 +315,7 @@ class LiveRunner:
         conns = self._sample_spread(stack, layout, loads) if workers else []
         runs, wrk_cpu = run_wrks(*loads, rusage_before=rusage)
         after = Snapshot.take(stack)
-        name = f"{scenario.name}-{label}-c{level}-r{repeat}".replace("@", "_").replace(",", "_").replace("=", "-")
+        name = dir_name(f"{scenario.name}-{label}-c{level}-r{repeat}")
         raw_name = self._save_raw(name, "\n".join(r.raw for r in runs))
         extra = {}
         if stall and stall.clients:

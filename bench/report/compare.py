@@ -1,15 +1,14 @@
-"""Text reports of a stored run: a terminal table, the article verdict, a Markdown report.
+"""The compare report (closed-loop cells): terminal tables, the article verdict, the layout
+choice, a Markdown report; the nginx scenarios' sections come from ``bench.report.nginx``.
 
 Every function here takes a ``Results`` (freshly measured or loaded from JSON) and RETURNS
 lines; nothing prints, times or starts processes, so the same code renders a live run and a
 replayed one, and tests can check the tables line by line. Printing is the CLI's job; writing
-files is ``bench.exporters``'s.
+files is ``bench.report.exporters``'s.
 """
 
 from __future__ import annotations
 
-import json
-import textwrap
 from dataclasses import dataclass
 
 from bench.analysis import (
@@ -21,7 +20,6 @@ from bench.analysis import (
     TARGET_RPS_RATIO,
     ClaimAtLevel,
     Group,
-    Stat,
     Verdict,
     article_verdict,
     best_per_level,
@@ -30,11 +28,11 @@ from bench.analysis import (
     steady_scenarios,
     warnings,
 )
+from bench.report import nginx
+from bench.report.text import comment, fmt_stat, md_kv, md_table, num, plot_lines, pm, table, wrap
 from bench.results import Results
 
-WIDTH = 100  # terminal lines are wrapped/kept to this many columns
 ARTICLE = "article"
-NOISY_MARK = " ~"
 LATENCY_COLUMNS = (("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max"))
 
 EFFICIENCY_NOTE = (
@@ -47,90 +45,6 @@ NOISY_ADVICE = (
     f"spread (high - low) / median above {NOISY_SPREAD:.0%} across repeats: rerun with a longer "
     "--duration, more --repeats, or on a quieter machine before quoting these figures."
 )
-
-
-# --------------------------------------------------------------------------- formatting helpers
-
-
-def _num(x: float, digits: int | None = None) -> str:
-    """A number with ``digits`` decimals, or about three significant figures when ``digits`` is None."""
-    if digits is None:
-        ax = abs(x)
-        digits = 0 if ax >= 100 else 1 if ax >= 10 else 2
-    return f"{x:.{digits}f}"
-
-
-def fmt_stat(stat: Stat, unit: str = "", digits: int | None = 1, mark_noisy: bool = True) -> str:
-    """``"19.7 (19.1–20.3)"``: the median and the low–high range across repeats.
-
-    A unit goes after the range (``"258 (250–270) ms"``); a noisy figure (spread above
-    ``NOISY_SPREAD``) ends with ``" ~"``. One repeat shows the median alone, none shows ``"n/a"``.
-    ``digits=None`` picks the decimals from the size of the median. ``mark_noisy=False`` for figures
-    whose relative spread means little (a coefficient of variation near 0).
-    """
-    if stat.n == 0:
-        return "n/a"
-    if digits is None:
-        digits = 0 if abs(stat.median) >= 100 else 1 if abs(stat.median) >= 10 else 2
-    text = _num(stat.median, digits)
-    if stat.n > 1:
-        text += f" ({_num(stat.low, digits)}–{_num(stat.high, digits)})"
-    if unit:
-        text += f" {unit}"
-    if mark_noisy and stat.noisy:
-        text += NOISY_MARK
-    return text
-
-
-def _pm(stat: Stat, digits: int | None = None) -> str:
-    """Terminal form: the median and half the low–high range as a percentage, ``"18.6 ±2%"``."""
-    if stat.n == 0:
-        return "n/a"
-    text = _num(stat.median, digits)
-    if stat.n > 1:
-        text += f" ±{stat.spread * 50:.0f}%"
-    return text
-
-
-def _table(headers: list[str], rows: list[list[str]], align: str) -> list[str]:
-    """An aligned plain-text table; a header may hold one "\\n" to take two lines."""
-    split = [h.split("\n") for h in headers]
-    depth = max(len(h) for h in split)
-    split = [[""] * (depth - len(h)) + h for h in split]
-    widths = [max([len(x) for x in split[i]] + [len(r[i]) for r in rows]) for i in range(len(headers))]
-
-    def line(cells: list[str]) -> str:
-        padded = (c.ljust(w) if a == "<" else c.rjust(w) for c, w, a in zip(cells, widths, align, strict=True))
-        return "  ".join(padded).rstrip()
-
-    out = [line([h[d] for h in split]) for d in range(depth)]
-    out.append("  ".join("-" * w for w in widths))
-    out.extend(line(r) for r in rows)
-    return out
-
-
-def _wrap(text: str, indent: str = "", subsequent: str | None = None) -> list[str]:
-    return textwrap.wrap(text, WIDTH, initial_indent=indent,
-                         subsequent_indent=indent + "  " if subsequent is None else subsequent,
-                         break_long_words=False, break_on_hyphens=False) or [""]
-
-
-def _md_cell(value) -> str:
-    text = value if isinstance(value, str) else json.dumps(value)
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _md_table(headers: list[str], rows: list[list[str]], align: str | None = None) -> list[str]:
-    align = align or "<" * len(headers)
-    sep = ["---:" if a == ">" else "---" for a in align]
-    return ["| " + " | ".join(_md_cell(h) for h in headers) + " |", "| " + " | ".join(sep) + " |"] + [
-        "| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows
-    ]
-
-
-def _comment(results: Results) -> str:
-    """A ``_comment`` recorded in the environment or arguments (e.g. "synthetic fixture")."""
-    return str(results.environment.get("_comment") or results.arguments.get("_comment") or "")
 
 
 def _repeats(groups: list[Group]) -> int:
@@ -153,7 +67,7 @@ def _by_scenario(results: Results) -> dict[str, list[Group]]:
 def _best_line(best: Group, groups: list[Group]) -> str:
     """``best at N connections: LAYOUT (...)``, with a caution when the runner-up is within noise."""
     text = (f"best at {best.concurrency} connections: {best.layout} "
-            f"({_num(best.rps.median)} req/s, p99 {_num(best.latency['p99'].median)} ms)")
+            f"({num(best.rps.median)} req/s, p99 {num(best.latency['p99'].median)} ms)")
     others = [g for g in groups if g.concurrency == best.concurrency and g.layout != best.layout]
     if others:
         runner = max(others, key=lambda g: g.rps.median)
@@ -187,11 +101,11 @@ def _checks(lv: ClaimAtLevel) -> list[_Check]:
     out = []
     for label, ok in lv.targets.items():
         if label.startswith("throughput"):
-            measured = f"{lv.rps_ratio:.2f}x ({_num(m.rps.median)} vs {_num(s.rps.median)} req/s)"
+            measured = f"{lv.rps_ratio:.2f}x ({num(m.rps.median)} vs {num(s.rps.median)} req/s)"
             miss = f"short by {_by(TARGET_RPS_RATIO - lv.rps_ratio)}x"
         elif label.startswith("p99"):
-            measured = (f"{lv.p99_ratio:.2f}x ({_num(m.latency['p99'].median)} vs "
-                        f"{_num(s.latency['p99'].median)} ms)")
+            measured = (f"{lv.p99_ratio:.2f}x ({num(m.latency['p99'].median)} vs "
+                        f"{num(s.latency['p99'].median)} ms)")
             miss = f"over by {_by(lv.p99_ratio - TARGET_P99_RATIO)}x"
         elif label.startswith("efficiency"):
             measured = f"{m.efficiency.median:.2f} ({m.layout})"
@@ -216,7 +130,7 @@ def _cautions(lv: ClaimAtLevel) -> list[str]:
         out.append(f"throughput ranges overlap ({m.rps.low:.1f}–{m.rps.high:.1f} vs {s.rps.low:.1f}–{s.rps.high:.1f})")
     mp, sp = m.latency["p99"], s.latency["p99"]
     if mp.n > 1 and sp.n > 1 and mp.low <= sp.high and sp.low <= mp.high:
-        out.append(f"p99 ranges overlap ({_num(mp.low)}–{_num(mp.high)} vs {_num(sp.low)}–{_num(sp.high)} ms)")
+        out.append(f"p99 ranges overlap ({num(mp.low)}–{num(mp.high)} vs {num(sp.low)}–{num(sp.high)} ms)")
     return out
 
 
@@ -306,7 +220,7 @@ def verdict_lines(results: Results) -> list[str]:
     (throughput, p99, efficiency, errors) with the measured value and pass or MISS (by how much).
     """
     v = _verdict(results)
-    out = _wrap(f"Verdict: {_outcome(v)}. {_headline(results, v)}")
+    out = wrap(f"Verdict: {_outcome(v)}. {_headline(results, v)}")
     if not v.levels:
         return out
     mapped, shared = _names(results)
@@ -315,11 +229,11 @@ def verdict_lines(results: Results) -> list[str]:
         out.append(f"{mapped} vs {shared} at {lv.concurrency} connections"
                    f"{_level_name(results, lv.concurrency)}: {_claim_text(lv)}")
         rows = [[c.label, c.measured, c.result] for c in _checks(lv)]
-        out.extend("  " + x for x in _table(["target", "measured", "result"], rows, "<<<"))
+        out.extend("  " + x for x in table(["target", "measured", "result"], rows, "<<<"))
         for caution in _cautions(lv):
-            out.extend(_wrap(f"caution: {caution}", indent="  "))
+            out.extend(wrap(f"caution: {caution}", indent="  "))
     out.append("")
-    out.extend(_wrap(_targets_summary(v)))
+    out.extend(wrap(_targets_summary(v)))
     return out
 
 
@@ -332,21 +246,19 @@ def _terminal_table(groups: list[Group]) -> list[str]:
     rows = []
     for g in groups:
         rows.append([
-            g.layout, _pm(g.rps), _num(g.latency["p50"].median), _num(g.latency["p90"].median), _pm(g.latency["p99"]),
-            _num(g.latency["p999"].median), _num(g.latency["max"].median), str(g.errors),
-            f"{g.efficiency.median:.2f}", f"{g.cv.median:.2f}", _num(g.cpu_ms_per_request.median),
+            g.layout, pm(g.rps), num(g.latency["p50"].median), num(g.latency["p90"].median), pm(g.latency["p99"]),
+            num(g.latency["p999"].median), num(g.latency["max"].median), str(g.errors),
+            f"{g.efficiency.median:.2f}", f"{g.cv.median:.2f}", num(g.cpu_ms_per_request.median),
             " ".join(g.noisy_figures),
         ])
-    out = _table(headers, rows, "<>>>>>>>>>><")
-    from bench.nginx_report import NGINX_SCENARIOS
-
-    # The nginx scenarios' figures have their own section (bench.nginx_report).
-    keys = sorted({k for g in groups if g.scenario not in NGINX_SCENARIOS for k in g.extra})
+    out = table(headers, rows, "<>>>>>>>>>><")
+    # The nginx scenarios' figures have their own section (bench.report.nginx).
+    keys = sorted({k for g in groups if g.scenario not in nginx.NGINX_SCENARIOS for k in g.extra})
     if keys:
         out.append("")
         out.append("scenario figures (medians):")
-        extra_rows = [[g.layout] + [_pm(g.extra[k]) if k in g.extra else "" for k in keys] for g in groups]
-        out.extend("  " + x for x in _table(["layout", *keys], extra_rows, "<" + ">" * len(keys)))
+        extra_rows = [[g.layout] + [pm(g.extra[k]) if k in g.extra else "" for k in keys] for g in groups]
+        out.extend("  " + x for x in table(["layout", *keys], extra_rows, "<" + ">" * len(keys)))
     return out
 
 
@@ -363,11 +275,11 @@ def terminal_lines(results: Results) -> list[str]:
            f"{_repeats(all_groups)} repeats"
            + (f", {a['duration']:g} s per cell" if isinstance(a.get("duration"), (int, float)) else "")
            + (f", {results.environment['nproc']} cores" if results.environment.get("nproc") else "")]
-    if _comment(results):
-        out.extend(_wrap(f"note: {_comment(results)}"))
+    if comment(results):
+        out.extend(wrap(f"note: {comment(results)}"))
     if not results.cells:
         return out + ["no cells in this results file: nothing was measured."]
-    out.extend(_wrap("medians across repeats; ±: half the low–high range, % of the median; latency in ms; "
+    out.extend(wrap("medians across repeats; ±: half the low–high range, % of the median; latency in ms; "
                      "eff.: throughput / min(capacity, closed-loop bound); worker CV: spread of requests across "
                      f"workers (0 = even); noisy: spread above {NOISY_SPREAD:.0%}", subsequent=""))
     for sc, groups in by_sc.items():
@@ -377,19 +289,17 @@ def terminal_lines(results: Results) -> list[str]:
             at = [g for g in groups if g.concurrency == level]
             out += ["", f"{level} connections{_level_name(results, level)}"]
             out += _terminal_table(at)
-            out += _wrap(_best_line(best[level], at))
-    from bench.nginx_report import nginx_lines, only_nginx
-
-    out += nginx_lines(results)
+            out += wrap(_best_line(best[level], at))
+    out += nginx.nginx_lines(results)
     out += choice_lines(results)
-    if not only_nginx(results):  # the article's verdict needs the article's scenario
+    if not nginx.only_nginx(results):  # the article's verdict needs the article's scenario
         out.append("")
         out.extend(verdict_lines(results))
     warns = warnings(results)
     if warns:
         out += ["", "warnings:"]
         for w in warns:
-            out.extend(_wrap(w, indent="  - ", subsequent="    "))
+            out.extend(wrap(w, indent="  - ", subsequent="    "))
     return out
 
 
@@ -401,10 +311,8 @@ def choice_lines(results: Results, markdown: bool = False) -> list[str]:
     best layout (per scenario, over levels), its steady-state throughput relative to the
     mapped layout, the stalled requests' p99, and whether it meets the goal. Only shown when
     the run has more than one scenario or a stall scenario."""
-    from bench.nginx_report import only_nginx
-
     stall = [sc for sc in results.scenarios if sc not in steady_scenarios(results)]
-    if (len(results.scenarios) < 2 and not stall) or only_nginx(results):
+    if (len(results.scenarios) < 2 and not stall) or nginx.only_nginx(results):
         return []
     choices = layout_choice(results)
     p, t = results.arguments.get("processes"), results.arguments.get("threads")
@@ -415,7 +323,7 @@ def choice_lines(results: Results, markdown: bool = False) -> list[str]:
         ratios = [f"{c.p99_vs_best[sc]:.2f}x" if sc in c.p99_vs_best else "" for sc in results.scenarios]
         rows.append([c.layout] + ratios
                     + [f"{c.steady_rps_vs_mapped:.2f}x" if c.steady_rps_vs_mapped is not None else "n/a"]
-                    + [_num(c.stalled_p99_ms[sc]) if sc in c.stalled_p99_ms else "" for sc in stall]
+                    + [num(c.stalled_p99_ms[sc]) if sc in c.stalled_p99_ms else "" for sc in stall]
                     + ["meets" if c.meets_goal else "no"])
     goal = (f"rps/mapped: steady-state throughput / {p}x{t}-mapped's; stalled p99 in ms. "
             f"Goal: healthy p99 within {GOAL_P99_SLACK - 1:.0%} of the best layout in every scenario and level, and "
@@ -439,16 +347,16 @@ def choice_lines(results: Results, markdown: bool = False) -> list[str]:
             at = [g for g in groups if g.concurrency == worst_level]
             best = min(at, key=lambda g: g.latency["p99"].median)
             per_scenario.append(f"{sc}: lowest healthy p99 at {worst_level} connections is {best.layout} "
-                                f"({_num(best.latency['p99'].median)} ms, {_num(best.rps.median)} req/s)")
+                                f"({num(best.latency['p99'].median)} ms, {num(best.rps.median)} req/s)")
     if markdown:
-        return (["## Choosing a layout: steady state and stalls", "", goal, ""] + _md_table(headers, rows)
+        return (["## Choosing a layout: steady state and stalls", "", goal, ""] + md_table(headers, rows)
                 + ["", f"**{verdict}**", ""] + [f"- {x}" for x in per_scenario] + [""])
     out = ["", "choosing a layout (steady state and stalls):"]
-    out += _wrap(goal, indent="  ", subsequent="  ")
-    out += ["  " + x for x in _table(headers, rows, "<" + ">" * (len(headers) - 1))]
-    out += _wrap(verdict, indent="  ", subsequent="  ")
+    out += wrap(goal, indent="  ", subsequent="  ")
+    out += ["  " + x for x in table(headers, rows, "<" + ">" * (len(headers) - 1))]
+    out += wrap(verdict, indent="  ", subsequent="  ")
     for x in per_scenario:
-        out += _wrap(x, indent="  - ", subsequent="    ")
+        out += wrap(x, indent="  - ", subsequent="    ")
     return out
 
 
@@ -467,7 +375,7 @@ def _md_verdict(results: Results) -> list[str]:
     for lv in v.levels:
         rows.append([f"{lv.concurrency}{_level_name(results, lv.concurrency)}", _claim_text(lv)]
                     + [f"{c.measured}: {'pass' if c.ok else '**' + c.result + '**'}" for c in _checks(lv)])
-    out += [f"{mapped} vs {shared}, medians across repeats:", ""] + _md_table(headers, rows) + [""]
+    out += [f"{mapped} vs {shared}, medians across repeats:", ""] + md_table(headers, rows) + [""]
     cautions = [f"at {lv.concurrency} connections: {c}" for lv in v.levels for c in _cautions(lv)]
     if cautions:
         out += ["Cautions:", ""] + [f"- {c}" for c in cautions] + [""]
@@ -486,13 +394,6 @@ def _md_reproduce(results: Results) -> list[str]:
     return out
 
 
-def _md_kv(title: str, data: dict, skip: tuple[str, ...] = ()) -> list[str]:
-    rows = [[str(k), v if isinstance(v, str) else json.dumps(v)] for k, v in data.items() if k not in skip]
-    if not rows:
-        return [f"## {title}", "", "Not recorded.", ""]
-    return [f"## {title}", ""] + _md_table(["key", "value"], rows) + [""]
-
-
 def _md_level_table(groups: list[Group], best: Group | None) -> list[str]:
     keys = sorted({k for g in groups for k in g.extra})
     headers = ["layout", "req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "errors", "efficiency",
@@ -507,7 +408,7 @@ def _md_level_table(groups: list[Group], best: Group | None) -> list[str]:
             *(fmt_stat(g.extra[k], digits=None) if k in g.extra else "" for k in keys),
             "⚠ " + ", ".join("req/s" if f == "rps" else f for f in g.noisy_figures) if g.noisy_figures else "",
         ])
-    return _md_table(headers, rows, "<" + ">" * (len(headers) - 2) + "<")
+    return md_table(headers, rows, "<" + ">" * (len(headers) - 2) + "<")
 
 
 def _md_results(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
@@ -559,14 +460,9 @@ def _md_shares(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
         if not rows:
             out += ["No per-worker counts were recorded.", ""]
             continue
-        out += _md_table(["layout", "workers", "even split", *(f"{x} connections" for x in levels)], rows,
+        out += md_table(["layout", "workers", "even split", *(f"{x} connections" for x in levels)], rows,
                          "<>>" + "<" * len(levels)) + [""]
     return out
-
-
-def _plot_alt(name: str) -> str:
-    """Alt text of an embedded plot: its file stem (``throughput.png`` -> ``throughput``)."""
-    return name.rsplit("/", 1)[-1].rsplit(".", 1)[0]
 
 
 def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
@@ -581,18 +477,16 @@ def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
             f"layouts: {', '.join(results.layouts) or 'none'}",
             f"connections: {', '.join(map(str, results.levels)) or 'none'}"]
     out += ["; ".join(meta) + ".", ""]
-    if _comment(results):
-        out += [f"> **Note:** {_comment(results)}", ""]
-    from bench.nginx_report import nginx_lines, only_nginx
-
-    if not only_nginx(results):
+    if comment(results):
+        out += [f"> **Note:** {comment(results)}", ""]
+    if not nginx.only_nginx(results):
         out += _md_verdict(results)
-    out += nginx_lines(results, markdown=True)
+    out += nginx.nginx_lines(results, markdown=True)
     out += choice_lines(results, markdown=True)
     out += _md_reproduce(results)
-    out += _md_kv("Environment", results.environment)
-    out += _md_kv("Workload", results.workload)
-    out += _md_kv("Arguments", results.arguments, skip=("command",))
+    out += md_kv("Environment", results.environment)
+    out += md_kv("Workload", results.workload)
+    out += md_kv("Arguments", results.arguments, skip=("command",))
     if results.cells:
         out += _md_results(results, by_sc)
         out += _md_shares(results, by_sc)
@@ -600,8 +494,4 @@ def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
         out += ["## Results", "", "No cells in this results file: nothing was measured.", ""]
     warns = warnings(results)
     out += ["## Warnings", ""] + ([f"- {w}" for w in warns] if warns else ["None."]) + [""]
-    if plot_files:
-        out += ["## Plots", ""]
-        for name in plot_files:
-            out += [f"![{_plot_alt(name)}]({name})", ""]
-    return out
+    return out + plot_lines(plot_files)

@@ -1,17 +1,17 @@
 """PNG plots of a stored run, made from ``Results`` only (never by re-running anything).
 
-Each ``plot_*`` function takes a ``Results`` and a target path and returns the paths it wrote:
-one file when the run has one scenario, else one per scenario with the scenario as a file-name
-suffix (``throughput.png`` -> ``throughput-article.png``, ``throughput-stall.png``).
-``plot_file_names`` predicts those names without drawing, so the Markdown report can link them.
-Files are written atomically (temp file + rename) and every figure is closed.
+``PLOTS`` maps a results kind to its plots (file stem -> function); a kind may have none
+(faults). Each ``plot_*`` function takes a ``Results`` and a target path and returns the paths
+it wrote. Compare's plots write one file when the run has one scenario, else one per scenario
+with the scenario as a file-name suffix (``throughput.png`` -> ``throughput-article.png``,
+``throughput-stall.png``). ``plot_file_names`` predicts the names without drawing, so the
+Markdown report can link them. Files are written atomically (temp file + rename) and every
+figure is closed.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,8 +22,8 @@ matplotlib.use("Agg")  # before pyplot: no display needed, and the same output e
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
 
-from bench.analysis import NOISY_SPREAD, Group, Stat, group_cells  # noqa: E402
-from bench.results import Results  # noqa: E402
+from bench.analysis import MIN_RATE_OF_TARGET, NOISY_SPREAD, Group, Stat, group_cells, steady_min  # noqa: E402
+from bench.results import Results, write_atomic  # noqa: E402
 
 FIGSIZE = (9, 5.5)
 DPI = 110
@@ -45,23 +45,7 @@ def scenario_paths(results: Results, path: Path | str) -> list[tuple[str, Path]]
 
 def _save(fig, path: Path) -> Path:
     """Write the figure as PNG atomically: a crash never leaves half an image under ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".png", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual permissions
-        with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, format="png", dpi=DPI, bbox_inches="tight")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+    return write_atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=DPI, bbox_inches="tight"), binary=True)
 
 
 def _processes(results: Results) -> int | None:
@@ -200,20 +184,63 @@ def plot_worker_share(results: Results, path: Path | str, level: int | None = No
     return written
 
 
-# File stem -> plot function; the order is the order of the plots in the Markdown report.
-PLOTS: dict[str, Callable[[Results, Path], list[Path]]] = {
-    "throughput": plot_throughput,
-    "p99": plot_p99,
-    "worker-share": plot_worker_share,
+def plot_reply_rate(results: Results, path: Path | str) -> list[Path]:
+    """Open loop: the reply rate httperf saw at each offered rate (min to max of its 5-s samples,
+    the steady minimum marked), against the offered rate itself; the knee circled."""
+    steps = sorted(results.steps, key=lambda s: s.rate)
+    if not steps:
+        return []
+    fig, ax = plt.subplots(figsize=FIGSIZE)
+    try:
+        rates = [s.rate for s in steps]
+        top = max(rates + [s.reply_rate["max"] for s in steps]) * 1.1
+        ax.plot([0, top], [0, top], color="grey", linestyle=":", linewidth=1, label="replies = offered rate")
+        ax.plot([0, top], [0, top * MIN_RATE_OF_TARGET], color="grey", linestyle="--", linewidth=1,
+                label=f"{MIN_RATE_OF_TARGET:.0%} of the offered rate (pass line)")
+        avg = [s.reply_rate["avg"] for s in steps]
+        yerr = [[a - s.reply_rate["min"] for a, s in zip(avg, steps, strict=True)],
+                [s.reply_rate["max"] - a for a, s in zip(avg, steps, strict=True)]]
+        ax.errorbar(rates, avg, yerr=yerr, marker="o", capsize=4, linewidth=1.6, label="reply rate (avg, min–max)")
+        for verdict, marker, color in (("pass", "^", "C2"), ("fail", "v", "C3"), ("invalid", "x", "C7")):
+            chosen = [s for s in steps if s.verdict == verdict]
+            if chosen:
+                ax.scatter([s.rate for s in chosen], [steady_min(s.reply_rate) for s in chosen], marker=marker,
+                           color=color, s=60, zorder=5, label=f"steady min: {verdict}")
+        knee = results.knee
+        if knee["rate"] is not None:
+            ax.axvline(knee["rate"], color="C2", linestyle=":", linewidth=1)
+            ax.annotate(f"knee {knee['rate']:g}/s", (knee["rate"], 0), xycoords=("data", "axes fraction"),
+                        xytext=(3, 5), textcoords="offset points", color="C2", fontsize=9)
+        ax.set_xlim(0, top)
+        ax.set_ylim(0, top)
+        ax.set_xlabel("offered rate (new connections/s, one request each)")
+        ax.set_ylabel("reply rate (replies/s)")
+        ax.set_title(f"Open loop: replies vs offered rate, {results.arguments.get('layout', '')}\n"
+                     "httperf, one point per step", fontsize=11)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=9, loc="upper left")
+        return [_save(fig, Path(path))]
+    finally:
+        plt.close(fig)
+
+
+# Results kind -> file stem -> plot function; the order is the order of the plots in the Markdown report.
+PLOTS: dict[str, dict[str, Callable[[Results, Path], list[Path]]]] = {
+    "compare": {"throughput": plot_throughput, "p99": plot_p99, "worker-share": plot_worker_share},
+    "openloop": {"reply-rate": plot_reply_rate},
+    "faults": {},
 }
 
 
 def plot_file_names(results: Results) -> list[str]:
     """The file names ``plot_all`` writes for these results, without drawing anything."""
-    return [p.name for stem in PLOTS for _, p in scenario_paths(results, Path(f"{stem}.png"))]
+    stems = PLOTS.get(results.kind, {})
+    if results.kind == "openloop":
+        return [f"{stem}.png" for stem in stems] if results.steps else []
+    return [p.name for stem in stems for _, p in scenario_paths(results, Path(f"{stem}.png"))]
 
 
 def plot_all(results: Results, out_dir: Path | str) -> list[Path]:
-    """Every plot into ``out_dir``; returns the written paths in ``plot_file_names`` order."""
+    """Every plot of this kind into ``out_dir``; returns the written paths in ``plot_file_names`` order."""
     out_dir = Path(out_dir)
-    return [p for stem, fn in PLOTS.items() for p in fn(results, out_dir / f"{stem}.png")]
+    return [p for stem, fn in PLOTS.get(results.kind, {}).items() for p in fn(results, out_dir / f"{stem}.png")]

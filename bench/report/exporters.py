@@ -3,21 +3,21 @@
     export_all(results, out_dir)                   # report.txt, report.md and the PNG plots
     export_all(results, out_dir, formats=("md",))  # one format
 
+Every exporter works for every results kind: the report and the plots dispatch on
+``results.kind`` (``bench.report.RENDERERS``, ``bench.report.plots.PLOTS``).
+
 Every file is written atomically (temp file in the same directory + ``os.replace``), so a reader
 never sees half a report. Exporters never print: showing ``report.txt`` is the CLI's job.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from bench import plots
-from bench.report import markdown_lines, terminal_lines
-from bench.results import Results
+from bench.report import markdown_lines, plots, terminal_lines
+from bench.results import Results, write_text_atomic
 
 
 class Exporter(Protocol):
@@ -28,27 +28,9 @@ class Exporter(Protocol):
         ...
 
 
-def write_text_atomic(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` via a temp file in the same directory and ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
-    try:
-        mask = os.umask(0o022)
-        os.umask(mask)
-        os.fchmod(fd, 0o666 & ~mask)  # mkstemp creates 0600; give the usual permissions
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 @dataclass
 class PlotExporter:
-    """The PNG plots of ``bench.plots`` (throughput, p99, worker share; one set per scenario)."""
+    """The kind's PNG plots (``bench.report.plots``; compare: throughput, p99, worker share per scenario)."""
 
     name = "png"
 

@@ -10,7 +10,7 @@ Modes (each line is a request path on the nginx front):
 
 Random lists exclude the hot file, so in ``files-mixed`` the hot file stays hot and the
 random ("cold") requests never hit it. wrk picks lines at random itself
-(``bench/lua/random_files.lua``); httperf replays its ``--wlog`` list in order, so
+(``bench/load/lua/random_files.lua``); httperf replays its ``--wlog`` list in order, so
 ``write_wlog`` shuffles it (seeded) and separates paths with NULs as httperf wants.
 """
 

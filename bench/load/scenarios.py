@@ -50,7 +50,7 @@ class Stall:
 
 @dataclass(frozen=True)
 class FileLoad:
-    """Requests for data-set files (random ids from a list, ``bench/lua/random_files.lua``)
+    """Requests for data-set files (random ids from a list, ``bench/load/lua/random_files.lua``)
     instead of the app's fixed query."""
 
     mode: str = "accel"  # accel | app | static | hot (one file): see bench.files

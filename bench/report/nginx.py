@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 import statistics
 
-from bench import report as rp
 from bench.analysis import Group, Stat, group_cells
+from bench.report.text import fmt_stat, md_table, num, table, wrap
 from bench.results import Cell, Results
 
 TARGET_ACCEL_OVER_APP = 10.0  # the issue: X-Accel-Redirect >= 10x app-streamed (5 KB files, same concurrency)
@@ -77,14 +77,14 @@ def _x(stat: Stat) -> str:
     """A ratio: ``1.25x (1.10–1.31)``."""
     if stat.n == 0:
         return "n/a"
-    text = f"{rp._num(stat.median)}x"
+    text = f"{num(stat.median)}x"
     if stat.n > 1:
-        text += f" ({rp._num(stat.low)}–{rp._num(stat.high)})"
+        text += f" ({num(stat.low)}–{num(stat.high)})"
     return text
 
 
 def _s(stat: Stat | None, unit: str = "") -> str:
-    return rp.fmt_stat(stat, unit=unit, digits=None) if stat is not None else "n/a"
+    return fmt_stat(stat, unit=unit, digits=None) if stat is not None else "n/a"
 
 
 def _groups(results: Results, scenario: str) -> dict[tuple[str, int], Group]:
@@ -112,17 +112,17 @@ def _emit(title: str, intro: list[str], blocks: list[tuple[str, list[str], list[
         for sentence in intro:
             out += [sentence, ""]
         for heading, headers, rows, align, notes in blocks:
-            out += [f"### {heading}", ""] + rp._md_table(headers, rows, align) + [""]
+            out += [f"### {heading}", ""] + md_table(headers, rows, align) + [""]
             out += [f"- {n}" for n in notes] + ([""] if notes else [])
         return out
     out = ["", f"== {title} =="]
     for sentence in intro:
-        out += rp._wrap(sentence)
+        out += wrap(sentence)
     for heading, headers, rows, align, notes in blocks:
         out += ["", heading]
-        out += ["  " + x for x in rp._table(headers, rows, align)]
+        out += ["  " + x for x in table(headers, rows, align)]
         for n in notes:
-            out += rp._wrap(n, indent="  ", subsequent="    ")
+            out += wrap(n, indent="  ", subsequent="    ")
     return out
 
 
@@ -184,7 +184,7 @@ def disk_text(g: Group) -> str:
     if mb is None:
         return "unknown (not on a block device" + residency + ")"
     touched = mb.median >= DISK_TOUCHED_MB
-    return f"{'yes' if touched else 'no'} ({rp._num(mb.median)} MB read{residency})"
+    return f"{'yes' if touched else 'no'} ({num(mb.median)} MB read{residency})"
 
 
 def _levels(results: Results, sc: str):

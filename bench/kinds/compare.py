@@ -1,0 +1,173 @@
+"""``python -m bench compare``: measure layouts side by side with wrk (closed loop).
+
+The plan comes from the arguments (or, with ``--replay``, from a stored run): layouts x
+connection levels x interleaved repeats x scenarios, defaults derived from ``nproc``. The sweep
+(``bench.kinds.closedloop``) measures every cell on a stack from ``bench.stack.Lab``, saves
+``results.json`` after every block, and the report (``bench.report``) says which layout to run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+from bench.environment import capture
+from bench.kinds.base import RESULTS_NAME, Kind, publish, sigterm_interrupts
+from bench.kinds.closedloop import LiveRunner, Plan, Progress, ReplayRunner, default_layouts, default_levels, run_sweep
+from bench.load import scenarios as sc
+from bench.options import (
+    DEFAULT_DATA_DIR,
+    BadArgument,
+    command_line,
+    dataset_facts,
+    float_arg,
+    int_arg,
+    on_off,
+    prepare_dataset,
+    prepare_out,
+    require_tools,
+    split_specs,
+    transport_arg,
+)
+from bench.results import load
+from bench.stack import Lab
+from deploy.layout import MAX_PROCESSES, MAX_THREADS, parse_variant
+
+# 5 layouts x 3 levels x 3 repeats of 5 s, plus starts and warm-ups: about 5 minutes on 2 cores.
+DEFAULT_DURATION = 5
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--processes", help="P of the default matrix (default: nproc)")
+    p.add_argument("--threads", help="T of the default matrix (default 4)")
+    p.add_argument("--layouts", help="comma-separated PxT-STRATEGY list (default: 1xT-shared, Px1-shared, "
+                                     "PxT-shared, PxT-thunder, PxT-mapped)")
+    p.add_argument("--concurrency", help="comma-separated connection counts (default: P, 2P, ... P*T)")
+    p.add_argument("--duration", help=f"seconds of load per cell (default {DEFAULT_DURATION})")
+    p.add_argument("--warmup", help="seconds of one-connection warm-up per stack start (default 2)")
+    p.add_argument("--repeats", help="interleaved repeats of every layout (default 3)")
+    p.add_argument("--timeout", help="wrk's per-request timeout in seconds (default 10)")
+    p.add_argument("--scenario",
+                   help=f"named request mix, or several comma-separated: {', '.join(sc.SCENARIOS)}")
+    p.add_argument("--rounds", help="override the scenario's rounds (0..20)")
+    p.add_argument("--fib", help="override the scenario's fib n (0..30)")
+    p.add_argument("--io-ms", help="override the scenario's sleep per round in ms (0..10000)")
+    p.add_argument("--stall-clients", help="stall scenarios: extra clients that hit the hanging API (default T)")
+    p.add_argument("--stall-fraction", help="stall scenarios: instead, this share (0..0.5) of requests hangs")
+    p.add_argument("--stall-ms", help="stall scenarios: how long the API hangs, ms (default 3000)")
+    p.add_argument("--hot-clients", help="files-mixed: connections asking for the hot file (default 4)")
+    p.add_argument("--cold-cache", help="file scenarios: on = evict the data set before every cell "
+                                        "(default: on for files-mixed, off otherwise)")
+    p.add_argument("--large-share", help="files-mixed: share of requests for a large file (default 0.02)")
+    p.add_argument("--data-dir", help="file scenarios: the data set (default build/dataset, created if missing; "
+                                      "python -m bench.dataset makes others)")
+    p.add_argument("--transport", help="uWSGI sockets: tcp or unix (default tcp)")
+    p.add_argument("--out", help="output directory (default results/<timestamp>)")
+    p.add_argument("--replay", metavar="RESULTS_JSON",
+                   help="rerun the sweep and report on stored cells instead of measuring")
+
+
+def plan_from_args(args, stored=None) -> tuple[Plan, dict[str, sc.Scenario]]:
+    nproc = os.cpu_count() or 1
+    base = stored.arguments if stored else {}
+    p = int_arg("processes", args.processes, 1, MAX_PROCESSES) if args.processes else base.get("processes", nproc)
+    t = int_arg("threads", args.threads, 1, MAX_THREADS) if args.threads else base.get("threads", 4)
+    scenario_arg = args.scenario or ",".join(base.get("scenarios") or ["article"])
+    given_names = [x.strip() for x in scenario_arg.split(",") if x.strip()]
+    unknown = [n for n in given_names if n not in sc.SCENARIOS and n not in sc.ALIASES]
+    if unknown or not given_names:
+        raise BadArgument(f"scenario: unknown scenario {unknown[0] if unknown else ''!r}; "
+                          f"allowed: {', '.join([*sc.SCENARIOS, *sc.ALIASES])}")
+    names = sc.expand(given_names)
+    family = sc.family_defaults(names, p, t)
+    if args.layouts:
+        layouts = split_specs(args.layouts)
+    else:
+        layouts = tuple(base.get("layouts") or (family[0] if family else default_layouts(p, t)))
+    if not layouts:
+        raise BadArgument("layouts: give at least one PxT-STRATEGY")
+    for spec in layouts:
+        parse_variant(spec, run_dir="/tmp/validate")  # raises LayoutError naming the field
+    if args.concurrency:
+        levels = tuple(sorted({int_arg("concurrency", x, 1, 1000) for x in args.concurrency.split(",") if x.strip()}))
+    else:
+        levels = tuple(base.get("concurrency") or (family[1] if family else default_levels(p, t)))
+    overrides = {
+        "rounds": int_arg("rounds", args.rounds, 0, 20) if args.rounds else None,
+        "fib": int_arg("fib", args.fib, 0, 30) if args.fib else None,
+        "io_ms": int_arg("io_ms", args.io_ms, 0, 10000) if args.io_ms else None,
+        "stall_clients": int_arg("stall_clients", args.stall_clients, 0, 1000) if args.stall_clients else None,
+        "stall_fraction": float_arg("stall_fraction", args.stall_fraction, 0.01, 0.5) if args.stall_fraction else None,
+        "stall_ms": int_arg("stall_ms", args.stall_ms, 1, 10000) if args.stall_ms else None,
+        "hot_clients": int_arg("hot_clients", args.hot_clients, 1, 1000) if args.hot_clients else None,
+        "cold_cache": on_off("cold_cache", args.cold_cache) if args.cold_cache else None,
+        "large_share": float_arg("large_share", args.large_share, 0, 0.5) if args.large_share else None,
+    }
+    resolved = {n: sc.SCENARIOS[n].resolved(t, **overrides) for n in names}
+    for scenario in resolved.values():
+        if scenario.workload.rounds * scenario.workload.io_ms > 30000:
+            raise BadArgument("rounds*io_ms: must be at most 30000 ms per request")
+    given = lambda name, default: getattr(args, name) or base.get(name, default)  # noqa: E731
+    duration = float_arg("duration", given("duration", DEFAULT_DURATION), 1, 3600)
+    timeout = float_arg("timeout", given("timeout", 10), 1, 600)
+    plan = Plan(
+        layouts=layouts, concurrency=levels, repeats=int_arg("repeats", given("repeats", 3), 1, 100),
+        duration=duration, warmup=float_arg("warmup", given("warmup", 2), 1, 600), processes=p, threads=t,
+        scenarios=names, workload={n: s.to_dict() for n, s in resolved.items()},
+        timeout=timeout, command=command_line("compare", getattr(args, "argv", None)),
+        options=_layout_options(args, base, names),
+    )
+    return plan, resolved
+
+
+def _layout_options(args, base: dict, names) -> dict:
+    """Options every layout of the run gets (a variant's own ``@option=value`` wins): the
+    transport, and for file scenarios the data set and ``sendfile on``."""
+    stored = base.get("options", {})
+    options = {"transport": transport_arg(args.transport) if args.transport else stored.get("transport", "tcp")}
+    if sc.needs_dataset(names):
+        data_dir = args.data_dir or stored.get("data_dir") or str(DEFAULT_DATA_DIR)
+        options.update({"data_dir": str(Path(data_dir).absolute()), "sendfile": stored.get("sendfile", "on")})
+    elif args.data_dir:
+        raise BadArgument("data_dir: only file scenarios (files, files-mixed, reuseport) use a data set")
+    return options
+
+
+def run(args) -> int:
+    stored = load(args.replay) if args.replay else None
+    plan, scenarios = plan_from_args(args, stored)
+    if stored:  # the stored cells were measured with the stored mix, whatever the defaults say now
+        plan = dataclasses.replace(plan, workload=stored.workload)
+    index = None
+    if not stored:
+        require_tools("wrk")
+        index = prepare_dataset(Path(plan.options["data_dir"])) if "data_dir" in plan.options else None
+    out = prepare_out(args.out)
+    mode = "replaying " + args.replay if stored else "measuring"
+    est = plan.estimate_seconds()
+    print(f"{mode}: {len(plan.layouts)} layouts x {len(plan.concurrency)} levels {list(plan.concurrency)} x "
+          f"{plan.repeats} repeats x scenarios {', '.join(plan.scenarios)}, {plan.duration:g} s per cell; "
+          f"about {est / 60:.1f} min; results in {out}", flush=True)
+    results_path = out / RESULTS_NAME
+    with Lab() as lab, sigterm_interrupts():
+        if stored:
+            runner, environment = ReplayRunner(stored), stored.environment | {"replayed_from": str(args.replay)}
+        else:
+            runner = LiveRunner(lab, out / "raw", scenarios, plan.duration, plan.warmup, plan.timeout,
+                                layout_options=plan.options)
+            environment = capture()
+            if index is not None:
+                environment["dataset"] = dataset_facts(index)
+        try:
+            results = run_sweep(plan, runner, environment, save=lambda r: r.save(results_path),
+                                progress=Progress(plan))
+        except KeyboardInterrupt:
+            print(f"\ninterrupted: the cells measured so far are in {results_path}", file=sys.stderr)
+            return 130
+    publish(results, out, saved=results_path)
+    return 0
+
+
+KIND = Kind("compare", "measure layouts side by side and write results + report", add_arguments, run)

@@ -1,0 +1,128 @@
+"""The one stack lifecycle for experiments: a ``Lab`` hands out rendered stacks and cleans up.
+
+Every experiment kind gets its stacks here:
+
+    with Lab() as lab:                                   # one work dir under /tmp, mode 0711
+        with lab.stack("2x4-mapped@aio=threads", transport="unix") as stack:
+            ...                                          # started, polled until ready
+        # stopped here; and everything the lab handed out is stopped and removed on close
+
+``lab.stack(spec, **options)`` finds free loopback ports (``deploy.ports``), builds the layout
+from the spec and the options (``deploy.layout.parse_variant``: a variant's own ``@option=value``
+wins over ``options``), renders it into its own run directory (``deploy.render.write_layout``:
+cross-checks and ``nginx -t``) and returns a ``deploy.stack.Stack``: used as a context manager it
+starts uWSGI and nginx, polls until both are ready, and stops them on every exit path. What a
+running stack shows (CPU, per-worker counts, logs) is read by ``bench.observe``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable, Protocol
+
+from deploy.layout import Layout, parse_variant
+from deploy.ports import free_consecutive_ports
+from deploy.render import write_layout
+from deploy.stack import Stack
+
+PORT_RANGE = (20000, 59999)
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+
+
+def find_free_ports(n: int) -> list[int]:
+    """``n`` free consecutive loopback ports below the kernel's ephemeral range."""
+    return free_consecutive_ports(n, *PORT_RANGE)
+
+
+def traversable_dir(path: Path) -> Path:
+    """``path`` made enterable (not listable) by others: started as root, the stack runs as an
+    unprivileged user, who must reach the run directories below it."""
+    os.chmod(path, 0o711)
+    return path
+
+
+def dir_name(spec: str) -> str:
+    """A layout label as a file name: ``2x4-mapped@aio=threads,sendfile=on`` ->
+    ``2x4-mapped_aio-threads_sendfile-on``."""
+    return spec.replace("@", "_").replace(",", "_").replace("=", "-")
+
+
+class ConfPatch(Protocol):
+    """An experiment-only edit of a rendered nginx.conf (see bench.kinds.faults.Patch)."""
+
+    def apply(self, conf: Path, layout: Layout) -> None: ...
+
+
+class Lab:
+    """Where experiments run stacks: one short work directory (``/tmp/ul-bench-*``, mode 0711,
+    so unix socket paths stay short and the run user can traverse it), free loopback ports, and
+    every stack handed out. ``close`` (or leaving ``with``) stops those stacks and removes the
+    directory. Tests hand in their own factories (``new_dir``: a fresh 0711 directory per call;
+    ``free_ports(n)``), so their leak checks see the directories."""
+
+    def __init__(self, new_dir: Callable[[], Path] | None = None,
+                 free_ports: Callable[[int], list[int]] | None = None, prefix: str = "ul-bench-"):
+        self._new_dir = new_dir
+        self.free_ports = free_ports or find_free_ports
+        self.prefix = prefix
+        self._work_dir: Path | None = None
+        self._own_work_dir = new_dir is None
+        self._stacks: list[Stack] = []
+
+    @property
+    def work_dir(self) -> Path:
+        """The lab's directory, made on first use (scripts and request lists go here too)."""
+        if self._work_dir is None:
+            self._work_dir = (self._new_dir() if self._new_dir else
+                              traversable_dir(Path(tempfile.mkdtemp(prefix=self.prefix, dir="/tmp"))))
+        return self._work_dir
+
+    def new_dir(self, name: str = "") -> Path:
+        """A directory for one stack or app: ``work_dir/name`` when named (the same one again for
+        the same name, e.g. a layout across repeats), else a fresh one."""
+        if self._new_dir:
+            return self._new_dir()
+        if name:
+            path = self.work_dir / name
+            path.mkdir(exist_ok=True)
+            return traversable_dir(path)
+        return traversable_dir(Path(tempfile.mkdtemp(dir=self.work_dir)))
+
+    def layout(self, spec: str, name: str = "", **options) -> Layout:
+        """``spec`` (``PxT-STRATEGY[@option=value,...]``) with free ports and its own run directory."""
+        n = len(parse_variant(spec, run_dir="/tmp/x").sockets)  # only to count the sockets
+        ports = self.free_ports(n + 2)
+        options.setdefault("base_port", ports[0])
+        options.setdefault("listen", f"127.0.0.1:{ports[n]}")
+        options.setdefault("stats_port", ports[n + 1])
+        options.setdefault("run_dir", str(self.new_dir(name)))
+        return parse_variant(spec, **options)
+
+    def stack(self, spec: str, patch: ConfPatch | None = None, name: str = "", **options) -> Stack:
+        """A rendered (cross-checked, ``nginx -t``'d) stack, not started: use it as a context
+        manager. ``patch`` edits the rendered nginx.conf first (experiments only)."""
+        layout = self.layout(spec, name=name, **options)
+        write_layout(layout, layout.run_dir)
+        if patch:
+            patch.apply(Path(layout.run_dir) / "nginx.conf", layout)
+        stack = Stack(layout, start_timeout=START_TIMEOUT_S, stop_timeout=STOP_TIMEOUT_S)
+        self._stacks.append(stack)
+        return stack
+
+    def close(self) -> None:
+        for stack in self._stacks:
+            stack.stop()  # a no-op for a stack already stopped
+        self._stacks.clear()
+        if self._own_work_dir and self._work_dir is not None:
+            shutil.rmtree(self._work_dir, ignore_errors=True)
+        self._work_dir = None
+
+    def __enter__(self) -> "Lab":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
