@@ -12,7 +12,7 @@ ARGS   ?=
 
 help:
 	@echo "make compare            compare layouts with wrk (the main job; ARGS='--duration 10' etc.)"
-	@echo "make test               unit + integration tests (real nginx, uWSGI, wrk)"
+	@echo "make test               unit + integration tests (real nginx, uWSGI, gunicorn, granian, wrk)"
 	@echo "make render LAYOUT=2x4-mapped [OUT=dir]   write nginx.conf + uwsgi.ini"
 	@echo "make run LAYOUT=2x4-mapped                serve on http://127.0.0.1:8000 until Ctrl-C"
 	@echo "make reload LAYOUT=2x4-mapped             chain-reload the running layout's workers"
@@ -23,10 +23,11 @@ help:
 	@echo "make openloop [ARGS='--rates 5,10,15,20']   httperf at fixed rates until replies fall behind (the knee)"
 
 # The venv is rebuilt when pyproject.toml changes (uwsgi compiles: ~35 s the first time).
+# It holds the peers too (gunicorn, granian: the `peers` group), which run the app in its own venv.
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[test,peers]'
 	touch $@
 
 venv: $(BIN)/.installed

@@ -1,7 +1,9 @@
-"""Layouts: one validated object renders both nginx.conf and uwsgi.ini, and runs them.
+"""Layouts: one validated object renders nginx.conf and the app server's config (uWSGI, or
+a peer: gunicorn, granian), and runs them.
 
-Flow: ``layout`` (what to run) -> ``strategies`` (which sockets, which upstream)
--> ``render`` (templates -> files, cross-checks, ``nginx -t``) -> ``stack`` (processes).
+Flow: ``layout`` (what to run) -> ``strategies`` (which server, which sockets, which upstream)
+-> ``render`` (templates -> files, cross-checks, ``nginx -t``) -> ``stack`` (processes);
+``servers`` holds what differs per server.
 """
 
 from deploy.errors import LayoutError, RenderError

@@ -67,6 +67,17 @@ def uwsgi_python() -> tuple[tuple[int, int], str]:
     return (version[0], version[1]), f"pip built {binary or 'uwsgi'} with {sys.executable}"
 
 
+def server_python(server: str) -> tuple[tuple[int, int], str]:
+    """(major, minor) of the Python the app server runs the app with, and how that was determined.
+    uWSGI embeds one libpython; gunicorn and granian are packages of our venv, imported into the
+    app's own interpreter (deploy/servers.py), so that interpreter must be our venv's Python
+    (granian is compiled for it)."""
+    if server == "uwsgi":
+        return uwsgi_python()
+    version = sys.version_info[:2]
+    return (version[0], version[1]), f"pip installed our {server} for {sys.executable}"
+
+
 def virtualenv_python(venv: Path) -> tuple[int, int] | None:
     """(major, minor) a virtualenv was made with: pyvenv.cfg's ``version`` (venv) or
     ``version_info`` (virtualenv, uv), else what its bin/python says."""
@@ -129,8 +140,8 @@ def _venv_base_stdlib(venv: Path) -> Path | None:
 
 def check_readable(layout: Layout) -> None:
     """Under root, the run user must read the app, its virtualenv (and the Python that venv was
-    made from), Python's standard library and every static directory, or uWSGI dies right after
-    dropping privileges (and nginx answers 403 for static files)."""
+    made from), Python's standard library, every static directory and a peer's package, or the
+    server dies right after dropping privileges (and nginx answers 403 for static files)."""
     if not layout.drops_privileges:
         return
     uid, _, gids = run_user_ids(layout.user)
@@ -147,6 +158,12 @@ def check_readable(layout: Layout) -> None:
         if base is not None:
             needed.append(("virtualenv", "standard library of the virtualenv's base Python", base))
     needed += [("static", f"static directory for {prefix}/", Path(d)) for prefix, d in layout.static]
+    if layout.server != "uwsgi":  # a peer imports its own package from our venv (deploy/peer_launch.py)
+        from deploy.servers import server_for
+
+        package = server_for(layout).package_dir()
+        if package is not None:
+            needed.append(("user", f"{layout.server} package of our venv", package))
     for field_name, what, path in needed:
         blocked = blocked_at(path.resolve(), uid, gids, need_read=True)
         if blocked is None:
@@ -160,7 +177,8 @@ def check_readable(layout: Layout) -> None:
         else:
             fix = f"move it where {layout.user} can read it (e.g. under /srv), make it readable (chmod o+rx " \
                   f"{blocked}), or pass --user with a user who can"
-        raise LayoutError(field_name, f"uWSGI and nginx would run as {layout.user}, who cannot read the {what} at "
+        server = "uWSGI" if layout.server == "uwsgi" else layout.server
+        raise LayoutError(field_name, f"{server} and nginx would run as {layout.user}, who cannot read the {what} at "
                                       f"{path} ({mode}): {fix}")
 
 

@@ -15,9 +15,10 @@ from pathlib import Path
 
 from deploy.appenv import add_app_options, app_options, preflight
 from deploy.errors import LayoutError, RenderError, StackError
-from deploy.layout import PROJECT_ROOT, TRANSPORTS, Layout, parse_layout
+from deploy.layout import PROJECT_ROOT, TRANSPORTS, Layout, parse_variant
 from deploy.reload import chain_reload
 from deploy.render import write_layout
+from deploy.servers import server_for
 from deploy.stack import Stack
 from deploy.strategies import STRATEGIES
 
@@ -34,10 +35,11 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def add_layout_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("layout", help=f"PxT-STRATEGY, e.g. 2x4-mapped (strategies: {', '.join(STRATEGIES)})")
+    p.add_argument("layout", help=f"PxT-STRATEGY[@option=value,...], e.g. 2x4-mapped or 2x4-gunicorn@reuse_port=on "
+                                  f"(strategies: {', '.join(STRATEGIES)})")
     add_app_options(p)
-    p.add_argument("--transport", help=f"uWSGI sockets: {' or '.join(TRANSPORTS)} (default tcp)")
-    p.add_argument("--base-port", help="first uWSGI TCP port; sockets use consecutive ports (default 5000)")
+    p.add_argument("--transport", help=f"app-server sockets: {' or '.join(TRANSPORTS)} (default tcp)")
+    p.add_argument("--base-port", help="first app-server TCP port; sockets use consecutive ports (default 5000)")
     p.add_argument("--listen", help="nginx listen IPV4:PORT (default 127.0.0.1:8000)")
     p.add_argument("--nginx-workers", help="nginx worker_processes (default 1, as in the article)")
     p.add_argument("--backlog", help="uWSGI listen backlog per socket (default 100, at most net.core.somaxconn)")
@@ -60,7 +62,7 @@ def add_layout_options(p: argparse.ArgumentParser) -> None:
 
 
 def layout_from_args(args, run_dir: Path) -> Layout:
-    return parse_layout(
+    return parse_variant(
         args.layout,
         **app_options(args),
         transport=args.transport,
@@ -109,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _default_dir(args, *parts: str) -> Path:
     # The spec only names a directory once it parsed; a bad spec fails in parse_layout first.
-    safe = args.layout if all(c.isalnum() or c in "x-_" for c in args.layout) else "layout"
+    safe = args.layout if all(c.isalnum() or c in "x-_@=," for c in args.layout) else "layout"
     return PROJECT_ROOT.joinpath(*parts, safe)
 
 
@@ -139,20 +141,23 @@ def cmd_run(args) -> int:
         raise LayoutError("for", f"must be a number of seconds in (0, {7 * 24 * 3600}], got {args.duration:g}")
     layout = layout_from_args(args, run_dir)
     preflight(layout)  # the app imports as the workers will, or exit 2 before anything is written
+    server = server_for(layout)
+    server.check_installed()  # a peer missing from our venv: one line saying how to install it (exit 1)
     write_layout(layout, run_dir)
     signal.signal(signal.SIGTERM, _raise_stop)
     signal.signal(signal.SIGHUP, _raise_stop)
     try:
         with Stack(layout) as stack:
-            print(f"serving {layout.name} on {layout.url}  (uWSGI stats: {layout.stats_address}; "
-                  f"logs: {run_dir / 'logs'})  Ctrl-C to stop", flush=True)
+            stats = f"uWSGI stats: {layout.stats_address}" if layout.has_stats else f"{server.label}, no stats server"
+            print(f"serving {layout.name} on {layout.url}  ({stats}; logs: {run_dir / 'logs'})  Ctrl-C to stop",
+                  flush=True)
             deadline = None if args.duration is None else time.monotonic() + args.duration
             while deadline is None or time.monotonic() < deadline:
                 stack.check_alive()
                 time.sleep(0.2)  # supervision tick
     except (KeyboardInterrupt, Stop):
         pass
-    print("stopped nginx and uWSGI", flush=True)
+    print(f"stopped nginx and {server.label}", flush=True)
     return 0
 
 

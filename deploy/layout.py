@@ -1,8 +1,9 @@
 """The layout: processes x threads x socket strategy x options, validated on creation.
 
-One ``Layout`` is the single source of both generated files, so the nginx upstream and
-the uWSGI socket list cannot drift apart. Every field is checked here, with a message
-that names the field and the allowed range; nothing touches the disk.
+One ``Layout`` is the single source of every generated file (nginx.conf and the app server's
+config: uwsgi.ini, gunicorn.conf.py or granian.env), so the nginx upstream and the server's
+socket list cannot drift apart. Every field is checked here, with a message that names the
+field and the allowed range; nothing touches the disk.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from deploy.appenv import uwsgi_python, virtualenv_python
+from deploy.appenv import server_python, virtualenv_python
 from deploy.errors import LayoutError
 from deploy.strategies import STRATEGIES, SocketPlan, get_strategy
 
@@ -32,6 +33,10 @@ TRANSPORTS = ("tcp", "unix")
 AIO_MODES = ("off", "threads")
 THREAD_POOL = "ul_pool"
 UNIX_SOCKET_MODE = "660"  # never uWSGI's bare `chmod-socket`, which means 666
+PROTOCOLS = ("http", "uwsgi")  # what nginx speaks to gunicorn
+LOCK_ENGINES = ("", "ipcsem")  # uWSGI's lock-engine: "" = its default (pthread robust mutexes)
+# Options only some strategies take (Strategy.options), with the value meaning "not used".
+STRATEGY_OPTIONS = {"reuse_port": False, "protocol": "http", "lock_engine": ""}
 
 SPEC_RE = re.compile(r"^(?P<p>[+-]?\d+)x(?P<t>[+-]?\d+)-(?P<strategy>[A-Za-z0-9_-]+)$")
 APP_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
@@ -97,12 +102,14 @@ STATIC_SEGMENT_RE = re.compile(r"^[A-Za-z0-9._~-]+$")
 DATA_DIR_PREFIXES = ("/files", "/_internal_files", "/static")
 
 
-def check_virtualenv(raw) -> str:
-    """The resolved virtualenv directory, or LayoutError("virtualenv", ...)."""
+def check_virtualenv(raw, server: str = "uwsgi") -> str:
+    """The resolved virtualenv directory, or LayoutError("virtualenv", ...). Its Python
+    major.minor must be the one ``server`` (uwsgi, gunicorn, granian) runs on."""
     text = _config_path("virtualenv", str(raw))
     venv = Path(os.path.expanduser(text)).resolve()
     _config_path("virtualenv", str(venv))  # where a symlink led
-    (major, minor), how = uwsgi_python()
+    (major, minor), how = server_python(server)
+    label = "uWSGI" if server == "uwsgi" else server
     make = f"python{major}.{minor} -m venv {venv}"
     try:
         exists = venv.is_dir()
@@ -121,7 +128,7 @@ def check_virtualenv(raw) -> str:
     if found != (major, minor):
         raise LayoutError(
             "virtualenv",
-            f"{venv} is Python {found[0]}.{found[1]} but our uWSGI runs Python {major}.{minor} ({how}): recreate it "
+            f"{venv} is Python {found[0]}.{found[1]} but our {label} runs Python {major}.{minor} ({how}): recreate it "
             f"with {make} and reinstall your requirements, or rebuild our venv with that Python "
             f"(rm -rf .venv; make venv PYTHON=python{found[0]}.{found[1]})",
         )
@@ -154,6 +161,8 @@ def parse_env(raw) -> tuple[tuple[str, str], ...]:
                                      "digit), e.g. DJANGO_SETTINGS_MODULE")
         if key.upper().startswith("UWSGI_"):
             raise LayoutError("env", f"{key} is refused: uWSGI reads UWSGI_* variables as its own options")
+        if key.upper().startswith("GRANIAN_"):
+            raise LayoutError("env", f"{key} is refused: granian reads GRANIAN_* variables as its own options")
         if key in RESERVED_ENV:
             raise LayoutError("env", f"{key} is refused: {RESERVED_ENV[key]}")
         if any(key == k for k, _ in out):
@@ -263,7 +272,8 @@ def _parse_host_port(field_name: str, raw: str) -> tuple[str, int]:
 
 @dataclass(frozen=True)
 class Socket:
-    """One uWSGI socket: its index (0-based, the order of `socket` lines) and who serves it."""
+    """One app-server socket: its index (0-based; for uWSGI the order of `socket` lines) and
+    who serves it."""
 
     index: int
     address: str  # "127.0.0.1:5000" or an absolute unix socket path
@@ -326,12 +336,19 @@ class Layout:
     env: tuple[tuple[str, str], ...] = ()
     # Directories nginx serves itself: ((PREFIX, DIR), ...), PREFIX without trailing slash.
     static: tuple[tuple[str, str], ...] = ()
+    # Options of some strategies only (variants such as 2x4-gunicorn@reuse_port=on):
+    # gunicorn: every worker binds its own SO_REUSEPORT socket and the kernel spreads connections.
+    reuse_port: bool = False
+    # gunicorn: what nginx speaks to it, http (proxy_pass) or uwsgi (uwsgi_pass).
+    protocol: str = "http"
+    # thunder: uWSGI's lock engine for the thunder lock ("" = uWSGI's default, or ipcsem).
+    lock_engine: str = ""
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen dataclass)
         set_("processes", _int_in("processes", self.processes, 1, MAX_PROCESSES))
         set_("threads", _int_in("threads", self.threads, 1, MAX_THREADS))
-        get_strategy(self.strategy)
+        strategy = get_strategy(self.strategy)
         if not isinstance(self.app, str) or not APP_RE.match(self.app):
             raise LayoutError(
                 "app", f"expected an importable module:callable such as app.wsgi:application, got {self.app!r}"
@@ -384,11 +401,19 @@ class Layout:
         run_dir = str(Path(os.path.expanduser(str(self.run_dir))).resolve())
         set_("run_dir", _config_path("run_dir", run_dir, nginx=self.transport == "unix"))
         if self.virtualenv:
-            set_("virtualenv", check_virtualenv(self.virtualenv))
+            set_("virtualenv", check_virtualenv(self.virtualenv, strategy.server))
         else:
             set_("virtualenv", sys.prefix if sys.prefix != sys.base_prefix else "")
         set_("env", parse_env(self.env))
         set_("static", parse_static(self.static, self.data_dir))
+        set_("reuse_port", _bool("reuse_port", self.reuse_port))
+        if self.protocol not in PROTOCOLS:
+            raise LayoutError("protocol", f"must be one of {', '.join(PROTOCOLS)} (what nginx speaks to gunicorn), "
+                                          f"got {self.protocol!r}")
+        if self.lock_engine not in LOCK_ENGINES:
+            raise LayoutError("lock_engine", f"must be ipcsem (System V semaphores) or empty for uWSGI's default "
+                                             f"(pthread robust mutexes), got {self.lock_engine!r}")
+        self._check_strategy_options(strategy)
         self._check_addresses()
 
     # --- derived views --------------------------------------------------------------
@@ -406,11 +431,26 @@ class Layout:
         return self.strategy_obj.sockets(self.processes, self.threads)
 
     @property
+    def server(self) -> str:
+        """The program that runs the app: uwsgi, gunicorn or granian."""
+        return self.strategy_obj.server
+
+    @property
+    def nginx_protocol(self) -> str:
+        """What nginx speaks to the app server: uwsgi (uwsgi_pass) or http (proxy_pass)."""
+        return "uwsgi" if self.server == "uwsgi" or self.protocol == "uwsgi" else "http"
+
+    @property
+    def has_stats(self) -> bool:
+        """Only uWSGI has a stats server (per-worker pids and request counts)."""
+        return self.server == "uwsgi"
+
+    @property
     def sockets(self) -> list[Socket]:
         out = []
         for i, plan in enumerate(self.socket_plans):
             if self.transport == "unix":
-                address = str(Path(self.run_dir) / "sockets" / f"uwsgi-{i}.sock")
+                address = str(Path(self.run_dir) / "sockets" / f"{self.server}-{i}.sock")
             else:
                 address = f"127.0.0.1:{self.base_port + i}"
             out.append(Socket(index=i, address=address, workers=plan.workers, role=plan.role))
@@ -427,16 +467,18 @@ class Layout:
             # The same socket again, as backup, gives the retry a peer: any other worker
             # accepting on that socket takes it. It carries no traffic otherwise.
             servers.append((primaries[0], ("backup",)))
-        # uWSGI's master keeps every socket open, so a failure means one dead or busy worker
-        # that is back within milliseconds. nginx's default (max_fails=1 fail_timeout=10s)
-        # would shut the socket out for 10 s: measured, after a kill -9 on mapped throughput
-        # fell from ~200 to ~95 req/s for 10 s, and a full backlog left "no live upstreams"
-        # for 7-9 s after the load stopped. Never mark a uWSGI socket down.
+        # uWSGI's master keeps every socket open (so does gunicorn's; with SO_REUSEPORT the
+        # other workers' listeners stay), so a failure means one dead or busy worker that is
+        # back within milliseconds (or seconds: granian respawns after 3.5 s). nginx's default
+        # (max_fails=1 fail_timeout=10s) would shut the socket out for 10 s: measured, after a
+        # kill -9 on mapped throughput fell from ~200 to ~95 req/s for 10 s, and a full backlog
+        # left "no live upstreams" for 7-9 s after the load stopped. Never mark a socket down.
         return [(s, ("max_fails=0", *params)) for s, params in servers]
 
     @property
     def drops_privileges(self) -> bool:
-        """True when started as root: uWSGI binds as root, then runs as ``user``."""
+        """True when started as root: uWSGI binds as root, then runs as ``user``; a peer is
+        started as ``user``; nginx's workers run as ``user``."""
         return os.geteuid() == 0 and self.user != "root"
 
     @property
@@ -468,10 +510,22 @@ class Layout:
             for s in self.sockets
         ]
         data["upstream"] = [{"address": s.nginx_address, "params": list(p)} for s, p in self.upstream_servers]
-        data["stats"] = self.stats_address
+        data["server"] = self.server
+        data["stats"] = self.stats_address if self.has_stats else None
         return data
 
     # --- validation helpers -----------------------------------------------------------
+
+    def _check_strategy_options(self, strategy) -> None:
+        for option, unused in STRATEGY_OPTIONS.items():
+            if getattr(self, option) == unused or option in strategy.options:
+                continue
+            takers = [name for name, s in STRATEGIES.items() if option in s.options]
+            raise LayoutError(option, f"does not apply to {self.strategy} (only to {', '.join(takers)}); "
+                                      f"remove it or use e.g. {self.processes}x{self.threads}-{takers[0]}")
+        if self.reuse_port and self.transport != "tcp":
+            raise LayoutError("reuse_port", "needs --transport tcp: SO_REUSEPORT spreads TCP connections, and "
+                                            "each worker would replace the others' unix socket")
 
     def _check_addresses(self) -> None:
         n = len(self.socket_plans)
@@ -482,8 +536,8 @@ class Layout:
                     "base_port",
                     f"{n} sockets need ports {self.base_port}..{last}; must end at 65535 or below",
                 )
-            ports = {self.base_port + i: f"uWSGI socket {i}" for i in range(n)}
-            taken = {self.stats_port: "stats_port"}
+            ports = {self.base_port + i: f"{self.server} socket {i}" for i in range(n)}
+            taken = {self.stats_port: "stats_port"} if self.has_stats else {}
             if self.listen_host in ("127.0.0.1", "0.0.0.0"):
                 taken[self.listen_port] = "listen"
             for port, what in ports.items():
@@ -501,7 +555,7 @@ class Layout:
                     f"unix socket path {longest!r} is {len(longest.encode())} bytes; the kernel allows "
                     f"{UNIX_PATH_MAX - 1} (108 with the NUL): use a shorter --out/--run-dir",
                 )
-        if self.listen_host in ("127.0.0.1", "0.0.0.0") and self.listen_port == self.stats_port:
+        if self.has_stats and self.listen_host in ("127.0.0.1", "0.0.0.0") and self.listen_port == self.stats_port:
             raise LayoutError("stats_port", f"port {self.stats_port} is already the nginx listen port; pick another")
 
 

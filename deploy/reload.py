@@ -54,6 +54,10 @@ def chain_reload(run_dir: Path, timeout: float = 120.0, progress=None) -> Reload
     """Chain-reload the stack running in ``run_dir``. New code that does not import (the
     pre-flight, as at start) raises LayoutError (bad input, exit 2) before anything is touched."""
     layout = layout_from_record(load_run_layout(run_dir))
+    if layout.server != "uwsgi":
+        raise LayoutError("layout", f"{layout.name} runs {layout.server}: chain reload is uWSGI's (its master FIFO); "
+                                    f"for a graceful reload send SIGHUP to the pid in {run_dir}/control/"
+                                    f"{layout.server}.pid")
     fifo = run_dir / "control" / "master.fifo"
     stats = layout.stats_address
     try:

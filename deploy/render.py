@@ -1,7 +1,8 @@
-"""Render a layout into nginx.conf + uwsgi.ini (+ uwsgi_params, layout.json), safely.
+"""Render a layout into nginx.conf + the app server's config (uwsgi.ini + uwsgi_params,
+gunicorn.conf.py or granian.env) + layout.json, safely.
 
 Files are rendered into a staging directory next to the destination, cross-checked
-(nginx upstream == uWSGI sockets, worker/socket mapping, no reused address, loopback
+(nginx upstream == the server's sockets, worker/socket mapping, no reused address, loopback
 only), tested with ``nginx -t``, and only then moved into place. A failure at any step
 leaves the destination untouched.
 """
@@ -12,10 +13,10 @@ import ipaddress
 import json
 import os
 import pwd
-import re
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,14 +26,32 @@ import jinja2
 from deploy.appenv import blocked_at, check_readable, run_user_ids
 from deploy.errors import LayoutError, RenderError
 from deploy.layout import PROJECT_ROOT, THREAD_POOL, UNIX_SOCKET_MODE, Layout
+from deploy.servers import (
+    CONFIG_FILES,
+    GRACEFUL_STOP,
+    NGINX_WORKER_CONNECTIONS,
+    PEER_IDLE_TIMEOUT,
+    SERVERS,
+    UPSTREAM_KEEPALIVE_TIMEOUT,
+    parse_uwsgi_ini,
+    read_uwsgi_ini_value,
+    server_for,
+    uwsgi_ini_value,
+)
+
+__all__ = ["crosscheck", "nginx_test", "parse_uwsgi_ini", "read_uwsgi_ini_value", "render_texts", "uwsgi_ini_value",
+           "write_layout"]
 
 TEMPLATES_DIR = PROJECT_ROOT / "templates"
 LAYOUT_JSON_VERSION = 1
-UPSTREAM_NAME = "uwsgi_app"
-# Directories nginx and uWSGI write into at run time, created with the files.
+UPSTREAM_NAME = SERVERS["uwsgi"].upstream
+# Directories nginx and the app server write into at run time, created with the files.
 RUN_SUBDIRS = ("logs", "tmp", "sockets", "control")
-# Directories the unprivileged run user must own (uWSGI's vacuum, pid file, master FIFO).
+# Directories the unprivileged run user must own (uWSGI's vacuum, pid file, master FIFO;
+# the peers' sockets and pid files).
 USER_OWNED_SUBDIRS = ("sockets", "control")
+# What every file render writes starts with (templates/_header.j2), after the comment leader.
+GENERATED = "Generated from layout "
 # nginx variables a client controls: none may reach a UWSGI_* variable (those load code).
 CLIENT_CONTROLLED = ("$arg", "$args", "$query_string", "$request_uri", "$http_", "$cookie_", "$request_body",
                      "$uri", "$document_uri", "$request")
@@ -46,19 +65,6 @@ class RenderResult:
     notes: list[str] = field(default_factory=list)
 
 
-def uwsgi_ini_value(value: str) -> str:
-    """``value`` as uwsgi.ini must spell it: uWSGI reads ``%%`` as ``%`` and any other ``%x``
-    as a magic variable (core/utils.c magic_sub), so every ``%`` is doubled. The sequences no
-    escape protects ($(, @(, %() are refused by Layout."""
-    return value.replace("%", "%%")
-
-
-def read_uwsgi_ini_value(raw: str) -> str | None:
-    """What uWSGI makes of an ini value written by ``uwsgi_ini_value``; None when a lone ``%``
-    would be eaten as a magic variable."""
-    return raw.replace("%%", "%") if re.fullmatch(r"(?:[^%]|%%)*", raw) else None
-
-
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
@@ -69,38 +75,26 @@ def _env() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["uwsgi_ini_value"] = uwsgi_ini_value
+    env.filters["pyrepr"] = repr  # a Python literal in gunicorn.conf.py: any string, exactly
     return env
 
 
 def render_texts(layout: Layout) -> dict[str, str]:
     env = _env()
-    context = {"layout": layout, "unix_mode": UNIX_SOCKET_MODE, "thread_pool": THREAD_POOL}
-    texts = {
+    server = server_for(layout)
+    context = {
+        "layout": layout, "server": server, "unix_mode": UNIX_SOCKET_MODE, "thread_pool": THREAD_POOL,
+        "worker_connections": NGINX_WORKER_CONNECTIONS, "upstream_keepalive_timeout": UPSTREAM_KEEPALIVE_TIMEOUT,
+        "peer_idle_timeout": PEER_IDLE_TIMEOUT, "graceful_stop": GRACEFUL_STOP, "sys_prefix": sys.prefix,
+    }
+    return {
         "nginx.conf": env.get_template("nginx.conf.j2").render(context),
-        "uwsgi.ini": env.get_template("uwsgi.ini.j2").render(context),
-        "uwsgi_params": (TEMPLATES_DIR / "uwsgi_params").read_text(),
+        **server.render(env, context),
         "layout.json": json.dumps({"format_version": LAYOUT_JSON_VERSION, **layout.to_dict()}, indent=2) + "\n",
     }
-    return texts
 
 
 # --- parsing the generated files back (the cross-checks read files, not the model) ------
-
-
-def parse_uwsgi_ini(text: str) -> list[tuple[str, str]]:
-    """(key, value) pairs of the [uwsgi] section, in order; repeated keys are kept."""
-    pairs, section = [], None
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in ";#":
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1].strip()
-            continue
-        if section == "uwsgi" and "=" in line:
-            key, _, value = line.partition("=")
-            pairs.append((key.strip(), value.strip()))
-    return pairs
 
 
 def parse_nginx(conf_path: Path) -> list[dict]:
@@ -147,6 +141,10 @@ def nginx_summary(conf_path: Path) -> dict:
         "upstreams": upstreams,
         "listens": [d["args"][0] for d in find_directives(parsed, "listen")],
         "uwsgi_pass": [d["args"][0] for d in find_directives(parsed, "uwsgi_pass")],
+        "proxy_pass": [d["args"][0] for d in find_directives(parsed, "proxy_pass")],
+        # (location path, args) of every proxy_set_header (a location holds several)
+        "location_headers": [(" ".join(loc["args"]), d["args"]) for loc in find_directives(parsed, "location")
+                             for d in loc.get("block", []) if d["directive"] == "proxy_set_header"],
         "worker_processes": workers[0] if workers else "1",
     }
 
@@ -161,79 +159,50 @@ def _is_loopback(address: str) -> bool:
 
 def crosscheck(layout: Layout, conf_dir: Path) -> list[str]:
     """Check the rendered files against each other and the layout; return the problems."""
-    problems: list[str] = []
-    opts = parse_uwsgi_ini((conf_dir / "uwsgi.ini").read_text())
-    values = lambda key: [v for k, v in opts if k == key]  # noqa: E731
+    server = server_for(layout)
+    facts = server.facts(layout, conf_dir)  # the server's config file, read back
     nginx = nginx_summary(conf_dir / "nginx.conf")
+    problems: list[str] = list(facts.problems)
 
-    processes = int(values("processes")[-1]) if values("processes") else 1
-    if processes != layout.processes or values("threads") != [str(layout.threads)]:
-        problems.append(f"uwsgi.ini processes/threads differ from layout {layout.name}")
-    sockets = values("socket")
-    stats = values("stats")
+    if facts.processes != layout.processes or facts.threads != layout.threads:
+        problems.append(f"{server.config_file} processes/threads differ from layout {layout.name}")
+    sockets = facts.addresses
 
-    # 1. nginx sends only to uWSGI sockets, and reaches every one of them.
-    upstream = nginx["upstreams"].get(UPSTREAM_NAME)
+    # 1. nginx sends only to the server's sockets, reaches every one of them, and speaks its protocol.
+    name = server.upstream
+    upstream = nginx["upstreams"].get(name)
     if upstream is None:
-        return problems + [f"nginx.conf has no upstream {UPSTREAM_NAME!r}"]
-    if set(nginx["uwsgi_pass"]) != {UPSTREAM_NAME}:
-        problems.append(f"uwsgi_pass targets {nginx['uwsgi_pass']} instead of upstream {UPSTREAM_NAME}")
+        return problems + [f"nginx.conf has no upstream {name!r}"]
+    for protocol, directive, target in (("uwsgi", "uwsgi_pass", name), ("http", "proxy_pass", f"http://{name}")):
+        want = {target} if protocol == layout.nginx_protocol else set()
+        if set(nginx[directive]) != want:
+            problems.append(f"{directive} targets {nginx[directive]} instead of "
+                            f"{'upstream ' + name if want else f'nothing: nginx speaks {layout.nginx_protocol}'}")
+    if layout.nginx_protocol == "http":
+        problems += _keepalive_problems(nginx, upstream)
     servers = [args[0].removeprefix("unix:") for args in upstream["servers"]]
     primaries = [args[0].removeprefix("unix:") for args in upstream["servers"] if "backup" not in args[1:]]
     backups = [args[0].removeprefix("unix:") for args in upstream["servers"] if "backup" in args[1:]]
     # A socket may appear twice only as the retry alias: once as primary, once as backup.
     if (set(servers) != set(sockets) or len(set(primaries)) != len(primaries)
             or len(set(backups)) != len(backups) or len(servers) > len(sockets) + len(set(primaries) & set(backups))):
-        problems.append(f"nginx upstream servers {servers} != uWSGI sockets {sockets}")
+        problems.append(f"nginx upstream servers {servers} != {server.label} sockets {sockets}")
 
-    # 2. Who accepts on which socket: map-socket = SOCKET_INDEX:WORKER_ID[,WORKER_ID...]
-    #    (socket indices from 0, worker ids from 1); an unmapped socket is served by all workers.
-    served: dict[int, set[int]] = {i: set(range(1, processes + 1)) for i in range(len(sockets))}
-    mapped_once: set[int] = set()
-    for entry in values("map-socket"):
-        idx_text, _, workers_text = entry.partition(":")
-        try:
-            idx, workers = int(idx_text), {int(w) for w in workers_text.split(",")}
-        except ValueError:
-            problems.append(f"map-socket {entry!r} is not INDEX:WORKER[,WORKER]")
-            continue
-        if idx not in served:
-            problems.append(f"map-socket {entry!r}: socket index {idx} does not exist (0..{len(sockets) - 1})")
-            continue
-        if not workers <= set(range(1, processes + 1)):
-            problems.append(f"map-socket {entry!r}: worker ids must be in 1..{processes}")
-        served[idx] = set() if idx not in mapped_once else served[idx]
-        served[idx] |= workers
-        mapped_once.add(idx)
-    sockets_of = {w: {i for i, ws in served.items() if w in ws} for w in range(1, processes + 1)}
-    idle = [w for w, s in sockets_of.items() if not s]
-    if idle:
-        problems.append(f"workers {idle} accept on no socket")
-    expected = {s.index: set(s.workers) if s.workers else set(range(1, processes + 1)) for s in layout.sockets}
-    if served != expected:
-        problems.append(f"socket->workers mapping {served} differs from the layout's {expected}")
-    if layout.strategy_obj.one_socket_per_worker:
-        if any(len(ws) != 1 for ws in served.values()) or any(len(s) != 1 for s in sockets_of.values()):
-            problems.append("strategy needs exactly one socket per worker and one worker per socket")
-
-    # 3. No address used twice across nginx listen, uWSGI sockets and the stats server.
-    addresses = nginx["listens"] + sockets + stats
+    # 2. No address used twice across nginx listen, the server's sockets and its stats server.
+    addresses = nginx["listens"] + sockets + facts.private
     dupes = sorted({a for a in addresses if addresses.count(a) > 1})
     if dupes:
         problems.append(f"addresses used twice: {dupes}")
 
-    # 4. The uwsgi protocol can load code: loopback or 0660 unix sockets only.
-    for address in sockets + stats:
-        if address.startswith("/"):
-            continue
-        if not _is_loopback(address):
+    # 3. The uwsgi protocol can load code (and no server needs more): loopback or 0660 unix sockets only.
+    for address in sockets + facts.private:
+        if not address.startswith("/") and not _is_loopback(address):
             problems.append(f"{address} is not a loopback address")
-    if any(a.startswith("/") for a in sockets):
-        modes = values("chmod-socket")
-        if not modes or not modes[-1].isdigit() or int(modes[-1], 8) & ~0o660:
-            problems.append(f"unix sockets need chmod-socket 660 or tighter, got {modes or 'none (666)'}")
+    if any(a.startswith("/") for a in sockets) and (facts.unix_mode is None or facts.unix_mode & ~0o660):
+        got = "none or unreadable" if facts.unix_mode is None else f"{facts.unix_mode:o}"
+        problems.append(f"unix sockets need {MODE_SETTING[server.name]} giving 660 or tighter, got {got}")
 
-    # 5. The balancing the strategy promises is what nginx was told (least_conn, max_conns, backup).
+    # 4. The balancing the strategy promises is what nginx was told (least_conn, max_conns, backup).
     strategy = layout.strategy_obj
     balancers = {"least_conn", "ip_hash", "hash", "random", "least_time"} & set(upstream["directives"])
     if balancers != ({strategy.balancer} if strategy.balancer else set()):
@@ -244,36 +213,36 @@ def crosscheck(layout: Layout, conf_dir: Path) -> list[str]:
     if rendered_params != expected_params:
         problems.append(f"upstream server parameters {rendered_params} != layout's {expected_params}")
 
-    # 6. No UWSGI_* variable (they make uWSGI load and run code) takes a client's value.
+    # 5. No UWSGI_* variable (they make uWSGI load and run code) takes a client's value.
     for args in nginx["uwsgi_params"]:
-        name, value = args[0], " ".join(args[1:])
-        if name.upper().startswith("UWSGI_") and any(v in value for v in CLIENT_CONTROLLED):
-            problems.append(f"uwsgi_param {name} takes a client-controlled value {value!r}")
+        param, value = args[0], " ".join(args[1:])
+        if param.upper().startswith("UWSGI_") and any(v in value for v in CLIENT_CONTROLLED):
+            problems.append(f"uwsgi_param {param} takes a client-controlled value {value!r}")
 
-    # 7. Started as root: nothing serves requests as root.
+    # 6. Started as root: nothing serves requests as root. uWSGI and gunicorn name the user in
+    #    their config (granian has no such option: Stack starts it as that user).
     if layout.drops_privileges:
-        if values("uid") != [layout.user] or values("gid") != [layout.group]:
-            problems.append(f"uwsgi.ini must drop to uid/gid {layout.user}/{layout.group}, has "
-                            f"{values('uid')}/{values('gid')}")
+        if server.name in ("uwsgi", "gunicorn") and facts.run_as != (layout.user, layout.group):
+            problems.append(f"{server.config_file} must drop to uid/gid {layout.user}/{layout.group}, has "
+                            f"{facts.run_as or 'none'}")
         if nginx["user"][:1] != [layout.user]:
             problems.append(f"nginx workers must run as {layout.user}, nginx.conf says {nginx['user'] or 'nothing'}")
-    for key in ("uid", "gid"):
-        if values(key) and values(key)[-1] in ("0", "root"):
-            problems.append(f"uwsgi.ini sets {key} to root")
+    if facts.run_as and set(facts.run_as) & {"0", "root"}:
+        problems.append(f"{server.config_file} switches to root ({facts.run_as})")
 
-    # 8. The data set's internal location is internal: clients must not reach it directly.
+    # 7. The data set's internal location is internal: clients must not reach it directly.
     internal = nginx["locations"].get("/_internal_files/")
     if internal is not None and "internal" not in internal:
         problems.append("location /_internal_files/ is not `internal`")
 
-    # 9. With several nginx workers, balancing state must live in a shared zone.
+    # 8. With several nginx workers, balancing state must live in a shared zone.
     if nginx["worker_processes"] != "1" and "zone" not in upstream["directives"]:
         problems.append("nginx has several workers but the upstream has no zone")
     if layout.strategy_obj.needs_zone and "zone" not in upstream["directives"]:
         problems.append(f"strategy {layout.strategy} needs an upstream zone")
 
-    # 10. Aliases: a location and its alias both end in "/" or neither does, else "/static../x"
-    #     reaches the parent of the aliased directory (the classic alias traversal). No listing.
+    # 9. Aliases: a location and its alias both end in "/" or neither does, else "/static../x"
+    #    reaches the parent of the aliased directory (the classic alias traversal). No listing.
     for where, directives in nginx["location_args"].items():
         alias = directives.get("alias")
         if alias and where.endswith("/") != alias[0].endswith("/"):
@@ -285,11 +254,28 @@ def crosscheck(layout: Layout, conf_dir: Path) -> list[str]:
     if served_static != dict(layout.static):
         problems.append(f"nginx static locations {served_static} differ from the layout's {dict(layout.static)}")
 
-    # 11. The app's environment is what the layout says, once uWSGI has read "%%" as "%".
+    # 10. The app's environment is what the layout says (for uWSGI once it has read "%%" as "%").
     expected_env = ([("UL_DATA_DIR", layout.data_dir)] if layout.data_dir else []) + list(layout.env)
-    rendered_env = [(key, read_uwsgi_ini_value(value)) for key, _, value in (v.partition("=") for v in values("env"))]
-    if rendered_env != expected_env:
-        problems.append(f"uwsgi.ini env lines {rendered_env} differ from the layout's {expected_env}")
+    if facts.env != expected_env:
+        problems.append(f"{server.config_file} env lines {facts.env} differ from the layout's {expected_env}")
+    return problems
+
+
+# The setting that gives a server's unix sockets their mode.
+MODE_SETTING = {"uwsgi": "chmod-socket", "gunicorn": "umask", "granian": "GRANIAN_UDS_PERMISSIONS"}
+
+
+def _keepalive_problems(nginx: dict, upstream: dict) -> list[str]:
+    """HTTP peers: nginx keeps upstream connections open only with all three of these."""
+    problems = []
+    if "keepalive" not in upstream["directives"]:
+        problems.append("the HTTP upstream has no keepalive: nginx would open a connection per request")
+    location = nginx["location_args"].get("/", {})
+    if location.get("proxy_http_version") != ["1.1"]:
+        problems.append("location / needs proxy_http_version 1.1 for upstream keep-alive")
+    headers = [args for d, args in nginx["location_headers"] if d == "/"]
+    if ["Connection", ""] not in headers:
+        problems.append('location / needs proxy_set_header Connection "" for upstream keep-alive')
     return problems
 
 
@@ -412,4 +398,18 @@ def _install(layout: Layout, staging: Path, out: Path, names: list[str]) -> None
         (out / sub).mkdir(mode=0o750, exist_ok=True)
     for name in names:  # each replace is atomic; all were validated before the first one
         os.replace(staging / name, out / name)
+    for stale in set(CONFIG_FILES) - set(names):  # another server's config, from an earlier render
+        if _written_by_render(out / stale):
+            (out / stale).unlink()
     _apply_ownership(layout, out)  # an existing directory keeps its own modes otherwise
+
+
+def _written_by_render(path: Path) -> bool:
+    """True for a file render wrote (its generated header), never for anyone else's."""
+    if path.name == "uwsgi_params":  # a copy of templates/uwsgi_params, which has no header
+        return path.is_file() and path.read_bytes() == (TEMPLATES_DIR / "uwsgi_params").read_bytes()
+    try:
+        with open(path, errors="replace") as f:
+            return f.readline()[2:].startswith(GENERATED)
+    except OSError:
+        return False

@@ -1,10 +1,11 @@
-"""Run a rendered layout: one uWSGI master (+ workers) and one nginx master (+ workers).
+"""Run a rendered layout: one app-server master (uWSGI, gunicorn or granian, + workers) and
+one nginx master (+ workers).
 
-``Stack`` is a context manager that owns both process trees. Readiness is polled (the
-uWSGI stats server says every worker is accepting; nginx answers HTTP through to the
-app), never slept for. On every exit path both trees are stopped: a polite signal, a
-bounded wait, then SIGKILL to the whole process group. Children also get
-PR_SET_PDEATHSIG, so they die with us even if we are killed with SIGKILL.
+``Stack`` is a context manager that owns both process trees. Readiness is polled (uWSGI's
+stats server says every worker is accepting; for a peer, its master has P live workers;
+then nginx answers HTTP through to the app), never slept for. On every exit path both trees
+are stopped: a polite signal, a bounded wait, then SIGKILL to the whole process group.
+Children also get PR_SET_PDEATHSIG, so they die with us even if we are killed with SIGKILL.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from deploy.appenv import find_uwsgi
 from deploy.errors import StackError
 from deploy.layout import Layout
+from deploy.servers import server_for
 
 PR_SET_PDEATHSIG = 1
 
@@ -77,15 +79,29 @@ def http_get(host: str, port: int, path: str, timeout: float = 5.0) -> tuple[int
 
 
 class Stack:
+    """One app server (``layout.server``: uWSGI, gunicorn or granian) and one nginx, as a
+    context manager. What differs per server (its command, how to drop privileges, when its
+    workers are ready, who they are) is its ``deploy.servers.AppServer``; the lifecycle is this."""
+
     def __init__(self, layout: Layout, start_timeout: float = 30.0, stop_timeout: float = 10.0):
         self.layout = layout
+        self.server = server_for(layout)
         self.run_dir = Path(layout.run_dir)
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
-        self.uwsgi: subprocess.Popen | None = None
+        self.app: subprocess.Popen | None = None  # the app server's master
         self.nginx: subprocess.Popen | None = None
-        self.uwsgi_log = self.run_dir / "logs" / "uwsgi.log"
+        self.app_log = self.run_dir / "logs" / f"{self.server.name}.log"
         self.nginx_log = self.run_dir / "logs" / "error.log"
+
+    # Names from before the peers, when the app server was always uWSGI.
+    @property
+    def uwsgi(self) -> subprocess.Popen | None:
+        return self.app
+
+    @property
+    def uwsgi_log(self) -> Path:
+        return self.app_log
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -101,40 +117,47 @@ class Stack:
         self.stop()
 
     def start(self) -> None:
+        self.server.check_installed()  # one line saying how to install it, before anything starts
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
-        self.uwsgi = self._spawn([uwsgi_binary(), "--ini", str(self.run_dir / "uwsgi.ini")], self.uwsgi_log)
-        self._wait(self._uwsgi_ready, "uWSGI", self.uwsgi, self.uwsgi_log)
+        self.app = self._spawn(self.server.command(self.layout), self.app_log, **self.server.spawn_options(self.layout))
+        self._wait(lambda: self.server.ready(self), self.server.label, self.app_log)
         nginx_cmd = [
             nginx_binary(), "-p", f"{self.run_dir}/", "-c", str(self.run_dir / "nginx.conf"),
             "-e", str(self.nginx_log), "-g", "daemon off;",
         ]
         self.nginx = self._spawn(nginx_cmd, self.run_dir / "logs" / "nginx.out")
-        self._wait(self._nginx_ready, "nginx", self.nginx, self.nginx_log)
+        self._wait(self._nginx_ready, "nginx", self.nginx_log)
 
     def stop(self) -> None:
-        # nginx first, so no new request reaches a uWSGI that is going away.
-        for name in ("nginx", "uwsgi"):
+        # nginx first, so no new request reaches an app server that is going away.
+        for name in ("nginx", "app"):
             proc = getattr(self, name)
             if proc is not None:
                 _terminate_group(proc, self.stop_timeout)
                 setattr(self, name, None)
 
-    def _spawn(self, cmd: list[str], log_path: Path) -> subprocess.Popen:
+    def _spawn(self, cmd: list[str], log_path: Path, **options) -> subprocess.Popen:
         log = open(log_path, "ab")
         try:
+            # user/group (a peer started as the run user) are applied before preexec_fn runs,
+            # so PDEATHSIG is set after the switch (changing credentials clears it).
             return subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                cwd=self.run_dir, preexec_fn=_die_with_parent,
+                cwd=self.run_dir, preexec_fn=_die_with_parent, **options,
             )
         finally:
             log.close()
 
-    def _wait(self, ready, what: str, proc: subprocess.Popen, log: Path) -> None:
+    def _wait(self, ready, what: str, log: Path) -> None:
         deadline = time.monotonic() + self.start_timeout
         delay = 0.02
         while True:
-            if proc.poll() is not None:
-                raise StackError(f"{what} exited with code {proc.returncode} while starting", tail(log))
+            # Every process started so far: a peer whose workers fail to load the app exits
+            # while nginx is being polled (its master was up with P workers a moment before).
+            for name, proc, its_log in ((self.server.label, self.app, self.app_log), ("nginx", self.nginx, log)):
+                if proc is not None and proc.poll() is not None:
+                    # 40 lines: a peer's master may print its own traceback after the worker's.
+                    raise StackError(f"{name} exited with code {proc.returncode} while starting", tail(its_log, 40))
             if ready():
                 return
             if time.monotonic() > deadline:
@@ -142,43 +165,47 @@ class Stack:
             time.sleep(delay)  # polling interval, not a readiness guess
             delay = min(delay * 1.5, 0.25)
 
-    def _uwsgi_ready(self) -> bool:
-        try:
-            workers = read_stats(self.layout.stats_address)["workers"]
-        except (OSError, ValueError, KeyError):
-            return False
-        return len(workers) == self.layout.processes and all(
-            w.get("pid", 0) > 0 and w.get("accepting") == 1 for w in workers
-        )
-
     def _nginx_ready(self) -> bool:
         try:
             status, _, _ = http_get(self.layout.listen_host, self.layout.listen_port, "/healthz", timeout=5)
         except OSError:
             return False
-        # Any answer from the app proves nginx -> uWSGI works (a user's app may 404 /healthz).
+        # Any answer from the app proves nginx -> app server works (a user's app may 404 /healthz).
         return status not in (502, 503, 504)
 
     # --- inspection ---------------------------------------------------------------------
 
     def stats(self) -> dict:
+        """uWSGI's stats server (per-worker pids, request counts...). Peers have none."""
+        if not self.layout.has_stats:
+            raise StackError(f"{self.server.label} has no stats server: use worker_pids() (and count requests "
+                             "by the app's X-Worker-Pid header)")
         return read_stats(self.layout.stats_address)
 
     def worker_pids(self) -> dict[int, int]:
-        return {w["id"]: w["pid"] for w in self.stats()["workers"]}
+        """Worker number (from 1) -> pid. uWSGI: its worker ids; peers: the master's live
+        children in the order they started (a respawned worker takes the last number)."""
+        return self.server.worker_pids(self)
 
     @property
     def pids(self) -> dict[str, int]:
-        return {n: p.pid for n, p in (("uwsgi", self.uwsgi), ("nginx", self.nginx)) if p is not None}
+        """Master pids: "app" and the server's name (e.g. "uwsgi") for the app server, "nginx"."""
+        out = {}
+        if self.app is not None:
+            out |= {"app": self.app.pid, self.server.name: self.app.pid}
+        if self.nginx is not None:
+            out["nginx"] = self.nginx.pid
+        return out
 
     def check_alive(self) -> None:
-        for name, proc, log in (("uWSGI", self.uwsgi, self.uwsgi_log), ("nginx", self.nginx, self.nginx_log)):
+        for name, proc, log in ((self.server.label, self.app, self.app_log), ("nginx", self.nginx, self.nginx_log)):
             if proc is not None and proc.poll() is not None:
                 raise StackError(f"{name} exited unexpectedly with code {proc.returncode}", tail(log))
 
 
 def _terminate_group(proc: subprocess.Popen, timeout: float) -> None:
-    """SIGTERM the master (nginx: fast shutdown; uWSGI die-on-term: stop), then SIGKILL the group."""
+    """SIGTERM the master (nginx: fast shutdown; uWSGI die-on-term: stop; gunicorn, granian:
+    graceful stop), then SIGKILL the group."""
     if proc.poll() is None:
         try:
             proc.send_signal(signal.SIGTERM)

@@ -1,7 +1,9 @@
-"""Socket strategies: how uWSGI workers get requests and how nginx balances them.
+"""Socket strategies: which server runs the app, how its workers get requests, and how nginx
+balances them.
 
-A strategy decides two lists and nothing else:
-  * the uWSGI sockets, each with the workers that accept on it (None = every worker);
+A strategy names its app server (uWSGI, or a peer: gunicorn, granian; deploy/servers.py says
+how each is configured, started and checked) and decides two lists:
+  * the server's sockets, each with the workers that accept on it (None = every worker);
   * the nginx upstream servers, one per socket nginx should use, with their parameters.
 Addresses (TCP port or unix path) come from the layout, so a strategy never deals with them.
 Adding a strategy = one class here + registering it in STRATEGIES; the templates are generic.
@@ -28,6 +30,11 @@ class ServerPlan:
 class Strategy:
     name: str
     summary: str
+    # The program that runs the app: one of SERVERS.
+    server: str = "uwsgi"
+    # Layout options only this kind of strategy takes (e.g. ``2x4-gunicorn@reuse_port=on``);
+    # deploy/layout.py refuses them on any other strategy.
+    options: frozenset[str] = frozenset()
     # Extra uWSGI options: (key, value, why) triples rendered verbatim.
     uwsgi_options: tuple[tuple[str, str, str], ...] = ()
     # nginx balancing directive inside `upstream`, or "" for nginx's default round robin.
@@ -45,6 +52,9 @@ class Strategy:
 
     def servers(self, sockets: list[SocketPlan], threads: int) -> list[ServerPlan]:
         return [ServerPlan(i) for i in range(len(sockets))]
+
+
+SERVERS = ("uwsgi", "gunicorn", "granian")
 
 
 class Shared(Strategy):
@@ -72,6 +82,16 @@ class Overflow(Strategy):
         return own + shared
 
 
+class Peer(Strategy):
+    """Another WSGI server behind the same nginx: one address for all its workers (gunicorn
+    shares one socket, or with reuse_port each worker binds the same port; granian binds one
+    SO_REUSEPORT listener per worker). Which worker takes a connection is the server's (or the
+    kernel's) business, so nginx has one server to send to."""
+
+    def sockets(self, processes, threads):
+        return [SocketPlan(workers=None, role="shared")]
+
+
 STRATEGIES: dict[str, Strategy] = {
     s.name: s
     for s in (
@@ -85,6 +105,7 @@ STRATEGIES: dict[str, Strategy] = {
             uwsgi_options=(
                 ("thunder-lock", "true", "serialise accept() across workers (does not fix balancing: see SEEDS.md)"),
             ),
+            options=frozenset({"lock_engine"}),
         ),
         Mapped(
             name="mapped",
@@ -105,6 +126,17 @@ STRATEGIES: dict[str, Strategy] = {
                 "behind a worker whose threads are all busy (an open-source stand-in for nginx Plus `queue`)"
             ),
             needs_zone=True,
+        ),
+        Peer(
+            name="gunicorn",
+            summary="gunicorn: P workers on one socket, gthread with T threads each (the sync worker when T = 1)",
+            server="gunicorn",
+            options=frozenset({"reuse_port", "protocol"}),
+        ),
+        Peer(
+            name="granian",
+            summary="granian (WSGI): P workers with T blocking threads each, one SO_REUSEPORT listener per worker",
+            server="granian",
         ),
     )
 }

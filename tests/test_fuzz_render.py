@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 from deploy import cli
 from deploy.render import crosscheck, nginx_test
+from deploy.servers import server_for
 from deploy.strategies import STRATEGIES
 
 # "error: FIELD: ..." (bad layout input) or argparse's "python -m deploy [render]: error: ...".
@@ -172,7 +173,7 @@ def test_fuzz_render_command(capsys, record_property):
             if "nginx -t: ok" not in captured.out:  # e.g. an abbreviation of --no-nginx-test
                 ok, output = nginx_test(out)
                 assert ok, (argv, output)
-            for name in ("nginx.conf", "uwsgi.ini", "uwsgi_params", "layout.json"):
+            for name in ("nginx.conf", *server_for(layout).files(layout), "layout.json"):
                 assert (out / name).is_file(), (argv, name)
         finally:
             shutil.rmtree(root, ignore_errors=True)

@@ -31,6 +31,8 @@ from deploy.render import crosscheck, nginx_summary, write_layout
 from deploy.strategies import STRATEGIES
 from tests.integration.support import FAST, uwsgi_packet, via_nginx
 
+UWSGI_STRATEGIES = [name for name, s in STRATEGIES.items() if s.server == "uwsgi"]  # peers: test_peers.py
+
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="needs root: only root can switch to other users and drop privileges")
 MAGIC = ("UWSGI_FILE", "UWSGI_SCRIPT", "UWSGI_MODULE", "UWSGI_APPID", "UWSGI_SETENV")
@@ -61,7 +63,7 @@ def bound_inet_sockets(pids: set[int]) -> list:
 
 
 @pytest.mark.parametrize("transport", ["tcp", "unix"])
-@pytest.mark.parametrize("strategy", list(STRATEGIES))
+@pytest.mark.parametrize("strategy", UWSGI_STRATEGIES)
 @integration
 def test_uwsgi_and_stats_listen_on_loopback_only(start_stack, strategy, transport):
     stack = start_stack(f"2x2-{strategy}", transport=transport, nginx_workers=2, reuseport=(strategy == "mapped"))
@@ -218,7 +220,7 @@ def raw_uwsgi(address: str, extra: dict[str, str]) -> tuple[str, bytes]:
 
 
 @pytest.mark.parametrize("transport", ["tcp", "unix"])
-@pytest.mark.parametrize("strategy", list(STRATEGIES))
+@pytest.mark.parametrize("strategy", UWSGI_STRATEGIES)
 def test_no_generated_uwsgi_param_takes_a_client_value(make_layout, strategy, transport):
     layout = make_layout(f"2x2-{strategy}", transport=transport, nginx_workers=2)
     write_layout(layout, layout.run_dir, check_nginx=False)

@@ -1,0 +1,459 @@
+"""App servers: uWSGI and its peers (gunicorn, granian), run behind the same nginx.
+
+A strategy names its server (``Strategy.server``); ``server_for(layout)`` returns the
+``AppServer`` that
+
+* renders the server's config file(s) from the layout (``render``), and reads them back for
+  render's cross-checks (``facts``: render checks files, not the model);
+* builds the command ``Stack`` starts and how (``command``, ``spawn_options``), and says when
+  its workers are up (``ready``) and who they are (``worker_pids``).
+
+The lifecycle (process group, PDEATHSIG, SIGTERM then SIGKILL, readiness by polling, nginx)
+is ``deploy.stack.Stack``'s, one for all servers.
+
+Peers run in the app's own interpreter (its virtualenv's ``bin/python``, as uWSGI's
+``virtualenv =``) through ``deploy/peer_launch.py``, which takes only the server's packages
+from our venv. Started as root, Stack starts a peer as the run user (uWSGI switches itself
+after binding); the peers bind loopback ports above 1024 or unix sockets in a directory that
+user owns, so they never need root.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.machinery
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psutil
+
+from deploy.errors import StackError
+
+if TYPE_CHECKING:
+    import jinja2
+
+    from deploy.layout import Layout
+    from deploy.stack import Stack
+
+LAUNCHER = Path(__file__).resolve().parent / "peer_launch.py"
+INSTALL_PEERS = "run `make venv` (pip install -e '.[peers]')"
+# nginx.conf's events { worker_connections }: the most connections one nginx worker opens.
+NGINX_WORKER_CONNECTIONS = 768
+# nginx closes an idle upstream connection after this many seconds: before the peers close
+# theirs (PEER_IDLE_TIMEOUT), so nginx never sends a request on a connection being closed
+# (a POST is never retried: it would get a 502).
+UPSTREAM_KEEPALIVE_TIMEOUT = 20
+PEER_IDLE_TIMEOUT = 30
+# Seconds a peer gives in-flight requests on SIGTERM before its workers are killed.
+GRACEFUL_STOP = 5
+
+
+@dataclass
+class ServerFacts:
+    """What a rendered server config says, read back from the file."""
+
+    processes: int | None
+    threads: int | None
+    addresses: list[str]  # where it accepts requests: HOST:PORT or an absolute unix socket path
+    private: list[str] = field(default_factory=list)  # other listening addresses (uWSGI's stats server)
+    unix_mode: int | None = None  # the mode its unix sockets get (None: unknown or none set)
+    env: list[tuple[str, str | None]] = field(default_factory=list)  # the app's environment
+    run_as: tuple[str, str] | None = None  # user, group the config switches to
+    problems: list[str] = field(default_factory=list)  # what only this server can check
+
+
+class AppServer:
+    name = ""
+    label = ""  # as people write it: uWSGI, gunicorn, granian
+    config_file = ""
+    upstream = ""  # the nginx upstream's name
+
+    def files(self, layout: Layout) -> list[str]:
+        """The files this server adds to the run dir (besides nginx.conf and layout.json)."""
+        return [self.config_file]
+
+    def render(self, env: jinja2.Environment, context: dict) -> dict[str, str]:
+        return {self.config_file: env.get_template(f"{self.config_file}.j2").render(context)}
+
+    def facts(self, layout: Layout, conf_dir: Path) -> ServerFacts:
+        raise NotImplementedError
+
+    def config_path(self, layout: Layout) -> Path:
+        return Path(layout.run_dir) / self.config_file
+
+    def check_installed(self) -> None:
+        """Raise StackError with one line saying how to install the server, if it is missing."""
+
+    def command(self, layout: Layout) -> list[str]:
+        raise NotImplementedError
+
+    def spawn_options(self, layout: Layout) -> dict:
+        """Extra subprocess.Popen arguments (user, group...)."""
+        return {}
+
+    def ready(self, stack: Stack) -> bool:
+        raise NotImplementedError
+
+    def worker_pids(self, stack: Stack) -> dict[int, int]:
+        """Worker number (from 1) -> pid."""
+        raise NotImplementedError
+
+    def deadline_why(self, layout: Layout) -> str:
+        """What kills a request that runs longer than layout.harakiri (the failover comments)."""
+        raise NotImplementedError
+
+
+# --- uWSGI ----------------------------------------------------------------------------------------
+
+
+def uwsgi_ini_value(value: str) -> str:
+    """``value`` as uwsgi.ini must spell it: uWSGI reads ``%%`` as ``%`` and any other ``%x``
+    as a magic variable (core/utils.c magic_sub), so every ``%`` is doubled. The sequences no
+    escape protects ($(, @(, %() are refused by Layout."""
+    return value.replace("%", "%%")
+
+
+def read_uwsgi_ini_value(raw: str) -> str | None:
+    """What uWSGI makes of an ini value written by ``uwsgi_ini_value``; None when a lone ``%``
+    would be eaten as a magic variable."""
+    return raw.replace("%%", "%") if re.fullmatch(r"(?:[^%]|%%)*", raw) else None
+
+
+def parse_uwsgi_ini(text: str) -> list[tuple[str, str]]:
+    """(key, value) pairs of the [uwsgi] section, in order; repeated keys are kept."""
+    pairs, section = [], None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in ";#":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1].strip()
+            continue
+        if section == "uwsgi" and "=" in line:
+            key, _, value = line.partition("=")
+            pairs.append((key.strip(), value.strip()))
+    return pairs
+
+
+def _int_or_none(text) -> int | None:
+    try:
+        return int(str(text))
+    except (TypeError, ValueError):
+        return None
+
+
+class UWSGI(AppServer):
+    name, label, config_file, upstream = "uwsgi", "uWSGI", "uwsgi.ini", "uwsgi_app"
+
+    def files(self, layout):
+        return ["uwsgi.ini", "uwsgi_params"]
+
+    def render(self, env, context):
+        from deploy.render import TEMPLATES_DIR
+
+        return {"uwsgi.ini": env.get_template("uwsgi.ini.j2").render(context),
+                "uwsgi_params": (TEMPLATES_DIR / "uwsgi_params").read_text()}
+
+    def facts(self, layout, conf_dir):
+        opts = parse_uwsgi_ini((conf_dir / "uwsgi.ini").read_text())
+        values = lambda key: [v for k, v in opts if k == key]  # noqa: E731
+        processes = _int_or_none(values("processes")[-1]) if values("processes") else 1
+        threads = _int_or_none(values("threads")[0]) if len(values("threads")) == 1 else None
+        sockets = values("socket")
+        problems = self._socket_map_problems(layout, values, processes or 1, sockets)
+        engines = values("lock-engine")
+        if engines != ([layout.lock_engine] if layout.lock_engine else []):
+            problems.append(f"uwsgi.ini lock-engine {engines} differs from the layout's {layout.lock_engine!r}")
+        modes = values("chmod-socket")
+        unix_mode = int(modes[-1], 8) if modes and re.fullmatch(r"[0-7]{3,4}", modes[-1]) else None
+        if any(s.startswith("/") for s in sockets) and unix_mode is None:
+            problems.append(f"unix sockets need chmod-socket 660 or tighter, got {modes or 'none (666)'}")
+        for key in ("uid", "gid"):
+            if values(key) and values(key)[-1] in ("0", "root"):
+                problems.append(f"uwsgi.ini sets {key} to root")
+        uid, gid = values("uid"), values("gid")
+        run_as = (uid[-1] if len(uid) == 1 else "", gid[-1] if len(gid) == 1 else "") if uid or gid else None
+        env = [(key, read_uwsgi_ini_value(value)) for key, _, value in (v.partition("=") for v in values("env"))]
+        return ServerFacts(processes, threads, sockets, private=values("stats"), unix_mode=unix_mode, env=env,
+                           run_as=run_as, problems=problems)
+
+    @staticmethod
+    def _socket_map_problems(layout, values, processes, sockets) -> list[str]:
+        """map-socket = SOCKET_INDEX:WORKER_ID[,WORKER_ID...] (socket indices from 0, worker ids
+        from 1); an unmapped socket is served by all workers."""
+        problems = []
+        served: dict[int, set[int]] = {i: set(range(1, processes + 1)) for i in range(len(sockets))}
+        mapped_once: set[int] = set()
+        for entry in values("map-socket"):
+            idx_text, _, workers_text = entry.partition(":")
+            try:
+                idx, workers = int(idx_text), {int(w) for w in workers_text.split(",")}
+            except ValueError:
+                problems.append(f"map-socket {entry!r} is not INDEX:WORKER[,WORKER]")
+                continue
+            if idx not in served:
+                problems.append(f"map-socket {entry!r}: socket index {idx} does not exist (0..{len(sockets) - 1})")
+                continue
+            if not workers <= set(range(1, processes + 1)):
+                problems.append(f"map-socket {entry!r}: worker ids must be in 1..{processes}")
+            served[idx] = set() if idx not in mapped_once else served[idx]
+            served[idx] |= workers
+            mapped_once.add(idx)
+        sockets_of = {w: {i for i, ws in served.items() if w in ws} for w in range(1, processes + 1)}
+        idle = [w for w, s in sockets_of.items() if not s]
+        if idle:
+            problems.append(f"workers {idle} accept on no socket")
+        expected = {s.index: set(s.workers) if s.workers else set(range(1, processes + 1)) for s in layout.sockets}
+        if served != expected:
+            problems.append(f"socket->workers mapping {served} differs from the layout's {expected}")
+        if layout.strategy_obj.one_socket_per_worker:
+            if any(len(ws) != 1 for ws in served.values()) or any(len(s) != 1 for s in sockets_of.values()):
+                problems.append("strategy needs exactly one socket per worker and one worker per socket")
+        return problems
+
+    def command(self, layout):
+        from deploy.stack import uwsgi_binary
+
+        return [uwsgi_binary(), "--ini", str(self.config_path(layout))]
+
+    def ready(self, stack):
+        from deploy.stack import read_stats
+
+        try:
+            workers = read_stats(stack.layout.stats_address)["workers"]
+        except (OSError, ValueError, KeyError):
+            return False
+        return len(workers) == stack.layout.processes and all(
+            w.get("pid", 0) > 0 and w.get("accepting") == 1 for w in workers
+        )
+
+    def worker_pids(self, stack):
+        return {w["id"]: w["pid"] for w in stack.stats()["workers"]}
+
+    def deadline_why(self, layout):
+        return ("uWSGI's harakiri kills the worker (its deadline is in whole seconds, so the kill lands "
+                f"between {layout.harakiri - 1} and {layout.harakiri + 1} s after the start)")
+
+
+# --- peers: gunicorn and granian ------------------------------------------------------------------
+
+
+def python_for(layout: Layout) -> str:
+    """The interpreter a peer runs the app with: the app's virtualenv's, else ours."""
+    return str(Path(layout.virtualenv) / "bin" / "python") if layout.virtualenv else sys.executable
+
+
+def _literal_assignments(text: str) -> dict[str, object]:
+    """``name = <literal>`` statements anywhere in a Python file (the last one wins); other
+    statements are skipped. Parsed, never executed."""
+    found: dict[str, object] = {}
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return found
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                found[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                continue
+    return found
+
+
+class Peer(AppServer):
+    package = ""
+    # Top-level packages the server imports besides its own (deploy/peer_launch.py SERVER_PACKAGES).
+    requires: tuple[str, ...] = ()
+    # Where to look for the server's package: None = this interpreter's sys.path.
+    search_path: list[str] | None = None
+
+    def package_dir(self) -> Path | None:
+        """The installed package's directory in our venv, or None if it is not installed."""
+        spec = importlib.machinery.PathFinder.find_spec(self.package, self.search_path)
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        return Path(list(spec.submodule_search_locations)[0])
+
+    def check_installed(self):
+        if self.package_dir() is None:
+            raise StackError(f"{self.name} is not installed in {sys.prefix}: {INSTALL_PEERS}")
+
+    def site(self) -> Path:
+        self.check_installed()
+        return self.package_dir().parent
+
+    def spawn_options(self, layout):
+        # Started as root: the whole server (master included) runs as the run user, with that
+        # user's groups only. It never needs root: loopback ports above 1024, or unix sockets
+        # in sockets/, which that user owns (deploy/render.py _apply_ownership).
+        if not layout.drops_privileges:
+            return {}
+        from deploy.appenv import run_user_ids
+
+        uid, gid, _ = run_user_ids(layout.user)
+        return {"user": uid, "group": gid, "extra_groups": os.getgrouplist(layout.user, gid)}
+
+    def command(self, layout):
+        return [python_for(layout), str(LAUNCHER), self.name, str(self.site()), str(self.config_path(layout))]
+
+    def _workers(self, stack) -> list[psutil.Process]:
+        try:
+            children = psutil.Process(stack.app.pid).children()
+        except psutil.Error:
+            return []
+        alive = []
+        for child in children:
+            try:
+                if child.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(child)
+            except psutil.Error:
+                continue
+        return sorted(alive, key=lambda p: (p.create_time(), p.pid))
+
+    def ready(self, stack):
+        # No stats server: the master is up with P live workers, each of which has loaded the
+        # app (as far as the server lets us see it). nginx answering /healthz through to the
+        # app is Stack's second check.
+        workers = self._workers(stack)
+        return len(workers) == stack.layout.processes and all(self.worker_ready(stack.layout, w) for w in workers)
+
+    def worker_ready(self, layout, worker: psutil.Process) -> bool:
+        return True
+
+    def worker_pids(self, stack):
+        return {i + 1: p.pid for i, p in enumerate(self._workers(stack))}
+
+
+class Gunicorn(Peer):
+    name, label, config_file, upstream, package = "gunicorn", "gunicorn", "gunicorn.conf.py", "gunicorn_app", "gunicorn"
+
+    def files(self, layout):
+        return ["gunicorn.conf.py", "uwsgi_params"] if layout.nginx_protocol == "uwsgi" else ["gunicorn.conf.py"]
+
+    def render(self, env, context):
+        texts = super().render(env, context)
+        if context["layout"].nginx_protocol == "uwsgi":
+            from deploy.render import TEMPLATES_DIR
+
+            texts["uwsgi_params"] = (TEMPLATES_DIR / "uwsgi_params").read_text()
+        return texts
+
+    def worker_class(self, layout) -> str:
+        return "sync" if layout.threads == 1 else "gthread"
+
+    def ready_file(self, layout, pid: int) -> Path:
+        """Written by a worker once it has loaded the app (gunicorn.conf.py post_worker_init)."""
+        return Path(layout.run_dir) / "control" / f"gunicorn-worker-{pid}.ready"
+
+    def worker_ready(self, layout, worker):
+        return self.ready_file(layout, worker.pid).exists()
+
+    def facts(self, layout, conf_dir):
+        text = (conf_dir / self.config_file).read_text()
+        conf = _literal_assignments(text)
+        problems = []
+        worker_class = conf.get("worker_class", "sync")
+        if worker_class != self.worker_class(layout):
+            problems.append(f"gunicorn worker_class {worker_class!r} != {self.worker_class(layout)!r} "
+                            f"for {layout.threads} thread(s)")
+        threads = conf.get("threads", 1) if worker_class == "gthread" else 1
+        binds = conf.get("bind", [])
+        binds = [binds] if isinstance(binds, str) else list(binds) if isinstance(binds, (list, tuple)) else []
+        addresses = [str(b).removeprefix("unix:") for b in binds]
+        umask = conf.get("umask", 0)
+        unix_mode = 0o777 & ~umask if isinstance(umask, int) else None
+        if not re.search(r"(?m)^def post_worker_init\(", text):
+            problems.append("gunicorn.conf.py defines no post_worker_init: the stack could not tell when workers "
+                            "are ready")
+        if bool(conf.get("reuse_port", False)) != layout.reuse_port:
+            problems.append(f"gunicorn reuse_port {conf.get('reuse_port', False)} != layout's {layout.reuse_port}")
+        if conf.get("protocol", "http") != layout.nginx_protocol:
+            problems.append(f"gunicorn protocol {conf.get('protocol', 'http')!r} but nginx speaks "
+                            f"{layout.nginx_protocol}")
+        raw_env = conf.get("raw_env", [])
+        env = [tuple(str(item).partition("=")[::2]) for item in raw_env] if isinstance(raw_env, list) else []
+        run_as = (str(conf.get("user", "")), str(conf.get("group", ""))) if "user" in conf or "group" in conf \
+            else None
+        return ServerFacts(_int_or_none(conf.get("workers")), _int_or_none(threads), addresses, unix_mode=unix_mode,
+                           env=env, run_as=run_as, problems=problems)
+
+    def deadline_why(self, layout):
+        if layout.threads == 1:
+            return "gunicorn's timeout kills a sync worker that is silent for that long, as uWSGI's harakiri does"
+        return ("gunicorn's gthread worker has no per-request deadline (its timeout only catches a stuck main "
+                "loop): nginx giving up is the only bound, and the request keeps its thread until it ends")
+
+
+class Granian(Peer):
+    name, label, config_file, upstream, package = "granian", "granian", "granian.env", "granian_app", "granian"
+    requires = ("click",)
+
+    def command(self, layout):
+        return [*super().command(layout), layout.app]
+
+    def worker_ready(self, layout, worker):
+        # Over TCP (on Linux) each worker binds its own SO_REUSEPORT listener once it has loaded
+        # the app; a unix socket is the master's, shared: nothing more to see there.
+        if layout.transport != "tcp":
+            return True
+        try:
+            return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == layout.base_port
+                       for c in worker.net_connections(kind="tcp"))
+        except psutil.Error:
+            return False
+
+    @staticmethod
+    def backpressure(layout) -> int:
+        """Every connection nginx can open to it: backpressure counts connections, not requests,
+        and nginx keeps idle ones open (upstream keepalive)."""
+        workers = (os.cpu_count() or 1) if layout.nginx_workers == "auto" else layout.nginx_workers
+        return NGINX_WORKER_CONNECTIONS * workers
+
+    @staticmethod
+    def read_env_file(text: str) -> dict[str, str]:
+        """As deploy/peer_launch.py load_env_file reads it."""
+        out = {}
+        for line in text.splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                key, _, value = line.partition("=")
+                out[key.strip()] = value
+        return out
+
+    def facts(self, layout, conf_dir):
+        values = self.read_env_file((conf_dir / self.config_file).read_text())
+        problems = []
+        if values.get("GRANIAN_INTERFACE") != "wsgi":
+            problems.append(f"granian interface {values.get('GRANIAN_INTERFACE')!r} is not wsgi")
+        backpressure = _int_or_none(values.get("GRANIAN_BACKPRESSURE"))
+        if backpressure is None or backpressure < self.backpressure(layout):
+            problems.append(f"granian backpressure {backpressure} is below the {self.backpressure(layout)} "
+                            "connections nginx may keep open to it: a worker would stop accepting")
+        if "GRANIAN_UDS" in values:
+            addresses = [values["GRANIAN_UDS"]]
+            mode = values.get("GRANIAN_UDS_PERMISSIONS", "")
+            # granian reads the mode as octal only with a leading 0 ("660" would be decimal 660).
+            unix_mode = int(mode, 8) if re.fullmatch(r"0[0-7]{3}", mode) else None
+        else:
+            addresses = [f"{values.get('GRANIAN_HOST', '127.0.0.1')}:{values.get('GRANIAN_PORT', '8000')}"]
+            unix_mode = None
+        env = [(k, v) for k, v in values.items() if not k.startswith("GRANIAN_")]
+        return ServerFacts(_int_or_none(values.get("GRANIAN_WORKERS")),
+                           _int_or_none(values.get("GRANIAN_BLOCKING_THREADS")), addresses, unix_mode=unix_mode,
+                           env=env, problems=problems)
+
+    def deadline_why(self, layout):
+        return ("granian has no per-request deadline: nginx giving up is the only bound, and the request "
+                "keeps its blocking thread until it ends")
+
+
+SERVERS: dict[str, AppServer] = {s.name: s for s in (UWSGI(), Gunicorn(), Granian())}
+# Every config file any server writes: a re-render for another server removes the stale ones.
+CONFIG_FILES = ("uwsgi.ini", "uwsgi_params", "gunicorn.conf.py", "granian.env")
+
+
+def server_for(layout: Layout) -> AppServer:
+    return SERVERS[layout.server]
