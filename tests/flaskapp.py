@@ -82,6 +82,17 @@ def slow():  # ?ms=0..5000: holds a worker thread without holding the GIL
     return jsonify(slept_ms=int(ms))
 
 
+@app.get("/where")
+def where():  # which interpreter, Flask and server modules this request runs on
+    import sys
+
+    import flask
+
+    modules = ("gunicorn", "granian", "click")
+    return jsonify(prefix=sys.prefix, flask=flask.__file__,
+                   modules={m: getattr(sys.modules[m], "__file__", None) for m in modules if m in sys.modules})
+
+
 @app.after_request
 def which_worker(response):
     response.headers["X-Worker-Pid"] = str(os.getpid())
