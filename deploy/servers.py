@@ -301,6 +301,9 @@ class Peer(AppServer):
         return [python_for(layout), str(LAUNCHER), self.name, str(self.site()), str(self.config_path(layout))]
 
     def _workers(self, stack) -> list[psutil.Process]:
+        """The master's live children, oldest first."""
+        if stack.app is None:
+            return []
         try:
             children = psutil.Process(stack.app.pid).children()
         except psutil.Error:
@@ -309,10 +312,10 @@ class Peer(AppServer):
         for child in children:
             try:
                 if child.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(child)
-            except psutil.Error:
+                    alive.append((child.create_time(), child.pid, child))
+            except psutil.Error:  # gone meanwhile
                 continue
-        return sorted(alive, key=lambda p: (p.create_time(), p.pid))
+        return [child for *_, child in sorted(alive, key=lambda entry: entry[:2])]
 
     def ready(self, stack):
         # No stats server: the master is up with P live workers, each of which has loaded the
