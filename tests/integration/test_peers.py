@@ -203,8 +203,14 @@ def test_started_as_root_every_peer_process_runs_as_the_run_user(start_peer, var
         assert set(proc.gids()) == {user.pw_gid}, (pid, proc.gids())
         assert groups_of(pid) == own_groups, f"pid {pid} kept groups {groups_of(pid)} (root's?)"
         assert cap_eff(pid) == 0, f"pid {pid} kept capabilities"
-    nginx_workers = psutil.Process(stack.nginx.pid).children()
-    assert len(nginx_workers) == 2 and all(set(p.uids()) == {user.pw_uid} for p in nginx_workers)
+    deadline = time.monotonic() + 5  # a worker nginx has just forked switches user a moment later
+    while True:
+        nginx_workers = psutil.Process(stack.nginx.pid).children()
+        if all(set(p.uids()) == {user.pw_uid} for p in nginx_workers):
+            break
+        assert time.monotonic() < deadline, [(p.pid, p.uids()) for p in nginx_workers]
+        time.sleep(0.05)  # polling interval
+    assert len(nginx_workers) == 2
     seen = {int(h["x-worker-pid"]) for _, h, _ in concurrently(via_nginx, [(layout, SLOW)] * 12)}
     assert seen <= set(stack.worker_pids().values()) and seen, seen
 
