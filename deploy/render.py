@@ -159,12 +159,17 @@ def _is_loopback(address: str) -> bool:
         return False
 
 
-def crosscheck(layout: Layout, conf_dir: Path) -> list[str]:
-    """Check the rendered files against each other and the layout; return the problems."""
+def crosscheck(layout: Layout, conf_dir: Path, *, ini: str = "uwsgi.ini", nginx_conf: str = "nginx.conf",
+               upstream_name: str = UPSTREAM_NAME, site: bool = False) -> list[str]:
+    """Check the rendered files against each other and the layout; return the problems.
+
+    ``site``: the nginx file is a site that the distribution's nginx.conf includes (a bundle,
+    deploy/bundle.py): the distribution sets nginx's user and runs several workers, so the
+    workers' user is not checked and the upstream needs a zone."""
     problems: list[str] = []
-    opts = parse_uwsgi_ini((conf_dir / "uwsgi.ini").read_text())
+    opts = parse_uwsgi_ini((conf_dir / ini).read_text())
     values = lambda key: [v for k, v in opts if k == key]  # noqa: E731
-    nginx = nginx_summary(conf_dir / "nginx.conf")
+    nginx = nginx_summary(conf_dir / nginx_conf)
 
     processes = int(values("processes")[-1]) if values("processes") else 1
     if processes != layout.processes or values("threads") != [str(layout.threads)]:
@@ -173,11 +178,11 @@ def crosscheck(layout: Layout, conf_dir: Path) -> list[str]:
     stats = values("stats")
 
     # 1. nginx sends only to uWSGI sockets, and reaches every one of them.
-    upstream = nginx["upstreams"].get(UPSTREAM_NAME)
+    upstream = nginx["upstreams"].get(upstream_name)
     if upstream is None:
-        return problems + [f"nginx.conf has no upstream {UPSTREAM_NAME!r}"]
-    if set(nginx["uwsgi_pass"]) != {UPSTREAM_NAME}:
-        problems.append(f"uwsgi_pass targets {nginx['uwsgi_pass']} instead of upstream {UPSTREAM_NAME}")
+        return problems + [f"{nginx_conf} has no upstream {upstream_name!r}"]
+    if set(nginx["uwsgi_pass"]) != {upstream_name}:
+        problems.append(f"uwsgi_pass targets {nginx['uwsgi_pass']} instead of upstream {upstream_name}")
     servers = [args[0].removeprefix("unix:") for args in upstream["servers"]]
     primaries = [args[0].removeprefix("unix:") for args in upstream["servers"] if "backup" not in args[1:]]
     backups = [args[0].removeprefix("unix:") for args in upstream["servers"] if "backup" in args[1:]]
@@ -255,7 +260,7 @@ def crosscheck(layout: Layout, conf_dir: Path) -> list[str]:
         if values("uid") != [layout.user] or values("gid") != [layout.group]:
             problems.append(f"uwsgi.ini must drop to uid/gid {layout.user}/{layout.group}, has "
                             f"{values('uid')}/{values('gid')}")
-        if nginx["user"][:1] != [layout.user]:
+        if not site and nginx["user"][:1] != [layout.user]:
             problems.append(f"nginx workers must run as {layout.user}, nginx.conf says {nginx['user'] or 'nothing'}")
     for key in ("uid", "gid"):
         if values(key) and values(key)[-1] in ("0", "root"):
@@ -267,7 +272,7 @@ def crosscheck(layout: Layout, conf_dir: Path) -> list[str]:
         problems.append("location /_internal_files/ is not `internal`")
 
     # 9. With several nginx workers, balancing state must live in a shared zone.
-    if nginx["worker_processes"] != "1" and "zone" not in upstream["directives"]:
+    if (site or nginx["worker_processes"] != "1") and "zone" not in upstream["directives"]:
         problems.append("nginx has several workers but the upstream has no zone")
     if layout.strategy_obj.needs_zone and "zone" not in upstream["directives"]:
         problems.append(f"strategy {layout.strategy} needs an upstream zone")
@@ -304,14 +309,10 @@ def nginx_test(conf_dir: Path) -> tuple[bool, str]:
     return proc.returncode == 0, (proc.stdout + proc.stderr).strip()
 
 
-def write_layout(layout: Layout, out_dir: Path | str, check_nginx: bool = True) -> RenderResult:
-    """Render, check and install the files for ``layout`` into ``out_dir`` (its run_dir)."""
-    out = Path(out_dir).resolve()
-    if str(out) != layout.run_dir:
-        raise RenderError(f"layout run_dir {layout.run_dir} differs from output directory {out}")
-    texts = render_texts(layout)  # pure: fails before anything is written
-    # Stage inside the nearest existing ancestor: same filesystem (so the final rename is
-    # atomic), and missing parent directories are only created once everything passed.
+def make_staging(out: Path) -> Path:
+    """A fresh private directory to render ``out`` into, inside its nearest existing ancestor:
+    same filesystem (so the final rename is atomic), and missing parent directories are only
+    created once everything passed. LayoutError("out", ...) when there is none."""
     try:
         ancestor = next((a for a in [out, *out.parents] if a.exists()), Path("/"))
     except OSError as exc:  # e.g. a name over 255 bytes
@@ -322,9 +323,18 @@ def write_layout(layout: Layout, out_dir: Path | str, check_nginx: bool = True) 
         raise LayoutError("out", f"{ancestor} is not writable")
     stage_in = ancestor if ancestor != out else out.parent
     try:
-        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=stage_in))
+        return Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=stage_in))
     except OSError as exc:
         raise LayoutError("out", f"cannot write in {stage_in}: {exc.strerror or exc}") from None
+
+
+def write_layout(layout: Layout, out_dir: Path | str, check_nginx: bool = True) -> RenderResult:
+    """Render, check and install the files for ``layout`` into ``out_dir`` (its run_dir)."""
+    out = Path(out_dir).resolve()
+    if str(out) != layout.run_dir:
+        raise RenderError(f"layout run_dir {layout.run_dir} differs from output directory {out}")
+    texts = render_texts(layout)  # pure: fails before anything is written
+    staging = make_staging(out)
     try:
         for name, text in texts.items():
             (staging / name).write_text(text)
