@@ -157,11 +157,18 @@ def _is_loopback(address: str) -> bool:
         return False
 
 
-def crosscheck(layout: Layout, conf_dir: Path) -> list[str]:
-    """Check the rendered files against each other and the layout; return the problems."""
+def crosscheck(layout: Layout, conf_dir: Path, *, config_file: str = "", nginx_conf: str = "nginx.conf",
+               upstream_name: str = "", site: bool = False) -> list[str]:
+    """Check the rendered files against each other and the layout; return the problems.
+
+    ``config_file``, ``nginx_conf``: the files to read, relative to ``conf_dir`` (default: the
+    server's own config file name, nginx.conf). ``site``: the nginx file is a site that the
+    distribution's nginx.conf includes (a bundle, deploy/bundle.py): the distribution sets
+    nginx's user and runs several workers, so the workers' user is not checked and the upstream
+    needs a zone."""
     server = server_for(layout)
-    facts = server.facts(layout, conf_dir)  # the server's config file, read back
-    nginx = nginx_summary(conf_dir / "nginx.conf")
+    facts = server.facts(layout, conf_dir, config_file or server.config_file)  # the server's config, read back
+    nginx = nginx_summary(conf_dir / nginx_conf)
     problems: list[str] = list(facts.problems)
 
     if facts.processes != layout.processes or facts.threads != layout.threads:
@@ -169,10 +176,10 @@ def crosscheck(layout: Layout, conf_dir: Path) -> list[str]:
     sockets = facts.addresses
 
     # 1. nginx sends only to the server's sockets, reaches every one of them, and speaks its protocol.
-    name = server.upstream
+    name = upstream_name or server.upstream
     upstream = nginx["upstreams"].get(name)
     if upstream is None:
-        return problems + [f"nginx.conf has no upstream {name!r}"]
+        return problems + [f"{nginx_conf} has no upstream {name!r}"]
     for protocol, directive, target in (("uwsgi", "uwsgi_pass", name), ("http", "proxy_pass", f"http://{name}")):
         want = {target} if protocol == layout.nginx_protocol else set()
         if set(nginx[directive]) != want:
@@ -225,7 +232,7 @@ def crosscheck(layout: Layout, conf_dir: Path) -> list[str]:
         if server.name in ("uwsgi", "gunicorn") and facts.run_as != (layout.user, layout.group):
             problems.append(f"{server.config_file} must drop to uid/gid {layout.user}/{layout.group}, has "
                             f"{facts.run_as or 'none'}")
-        if nginx["user"][:1] != [layout.user]:
+        if not site and nginx["user"][:1] != [layout.user]:
             problems.append(f"nginx workers must run as {layout.user}, nginx.conf says {nginx['user'] or 'nothing'}")
     if facts.run_as and set(facts.run_as) & {"0", "root"}:
         problems.append(f"{server.config_file} switches to root ({facts.run_as})")
@@ -236,7 +243,7 @@ def crosscheck(layout: Layout, conf_dir: Path) -> list[str]:
         problems.append("location /_internal_files/ is not `internal`")
 
     # 8. With several nginx workers, balancing state must live in a shared zone.
-    if nginx["worker_processes"] != "1" and "zone" not in upstream["directives"]:
+    if (site or nginx["worker_processes"] != "1") and "zone" not in upstream["directives"]:
         problems.append("nginx has several workers but the upstream has no zone")
     if layout.strategy_obj.needs_zone and "zone" not in upstream["directives"]:
         problems.append(f"strategy {layout.strategy} needs an upstream zone")
@@ -290,14 +297,10 @@ def nginx_test(conf_dir: Path) -> tuple[bool, str]:
     return proc.returncode == 0, (proc.stdout + proc.stderr).strip()
 
 
-def write_layout(layout: Layout, out_dir: Path | str, check_nginx: bool = True) -> RenderResult:
-    """Render, check and install the files for ``layout`` into ``out_dir`` (its run_dir)."""
-    out = Path(out_dir).resolve()
-    if str(out) != layout.run_dir:
-        raise RenderError(f"layout run_dir {layout.run_dir} differs from output directory {out}")
-    texts = render_texts(layout)  # pure: fails before anything is written
-    # Stage inside the nearest existing ancestor: same filesystem (so the final rename is
-    # atomic), and missing parent directories are only created once everything passed.
+def make_staging(out: Path) -> Path:
+    """A fresh private directory to render ``out`` into, inside its nearest existing ancestor:
+    same filesystem (so the final rename is atomic), and missing parent directories are only
+    created once everything passed. LayoutError("out", ...) when there is none."""
     try:
         ancestor = next((a for a in [out, *out.parents] if a.exists()), Path("/"))
     except OSError as exc:  # e.g. a name over 255 bytes
@@ -308,9 +311,18 @@ def write_layout(layout: Layout, out_dir: Path | str, check_nginx: bool = True) 
         raise LayoutError("out", f"{ancestor} is not writable")
     stage_in = ancestor if ancestor != out else out.parent
     try:
-        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=stage_in))
+        return Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=stage_in))
     except OSError as exc:
         raise LayoutError("out", f"cannot write in {stage_in}: {exc.strerror or exc}") from None
+
+
+def write_layout(layout: Layout, out_dir: Path | str, check_nginx: bool = True) -> RenderResult:
+    """Render, check and install the files for ``layout`` into ``out_dir`` (its run_dir)."""
+    out = Path(out_dir).resolve()
+    if str(out) != layout.run_dir:
+        raise RenderError(f"layout run_dir {layout.run_dir} differs from output directory {out}")
+    texts = render_texts(layout)  # pure: fails before anything is written
+    staging = make_staging(out)
     try:
         for name, text in texts.items():
             (staging / name).write_text(text)
