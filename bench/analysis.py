@@ -512,7 +512,8 @@ def tail_advice(g: Group, duration: float | None = None) -> str:
     rate = g.rps.median or 1e-9
     need = requests_for_p99()
     seconds = math.ceil(need / (repeats * rate))
-    text = f"p99 rests on {g.tails.slower} slower requests: use --duration {seconds} or more --repeats"
+    slower = f"{g.tails.slower} slower request" + ("" if g.tails.slower == 1 else "s")
+    text = f"p99 rests on {slower}: use --duration {seconds} or more --repeats"
     if duration:
         text += f" (--repeats {math.ceil(need / (duration * rate))} at --duration {duration:g})"
     return text

@@ -175,7 +175,8 @@ def test_thin_p99_is_flagged_with_the_duration_to_use():
     r = Results(environment={}, arguments={"duration": 5}, workload={}, cells=tuple(cells))
     (g,) = group_cells(r)
     # 1000 pooled requests needed (10 above a p99); 3 repeats at 12 req/s: ceil(1000 / 36) = 28 s.
-    assert tail_advice(g) == f"p99 rests on {tails.slower} slower requests: use --duration 28 or more --repeats"
+    plural = "" if tails.slower == 1 else "s"
+    assert tail_advice(g) == f"p99 rests on {tails.slower} slower request{plural}: use --duration 28 or more --repeats"
     assert tail_advice(g, 5).endswith("(--repeats 17 at --duration 5)")
     assert any("rest on fewer than 10 slower requests" in w and "--duration 28" in w for w in warnings(r))
     enough = [synthetic_cell("x", r, lognormal_histogram(rng, 500)) for r in (1, 2, 3)]

@@ -1,4 +1,5 @@
-"""The compare report (closed-loop cells): terminal tables, the article verdict, the layout
+"""The compare report (closed-loop cells): terminal tables, pooled tails and requests in flight
+(the mechanism, one sentence per scenario read from the figures), the article verdict, the layout
 choice, a Markdown report; the nginx scenarios' sections come from ``bench.report.nginx``.
 
 Every function here takes a ``Results`` (freshly measured or loaded from JSON) and RETURNS
@@ -511,7 +512,7 @@ def choice_lines(results: Results, markdown: bool = False) -> list[str]:
             f"Goal: healthy p99 within {GOAL_P99_SLACK - 1:.0%} of the best layout in every scenario and level, and "
             f"at least {GOAL_RPS_OF_MAPPED:.0%} of the mapped layout's steady-state throughput "
             "(worst level shown; medians of repeats, p99 pooled over them where the cells hold histograms); "
-            "a miss whose intervals overlap the best's is within noise and not counted.")
+            "a miss whose interval overlaps the best's is within noise: no verdict for that layout.")
     winners = [c for c in choices if c.meets_goal]
     undecided = [c for c in choices if c.goal == "within noise"]
     if winners:
