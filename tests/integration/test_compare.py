@@ -7,6 +7,7 @@ Checks that every recorded field is present and that no request failed, never th
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,12 +24,26 @@ CELL_FIELDS = {"layout", "concurrency", "repeat", "scenario", "rps", "requests",
 
 
 def bench_processes() -> list[psutil.Process]:
+    """Processes of /tmp/ul-bench-* stacks started from this checkout. Other checkouts on the
+    machine (worktrees of other sessions) run theirs at the same time: a stack whose uwsgi.ini
+    does not name this checkout is theirs. A stack whose run directory is gone counts as ours."""
     found = []
     for p in psutil.process_iter(["cmdline", "cwd"]):
         text = " ".join(p.info["cmdline"] or []) + " " + (p.info["cwd"] or "")
-        if "/tmp/ul-bench-" in text:
+        if "/tmp/ul-bench-" in text and not _other_checkout(text):
             found.append(p)
     return found
+
+
+def _other_checkout(text: str) -> bool:
+    lab = re.search(r"/tmp/ul-bench-[^/\s]+", text)
+    inis = []
+    for path in Path(lab[0]).glob("*/uwsgi.ini") if lab else []:
+        try:
+            inis.append(path.read_text())
+        except OSError:
+            pass
+    return bool(inis) and not any(f"= {REPO_ROOT}\n" in ini for ini in inis)
 
 
 def compare(out: Path, *args: str) -> subprocess.CompletedProcess:
