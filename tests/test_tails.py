@@ -498,3 +498,23 @@ def test_a_pooled_group_against_a_per_cell_one_compares_per_cell_figures():
     a, b = group_cells(r)
     c = compare_groups(a, b, "p99")
     assert c.ratio == pytest.approx(a.tails.per_cell["p99"].value / b.tails.p99.value) and c.outcome == "better"
+
+
+def test_cells_of_servers_without_a_stats_server_record_no_inflight(tmp_path):
+    """LiveRunner's sampler around a load, with stand-in layout and load objects (no process is
+    started): a peer server (``has_stats`` False) and an address where nothing listens both
+    leave the cell's ``inflight`` empty."""
+    import socket
+    import time
+    from types import SimpleNamespace
+
+    from bench.kinds.closedloop import LiveRunner
+
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = f"127.0.0.1:{s.getsockname()[1]}"
+    runner = LiveRunner(None, tmp_path, {}, duration=0.2, warmup=1, timeout=1, inflight_hz=50)
+    for layout in (SimpleNamespace(stats_address=closed, has_stats=False), SimpleNamespace(stats_address=closed)):
+        with runner._inflight(layout, SimpleNamespace(started=time.monotonic())) as record:
+            time.sleep(0.1)
+        assert record == {}

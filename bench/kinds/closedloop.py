@@ -359,7 +359,9 @@ class LiveRunner:
         ``inflight`` record over the load's own window (``bench.observe.inflight_summary``, plus
         the sampler's own CPU seconds). Empty at ``inflight_hz`` 0 or without a stats server."""
         hz = self.inflight_hz
-        sampler = Sampler(getattr(layout, "stats_address", None) if hz else None, interval=1 / hz if hz else 1.0)
+        # Peer servers (gunicorn, granian) have no stats server (``Layout.has_stats``): nothing to sample.
+        stats = layout.stats_address if hz and getattr(layout, "has_stats", True) else None
+        sampler = Sampler(stats, interval=1 / hz if hz else 1.0)
         record: dict = {}
         with sampler:
             yield record
