@@ -7,7 +7,8 @@ One pipeline, every experiment kind plugs into it:
      render,      httperf,       JSON format:     conclusions)    from stored JSON only)
      start,       scenarios,     cells, steps
      stop)        file lists)    or faults)
-       observe.py reads a running stack (CPU, per-worker requests, nginx workers, logs)
+       observe.py reads a running stack (CPU, per-worker requests and requests in flight,
+       nginx workers, logs)
 
     kinds/    compare (closed-loop cells, sweep in closedloop.py), openloop (httperf rate steps),
               faults (fault experiments): the subcommands of ``python -m bench`` (cli.py);

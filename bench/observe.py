@@ -4,7 +4,8 @@ Nothing here starts or stops anything (``bench.stack`` does); every function rea
 
 - CPU seconds of the uWSGI and nginx process trees (``tree_cpu_seconds``, ``Snapshot``);
 - requests served per uWSGI worker, from the stats server (``worker_requests``, ``Snapshot``),
-  and over time in the background (``Sampler``: pids, request counters, accepting flags);
+  and over time in the background (``Sampler``: pids, request counters, accepting flags, and
+  requests in flight per worker, summarised per cell by ``inflight_summary``);
 - how nginx's workers share the clients (``nginx_workers``, ``busiest_connections``,
   ``spread_extra``);
 - nginx's error and access logs (``error_kinds``, ``access_log``).
@@ -12,11 +13,12 @@ Nothing here starts or stops anything (``bench.stack`` does); every function rea
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import psutil
@@ -71,37 +73,59 @@ class Snapshot:
 class Sample:
     t: float  # seconds since the sampler started
     workers: dict[int, tuple[int, int, int]]  # id -> (pid, requests, accepting)
+    inflight: dict[int, int] = field(default_factory=dict)  # id -> its cores (threads) inside a request
+    cores: int = 0  # cores (threads) per worker
+
+
+def read_sample(stats: dict, t: float) -> Sample:
+    """One sample from a stats document. A core counts as in flight while uWSGI marks it
+    ``in_request``: set when it starts reading a request (``wsgi_req_recv``), cleared when the
+    request is closed (``uwsgi_close_request``), uWSGI 2.0 core/utils.c."""
+    workers, inflight, cores = {}, {}, 0
+    for w in stats["workers"]:
+        workers[w["id"]] = (w["pid"], w["requests"], w.get("accepting", 0))
+        threads = w.get("cores") or []
+        inflight[w["id"]] = sum(1 for c in threads if c.get("in_request"))
+        cores = max(cores, len(threads))
+    return Sample(t, workers, inflight, cores)
 
 
 class Sampler:
-    """Polls the uWSGI stats server in the background (every ``interval`` s): worker pids,
-    request counters and accepting flags over time."""
+    """Polls the uWSGI stats server in the background, ``1 / interval`` times a second on a fixed
+    schedule (a slow read skips ticks rather than shifting the later ones, so samples stay evenly
+    spread in time): worker pids, request counters, accepting flags and requests in flight.
+    ``address`` None (a server without a stats server) records nothing. ``cpu_s``: the CPU the
+    sampling thread used, read when it stops (its cost on the machine under test)."""
 
-    def __init__(self, stats_address: str, interval: float = 0.1):
+    def __init__(self, stats_address: str | None, interval: float = 0.1):
         self.address = stats_address
         self.interval = interval
         self.samples: list[Sample] = []
+        self.cpu_s = 0.0
         self.t0 = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
+        cpu0, tick = time.thread_time(), 0
         while not self._stop.is_set():
             try:
-                stats = read_stats(self.address, timeout=1.0)
-                workers = {w["id"]: (w["pid"], w["requests"], w.get("accepting", 0)) for w in stats["workers"]}
-                self.samples.append(Sample(time.monotonic() - self.t0, workers))
-            except (OSError, ValueError, KeyError):
+                self.samples.append(read_sample(read_stats(self.address, timeout=1.0), time.monotonic() - self.t0))
+            except (OSError, ValueError, KeyError, TypeError):
                 pass
-            self._stop.wait(self.interval)
+            tick = max(tick + 1, int(self.now() / self.interval) + 1)  # the next tick not yet past
+            self._stop.wait(max(0.0, tick * self.interval - self.now()))
+        self.cpu_s = time.thread_time() - cpu0
 
     def __enter__(self) -> "Sampler":
-        self._thread.start()
+        if self.address:
+            self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -130,6 +154,43 @@ class Sampler:
                 if prev is not None:
                     out[wid] = out.get(wid, 0) + (req - prev[1] if req >= prev[1] else req)
         return out
+
+
+def inflight_summary(samples: list[Sample], t_from: float = 0.0, t_to: float = math.inf) -> dict:
+    """A cell's ``inflight`` record from the samples taken between ``t_from`` and ``t_to`` (the
+    load's own window): {} without samples (no stats server). Keys:
+
+    * ``samples``: how many; ``interval_ms``: the mean time between them;
+    * ``workers``: per worker id, the share of samples at each in-flight count (the share of time,
+      samples being evenly spread): ``{"1": {"0": 0.2, "1": 0.5, "2": 0.3}, ...}``;
+    * ``pileup``: the share of samples in which some worker had 2 or more requests in flight
+      while another worker had at least 2 fewer (so at least 2 idle threads): a request could
+      have run on an idle thread of a less busy worker instead of sharing a GIL. 3 requests on
+      2 workers must put 2 in one: that split (2 / 1) is not a pile-up, 3 / 0 is. ``None`` (n/a)
+      with one worker (nowhere else to go) or one thread per worker (a worker never holds 2
+      requests; they queue in the socket instead);
+    * ``threads``: cores per worker; ``full``: the share of samples in which every thread of
+      some worker was busy (that worker could take no more).
+    """
+    window = [s for s in samples if t_from <= s.t <= t_to and s.inflight]
+    if not window:
+        return {}
+    ids = sorted({w for s in window for w in s.inflight})
+    threads = max(s.cores for s in window)
+    counts = {w: Counter(s.inflight.get(w, 0) for s in window) for w in ids}
+    n = len(window)
+    piled = sum(1 for s in window if max(s.inflight.values()) >= 2
+                and max(s.inflight.values()) - min(s.inflight.get(w, 0) for w in ids) >= 2)
+    full = sum(1 for s in window if threads and max(s.inflight.values()) >= threads)
+    span = window[-1].t - window[0].t
+    return {
+        "samples": n,
+        "interval_ms": round(1000 * span / (n - 1), 3) if n > 1 else 0.0,
+        "threads": threads,
+        "pileup": None if len(ids) < 2 or threads < 2 else piled / n,
+        "full": full / n,
+        "workers": {str(w): {str(k): c / n for k, c in sorted(counts[w].items())} for w in ids},
+    }
 
 
 # --------------------------------------------------------------------------- nginx's workers

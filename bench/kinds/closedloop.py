@@ -9,7 +9,9 @@ anything. ``compare`` runs a sweep; ``tune`` will run its own plans through the 
 ``LiveRunner.run_block`` starts one layout's stack once (``bench.stack.Lab``), warms it up,
 loads it at each level (``bench.load.wrk``) and stops it. Per cell: wrk's figures, the
 per-worker request counts (uWSGI stats server, delta over the cell), and the CPU seconds of
-the uWSGI tree, the nginx tree and wrk (``bench.observe``). File scenarios also record, in
+the uWSGI tree, the nginx tree and wrk (``bench.observe``), the requests in flight per worker
+sampled from the stats server while the load runs (``inflight``, ``--inflight-hz`` times a second),
+and wrk's latency histogram of the measured requests (``histogram``). File scenarios also record, in
 ``extra``, the bytes the data set's block device read during the cell, the page-cache
 residency before and after (cold-cache cells are evicted first), the hot file's latencies,
 and for ``nginx_spread`` scenarios the connections and CPU of each nginx worker. From wrk's
@@ -25,6 +27,7 @@ import os
 import resource
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
@@ -33,7 +36,15 @@ from bench import dataset as ds
 from bench.load.files import RANDOM_FILES_LUA, request_paths, weighted_paths, write_lines
 from bench.load.scenarios import Scenario
 from bench.load.wrk import WrkProcess, fraction_script, run_wrks
-from bench.observe import Snapshot, busiest_connections, cpu_seconds, nginx_workers, spread_extra
+from bench.observe import (
+    Sampler,
+    Snapshot,
+    busiest_connections,
+    cpu_seconds,
+    inflight_summary,
+    nginx_workers,
+    spread_extra,
+)
 from bench.results import Cell, Results, utc_now
 from bench.stack import Lab, dir_name
 from deploy.layout import Layout
@@ -51,6 +62,7 @@ class Plan:
     scenarios: tuple[str, ...]
     workload: dict  # scenario name -> its resolved mix (query strings, stall settings)
     timeout: float = 10.0
+    inflight_hz: float = 25.0  # stats-server samples per second during each cell; 0 = off
     command: str = ""
     options: dict = field(default_factory=dict)
 
@@ -187,8 +199,10 @@ class LiveRunner:
     SPREAD_SAMPLE_S = 0.25  # how often per-nginx-worker connections are counted during a cell
 
     def __init__(self, lab: Lab, raw_dir: Path, scenarios: dict[str, Scenario],
-                 duration: float, warmup: float, timeout: float, layout_options: dict | None = None):
+                 duration: float, warmup: float, timeout: float, layout_options: dict | None = None,
+                 inflight_hz: float = 25.0):
         self.lab, self.raw_dir = lab, raw_dir
+        self.inflight_hz = inflight_hz
         self.scenarios = scenarios
         self.duration, self.warmup, self.timeout = duration, warmup, timeout
         self.layout_options = layout_options or {}
@@ -312,8 +326,9 @@ class LiveRunner:
         if files is not None and files.hot_clients:
             # The hot-file clients in their own wrk too: their latencies are the figure of interest.
             loads.append(WrkProcess(self.hot_url(layout), files.hot_clients, self.duration, timeout_s=self.timeout))
-        conns = self._sample_spread(stack, layout, loads) if workers else []
-        runs, wrk_cpu = run_wrks(*loads, rusage_before=rusage)
+        with self._inflight(layout, loads[0]) as inflight:
+            conns = self._sample_spread(stack, layout, loads) if workers else []
+            runs, wrk_cpu = run_wrks(*loads, rusage_before=rusage)
         after = Snapshot.take(stack)
         name = dir_name(f"{scenario.name}-{label}-c{level}-r{repeat}")
         raw_name = self._save_raw(name, "\n".join(r.raw for r in runs))
@@ -336,10 +351,28 @@ class LiveRunner:
             extra.update(spread_extra(conns, [max(0.0, cpu_seconds(w) - c) for w, c in zip(workers, worker_cpu,
                                                                                            strict=True)]))
         return self.make_cell(label, level, repeat, scenario.name, runs[0], wrk_cpu, before, after,
-                              unloaded_ms, raw_name, extra)
+                              unloaded_ms, raw_name, extra, inflight=inflight, histogram=runs[0].histogram)
+
+    @contextmanager
+    def _inflight(self, layout: Layout, load: WrkProcess):
+        """Samples the stats server while the block runs; afterwards the yielded dict is the cell's
+        ``inflight`` record over the load's own window (``bench.observe.inflight_summary``, plus
+        the sampler's own CPU seconds). Empty at ``inflight_hz`` 0 or without a stats server."""
+        hz = self.inflight_hz
+        # Peer servers (gunicorn, granian) have no stats server (``Layout.has_stats``): nothing to sample.
+        stats = layout.stats_address if hz and getattr(layout, "has_stats", True) else None
+        sampler = Sampler(stats, interval=1 / hz if hz else 1.0)
+        record: dict = {}
+        with sampler:
+            yield record
+        start = load.started - sampler.t0
+        summary = inflight_summary(sampler.samples, start, start + self.duration)
+        if summary:
+            record.update(summary, sampler_cpu_s=round(sampler.cpu_s, 4))
 
     def make_cell(self, spec, level, repeat, scenario, run, wrk_cpu, before, after, unloaded_ms, raw_name,
-                  extra=None) -> Cell:
+                  extra=None, **optional) -> Cell:
+        """``optional``: Cell's optional fields (``inflight``, ``histogram``, ...)."""
         cpu = {
             "uwsgi": max(0.0, after.uwsgi_cpu - before.uwsgi_cpu),
             "nginx": max(0.0, after.nginx_cpu - before.nginx_cpu),
@@ -357,7 +390,7 @@ class LiveRunner:
             duration_s=run.duration_s, requests=run.requests, rps=run.rps,
             latency_ms=run.latency_ms, errors=run.errors, worker_requests=workers, cpu_s=cpu,
             unloaded_latency_ms=unloaded_ms, capacity_rps=capacity, closed_loop_rps=closed_loop,
-            efficiency=run.rps / bound if bound else 0.0, raw_output=raw_name, extra=extra or {},
+            efficiency=run.rps / bound if bound else 0.0, raw_output=raw_name, extra=extra or {}, **optional,
         )
 
     def _save_raw(self, name: str, text: str) -> str:

@@ -37,6 +37,9 @@ from deploy.layout import MAX_PROCESSES, MAX_THREADS, parse_variant
 
 # 5 layouts x 3 levels x 3 repeats of 5 s, plus starts and warm-ups: about 5 minutes on 2 cores.
 DEFAULT_DURATION = 5
+# Requests last ~100 ms here: 25 samples a second see each one ~2 times; the cost is measured
+# by scripts/sampler-cost.py (README, "Comparing layouts").
+DEFAULT_INFLIGHT_HZ = 25.0
 
 
 def add_arguments(p) -> None:
@@ -64,6 +67,8 @@ def add_arguments(p) -> None:
     p.add_argument("--data-dir", help="file scenarios: the data set (default build/dataset, created if missing; "
                                       "python -m bench.dataset makes others)")
     p.add_argument("--transport", help="uWSGI sockets: tcp or unix (default tcp)")
+    p.add_argument("--inflight-hz", help="stats-server samples per second during each cell, for the requests in "
+                                         f"flight per worker (default {DEFAULT_INFLIGHT_HZ:g}; 0 = off)")
     p.add_argument("--out", help="output directory (default results/<timestamp>)")
     p.add_argument("--replay", metavar="RESULTS_JSON",
                    help="rerun the sweep and report on stored cells instead of measuring")
@@ -112,14 +117,24 @@ def plan_from_args(args, stored=None) -> tuple[Plan, dict[str, sc.Scenario]]:
     given = lambda name, default: getattr(args, name) or base.get(name, default)  # noqa: E731
     duration = float_arg("duration", given("duration", DEFAULT_DURATION), 1, 3600)
     timeout = float_arg("timeout", given("timeout", 10), 1, 600)
+    # A replayed file without the option was measured without the sampler.
+    inflight_hz = inflight_hz_arg(given("inflight_hz", 0 if stored else DEFAULT_INFLIGHT_HZ))
     plan = Plan(
         layouts=layouts, concurrency=levels, repeats=int_arg("repeats", given("repeats", 3), 1, 100),
         duration=duration, warmup=float_arg("warmup", given("warmup", 2), 1, 600), processes=p, threads=t,
         scenarios=names, workload={n: s.to_dict() for n, s in resolved.items()},
-        timeout=timeout, command=command_line("compare", getattr(args, "argv", None)),
+        timeout=timeout, inflight_hz=inflight_hz, command=command_line("compare", getattr(args, "argv", None)),
         options=_layout_options(args, base, names),
     )
     return plan, resolved
+
+
+def inflight_hz_arg(raw) -> float:
+    """0 (off) or 1..200 samples per second."""
+    value = float_arg("inflight_hz", raw, 0, 200)
+    if 0 < value < 1:
+        raise BadArgument(f"inflight_hz: must be 0 (off) or a number in 1..200, got {value:g}")
+    return value
 
 
 def _layout_options(args, base: dict, names) -> dict:
@@ -156,7 +171,7 @@ def run(args) -> int:
             runner, environment = ReplayRunner(stored), stored.environment | {"replayed_from": str(args.replay)}
         else:
             runner = LiveRunner(lab, out / "raw", scenarios, plan.duration, plan.warmup, plan.timeout,
-                                layout_options=plan.options)
+                                layout_options=plan.options, inflight_hz=plan.inflight_hz)
             environment = capture()
             if index is not None:
                 environment["dataset"] = dataset_facts(index)
