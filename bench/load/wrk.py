@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import resource
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.results import Errors, Latency
+from bench.results import STATUS_CLASSES, Errors, Latency
 
 LUA_REPORT = Path(__file__).resolve().parent / "lua" / "report.lua"
 MARKER = "WRK_JSON "
@@ -27,6 +29,7 @@ class WrkRun:
     errors: Errors
     cpu_s: float  # wrk's own user+system CPU
     raw: str  # wrk's complete output
+    status: dict = field(default_factory=dict)  # answers per status class {"2xx": n, ...} (report.lua)
 
     @property
     def rps(self) -> float:
@@ -66,7 +69,16 @@ def to_run(data: dict, raw: str, cpu_s: float = 0.0) -> WrkRun:
         errors=Errors(**{k: int(v) for k, v in data["errors"].items()}),
         cpu_s=cpu_s,
         raw=raw,
+        status=status_classes(data),
     )
+
+
+def status_classes(data: dict) -> dict[str, int]:
+    """The answers per status class report.lua counted ({} from a script without its count)."""
+    status = data.get("status")
+    if not isinstance(status, dict):
+        return {}
+    return {k: int(status.get(k, 0)) for k in STATUS_CLASSES}
 
 
 class WrkProcess:
@@ -102,11 +114,15 @@ class WrkProcess:
             self.proc.communicate()
 
 
-def write_script(path: Path, lua: str) -> Path:
+def write_script(path: Path, lua: str, mode: int = 0o644) -> Path:
     """A generated wrk script: ``lua`` (its request logic) followed by the JSON ``done()`` hook
-    of report.lua, readable by every user (wrk may run next to a stack that dropped privileges)."""
-    path.write_text(lua + LUA_REPORT.read_text())
-    path.chmod(0o644)
+    of report.lua, readable by every user (wrk may run next to a stack that dropped privileges)
+    unless ``mode`` says otherwise."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as fh:
+        os.fchmod(fh.fileno(), mode)
+        fh.write(lua + LUA_REPORT.read_text())
     return path
 
 
@@ -143,4 +159,4 @@ def run_wrk(url: str, connections: int, duration_s: float, threads: int = 1, tim
     """Closed-loop load: ``connections`` keep-alive connections, each sending its next
     request when the previous answer arrives (as in the article: wrk -t1 -cN --latency)."""
     (run,), cpu = run_wrks(WrkProcess(url, connections, duration_s, threads, timeout_s))
-    return WrkRun(run.requests, run.duration_s, run.latency_ms, run.errors, cpu, run.raw)
+    return dataclasses.replace(run, cpu_s=cpu)
