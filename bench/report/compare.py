@@ -29,6 +29,8 @@ from bench.analysis import (
     warnings,
 )
 from bench.report import nginx
+from bench.report.memory import memory_lines, memory_markdown, pss_column
+from bench.report.subject import any_non_2xx, is_demo_run, short_workload, status_text, subject_lines, subject_markdown
 from bench.report.text import comment, fmt_stat, md_kv, md_table, num, plot_lines, pm, table, wrap
 from bench.results import Results
 
@@ -251,7 +253,11 @@ def _terminal_table(groups: list[Group]) -> list[str]:
             f"{g.efficiency.median:.2f}", f"{g.cv.median:.2f}", num(g.cpu_ms_per_request.median),
             " ".join(g.noisy_figures),
         ])
-    out = table(headers, rows, "<>>>>>>>>>><")
+    _optional_columns(groups, headers, rows, markdown=False)
+    out = table(headers, rows, "<" + ">" * (len(headers) - 2) + "<")
+    detail = [f"{g.layout} {status_text(g.status)}" for g in groups if g.non_2xx]
+    if detail:
+        out += wrap("non-2xx answers (summed over repeats): " + "; ".join(detail))
     # The nginx scenarios' figures have their own section (bench.report.nginx).
     keys = sorted({k for g in groups if g.scenario not in nginx.NGINX_SCENARIOS for k in g.extra})
     if keys:
@@ -260,6 +266,19 @@ def _terminal_table(groups: list[Group]) -> list[str]:
         extra_rows = [[g.layout] + [pm(g.extra[k]) if k in g.extra else "" for k in keys] for g in groups]
         out.extend("  " + x for x in table(["layout", *keys], extra_rows, "<" + ">" * len(keys)))
     return out
+
+
+def _optional_columns(groups: list[Group], headers: list[str], rows: list[list[str]], markdown: bool) -> None:
+    """Before the last column: the uWSGI tree's PSS (when recorded) and the answers that were not
+    2xx (when any were)."""
+    if any(g.memory.get("uwsgi_pss_mb") for g in groups):
+        headers.insert(-1, "uWSGI PSS MB" if markdown else "PSS\nMB")
+        for g, row in zip(groups, rows, strict=True):
+            row.insert(-1, pss_column(g)[1 if markdown else 0])
+    if any_non_2xx(groups):
+        headers.insert(-1, "non-2xx")
+        for g, row in zip(groups, rows, strict=True):
+            row.insert(-1, status_text(g.status) if markdown else str(g.non_2xx))
 
 
 def terminal_lines(results: Results) -> list[str]:
@@ -277,6 +296,7 @@ def terminal_lines(results: Results) -> list[str]:
            + (f", {results.environment['nproc']} cores" if results.environment.get("nproc") else "")]
     if comment(results):
         out.extend(wrap(f"note: {comment(results)}"))
+    out += subject_lines(results)
     if not results.cells:
         return out + ["no cells in this results file: nothing was measured."]
     out.extend(wrap("medians across repeats; ±: half the low–high range, % of the median; latency in ms; "
@@ -290,9 +310,11 @@ def terminal_lines(results: Results) -> list[str]:
             out += ["", f"{level} connections{_level_name(results, level)}"]
             out += _terminal_table(at)
             out += wrap(_best_line(best[level], at))
+    out += memory_lines(results)
     out += nginx.nginx_lines(results)
     out += choice_lines(results)
-    if not nginx.only_nginx(results):  # the article's verdict needs the article's scenario
+    # The article's verdict needs the article's scenario, on the demo app's own request.
+    if not nginx.only_nginx(results) and is_demo_run(results):
         out.append("")
         out.extend(verdict_lines(results))
     warns = warnings(results)
@@ -408,6 +430,7 @@ def _md_level_table(groups: list[Group], best: Group | None) -> list[str]:
             *(fmt_stat(g.extra[k], digits=None) if k in g.extra else "" for k in keys),
             "⚠ " + ", ".join("req/s" if f == "rps" else f for f in g.noisy_figures) if g.noisy_figures else "",
         ])
+    _optional_columns(groups, headers, rows, markdown=True)
     return md_table(headers, rows, "<" + ">" * (len(headers) - 2) + "<")
 
 
@@ -479,17 +502,19 @@ def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
     out += ["; ".join(meta) + ".", ""]
     if comment(results):
         out += [f"> **Note:** {comment(results)}", ""]
-    if not nginx.only_nginx(results):
+    out += subject_markdown(results)
+    if not nginx.only_nginx(results) and is_demo_run(results):
         out += _md_verdict(results)
     out += nginx.nginx_lines(results, markdown=True)
     out += choice_lines(results, markdown=True)
     out += _md_reproduce(results)
     out += md_kv("Environment", results.environment)
-    out += md_kv("Workload", results.workload)
+    out += md_kv("Workload", short_workload(results))
     out += md_kv("Arguments", results.arguments, skip=("command",))
     if results.cells:
         out += _md_results(results, by_sc)
         out += _md_shares(results, by_sc)
+        out += memory_markdown(results)
     else:
         out += ["## Results", "", "No cells in this results file: nothing was measured.", ""]
     warns = warnings(results)
