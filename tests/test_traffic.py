@@ -27,6 +27,7 @@ from bench.load.traffic import (
     parse_request_line,
     read_requests_file,
     redact,
+    redact_argv,
     write_mix_script,
 )
 from deploy.errors import LayoutError
@@ -323,3 +324,11 @@ def test_scenario_traffic_carries_the_mix_into_the_workload():
     assert data["traffic"]["requests"][0]["target"] == "/" and "fib" not in data and "query" not in data
     stall = SCENARIOS["stall"].resolved(4).with_mix(mix).to_dict()
     assert stall["traffic"]["total_weight"] == 1 and stall["stall"]["clients"] == 4
+
+
+def test_recorded_command_lines_leave_credentials_out():
+    argv = ["compare", "--header", "Authorization: Bearer s3cret", "--header=Cookie: sid=abc", "--header",
+            "Host: shop.example", "--request", "GET /"]
+    assert redact_argv(argv) == ["compare", "--header", "Authorization: <13 characters, not recorded>",
+                                 "--header=Cookie: <7 characters, not recorded>", "--header", "Host: shop.example",
+                                 "--request", "GET /"]

@@ -22,6 +22,7 @@ from bench.environment import capture
 from bench.kinds.base import RESULTS_NAME, Kind, publish, sigterm_interrupts
 from bench.kinds.closedloop import LiveRunner, Plan, Progress, ReplayRunner, default_layouts, default_levels, run_sweep
 from bench.load import scenarios as sc
+from bench.load.traffic import redact_argv
 from bench.options import (
     DEFAULT_DATA_DIR,
     BadArgument,
@@ -129,10 +130,16 @@ def plan_from_args(args, stored=None, subject: subj.Subject | None = None) -> tu
         layouts=layouts, concurrency=levels, repeats=int_arg("repeats", given("repeats", 3), 1, 100),
         duration=duration, warmup=float_arg("warmup", given("warmup", 2), 1, 600), processes=p, threads=t,
         scenarios=names, workload={n: s.to_dict() for n, s in resolved.items()},
-        timeout=timeout, command=command_line("compare", getattr(args, "argv", None)),
+        timeout=timeout, command=_command(args),
         options=_layout_options(args, base, names) | subject.layout_options, app=subject.record,
     )
     return plan, resolved
+
+
+def _command(args) -> str:
+    """The command line to record, credential header values left out."""
+    argv = getattr(args, "argv", None)
+    return command_line("compare", redact_argv(argv) if argv is not None else None)
 
 
 def _layout_options(args, base: dict, names) -> dict:

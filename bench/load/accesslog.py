@@ -142,7 +142,7 @@ def read_access_log(path: Path | str, include_unsafe: bool = False, headers=(),
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         raise TrafficError("access_log", f"cannot read {path} ({getattr(exc, 'strerror', None) or exc})") from None
     if not counts:
-        why = "; ".join(f"{n:,} {reason}" for reason, n in summary.skipped.most_common()) or "the file is empty"
+        why = ", ".join(f"{n:,} {reason}" for reason, n in summary.skipped.most_common()) or "the file is empty"
         raise TrafficError("access_log", f"no usable line in {path} ({summary.lines:,} lines: {why}); expected "
                                          "nginx's combined format or this project's upstreams format")
     summary.distinct = len(counts)

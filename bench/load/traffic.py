@@ -209,6 +209,28 @@ def redact(name: str, value: str) -> str:
     return f"<{len(value)} characters, not recorded>" if name.lower() in SENSITIVE_HEADERS else value
 
 
+def redact_argv(argv: list[str]) -> list[str]:
+    """A command line as results record it: the values of credential ``--header`` options
+    (Authorization, Cookie) replaced, so a results file can be shared."""
+    out, header_next = [], False
+    for arg in argv:
+        prefix = ""
+        if header_next:
+            text = arg
+        elif arg.startswith("--header="):
+            prefix, text = "--header=", arg[len("--header="):]
+        else:
+            out.append(arg)
+            header_next = arg == "--header"
+            continue
+        name, sep, value = text.partition(":")
+        if sep and name.strip().lower() in SENSITIVE_HEADERS:
+            text = f"{name}: {redact(name.strip(), value.strip())}"
+        out.append(prefix + text)
+        header_next = False
+    return out
+
+
 # --------------------------------------------------------------------------- parsing
 
 
@@ -456,7 +478,7 @@ def preflight_requests(host: str, port: int, mix: Mix, timeout: float = 10.0, wh
             raise TrafficError("request", f"{r.label} failed in the pre-flight{place} ({why}): nothing was "
                                           "measured") from None
         if answer.status >= 400:
-            text = " ".join(answer.body[:200].decode("utf-8", "replace").split())
+            text = " ".join(re.sub(r"<[^>]*>", " ", answer.body[:400].decode("utf-8", "replace")).split())
             shown = f": {text[:100]!r}" if text else ""
             raise TrafficError("request", f"{r.label} was answered {answer.status} {answer.reason}{shown} in the "
                                           f"pre-flight{place}: fix the request (or the app) so it succeeds; "
