@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import resource
 import shutil
@@ -88,7 +89,9 @@ class WrkProcess:
                  script: Path = LUA_REPORT, script_args: list[str] | None = None):
         threads = max(1, min(threads, connections))
         self.cmd = [
-            wrk_binary(), f"-t{threads}", f"-c{connections}", f"-d{duration_s:g}s", f"--timeout={timeout_s:g}s",
+            # wrk reads whole seconds only ("10.5s" is a usage error): round up.
+            wrk_binary(), f"-t{threads}", f"-c{connections}", f"-d{math.ceil(duration_s)}s",
+            f"--timeout={math.ceil(timeout_s)}s",
             "--latency", "-s", str(script), url,
         ]
         if script_args:

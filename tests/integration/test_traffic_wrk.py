@@ -58,11 +58,11 @@ def server():
         thread.join(timeout=5)
 
 
-def run(server, mix, tmp_path, seed: int, duration: float = 2.0, connections: int = 1):
+def run(server, mix, tmp_path, seed: int, duration: float = 2.0, connections: int = 1, threads: int = 1):
     script = write_mix_script(tmp_path / f"mix-{seed}.lua", mix)
     server.seen.clear()
-    load = WrkProcess(f"http://127.0.0.1:{server.server_port}/", connections, duration, timeout_s=5, script=script,
-                      script_args=[str(seed)])
+    load = WrkProcess(f"http://127.0.0.1:{server.server_port}/", connections, duration, threads=threads, timeout_s=5,
+                      script=script, script_args=[str(seed)])
     (result,), _ = run_wrks(load)
     return result, list(server.seen)
 
@@ -122,3 +122,22 @@ def test_preflight_sends_each_request_once_and_names_a_failure(server):
     (closed,) = find_free_ports(1)
     with pytest.raises(ValueError, match=r"^request: GET /a failed in the pre-flight .*ConnectionRefusedError"):
         preflight_requests("127.0.0.1", closed, bad)
+
+
+def test_status_classes_are_summed_over_wrk_threads(server, tmp_path):
+    mix = build_mix([Request("GET", "/a", 2), Request("GET", "/moved"), Request("GET", "/missing")])
+    result, seen = run(server, mix, tmp_path, seed=5, duration=1, connections=2, threads=2)
+    assert "2 threads and 2 connections" in result.raw
+    assert sum(result.status.values()) == result.requests > 50
+    assert result.requests <= len(seen) <= result.requests + 2
+    assert result.status["4xx"] == result.errors.status > 0 and result.status["3xx"] > 0
+
+
+def test_fractional_seconds_are_rounded_up_for_wrk(server, tmp_path):
+    """wrk 4.1 reads whole seconds only (-d2.5s or --timeout=10.5s is a usage error, exit 1)."""
+    script = write_mix_script(tmp_path / "mix.lua", build_mix([Request("GET", "/a")]))
+    load = WrkProcess(f"http://127.0.0.1:{server.server_port}/", 1, 0.5, timeout_s=1.5, script=script,
+                      script_args=["1"])
+    assert "-d1s" in load.cmd and "--timeout=2s" in load.cmd
+    (result,), _ = run_wrks(load)
+    assert result.requests > 0 and result.status["2xx"] == result.requests
