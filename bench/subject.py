@@ -82,7 +82,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _record(layout: Layout, demo: bool) -> dict:
     return {"app": layout.app, "app_dir": layout.app_dir, "virtualenv": layout.virtualenv, "demo": demo,
-            "env": [k for k, _ in layout.env],  # names only: values may be credentials
+            "env": [k for k, _ in layout.env],  # names (the values are in options and the command, as in layout.json)
             "static": [list(s) for s in layout.static]}
 
 
