@@ -7,6 +7,7 @@ Checks that every recorded field is present and that no request failed, never th
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,10 +24,13 @@ CELL_FIELDS = {"layout", "concurrency", "repeat", "scenario", "rps", "requests",
 
 
 def bench_processes() -> list[psutil.Process]:
+    """Processes still naming a bench lab directory (/tmp/ul-bench-*) that is gone. A lab stops
+    its stacks before it removes its directory, so these were left behind; other runs on this
+    shared machine (other engineers' labs) still have their directories and are not counted."""
     found = []
     for p in psutil.process_iter(["cmdline", "cwd"]):
         text = " ".join(p.info["cmdline"] or []) + " " + (p.info["cwd"] or "")
-        if "/tmp/ul-bench-" in text:
+        if any(not Path(lab).exists() for lab in re.findall(r"/tmp/ul-bench-[A-Za-z0-9_]+", text)):
             found.append(p)
     return found
 

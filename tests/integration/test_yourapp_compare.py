@@ -6,32 +6,19 @@ bad input exits 2 with one line and writes nothing. Never asserts a performance 
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
+
+from tests.integration.test_compare import bench_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHORT = ["--layouts", "2x4-shared,2x4-mapped", "--concurrency", "2", "--duration", "2", "--repeats", "1",
          "--warmup", "1"]
-
-
-def leaked_bench_processes() -> list[str]:
-    """Processes still naming a bench lab directory (/tmp/ul-bench-*) that is gone: a lab stops its
-    stacks before it removes its directory, so these were left behind. (Other engineers' runs on
-    this machine have their directories still in place, so they are not counted.)"""
-    leaked = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        text = " ".join(p.info["cmdline"] or [])
-        for lab in set(re.findall(r"/tmp/ul-bench-[A-Za-z0-9_]+", text)):
-            if not Path(lab).exists():
-                leaked.append(f"{p.info['pid']}: {text[:120]}")
-    return leaked
 
 
 def bench(*args: str, cwd: Path = REPO_ROOT, timeout: float = 200) -> subprocess.CompletedProcess:
@@ -48,7 +35,7 @@ def test_compare_measures_the_flask_app_with_memory_and_status(flask_app, tmp_pa
     proc = bench("compare", *app_args(flask_app), "--request", "GET /", "--request", "2*GET /api/items",
                  *SHORT, "--out", str(out))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert not leaked_bench_processes(), "compare left processes running"
+    assert not bench_processes(), "compare left processes running"
     assert "pre-flight: 2 distinct requests answered 200 through nginx" in proc.stdout
     data = json.loads((out / "results.json").read_text())
     assert data["arguments"]["app"] == {"app": "shop:app", "app_dir": str(flask_app.app_dir),
@@ -108,4 +95,4 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(case, flask_app, tmp
     assert lines[0].startswith(expected), lines[0]
     assert "Traceback" not in proc.stdout + proc.stderr
     assert not out.exists(), "a bad input must write nothing"
-    assert not leaked_bench_processes(), "the pre-flight stack was left running"
+    assert not bench_processes(), "the pre-flight stack was left running"
