@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import statistics
 import zlib
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bench.load.httperf import CLIENT_ERRORS, SERVER_ERRORS
-from bench.results import PERCENTILES, Cell, Results
+from bench.results import PERCENTILES, STATUS_CLASSES, Cell, Results
 
 NOISY_SPREAD = 0.10  # (max - min) / median across repeats above this is flagged
 MIN_REQUESTS_FOR_P99 = 100  # below this a "p99" is the sample's max
@@ -323,6 +324,10 @@ class Group:
     tails: Tails | None = None  # pooled p50/p99 with intervals (or per-cell, for old files)
     throughput: Interval | None = None  # median req/s, interval = the repeats' range
     inflight: Inflight | None = None  # requests in flight per worker; None when not sampled
+    # Answers per status class, summed over repeats ({} when the cells did not count them).
+    status: dict[str, int] = field(default_factory=dict)
+    # Memory figures (cell.memory keys) over repeats; "worker_pss_mb" is each cell's mean per worker.
+    memory: dict[str, Stat] = field(default_factory=dict)
 
     def interval(self, figure: str) -> Interval:
         """"rps", "p50" or "p99" with its interval."""
@@ -334,6 +339,10 @@ class Group:
     def p99(self) -> float:
         """The p99 comparisons use: pooled when the cells have histograms, else the median."""
         return self.tails.p99.value
+
+    @property
+    def non_2xx(self) -> int:
+        return sum(n for k, n in self.status.items() if k != "2xx")
 
     @property
     def noisy_figures(self) -> list[str]:
@@ -377,6 +386,8 @@ def group_cells(results: Results, scenario: str | None = None) -> list[Group]:
                         tails=pooled_tails(cells),
                         throughput=repeats_interval([c.rps for c in cells]),
                         inflight=inflight_of(cells),
+                        status=sum_status(cells),
+                        memory=memory_stats(cells),
                     )
                 )
     return out
@@ -390,6 +401,25 @@ def compare_groups(a: Group, b: Group, figure: str = "p99") -> Comparison:
     if figure != "rps" and a.tails.pooled != b.tails.pooled:  # like with like: both per-cell
         return compare(a.tails.per_cell[figure], b.tails.per_cell[figure], higher_is_better=False, figure=figure)
     return compare(a.interval(figure), b.interval(figure), higher_is_better=figure == "rps", figure=figure)
+
+
+def sum_status(cells) -> dict[str, int]:
+    """Answers per status class over ``cells``, in class order ({} if none counted them)."""
+    total: dict[str, int] = {}
+    for c in cells:
+        for k, n in c.status.items():
+            total[k] = total.get(k, 0) + n
+    return {k: total[k] for k in STATUS_CLASSES if k in total}
+
+
+def memory_stats(cells) -> dict[str, Stat]:
+    """Each memory figure over ``cells`` (repeats); per-worker PSS as each cell's mean per worker."""
+    keys = list(dict.fromkeys(k for c in cells for k, v in c.memory.items() if not isinstance(v, dict)))
+    out = {k: Stat.of([c.memory[k] for c in cells if k in c.memory]) for k in keys}
+    means = [statistics.fmean(c.memory["worker_pss_mb"].values()) for c in cells if c.memory.get("worker_pss_mb")]
+    if means:
+        out["worker_pss_mb"] = Stat.of(means)
+    return out
 
 
 def best_per_level(groups: list[Group]) -> dict[int, Group]:
@@ -645,6 +675,84 @@ def layout_choice(results: Results) -> list[Choice]:
         out.append(Choice(layout, ratios, where, low_rps[0] if low_rps else None, stalled, tuple(misses),
                           bool(low_rps and low_rps[1])))
     return out
+
+
+# --- memory: what one more process and one more thread cost ---------------------------------
+
+LAYOUT_SIZE_RE = re.compile(r"^(\d+)x(\d+)-")
+MEMORY_KEY = "uwsgi_pss_mb"
+
+
+@dataclass(frozen=True)
+class MemoryCost:
+    """The app server tree's PSS fitted over layouts as base + per_process * P + per_thread *
+    P * (T - 1): ``per_process`` is one more worker process (with its first thread),
+    ``per_thread`` each further thread, ``base`` what no worker adds (the master). One fit per
+    repeat, on each layout's cell at the highest level measured; medians and ranges over repeats."""
+
+    scenario: str
+    base: Stat
+    per_process: Stat
+    per_thread: Stat
+    layouts: tuple[str, ...]
+    level: int
+    worst_residual_mb: float  # the largest |measured - fitted| of any layout in any repeat
+
+
+def _solve3(a: list[list[float]], b: list[float]) -> list[float] | None:
+    """x with a x = b for a 3x3 system (Gaussian elimination, partial pivoting); None if singular."""
+    m = [row[:] + [v] for row, v in zip(a, b, strict=True)]
+    for col in range(3):
+        pivot = max(range(col, 3), key=lambda r: abs(m[r][col]))
+        if abs(m[pivot][col]) < 1e-9:
+            return None
+        m[col], m[pivot] = m[pivot], m[col]
+        for r in range(3):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                m[r] = [x - f * y for x, y in zip(m[r], m[col], strict=True)]
+    return [m[i][3] / m[i][i] for i in range(3)]
+
+
+def fit_memory(points: list[tuple[int, int, float]]) -> tuple[list[float], float] | None:
+    """Least squares of PSS = base + b * P + c * P * (T - 1) over (P, T, PSS) points:
+    ([base, b, c], worst |residual|), or None when the layouts cannot separate the three."""
+    rows = [(1.0, float(p), float(p * (t - 1))) for p, t, _ in points]
+    ys = [y for _, _, y in points]
+    ata = [[sum(r[i] * r[j] for r in rows) for j in range(3)] for i in range(3)]
+    aty = [sum(r[i] * y for r, y in zip(rows, ys, strict=True)) for i in range(3)]
+    coef = _solve3(ata, aty)
+    if coef is None:
+        return None
+    worst = max(abs(y - sum(c * x for c, x in zip(coef, r, strict=True))) for r, y in zip(rows, ys, strict=True))
+    return coef, worst
+
+
+def memory_cost(results: Results, scenario: str, key: str = MEMORY_KEY) -> MemoryCost | None:
+    """What one more process and one more thread cost in PSS, from the run's layouts (None when
+    fewer than three layouts with enough different P and T recorded memory)."""
+    cells = [c for c in results.cells if c.scenario == scenario and key in c.memory
+             and LAYOUT_SIZE_RE.match(c.layout) and "@" not in c.layout]
+    if not cells:
+        return None
+    level = max(c.concurrency for c in cells)
+    at = [c for c in cells if c.concurrency == level]
+    fits, worst, used = [], 0.0, set()
+    for repeat in sorted({c.repeat for c in at}):
+        points = []
+        for c in at:
+            if c.repeat == repeat:
+                m = LAYOUT_SIZE_RE.match(c.layout)
+                points.append((int(m[1]), int(m[2]), c.memory[key]))
+                used.add(c.layout)
+        fitted = fit_memory(points) if len(points) >= 3 else None
+        if fitted is not None:
+            fits.append(fitted[0])
+            worst = max(worst, fitted[1])
+    if not fits:
+        return None
+    return MemoryCost(scenario, Stat.of([f[0] for f in fits]), Stat.of([f[1] for f in fits]),
+                      Stat.of([f[2] for f in fits]), tuple(x for x in results.layouts if x in used), level, worst)
 
 
 # --- the open loop: one step's verdict ---------------------------------------------------

@@ -3,6 +3,8 @@
 Nothing here starts or stops anything (``bench.stack`` does); every function reads:
 
 - CPU seconds of the uWSGI and nginx process trees (``tree_cpu_seconds``, ``Snapshot``);
+- memory of the app server's process tree, per worker, and of nginx (``stack_memory``: PSS, USS,
+  RSS read by psutil from /proc/PID/smaps_rollup; ``memory_record`` assembles the figures);
 - requests served per uWSGI worker, from the stats server (``worker_requests``, ``Snapshot``),
   and over time in the background (``Sampler``: pids, request counters, accepting flags, and
   requests in flight per worker, summarised per cell by ``inflight_summary``);
@@ -64,6 +66,71 @@ class Snapshot:
     def take(cls, stack: Stack) -> "Snapshot":
         return cls(worker_requests(stack.stats()), tree_cpu_seconds(stack.pids["uwsgi"]),
                    tree_cpu_seconds(stack.pids["nginx"]))
+
+
+# --------------------------------------------------------------------------- memory
+
+MB = 1e6  # memory figures are in MB of 10^6 bytes, as every other *_mb figure of a cell
+
+
+@dataclass(frozen=True)
+class ProcessMemory:
+    """One process's memory in bytes. PSS (proportional set size) counts each page shared by N
+    processes as 1/N, so PSS adds up across processes; USS is what only this process holds
+    (freed if it exits); RSS counts shared pages in full, in every process that maps them."""
+
+    pss: int
+    uss: int
+    rss: int
+
+
+def process_memory(pid: int) -> ProcessMemory | None:
+    """psutil's memory_full_info (from /proc/PID/smaps_rollup); None if the process is gone."""
+    try:
+        info = psutil.Process(pid).memory_full_info()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return None
+    return ProcessMemory(info.pss, info.uss, info.rss)
+
+
+def tree_memory(root_pid: int) -> dict[int, ProcessMemory]:
+    """pid -> memory of a process and its live descendants (threads share their process's)."""
+    try:
+        root = psutil.Process(root_pid)
+        pids = [root.pid, *(p.pid for p in root.children(recursive=True))]
+    except psutil.NoSuchProcess:
+        return {}
+    return {pid: m for pid in pids if (m := process_memory(pid)) is not None}
+
+
+def memory_record(server: dict[int, ProcessMemory], nginx: dict[int, ProcessMemory], workers: dict[str, int],
+                  prefix: str = "uwsgi") -> dict:
+    """A cell's ``memory`` from process readings: the app server's tree (``server``: master and
+    workers) in total, PSS per worker id (``workers``: id -> pid; a worker not in the tree is left
+    out), and nginx's tree. MB, rounded to 0.01."""
+    def total(tree: dict[int, ProcessMemory], attr: str) -> float:
+        return round(sum(getattr(m, attr) for m in tree.values()) / MB, 2)
+
+    record: dict = {}
+    if server:
+        record.update({f"{prefix}_pss_mb": total(server, "pss"), f"{prefix}_uss_mb": total(server, "uss"),
+                       f"{prefix}_rss_mb": total(server, "rss")})
+    if nginx:
+        record["nginx_pss_mb"] = total(nginx, "pss")
+    ordered = sorted(workers.items(), key=lambda kv: int(kv[0]))
+    per_worker = {str(w): round(server[pid].pss / MB, 2) for w, pid in ordered if pid in server}
+    if per_worker:
+        record["worker_pss_mb"] = per_worker
+    return record
+
+
+def stack_memory(stack: Stack) -> dict:
+    """The memory of a running stack now: uWSGI's tree (workers named by the stats server) and nginx's."""
+    try:
+        workers = {str(w): pid for w, pid in stack.worker_pids().items()}
+    except (OSError, ValueError, KeyError):
+        workers = {}
+    return memory_record(tree_memory(stack.pids["uwsgi"]), tree_memory(stack.pids["nginx"]), workers)
 
 
 # --------------------------------------------------------------------------- the stats server over time

@@ -11,7 +11,11 @@ loads it at each level (``bench.load.wrk``) and stops it. Per cell: wrk's figure
 per-worker request counts (uWSGI stats server, delta over the cell), and the CPU seconds of
 the uWSGI tree, the nginx tree and wrk (``bench.observe``), the requests in flight per worker
 sampled from the stats server while the load runs (``inflight``, ``--inflight-hz`` times a second),
-and wrk's latency histogram of the measured requests (``histogram``). File scenarios also record, in
+wrk's latency histogram of the measured requests (``histogram``), the answers per status class
+(``status``: report.lua's count) and, right after the load, the memory of the uWSGI tree (PSS,
+USS, RSS; PSS per worker) and of nginx (``memory``). A scenario with the user's requests
+(``Scenario.mix``) sends them through a generated wrk script (``bench.load.traffic``), seeded with
+the repeat number. File scenarios also record, in
 ``extra``, the bytes the data set's block device read during the cell, the page-cache
 residency before and after (cold-cache cells are evicted first), the hot file's latencies,
 and for ``nginx_spread`` scenarios the connections and CPU of each nginx worker. From wrk's
@@ -35,6 +39,7 @@ from typing import Callable, Protocol
 from bench import dataset as ds
 from bench.load.files import RANDOM_FILES_LUA, request_paths, weighted_paths, write_lines
 from bench.load.scenarios import Scenario
+from bench.load.traffic import Mix, write_mix_script
 from bench.load.wrk import WrkProcess, fraction_script, run_wrks
 from bench.observe import (
     Sampler,
@@ -44,6 +49,7 @@ from bench.observe import (
     inflight_summary,
     nginx_workers,
     spread_extra,
+    stack_memory,
 )
 from bench.results import Cell, Results, utc_now
 from bench.stack import Lab, dir_name
@@ -65,6 +71,8 @@ class Plan:
     inflight_hz: float = 25.0  # stats-server samples per second during each cell; 0 = off
     command: str = ""
     options: dict = field(default_factory=dict)
+    # Which app was measured (bench.subject.Subject.record): app, app_dir, virtualenv, demo.
+    app: dict = field(default_factory=dict)
 
     @property
     def blocks(self) -> list[tuple[int, str]]:
@@ -157,7 +165,7 @@ class Progress:
         return (f"[{self.done}/{self.plan.cell_count}] {scenario}{cell.layout} c={cell.concurrency} "
                 f"repeat {cell.repeat}/"
                 f"{self.plan.repeats}: {cell.rps:.1f} req/s, p99 {cell.latency_ms.p99:.0f} ms, "
-                f"{cell.errors.total} errors | {self.plan.cell_count - self.done} cells left, "
+                f"{cell.errors.total} errors{_non_2xx(cell)} | {self.plan.cell_count - self.done} cells left, "
                 f"ETA {int(eta // 60)}m{int(eta % 60):02d}s")
 
     def __call__(self, cell: Cell) -> None:
@@ -168,6 +176,12 @@ class Progress:
         else:
             self.stream.write(text + "\n")
         self.stream.flush()
+
+
+def _non_2xx(cell: Cell) -> str:
+    """``, 3xx 12 4xx 3`` when some answers were not 2xx, else ""."""
+    other = [f"{k} {n}" for k, n in cell.status.items() if k != "2xx" and n]
+    return ", " + " ".join(other) if other else ""
 
 
 def run_sweep(plan: Plan, runner: Runner, environment: dict, save=None, progress=None,
@@ -209,6 +223,7 @@ class LiveRunner:
         self.cores = os.cpu_count() or 1
         self._index: ds.Index | None = None
         self._lists: dict[str, Path] = {}
+        self._mix_scripts: dict[Mix, Path] = {}
 
     # --- file scenarios -----------------------------------------------------------------
 
@@ -237,10 +252,20 @@ class LiveRunner:
                   timeout: float | None = None) -> WrkProcess:
         """The scenario's own load: the app's query, or random paths from its file list."""
         timeout = self.timeout if timeout is None else timeout
+        if scenario.mix is not None:
+            return WrkProcess(layout.url, connections, duration, timeout_s=timeout,
+                              script=self.mix_script(scenario.mix), script_args=[str(seed)])
         if scenario.files is not None:
             return WrkProcess(layout.url, connections, duration, timeout_s=timeout, script=RANDOM_FILES_LUA,
                               script_args=[str(self.path_list(scenario)), str(seed)])
         return WrkProcess(f"{layout.url}?{scenario.workload.query}", connections, duration, timeout_s=timeout)
+
+    def mix_script(self, mix: Mix) -> Path:
+        """The wrk script sending the user's requests (written once per run)."""
+        if mix not in self._mix_scripts:
+            path = self.lab.work_dir / "traffic" / f"mix-{len(self._mix_scripts) + 1}.lua"
+            self._mix_scripts[mix] = write_mix_script(path, mix)
+        return self._mix_scripts[mix]
 
     # --- blocks and cells ---------------------------------------------------------------
 
@@ -329,6 +354,7 @@ class LiveRunner:
         with self._inflight(layout, loads[0]) as inflight:
             conns = self._sample_spread(stack, layout, loads) if workers else []
             runs, wrk_cpu = run_wrks(*loads, rusage_before=rusage)
+        memory = stack_memory(stack)  # right after the load, before the next cell
         after = Snapshot.take(stack)
         name = dir_name(f"{scenario.name}-{label}-c{level}-r{repeat}")
         raw_name = self._save_raw(name, "\n".join(r.raw for r in runs))
@@ -351,7 +377,8 @@ class LiveRunner:
             extra.update(spread_extra(conns, [max(0.0, cpu_seconds(w) - c) for w, c in zip(workers, worker_cpu,
                                                                                            strict=True)]))
         return self.make_cell(label, level, repeat, scenario.name, runs[0], wrk_cpu, before, after,
-                              unloaded_ms, raw_name, extra, inflight=inflight, histogram=runs[0].histogram)
+                              unloaded_ms, raw_name, extra, inflight=inflight, histogram=runs[0].histogram,
+                              status=runs[0].status, memory=memory)
 
     @contextmanager
     def _inflight(self, layout: Layout, load: WrkProcess):

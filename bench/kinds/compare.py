@@ -4,6 +4,10 @@ The plan comes from the arguments (or, with ``--replay``, from a stored run): la
 connection levels x interleaved repeats x scenarios, defaults derived from ``nproc``. The sweep
 (``bench.kinds.closedloop``) measures every cell on a stack from ``bench.stack.Lab``, saves
 ``results.json`` after every block, and the report (``bench.report``) says which layout to run.
+
+The app and its traffic come from ``bench.subject`` (deploy's app options, --request...): the
+app is imported once (pre-flight) before any stack starts, and each distinct request is sent once
+through nginx before anything is timed; either failing exits 2 with nothing written.
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ import os
 import sys
 from pathlib import Path
 
+from bench import subject as subj
 from bench.environment import capture
 from bench.kinds.base import RESULTS_NAME, Kind, publish, sigterm_interrupts
 from bench.kinds.closedloop import LiveRunner, Plan, Progress, ReplayRunner, default_layouts, default_levels, run_sweep
 from bench.load import scenarios as sc
+from bench.load.traffic import redact_argv
 from bench.options import (
     DEFAULT_DATA_DIR,
     BadArgument,
@@ -53,7 +59,8 @@ def add_arguments(p) -> None:
     p.add_argument("--repeats", help="interleaved repeats of every layout (default 3)")
     p.add_argument("--timeout", help="wrk's per-request timeout in seconds (default 10)")
     p.add_argument("--scenario",
-                   help=f"named request mix, or several comma-separated: {', '.join(sc.SCENARIOS)}")
+                   help=f"named request mix, or several comma-separated: {', '.join(sc.SCENARIOS)} (default: "
+                        "article; traffic with --request or another --app)")
     p.add_argument("--rounds", help="override the scenario's rounds (0..20)")
     p.add_argument("--fib", help="override the scenario's fib n (0..30)")
     p.add_argument("--io-ms", help="override the scenario's sleep per round in ms (0..10000)")
@@ -69,23 +76,28 @@ def add_arguments(p) -> None:
     p.add_argument("--transport", help="uWSGI sockets: tcp or unix (default tcp)")
     p.add_argument("--inflight-hz", help="stats-server samples per second during each cell, for the requests in "
                                          f"flight per worker (default {DEFAULT_INFLIGHT_HZ:g}; 0 = off)")
+    subj.add_arguments(p)
     p.add_argument("--out", help="output directory (default results/<timestamp>)")
     p.add_argument("--replay", metavar="RESULTS_JSON",
                    help="rerun the sweep and report on stored cells instead of measuring")
 
 
-def plan_from_args(args, stored=None) -> tuple[Plan, dict[str, sc.Scenario]]:
+def plan_from_args(args, stored=None, subject: subj.Subject | None = None) -> tuple[Plan, dict[str, sc.Scenario]]:
     nproc = os.cpu_count() or 1
     base = stored.arguments if stored else {}
+    if subject is None:
+        subject = subj.from_stored(base) if stored else subj.from_args(args)
     p = int_arg("processes", args.processes, 1, MAX_PROCESSES) if args.processes else base.get("processes", nproc)
     t = int_arg("threads", args.threads, 1, MAX_THREADS) if args.threads else base.get("threads", 4)
-    scenario_arg = args.scenario or ",".join(base.get("scenarios") or ["article"])
+    scenario_arg = args.scenario or ",".join(base.get("scenarios") or subj.default_scenarios(subject))
     given_names = [x.strip() for x in scenario_arg.split(",") if x.strip()]
     unknown = [n for n in given_names if n not in sc.SCENARIOS and n not in sc.ALIASES]
     if unknown or not given_names:
         raise BadArgument(f"scenario: unknown scenario {unknown[0] if unknown else ''!r}; "
                           f"allowed: {', '.join([*sc.SCENARIOS, *sc.ALIASES])}")
     names = sc.expand(given_names)
+    if not stored:
+        subj.check_scenarios(names, subject, args)
     family = sc.family_defaults(names, p, t)
     if args.layouts:
         layouts = split_specs(args.layouts)
@@ -111,6 +123,8 @@ def plan_from_args(args, stored=None) -> tuple[Plan, dict[str, sc.Scenario]]:
         "large_share": float_arg("large_share", args.large_share, 0, 0.5) if args.large_share else None,
     }
     resolved = {n: sc.SCENARIOS[n].resolved(t, **overrides) for n in names}
+    if subject.mix is not None:
+        resolved = {n: s.with_mix(subject.mix) for n, s in resolved.items()}
     for scenario in resolved.values():
         if scenario.workload.rounds * scenario.workload.io_ms > 30000:
             raise BadArgument("rounds*io_ms: must be at most 30000 ms per request")
@@ -123,8 +137,8 @@ def plan_from_args(args, stored=None) -> tuple[Plan, dict[str, sc.Scenario]]:
         layouts=layouts, concurrency=levels, repeats=int_arg("repeats", given("repeats", 3), 1, 100),
         duration=duration, warmup=float_arg("warmup", given("warmup", 2), 1, 600), processes=p, threads=t,
         scenarios=names, workload={n: s.to_dict() for n, s in resolved.items()},
-        timeout=timeout, inflight_hz=inflight_hz, command=command_line("compare", getattr(args, "argv", None)),
-        options=_layout_options(args, base, names),
+        timeout=timeout, inflight_hz=inflight_hz, command=_command(args),
+        options=_layout_options(args, base, names) | subject.layout_options, app=subject.record,
     )
     return plan, resolved
 
@@ -135,6 +149,12 @@ def inflight_hz_arg(raw) -> float:
     if 0 < value < 1:
         raise BadArgument(f"inflight_hz: must be 0 (off) or a number in 1..200, got {value:g}")
     return value
+
+
+def _command(args) -> str:
+    """The command line to record, credential header values left out."""
+    argv = getattr(args, "argv", None)
+    return command_line("compare", redact_argv(argv) if argv is not None else None)
 
 
 def _layout_options(args, base: dict, names) -> dict:
@@ -152,21 +172,29 @@ def _layout_options(args, base: dict, names) -> dict:
 
 def run(args) -> int:
     stored = load(args.replay) if args.replay else None
-    plan, scenarios = plan_from_args(args, stored)
+    subject = subj.from_stored(stored.arguments) if stored else subj.from_args(args)
+    plan, scenarios = plan_from_args(args, stored, subject)
     if stored:  # the stored cells were measured with the stored mix, whatever the defaults say now
         plan = dataclasses.replace(plan, workload=stored.workload)
     index = None
     if not stored:
         require_tools("wrk")
+        for note in subject.notes:
+            print(note, flush=True)
+        subj.preflight_app(plan.layouts[0], plan.options)  # before any stack starts
         index = prepare_dataset(Path(plan.options["data_dir"])) if "data_dir" in plan.options else None
-    out = prepare_out(args.out)
-    mode = "replaying " + args.replay if stored else "measuring"
-    est = plan.estimate_seconds()
-    print(f"{mode}: {len(plan.layouts)} layouts x {len(plan.concurrency)} levels {list(plan.concurrency)} x "
-          f"{plan.repeats} repeats x scenarios {', '.join(plan.scenarios)}, {plan.duration:g} s per cell; "
-          f"about {est / 60:.1f} min; results in {out}", flush=True)
-    results_path = out / RESULTS_NAME
     with Lab() as lab, sigterm_interrupts():
+        if subject.mix is not None and not stored:
+            statuses = subj.preflight_traffic(lab, plan.layouts[0], plan.options, subject.mix, plan.timeout)
+            print(f"pre-flight: {len(statuses)} distinct requests answered "
+                  f"{', '.join(sorted({str(s) for s in statuses.values()}))} through nginx", flush=True)
+        out = prepare_out(args.out)
+        mode = f"replaying {args.replay} ({subject.app})" if stored else f"measuring {subject.app}"
+        est = plan.estimate_seconds()
+        print(f"{mode}: {len(plan.layouts)} layouts x {len(plan.concurrency)} levels "
+              f"{list(plan.concurrency)} x {plan.repeats} repeats x scenarios {', '.join(plan.scenarios)}, "
+              f"{plan.duration:g} s per cell; about {est / 60:.1f} min; results in {out}", flush=True)
+        results_path = out / RESULTS_NAME
         if stored:
             runner, environment = ReplayRunner(stored), stored.environment | {"replayed_from": str(args.replay)}
         else:

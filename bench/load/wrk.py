@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import os
 import resource
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.results import Errors, Latency
+from bench.results import STATUS_CLASSES, Errors, Latency
 
 LUA_REPORT = Path(__file__).resolve().parent / "lua" / "report.lua"
 MARKER = "WRK_JSON "
@@ -49,6 +51,7 @@ class WrkRun:
     # was skipped or did not add up (``histogram_note`` says why).
     histogram: tuple[tuple[int, int], ...] = ()
     histogram_note: str = ""
+    status: dict = field(default_factory=dict)  # answers per status class {"2xx": n, ...} (report.lua)
 
     @property
     def rps(self) -> float:
@@ -160,6 +163,7 @@ def to_run(data: dict, raw: str, cpu_s: float = 0.0, connections: int | None = N
         errors=Errors(**{k: int(v) for k, v in data["errors"].items()}),
         cpu_s=cpu_s,
         raw=raw,
+        status=status_classes(data),
         **_histogram_fields(raw, data, connections),
     )
 
@@ -171,6 +175,14 @@ def _histogram_fields(raw: str, data: dict, connections: int | None) -> dict:
     return {"histogram": histogram, "histogram_note": note}
 
 
+def status_classes(data: dict) -> dict[str, int]:
+    """The answers per status class report.lua counted ({} from a script without its count)."""
+    status = data.get("status")
+    if not isinstance(status, dict):
+        return {}
+    return {k: int(status.get(k, 0)) for k in STATUS_CLASSES}
+
+
 class WrkProcess:
     """One wrk run in the background, so two loads (healthy and stalled clients) can overlap."""
 
@@ -179,7 +191,9 @@ class WrkProcess:
         threads = max(1, min(threads, connections))
         self.connections = connections
         self.cmd = [
-            wrk_binary(), f"-t{threads}", f"-c{connections}", f"-d{duration_s:g}s", f"--timeout={timeout_s:g}s",
+            # wrk reads whole seconds only ("10.5s" is a usage error): round up.
+            wrk_binary(), f"-t{threads}", f"-c{connections}", f"-d{math.ceil(duration_s)}s",
+            f"--timeout={math.ceil(timeout_s)}s",
             "--latency", "-s", str(script), url,
         ]
         if script_args:
@@ -206,11 +220,15 @@ class WrkProcess:
             self.proc.communicate()
 
 
-def write_script(path: Path, lua: str) -> Path:
+def write_script(path: Path, lua: str, mode: int = 0o644) -> Path:
     """A generated wrk script: ``lua`` (its request logic) followed by the JSON ``done()`` hook
-    of report.lua, readable by every user (wrk may run next to a stack that dropped privileges)."""
-    path.write_text(lua + LUA_REPORT.read_text())
-    path.chmod(0o644)
+    of report.lua, readable by every user (wrk may run next to a stack that dropped privileges)
+    unless ``mode`` says otherwise."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as fh:
+        os.fchmod(fh.fileno(), mode)
+        fh.write(lua + LUA_REPORT.read_text())
     return path
 
 

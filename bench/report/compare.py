@@ -34,6 +34,8 @@ from bench.analysis import (
     warnings,
 )
 from bench.report import nginx
+from bench.report.memory import memory_lines, memory_markdown, pss_column
+from bench.report.subject import any_non_2xx, is_demo_run, short_workload, status_text, subject_lines, subject_markdown
 from bench.report.text import comment, fmt_interval, fmt_stat, md_kv, md_table, num, pct, plot_lines, pm, table, wrap
 from bench.results import Results
 
@@ -286,7 +288,11 @@ def _terminal_table(groups: list[Group]) -> list[str]:
             f"{g.efficiency.median:.2f}", f"{g.cv.median:.2f}", num(g.cpu_ms_per_request.median),
             " ".join(g.noisy_figures),
         ])
-    out = table(headers, rows, "<>>>>>>>>>><")
+    _optional_columns(groups, headers, rows, markdown=False)
+    out = table(headers, rows, "<" + ">" * (len(headers) - 2) + "<")
+    detail = [f"{g.layout} {status_text(g.status)}" for g in groups if g.non_2xx]
+    if detail:
+        out += wrap("non-2xx answers (summed over repeats): " + "; ".join(detail))
     # The nginx scenarios' figures have their own section (bench.report.nginx).
     keys = sorted({k for g in groups if g.scenario not in nginx.NGINX_SCENARIOS for k in g.extra})
     if keys:
@@ -434,6 +440,19 @@ def mechanism_lines(results: Results, by_sc: dict[str, list[Group]]) -> list[str
     return out
 
 
+def _optional_columns(groups: list[Group], headers: list[str], rows: list[list[str]], markdown: bool) -> None:
+    """Before the last column: the uWSGI tree's PSS (when recorded) and the answers that were not
+    2xx (when any were)."""
+    if any(g.memory.get("uwsgi_pss_mb") for g in groups):
+        headers.insert(-1, "uWSGI PSS MB" if markdown else "PSS\nMB")
+        for g, row in zip(groups, rows, strict=True):
+            row.insert(-1, pss_column(g)[1 if markdown else 0])
+    if any_non_2xx(groups):
+        headers.insert(-1, "non-2xx")
+        for g, row in zip(groups, rows, strict=True):
+            row.insert(-1, status_text(g.status) if markdown else str(g.non_2xx))
+
+
 def terminal_lines(results: Results) -> list[str]:
     """The plain-text report: per scenario and level a table, the best layout, then the verdict.
 
@@ -449,6 +468,7 @@ def terminal_lines(results: Results) -> list[str]:
            + (f", {results.environment['nproc']} cores" if results.environment.get("nproc") else "")]
     if comment(results):
         out.extend(wrap(f"note: {comment(results)}"))
+    out += subject_lines(results)
     if not results.cells:
         return out + ["no cells in this results file: nothing was measured."]
     out.extend(wrap("medians across repeats; ±: half the low–high range, % of the median; latency in ms; "
@@ -473,9 +493,11 @@ def terminal_lines(results: Results) -> list[str]:
         out += ["", "requests in flight per worker (the mechanism):"]
         for line in mechanism:
             out += wrap(line, indent="  - ", subsequent="    ")
+    out += memory_lines(results)
     out += nginx.nginx_lines(results)
     out += choice_lines(results)
-    if not nginx.only_nginx(results):  # the article's verdict needs the article's scenario
+    # The article's verdict needs the article's scenario, on the demo app's own request.
+    if not nginx.only_nginx(results) and is_demo_run(results):
         out.append("")
         out.extend(verdict_lines(results))
     warns = warnings(results)
@@ -607,6 +629,7 @@ def _md_level_table(groups: list[Group], best: Group | None) -> list[str]:
             *([_pileup(g)] if inflight else []),
             "⚠ " + ", ".join("req/s" if f == "rps" else f for f in g.noisy_figures) if g.noisy_figures else "",
         ])
+    _optional_columns(groups, headers, rows, markdown=True)
     return md_table(headers, rows, "<" + ">" * (len(headers) - 2) + "<")
 
 
@@ -726,18 +749,20 @@ def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
     out += ["; ".join(meta) + ".", ""]
     if comment(results):
         out += [f"> **Note:** {comment(results)}", ""]
-    if not nginx.only_nginx(results):
+    out += subject_markdown(results)
+    if not nginx.only_nginx(results) and is_demo_run(results):
         out += _md_verdict(results)
     out += nginx.nginx_lines(results, markdown=True)
     out += choice_lines(results, markdown=True)
     out += _md_reproduce(results)
     out += md_kv("Environment", results.environment)
-    out += md_kv("Workload", results.workload)
+    out += md_kv("Workload", short_workload(results))
     out += md_kv("Arguments", results.arguments, skip=("command",))
     if results.cells:
         out += _md_results(results, by_sc)
         out += _md_inflight(results, by_sc)
         out += _md_shares(results, by_sc)
+        out += memory_markdown(results)
     else:
         out += ["## Results", "", "No cells in this results file: nothing was measured.", ""]
     warns = warnings(results)

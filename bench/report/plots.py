@@ -281,6 +281,44 @@ def plot_inflight(results: Results, path: Path | str) -> list[Path]:
     return written
 
 
+def plot_memory(results: Results, path: Path | str) -> list[Path]:
+    """Throughput against the uWSGI tree's PSS after load: one point per layout and level
+    (medians of repeats, low–high bars both ways), the levels of a layout joined. Up and to the
+    left is better: more requests per second for less memory. Nothing when no cell has memory."""
+    if not any(c.memory for c in results.cells):
+        return []
+    written = []
+    for sc, out in scenario_paths(results, path):
+        groups = [g for g in group_cells(results, sc) if "uwsgi_pss_mb" in g.memory]
+        fig, ax = plt.subplots(figsize=FIGSIZE)
+        try:
+            for i, layout in enumerate(dict.fromkeys(g.layout for g in groups)):
+                gs = sorted((g for g in groups if g.layout == layout), key=lambda g: g.concurrency)
+                mem = [g.memory["uwsgi_pss_mb"] for g in gs]
+                xs, ys = [m.median for m in mem], [g.rps.median for g in gs]
+                ax.errorbar(xs, ys, xerr=[[m.median - m.low for m in mem], [m.high - m.median for m in mem]],
+                            yerr=[[g.rps.median - g.rps.low for g in gs], [g.rps.high - g.rps.median for g in gs]],
+                            label=layout, marker=MARKERS[i % len(MARKERS)], markersize=7, capsize=3, linewidth=1,
+                            linestyle=":")
+                for g, x, y in zip(gs, xs, ys, strict=True):
+                    ax.annotate(f"c={g.concurrency}", (x, y), xytext=(5, 4), textcoords="offset points", fontsize=8)
+            if groups:  # room for the labels beside the outermost points
+                ax.set_xlim(0, max(g.memory["uwsgi_pss_mb"].high for g in groups) * 1.15)
+                ax.set_ylim(0, max(g.rps.high for g in groups) * 1.12)
+            ax.set_xlabel("uWSGI tree PSS after load (MB: master + workers, shared pages counted once)")
+            ax.set_ylabel("throughput (requests/s)")
+            ax.set_title(f"Throughput vs memory per layout, scenario '{sc}'\n"
+                         f"median of {_repeats(groups)} repeats per point (c = connections); bars: lowest to "
+                         "highest repeat", fontsize=11)
+            ax.grid(True, alpha=0.3)
+            if groups:
+                ax.legend(title="layout", fontsize=9, loc="best")
+            written.append(_save(fig, out))
+        finally:
+            plt.close(fig)
+    return written
+
+
 def plot_reply_rate(results: Results, path: Path | str) -> list[Path]:
     """Open loop: the reply rate httperf saw at each offered rate (min to max of its 5-s samples,
     the steady minimum marked), against the offered rate itself; the knee circled."""
@@ -324,7 +362,7 @@ def plot_reply_rate(results: Results, path: Path | str) -> list[Path]:
 # Results kind -> file stem -> plot function; the order is the order of the plots in the Markdown report.
 PLOTS: dict[str, dict[str, Callable[[Results, Path], list[Path]]]] = {
     "compare": {"throughput": plot_throughput, "p99": plot_p99, "worker-share": plot_worker_share,
-                "inflight": plot_inflight},
+                "inflight": plot_inflight, "memory": plot_memory},
     "openloop": {"reply-rate": plot_reply_rate},
     "faults": {},
 }
@@ -335,6 +373,7 @@ def plot_file_names(results: Results) -> list[str]:
     stems = PLOTS.get(results.kind, {})
     if results.kind == "openloop":
         return [f"{stem}.png" for stem in stems] if results.steps else []
+    stems = [stem for stem in stems if stem != "memory" or any(c.memory for c in results.cells)]
     return [p.name for stem in stems for sc, p in scenario_paths(results, Path(f"{stem}.png"))
             if stem != "inflight" or has_inflight(results, sc)]
 

@@ -24,26 +24,15 @@ CELL_FIELDS = {"layout", "concurrency", "repeat", "scenario", "rps", "requests",
 
 
 def bench_processes() -> list[psutil.Process]:
-    """Processes of /tmp/ul-bench-* stacks started from this checkout. Other checkouts on the
-    machine (worktrees of other sessions) run theirs at the same time: a stack whose uwsgi.ini
-    does not name this checkout is theirs. A stack whose run directory is gone counts as ours."""
+    """Processes still naming a bench lab directory (/tmp/ul-bench-*) that is gone. A lab stops
+    its stacks before it removes its directory, so these were left behind; other runs on this
+    shared machine (other engineers' labs) still have their directories and are not counted."""
     found = []
     for p in psutil.process_iter(["cmdline", "cwd"]):
         text = " ".join(p.info["cmdline"] or []) + " " + (p.info["cwd"] or "")
-        if "/tmp/ul-bench-" in text and not _other_checkout(text):
+        if any(not Path(lab).exists() for lab in re.findall(r"/tmp/ul-bench-[A-Za-z0-9_]+", text)):
             found.append(p)
     return found
-
-
-def _other_checkout(text: str) -> bool:
-    lab = re.search(r"/tmp/ul-bench-[^/\s]+", text)
-    inis = []
-    for path in Path(lab[0]).glob("*/uwsgi.ini") if lab else []:
-        try:
-            inis.append(path.read_text())
-        except OSError:
-            pass
-    return bool(inis) and not any(f"= {REPO_ROOT}\n" in ini for ini in inis)
 
 
 def compare(out: Path, *args: str) -> subprocess.CompletedProcess:
