@@ -759,10 +759,11 @@ def alternatives(results: Results, scenario: str) -> Alternatives | None:
     target = Matchup(2 * p, best_ours[2 * p], best_theirs[2 * p]) if 2 * p in levels else None
     spread, worst = None, None
     if levels:
-        at = [g for g in ours if g.concurrency == levels[-1]]
-        worst = min(at, key=lambda g: g.rps.median)
-        if len(at) > 1:
-            spread = compare_groups(best_ours[levels[-1]], worst, "rps")
+        best = best_ours[levels[-1]]
+        others = [g for g in ours if g.concurrency == levels[-1] and g is not best]  # the best may not be the fastest
+        if others:
+            worst = min(others, key=lambda g: g.rps.median)
+            spread = compare_groups(best, worst, "rps")
     missing = ""
     if absent:
         missing = (f"uWSGI layouts and peers were not both measured at {' and '.join(map(str, absent))} "
