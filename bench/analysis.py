@@ -38,6 +38,7 @@ import numpy as np
 
 from bench.load.httperf import CLIENT_ERRORS, SERVER_ERRORS
 from bench.results import PERCENTILES, STATUS_CLASSES, Cell, Results
+from deploy.strategies import STRATEGIES
 
 NOISY_SPREAD = 0.10  # (max - min) / median across repeats above this is flagged
 MIN_REQUESTS_FOR_P99 = 100  # below this a "p99" is the sample's max
@@ -375,7 +376,9 @@ def group_cells(results: Results, scenario: str | None = None) -> list[Group]:
                         rps=Stat.of([c.rps for c in cells]),
                         latency={p: Stat.of([getattr(c.latency_ms, p) for c in cells]) for p in PERCENTILES},
                         efficiency=Stat.of([c.efficiency for c in cells]),
-                        cv=Stat.of([c.balance["cv"] for c in cells]),
+                        # Only cells that counted per worker (a peer serving an app without the
+                        # X-Worker-Pid header counts nothing: n/a, not an even 0).
+                        cv=Stat.of([c.balance["cv"] for c in cells if c.worker_requests]),
                         errors=sum(c.errors.total for c in cells),
                         requests=sum(c.requests for c in cells),
                         min_cell_requests=min(c.requests for c in cells),
@@ -677,10 +680,101 @@ def layout_choice(results: Results) -> list[Choice]:
     return out
 
 
+# --- against the alternatives: the best uWSGI layout vs the peers (gunicorn, granian) ---------
+
+UWSGI = "uwsgi"
+# Targets from the peers issue, for the demo app's article request at 2P connections: the best
+# uWSGI layout against the best peer (each the highest median throughput at that level).
+TARGET_VS_PEER_RPS = 1.05  # throughput, uWSGI / peer, at least
+TARGET_VS_PEER_P99 = 0.85  # p99, uWSGI / peer, at most
+_STRATEGY_RE = re.compile(r"^\d+x\d+-([a-z]+)")
+
+
+def server_of(layout: str) -> str:
+    """The app server a layout label names (``2x4-gunicorn@reuse_port=on`` -> "gunicorn"); ""
+    when the label names no strategy this tool knows."""
+    m = _STRATEGY_RE.match(layout)
+    strategy = STRATEGIES.get(m[1]) if m else None
+    return strategy.server if strategy else ""
+
+
+@dataclass(frozen=True)
+class Matchup:
+    """The best uWSGI layout at one level against a peer's layout: every ratio is uWSGI / peer,
+    from ``compare_groups`` ("better" = uWSGI better beyond noise, "worse" = the peer better)."""
+
+    concurrency: int
+    uwsgi: Group
+    peer: Group
+
+    @property
+    def rps(self) -> Comparison:
+        return compare_groups(self.uwsgi, self.peer, "rps")
+
+    @property
+    def p99(self) -> Comparison:
+        return compare_groups(self.uwsgi, self.peer, "p99")
+
+    @property
+    def targets(self) -> dict[str, bool]:
+        return {f"throughput >= {TARGET_VS_PEER_RPS}x the best peer's": self.rps.ratio >= TARGET_VS_PEER_RPS,
+                f"p99 <= {TARGET_VS_PEER_P99}x the best peer's": self.p99.ratio <= TARGET_VS_PEER_P99}
+
+
+@dataclass(frozen=True)
+class Alternatives:
+    """One scenario's uWSGI layouts against its peers at P and 2P connections."""
+
+    scenario: str
+    levels: tuple[int, ...]  # P and 2P, where both kinds were measured
+    matchups: tuple[Matchup, ...]  # per level: the best uWSGI layout against every peer layout
+    target: Matchup | None  # at 2P: the best uWSGI layout against the best peer
+    # At 2P (else P): the best against the worst uWSGI layout, on throughput (None with one layout).
+    layout_spread: Comparison | None = None
+    worst_uwsgi: Group | None = None
+    missing: str = ""  # why P or 2P is not there
+
+    @property
+    def peers(self) -> list[str]:
+        return list(dict.fromkeys(m.peer.layout for m in self.matchups))
+
+
+def alternatives(results: Results, scenario: str) -> Alternatives | None:
+    """The best uWSGI layout (highest median throughput, ``best_per_level``) at P and 2P against
+    each peer, and at 2P against the best peer (the target); None when the scenario has no uWSGI
+    layout or no peer."""
+    groups = group_cells(results, scenario)
+    ours = [g for g in groups if server_of(g.layout) == UWSGI]
+    theirs = [g for g in groups if server_of(g.layout) not in (UWSGI, "")]
+    if not ours or not theirs:
+        return None
+    p = results.arguments.get("processes")
+    if not isinstance(p, int) or p < 1:
+        return Alternatives(scenario, (), (), None, missing="the run does not record processes (P)")
+    measured = lambda gs, lv: any(g.concurrency == lv for g in gs)  # noqa: E731
+    levels = tuple(lv for lv in (p, 2 * p) if measured(ours, lv) and measured(theirs, lv))
+    absent = [lv for lv in (p, 2 * p) if lv not in levels]
+    best_ours, best_theirs = best_per_level(ours), best_per_level(theirs)
+    matchups = tuple(Matchup(lv, best_ours[lv], g) for lv in levels for g in theirs if g.concurrency == lv)
+    target = Matchup(2 * p, best_ours[2 * p], best_theirs[2 * p]) if 2 * p in levels else None
+    spread, worst = None, None
+    if levels:
+        best = best_ours[levels[-1]]
+        others = [g for g in ours if g.concurrency == levels[-1] and g is not best]  # the best may not be the fastest
+        if others:
+            worst = min(others, key=lambda g: g.rps.median)
+            spread = compare_groups(best, worst, "rps")
+    missing = ""
+    if absent:
+        missing = (f"uWSGI layouts and peers were not both measured at {' and '.join(map(str, absent))} "
+                   "connections")
+    return Alternatives(scenario, levels, matchups, target, spread, worst if spread else None, missing)
+
+
 # --- memory: what one more process and one more thread cost ---------------------------------
 
 LAYOUT_SIZE_RE = re.compile(r"^(\d+)x(\d+)-")
-MEMORY_KEY = "uwsgi_pss_mb"
+MEMORY_KEY = "app_pss_mb"
 
 
 @dataclass(frozen=True)
@@ -697,6 +791,7 @@ class MemoryCost:
     layouts: tuple[str, ...]
     level: int
     worst_residual_mb: float  # the largest |measured - fitted| of any layout in any repeat
+    server: str = "uwsgi"  # the app server whose layouts were fitted (servers differ: never mixed)
 
 
 def _solve3(a: list[list[float]], b: list[float]) -> list[float] | None:
@@ -728,11 +823,12 @@ def fit_memory(points: list[tuple[int, int, float]]) -> tuple[list[float], float
     return coef, worst
 
 
-def memory_cost(results: Results, scenario: str, key: str = MEMORY_KEY) -> MemoryCost | None:
-    """What one more process and one more thread cost in PSS, from the run's layouts (None when
-    fewer than three layouts with enough different P and T recorded memory)."""
+def memory_cost(results: Results, scenario: str, key: str = MEMORY_KEY, server: str = "uwsgi") -> MemoryCost | None:
+    """What one more process and one more thread cost in PSS, from the run's layouts of one app
+    server (None when fewer than three of its layouts with enough different P and T recorded
+    memory)."""
     cells = [c for c in results.cells if c.scenario == scenario and key in c.memory
-             and LAYOUT_SIZE_RE.match(c.layout) and "@" not in c.layout]
+             and LAYOUT_SIZE_RE.match(c.layout) and "@" not in c.layout and server_of(c.layout) == server]
     if not cells:
         return None
     level = max(c.concurrency for c in cells)
@@ -752,7 +848,8 @@ def memory_cost(results: Results, scenario: str, key: str = MEMORY_KEY) -> Memor
     if not fits:
         return None
     return MemoryCost(scenario, Stat.of([f[0] for f in fits]), Stat.of([f[1] for f in fits]),
-                      Stat.of([f[2] for f in fits]), tuple(x for x in results.layouts if x in used), level, worst)
+                      Stat.of([f[2] for f in fits]), tuple(x for x in results.layouts if x in used), level, worst,
+                      server)
 
 
 # --- the open loop: one step's verdict ---------------------------------------------------

@@ -2,12 +2,15 @@
 
 Nothing here starts or stops anything (``bench.stack`` does); every function reads:
 
-- CPU seconds of the uWSGI and nginx process trees (``tree_cpu_seconds``, ``Snapshot``);
+- CPU seconds of the app server's (uWSGI, gunicorn, granian) and nginx's process trees
+  (``tree_cpu_seconds``, ``Snapshot``);
 - memory of the app server's process tree, per worker, and of nginx (``stack_memory``: PSS, USS,
   RSS read by psutil from /proc/PID/smaps_rollup; ``memory_record`` assembles the figures);
 - requests served per uWSGI worker, from the stats server (``worker_requests``, ``Snapshot``),
   and over time in the background (``Sampler``: pids, request counters, accepting flags, and
-  requests in flight per worker, summarised per cell by ``inflight_summary``);
+  requests in flight per worker, summarised per cell by ``inflight_summary``); for a server
+  without a stats server, from the app's ``X-Worker-Pid`` header as wrk counted it, mapped to
+  worker numbers (``requests_by_worker``);
 - how nginx's workers share the clients (``nginx_workers``, ``busiest_connections``,
   ``spread_extra``);
 - nginx's error and access logs (``error_kinds``, ``access_log``).
@@ -54,18 +57,47 @@ def worker_requests(stats: dict) -> dict[str, int]:
     return {str(w["id"]): int(w["requests"]) for w in stats["workers"]}
 
 
+def requests_by_worker(pid_counts: dict, *pid_maps: dict[int, int]) -> tuple[dict[str, int], int]:
+    """Answers counted per worker pid (wrk's ``X-Worker-Pid`` count) as requests per worker number,
+    with ``pid_maps`` (worker number -> pid, e.g. taken before and after the cell; a pid seen in
+    several maps keeps its last number). Returns (counts by worker number as digit strings, in
+    order; answers from pids in no map). A worker respawned during the cell keeps its number, as
+    uWSGI's slots do: the old and the new pid both count for it."""
+    number = {int(pid): n for pids in pid_maps for n, pid in pids.items()}
+    counts: dict[int, int] = {}
+    unmatched = 0
+    for pid, n in pid_counts.items():
+        worker = number.get(int(pid))
+        if worker is None:
+            unmatched += n
+        else:
+            counts[worker] = counts.get(worker, 0) + n
+    return {str(w): counts[w] for w in sorted(counts)}, unmatched
+
+
+def _worker_pids(stack: Stack) -> dict[int, int]:
+    try:
+        return stack.worker_pids()
+    except (OSError, ValueError, KeyError, StackError):
+        return {}
+
+
 @dataclass
 class Snapshot:
-    """Per-worker request counters and the CPU of both process trees at one moment."""
+    """The CPU of both process trees at one moment, and who the workers are: uWSGI's per-worker
+    request counters (stats server), or for a server without a stats server its workers' pids
+    (its requests are counted from the app's X-Worker-Pid header instead)."""
 
-    workers: dict[str, int]
-    uwsgi_cpu: float
+    workers: dict[str, int]  # uWSGI worker id -> requests served so far; {} without a stats server
+    app_cpu: float
     nginx_cpu: float
+    pids: dict[int, int] = field(default_factory=dict)  # worker number -> pid, without a stats server
 
     @classmethod
     def take(cls, stack: Stack) -> "Snapshot":
-        return cls(worker_requests(stack.stats()), tree_cpu_seconds(stack.pids["uwsgi"]),
-                   tree_cpu_seconds(stack.pids["nginx"]))
+        stats = stack.layout.has_stats
+        return cls(worker_requests(stack.stats()) if stats else {}, tree_cpu_seconds(stack.pids["app"]),
+                   tree_cpu_seconds(stack.pids["nginx"]), {} if stats else _worker_pids(stack))
 
 
 # --------------------------------------------------------------------------- memory
@@ -104,7 +136,7 @@ def tree_memory(root_pid: int) -> dict[int, ProcessMemory]:
 
 
 def memory_record(server: dict[int, ProcessMemory], nginx: dict[int, ProcessMemory], workers: dict[str, int],
-                  prefix: str = "uwsgi") -> dict:
+                  prefix: str = "app") -> dict:
     """A cell's ``memory`` from process readings: the app server's tree (``server``: master and
     workers) in total, PSS per worker id (``workers``: id -> pid; a worker not in the tree is left
     out), and nginx's tree. MB, rounded to 0.01."""
@@ -125,12 +157,10 @@ def memory_record(server: dict[int, ProcessMemory], nginx: dict[int, ProcessMemo
 
 
 def stack_memory(stack: Stack) -> dict:
-    """The memory of a running stack now: uWSGI's tree (workers named by the stats server) and nginx's."""
-    try:
-        workers = {str(w): pid for w, pid in stack.worker_pids().items()}
-    except (OSError, ValueError, KeyError):
-        workers = {}
-    return memory_record(tree_memory(stack.pids["uwsgi"]), tree_memory(stack.pids["nginx"]), workers)
+    """The memory of a running stack now: the app server's tree (its workers numbered by
+    ``Stack.worker_pids``: uWSGI's stats server, a peer's master's children) and nginx's."""
+    workers = {str(w): pid for w, pid in _worker_pids(stack).items()}
+    return memory_record(tree_memory(stack.pids["app"]), tree_memory(stack.pids["nginx"]), workers)
 
 
 # --------------------------------------------------------------------------- the stats server over time

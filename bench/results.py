@@ -24,9 +24,10 @@ not change):
 
 - ``status``:    responses per HTTP status class, ``{"2xx": n, "3xx": n, "4xx": n, "5xx": n}``
                  (any subset of these keys; counts are integers >= 0);
-- ``memory``:    megabytes, ``{"uwsgi_pss_mb": x, "uwsgi_uss_mb": x, "uwsgi_rss_mb": x,
+- ``memory``:    megabytes, ``{"app_pss_mb": x, "app_uss_mb": x, "app_rss_mb": x,
                  "nginx_pss_mb": x, "worker_pss_mb": {"1": x, "2": x, ...}}``: every value a number
-                 >= 0, or a mapping of worker id (digits) to a number >= 0;
+                 >= 0, or a mapping of worker id (digits) to a number >= 0 (``app_*``: the app
+                 server's tree, master and workers, whichever server the layout names);
 - ``inflight``:  requests in flight per uWSGI worker, sampled from the stats server:
                  ``{"samples": n, "pileup": share, "workers": {"1": {"0": share, "1": share, ...},
                  ...}}``: ``samples`` an integer >= 1; ``pileup`` the share of samples in which some
@@ -38,6 +39,13 @@ not change):
                  ``threads``, ``full``, ``sampler_cpu_s``); every share in 0..1;
 - ``histogram``: wrk's latency histogram, ``[[latency_us, count], ...]``: latencies numbers >= 0
                  in strictly ascending order, counts integers > 0.
+
+Server-neutral names. Since the peers (gunicorn, granian) run in the same cells as uWSGI, the
+app server's figures are named for their role, not for uWSGI: ``cpu_s["app"]`` and
+``memory["app_pss_mb"|"app_uss_mb"|"app_rss_mb"]`` (the layout's name says which server it was).
+Records written before named them ``cpu_s["uwsgi"]`` and ``uwsgi_*_mb`` (when every server was
+uWSGI): a ``Cell`` renames those keys when it is built (``LEGACY_KEYS``), so files of every
+version load and render, and code still writing the old keys is read the same way.
 """
 
 from __future__ import annotations
@@ -212,6 +220,24 @@ class Errors:
         return sum(getattr(self, n) for n in ERROR_CLASSES)
 
 
+# Keys named for uWSGI before the peers ran in the same cells -> their server-neutral names.
+LEGACY_KEYS: dict[str, dict[str, str]] = {
+    "cpu_s": {"uwsgi": "app"},
+    "memory": {"uwsgi_pss_mb": "app_pss_mb", "uwsgi_uss_mb": "app_uss_mb", "uwsgi_rss_mb": "app_rss_mb"},
+}
+
+
+def server_neutral(field_name: str, value):
+    """``value`` (a cell's ``cpu_s`` or ``memory``) with the uWSGI-era keys renamed (a key present
+    under both names keeps the new one's value)."""
+    renames = LEGACY_KEYS[field_name]
+    if not isinstance(value, dict) or not any(k in value for k in renames):
+        return value
+    out = {renames.get(k, k): v for k, v in value.items() if k not in renames}
+    out.update({new: value[old] for old, new in renames.items() if old in value and new not in value})
+    return out
+
+
 # Optional Cell fields (see the module docstring): validator, and written only when non-empty.
 CELL_OPTIONAL: dict[str, Callable] = {"status": _status, "memory": _memory, "inflight": _inflight,
                                       "histogram": _histogram}
@@ -229,9 +255,10 @@ class Cell:
     rps: float
     latency_ms: Latency
     errors: Errors
-    # uWSGI worker id (1-based, as a string for JSON) -> requests served during the cell.
+    # Worker number (1-based, as a string for JSON) -> requests served during the cell: uWSGI's
+    # stats server, or for a server without one the app's X-Worker-Pid header; {} when neither.
     worker_requests: dict[str, int]
-    # CPU seconds used during the cell by the uWSGI tree, the nginx tree and wrk.
+    # CPU seconds used during the cell by the app server's tree ("app"), the nginx tree and wrk.
     cpu_s: dict[str, float]
     # Median latency of one request alone (wrk -c1 during warm-up), for the closed-loop bound.
     unloaded_latency_ms: float
@@ -268,6 +295,8 @@ class Cell:
         _check(all(_is_count(v) for v in self.worker_requests.values()),
                "worker_requests: counts must be integers >= 0")
         object.__setattr__(self, "worker_requests", {str(k): v for k, v in self.worker_requests.items()})
+        for name in LEGACY_KEYS:
+            object.__setattr__(self, name, server_neutral(name, getattr(self, name)))
         _check(isinstance(self.cpu_s, dict), "cpu_s: must be a mapping")
         object.__setattr__(self, "cpu_s", {k: _finite_nonneg(v, f"cpu_s.{k}") for k, v in self.cpu_s.items()})
         _check(isinstance(self.extra, dict), "extra: must be a mapping")

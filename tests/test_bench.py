@@ -66,8 +66,9 @@ def test_default_matrix_follows_processes_and_threads():
     assert default_levels(4, 4) == (4, 8, 16)
     assert default_levels(3, 4) == (3, 6, 12)
     assert default_levels(1, 1) == (1,)
-    assert default_layouts(2, 4) == ("1x4-shared", "2x1-shared", "2x4-shared", "2x4-thunder", "2x4-mapped")
-    assert default_layouts(1, 4) == ("1x4-shared", "1x1-shared", "1x4-thunder", "1x4-mapped")
+    assert default_layouts(2, 4) == ("1x4-shared", "2x1-shared", "2x4-shared", "2x4-thunder", "2x4-mapped",
+                                     "2x4-gunicorn")
+    assert default_layouts(1, 4) == ("1x4-shared", "1x1-shared", "1x4-thunder", "1x4-mapped", "1x4-gunicorn")
 
 
 def plan_like(results, **kw) -> Plan:

@@ -34,7 +34,7 @@ FAKE_NGINX = {20: ProcessMemory(1_000_000, 500_000, 5_000_000), 21: ProcessMemor
 
 def test_memory_record_from_fake_readings():
     record = memory_record(FAKE_READINGS, FAKE_NGINX, {"2": 12, "1": 11})
-    assert record == {"uwsgi_pss_mb": 52.0, "uwsgi_uss_mb": 42.0, "uwsgi_rss_mb": 101.0, "nginx_pss_mb": 3.0,
+    assert record == {"app_pss_mb": 52.0, "app_uss_mb": 42.0, "app_rss_mb": 101.0, "nginx_pss_mb": 3.0,
                       "worker_pss_mb": {"1": 22.5, "2": 23.5}}
     assert list(record["worker_pss_mb"]) == ["1", "2"]  # by worker id
     assert MB == 1e6
@@ -68,7 +68,7 @@ def results() -> Results:
     for c in base.cells:
         p = int(c.layout.split("x")[0])
         total = pss(c.layout, c.repeat)
-        memory = {"uwsgi_pss_mb": total, "uwsgi_uss_mb": total - 4, "uwsgi_rss_mb": total * 1.8,
+        memory = {"app_pss_mb": total, "app_uss_mb": total - 4, "app_rss_mb": total * 1.8,
                   "nginx_pss_mb": 3.0, "worker_pss_mb": {str(w): (total - 6) / p for w in range(1, p + 1)}}
         status = {"2xx": c.requests, "3xx": 0, "4xx": 0, "5xx": 0}
         if c.layout == "2x4-shared" and c.concurrency == 8:
@@ -80,8 +80,8 @@ def results() -> Results:
 def test_groups_carry_status_sums_and_memory_stats(results):
     g = next(g for g in group_cells(results) if g.layout == "2x4-shared" and g.concurrency == 8)
     assert g.status["3xx"] == 15 and g.status["4xx"] == 6 and g.non_2xx == 21
-    assert g.memory["uwsgi_pss_mb"].median == pytest.approx(pss("2x4-shared", 1))
-    assert g.memory["uwsgi_pss_mb"].high == pytest.approx(pss("2x4-shared", 2))
+    assert g.memory["app_pss_mb"].median == pytest.approx(pss("2x4-shared", 1))
+    assert g.memory["app_pss_mb"].high == pytest.approx(pss("2x4-shared", 2))
     assert g.memory["worker_pss_mb"].median == pytest.approx((pss("2x4-shared", 1) - 6) / 2)
     quiet = next(g for g in group_cells(results) if g.layout == "2x4-mapped" and g.concurrency == 8)
     assert quiet.non_2xx == 0
@@ -126,7 +126,7 @@ def test_non_2xx_column_only_when_some_answer_was_not_2xx(results):
 
 def test_markdown_report_memory_status_and_plot(results, tmp_path):
     md = "\n".join(markdown_lines(results, []))
-    assert "## Memory" in md and "uWSGI PSS MB" in md and "| non-2xx |" in md.replace(" non-2xx |", "| non-2xx |")
+    assert "## Memory" in md and "server PSS MB" in md and "| non-2xx |" in md.replace(" non-2xx |", "| non-2xx |")
     assert "3xx 15, 4xx 6" in md
     assert plots.plot_file_names(results)[-1] == "memory.png"
     written = export_all(results, tmp_path, formats=("png",))
@@ -169,7 +169,7 @@ def test_stored_memory_and_status_are_validated(results, tmp_path):
     path = results.save(tmp_path / "results.json")
     again = load(path)
     assert again.cells[0].memory == results.cells[0].memory and again.cells[0].status == results.cells[0].status
-    with pytest.raises(ResultsError, match="memory.uwsgi_pss_mb: must be a finite number >= 0"):
-        dataclasses.replace(results.cells[0], memory={"uwsgi_pss_mb": -1.0})
+    with pytest.raises(ResultsError, match="memory.app_pss_mb: must be a finite number >= 0"):
+        dataclasses.replace(results.cells[0], memory={"app_pss_mb": -1.0})
     with pytest.raises(ResultsError, match="status: keys must be among 2xx, 3xx, 4xx, 5xx"):
         dataclasses.replace(results.cells[0], status={"1xx": 1})

@@ -121,7 +121,7 @@ def test_register_kind_lets_a_new_kind_save_cells(tmp_path, monkeypatch):
 
 PREPARED = {
     "status": {"2xx": 180, "3xx": 0, "4xx": 1, "5xx": 2},
-    "memory": {"uwsgi_pss_mb": 41.5, "uwsgi_uss_mb": 30.0, "uwsgi_rss_mb": 80, "nginx_pss_mb": 3.25,
+    "memory": {"app_pss_mb": 41.5, "app_uss_mb": 30.0, "app_rss_mb": 80, "nginx_pss_mb": 3.25,
                "worker_pss_mb": {"1": 15.0, "2": 14.5}},
     "inflight": {"samples": 200, "pileup": 0.31, "interval_ms": 50,
                  "workers": {"1": {"0": 0.2, "1": 0.5, "2": 0.3}, "2": {"0": 0.9, "1": 0.1}}},
@@ -153,9 +153,9 @@ def test_prepared_fields_round_trip(cell, tmp_path):
     ("status", {"2xx": -1}, "status.2xx: must be an integer >= 0"),
     ("status", {"200": 5}, "status: keys must be among 2xx, 3xx, 4xx, 5xx"),
     ("status", [1, 2], "status: must be a mapping"),
-    ("memory", {"uwsgi_pss_mb": -3}, "memory.uwsgi_pss_mb: must be a finite number >= 0"),
+    ("memory", {"app_pss_mb": -3}, "memory.app_pss_mb: must be a finite number >= 0"),
     ("memory", {"worker_pss_mb": {"one": 3}}, "memory.worker_pss_mb: keys must be numbers"),
-    ("memory", {"uwsgi_pss_mb": "big"}, "memory.uwsgi_pss_mb"),
+    ("memory", {"app_pss_mb": "big"}, "memory.app_pss_mb"),
     ("inflight", {"samples": 0, "pileup": 0.1, "workers": {}}, "inflight.samples: must be an integer >= 1"),
     ("inflight", {"samples": 5, "pileup": 1.5, "workers": {}}, "inflight.pileup: must be a share in 0..1"),
     ("inflight", {"samples": 5, "pileup": 0.1, "workers": {"1": {"0": 0.5, "1": 0.2}}},

@@ -7,13 +7,17 @@ line (ETA) and a partial save after every block. A runner does the measuring:
 anything. ``compare`` runs a sweep; ``tune`` will run its own plans through the same runners.
 
 ``LiveRunner.run_block`` starts one layout's stack once (``bench.stack.Lab``), warms it up,
-loads it at each level (``bench.load.wrk``) and stops it. Per cell: wrk's figures, the
-per-worker request counts (uWSGI stats server, delta over the cell), and the CPU seconds of
-the uWSGI tree, the nginx tree and wrk (``bench.observe``), the requests in flight per worker
-sampled from the stats server while the load runs (``inflight``, ``--inflight-hz`` times a second),
-wrk's latency histogram of the measured requests (``histogram``), the answers per status class
-(``status``: report.lua's count) and, right after the load, the memory of the uWSGI tree (PSS,
-USS, RSS; PSS per worker) and of nginx (``memory``). A scenario with the user's requests
+loads it at each level (``bench.load.wrk``) and stops it. The app server is uWSGI or a peer
+(gunicorn, granian): every cell is measured the same way, except where only uWSGI can say. Per
+cell: wrk's figures, the per-worker request counts (uWSGI: its stats server, delta over the
+cell; a peer has none: the answers wrk counted per ``X-Worker-Pid`` header, mapped to worker
+numbers with ``Stack.worker_pids``; absent for an app without the header), and the CPU seconds
+of the app server's tree (``cpu_s["app"]``), the nginx tree and wrk (``bench.observe``), the
+requests in flight per worker sampled from the stats server while the load runs (``inflight``,
+``--inflight-hz`` times a second; not for peers), wrk's latency histogram of the measured
+requests (``histogram``), the answers per status class (``status``: report.lua's count) and,
+right after the load, the memory of the app server's tree (PSS, USS, RSS; PSS per worker) and
+of nginx (``memory``). A scenario with the user's requests
 (``Scenario.mix``) sends them through a generated wrk script (``bench.load.traffic``), seeded with
 the repeat number. File scenarios also record, in
 ``extra``, the bytes the data set's block device read during the cell, the page-cache
@@ -48,6 +52,7 @@ from bench.observe import (
     cpu_seconds,
     inflight_summary,
     nginx_workers,
+    requests_by_worker,
     spread_extra,
     stack_memory,
 )
@@ -108,8 +113,10 @@ def default_levels(processes: int, threads: int) -> tuple[int, ...]:
 
 
 def default_layouts(processes: int, threads: int) -> tuple[str, ...]:
+    """The article's uWSGI layouts, and the peer a team would pick instead (gunicorn, gthread)."""
     p, t = processes, threads
-    wanted = [f"1x{t}-shared", f"{p}x1-shared", f"{p}x{t}-shared", f"{p}x{t}-thunder", f"{p}x{t}-mapped"]
+    wanted = [f"1x{t}-shared", f"{p}x1-shared", f"{p}x{t}-shared", f"{p}x{t}-thunder", f"{p}x{t}-mapped",
+              f"{p}x{t}-gunicorn"]
     return tuple(dict.fromkeys(wanted))  # P=1 or T=1 would repeat a layout
 
 
@@ -401,7 +408,7 @@ class LiveRunner:
                   extra=None, **optional) -> Cell:
         """``optional``: Cell's optional fields (``inflight``, ``histogram``, ...)."""
         cpu = {
-            "uwsgi": max(0.0, after.uwsgi_cpu - before.uwsgi_cpu),
+            "app": max(0.0, after.app_cpu - before.app_cpu),
             "nginx": max(0.0, after.nginx_cpu - before.nginx_cpu),
             "wrk": wrk_cpu,
         }
@@ -411,13 +418,19 @@ class LiveRunner:
         closed_loop = level / (unloaded_ms / 1000) if unloaded_ms else 0.0
         bounds = [b for b in (capacity, closed_loop) if b > 0]
         bound = min(bounds) if bounds else 0.0
-        workers = {w: max(0, after.workers.get(w, 0) - before.workers.get(w, 0)) for w in after.workers}
+        extra = dict(extra or {})
+        if before.pids or after.pids:  # no stats server: the answers wrk counted per X-Worker-Pid
+            workers, unmatched = requests_by_worker(run.worker_pids, before.pids, after.pids)
+            if unmatched:
+                extra["worker_pid_unmatched"] = unmatched  # answers from pids that were no worker we saw
+        else:
+            workers = {w: max(0, after.workers.get(w, 0) - before.workers.get(w, 0)) for w in after.workers}
         return Cell(
             layout=spec, concurrency=level, repeat=repeat, scenario=scenario,
             duration_s=run.duration_s, requests=run.requests, rps=run.rps,
             latency_ms=run.latency_ms, errors=run.errors, worker_requests=workers, cpu_s=cpu,
             unloaded_latency_ms=unloaded_ms, capacity_rps=capacity, closed_loop_rps=closed_loop,
-            efficiency=run.rps / bound if bound else 0.0, raw_output=raw_name, extra=extra or {}, **optional,
+            efficiency=run.rps / bound if bound else 0.0, raw_output=raw_name, extra=extra, **optional,
         )
 
     def _save_raw(self, name: str, text: str) -> str:

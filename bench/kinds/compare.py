@@ -41,8 +41,9 @@ from bench.results import load
 from bench.stack import Lab
 from deploy.layout import MAX_PROCESSES, MAX_THREADS, parse_variant
 
-# 5 layouts x 3 levels x 3 repeats of 5 s, plus starts and warm-ups: about 5 minutes on 2 cores.
-DEFAULT_DURATION = 5
+# 6 layouts (5 of uWSGI and gunicorn) x 3 levels x 3 repeats of 4 s, plus starts and warm-ups:
+# about 5 minutes on 2 cores (5 s cells with the sixth layout took about 6).
+DEFAULT_DURATION = 4
 # Requests last ~100 ms here: 25 samples a second see each one ~2 times; the cost is measured
 # by scripts/sampler-cost.py (README, "Comparing layouts").
 DEFAULT_INFLIGHT_HZ = 25.0
@@ -52,7 +53,7 @@ def add_arguments(p) -> None:
     p.add_argument("--processes", help="P of the default matrix (default: nproc)")
     p.add_argument("--threads", help="T of the default matrix (default 4)")
     p.add_argument("--layouts", help="comma-separated PxT-STRATEGY list (default: 1xT-shared, Px1-shared, "
-                                     "PxT-shared, PxT-thunder, PxT-mapped)")
+                                     "PxT-shared, PxT-thunder, PxT-mapped, PxT-gunicorn)")
     p.add_argument("--concurrency", help="comma-separated connection counts (default: P, 2P, ... P*T)")
     p.add_argument("--duration", help=f"seconds of load per cell (default {DEFAULT_DURATION})")
     p.add_argument("--warmup", help="seconds of one-connection warm-up per stack start (default 2)")

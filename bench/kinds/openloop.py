@@ -142,9 +142,9 @@ def measure(a: _Args, lab: Lab, raw: Path, steps: list[Step], on_step=print) -> 
         run_wrks(WrkProcess(warm_url, 1, a.warmup, timeout_s=a.timeout))
         for rate in a.rates:
             cmd = httperf.command(layout.listen_port, a.path, rate, a.step, a.timeout, nice=a.client_nice, wlog=wlog)
-            cpu0 = tree_cpu_seconds(stack.pids["uwsgi"]) + tree_cpu_seconds(stack.pids["nginx"])
+            cpu0 = tree_cpu_seconds(stack.pids["app"]) + tree_cpu_seconds(stack.pids["nginx"])
             text = httperf.run(cmd, a.step * 2 + a.timeout + 30)
-            cpu1 = tree_cpu_seconds(stack.pids["uwsgi"]) + tree_cpu_seconds(stack.pids["nginx"])
+            cpu1 = tree_cpu_seconds(stack.pids["app"]) + tree_cpu_seconds(stack.pids["nginx"])
             stack.check_alive()
             name = f"step-{rate:g}.txt"
             (raw / name).write_text(text)

@@ -145,6 +145,8 @@ SCENARIOS = {
     for s in (
         Scenario("article", "the article's request: 5 x (sleep 10 ms + fib(25)), about half of it holding the GIL",
                  Workload(5, 25, 10)),
+        Scenario("hello", "a trivial answer (rounds=0: no work at all): what the server itself costs per request",
+                 Workload(0, 0, 0)),
         Scenario("traffic", "your requests (--request, --requests or --access-log), no other load", Workload(),
                  needs_mix=True),
         Scenario("io-heavy", "mostly waiting on an external API: 5 x (sleep 40 ms + fib(15))", Workload(5, 15, 40)),

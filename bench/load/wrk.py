@@ -52,6 +52,8 @@ class WrkRun:
     histogram: tuple[tuple[int, int], ...] = ()
     histogram_note: str = ""
     status: dict = field(default_factory=dict)  # answers per status class {"2xx": n, ...} (report.lua)
+    # Answers per worker pid, from the app's X-Worker-Pid header (report.lua); {} without it.
+    worker_pids: dict = field(default_factory=dict)
 
     @property
     def rps(self) -> float:
@@ -164,6 +166,7 @@ def to_run(data: dict, raw: str, cpu_s: float = 0.0, connections: int | None = N
         cpu_s=cpu_s,
         raw=raw,
         status=status_classes(data),
+        worker_pids=worker_pid_counts(data),
         **_histogram_fields(raw, data, connections),
     )
 
@@ -181,6 +184,19 @@ def status_classes(data: dict) -> dict[str, int]:
     if not isinstance(status, dict):
         return {}
     return {k: int(status.get(k, 0)) for k in STATUS_CLASSES}
+
+
+def worker_pid_counts(data: dict) -> dict[int, int]:
+    """Answers per worker pid that report.lua counted from the X-Worker-Pid header ({} from an app
+    without the header, or a script without the count); pids that are not integers are dropped."""
+    counts = data.get("worker_pids")
+    if not isinstance(counts, dict):
+        return {}
+    out = {}
+    for pid, n in counts.items():
+        if str(pid).isdigit() and isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            out[int(pid)] = out.get(int(pid), 0) + n
+    return out
 
 
 class WrkProcess:

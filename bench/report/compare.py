@@ -16,6 +16,7 @@ from bench.analysis import (
     CONFIDENCE,
     GOAL_P99_SLACK,
     GOAL_RPS_OF_MAPPED,
+    MEMORY_KEY,
     MIN_SLOWER_REQUESTS,
     NOISY_SPREAD,
     TARGET_EFFICIENCY,
@@ -33,7 +34,7 @@ from bench.analysis import (
     tail_advice,
     warnings,
 )
-from bench.report import nginx
+from bench.report import nginx, peers
 from bench.report.memory import memory_lines, memory_markdown, pss_column
 from bench.report.subject import any_non_2xx, is_demo_run, short_workload, status_text, subject_lines, subject_markdown
 from bench.report.text import comment, fmt_interval, fmt_stat, md_kv, md_table, num, pct, plot_lines, pm, table, wrap
@@ -44,7 +45,7 @@ LATENCY_COLUMNS = (("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p99
 
 EFFICIENCY_NOTE = (
     "Efficiency = throughput / min(capacity bound, closed-loop bound), where the capacity bound is "
-    "cores / CPU-seconds per request (uWSGI + nginx + wrk together) and the closed-loop bound is "
+    "cores / CPU-seconds per request (the app server + nginx + wrk together) and the closed-loop bound is "
     "connections / the unloaded latency of a single request. 1.0 means the layout reached the tighter "
     "of the two bounds; well below 1.0 means requests waited on something other than CPU or the client."
 )
@@ -285,7 +286,7 @@ def _terminal_table(groups: list[Group]) -> list[str]:
         rows.append([
             g.layout, pm(g.rps), num(g.latency["p50"].median), num(g.latency["p90"].median), pm(g.latency["p99"]),
             num(g.latency["p999"].median), num(g.latency["max"].median), str(g.errors),
-            f"{g.efficiency.median:.2f}", f"{g.cv.median:.2f}", num(g.cpu_ms_per_request.median),
+            f"{g.efficiency.median:.2f}", f"{g.cv.median:.2f}" if g.cv.n else "n/a", num(g.cpu_ms_per_request.median),
             " ".join(g.noisy_figures),
         ])
     _optional_columns(groups, headers, rows, markdown=False)
@@ -309,7 +310,8 @@ TAILS_NOTE = (f"pooled: p50/p99 of the repeats' requests together ({CONFIDENCE:.
               "then requests, resampled); >p99: pooled requests slower than that p99 (! = fewer than "
               f"{MIN_SLOWER_REQUESTS}: the p99 is close to the slowest request); pile-up: share of time some uWSGI "
               "worker held 2 or more requests in flight while another held at least 2 fewer (n/a: one worker "
-              "or one thread each); full: share of time some worker had every thread busy")
+              "or one thread each; blank: no stats server to sample, as for gunicorn and granian); full: share of "
+              "time some worker had every thread busy")
 PER_CELL_NOTE = ("tails are per-cell here: these cells carry no latency histograms (written before them, or "
                  "wrk's histogram walk was skipped), so p99 is the median of the repeats' own p99, each close "
                  "to its cell's slowest request")
@@ -441,10 +443,10 @@ def mechanism_lines(results: Results, by_sc: dict[str, list[Group]]) -> list[str
 
 
 def _optional_columns(groups: list[Group], headers: list[str], rows: list[list[str]], markdown: bool) -> None:
-    """Before the last column: the uWSGI tree's PSS (when recorded) and the answers that were not
-    2xx (when any were)."""
-    if any(g.memory.get("uwsgi_pss_mb") for g in groups):
-        headers.insert(-1, "uWSGI PSS MB" if markdown else "PSS\nMB")
+    """Before the last column: the app server tree's PSS (when recorded) and the answers that were
+    not 2xx (when any were)."""
+    if any(g.memory.get(MEMORY_KEY) for g in groups):
+        headers.insert(-1, "server PSS MB" if markdown else "PSS\nMB")
         for g, row in zip(groups, rows, strict=True):
             row.insert(-1, pss_column(g)[1 if markdown else 0])
     if any_non_2xx(groups):
@@ -496,6 +498,7 @@ def terminal_lines(results: Results) -> list[str]:
     out += memory_lines(results)
     out += nginx.nginx_lines(results)
     out += choice_lines(results)
+    out += peers.alternatives_lines(results)
     # The article's verdict needs the article's scenario, on the demo app's own request.
     if not nginx.only_nginx(results) and is_demo_run(results):
         out.append("")
@@ -660,7 +663,9 @@ def _md_results(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
 
 def _md_shares(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
     out = ["## Per-worker shares", "",
-           "Share of requests each uWSGI worker served (worker 1 / worker 2 / ...), pooled over repeats. An even "
+           "Share of requests each worker served (worker 1 / worker 2 / ...), pooled over repeats: uWSGI's "
+           "stats server counts them; gunicorn and granian have none, so there the answers are counted by the "
+           "demo app's X-Worker-Pid header (absent for an app without it). An even "
            "split is 1 / workers each; the article's problem is a skewed split on one shared socket, where one "
            "process takes several requests while the others idle. max/min is the busiest worker's count over the "
            "idlest one's (1.00 = even).", ""]
@@ -752,6 +757,7 @@ def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
     out += subject_markdown(results)
     if not nginx.only_nginx(results) and is_demo_run(results):
         out += _md_verdict(results)
+    out += peers.alternatives_lines(results, markdown=True)
     out += nginx.nginx_lines(results, markdown=True)
     out += choice_lines(results, markdown=True)
     out += _md_reproduce(results)

@@ -5,15 +5,17 @@ Nothing is shown for runs whose cells recorded no memory (files written before i
 
 from __future__ import annotations
 
-from bench.analysis import Group, MemoryCost, Stat, group_cells, memory_cost
+from bench.analysis import MEMORY_KEY, Group, MemoryCost, Stat, group_cells, memory_cost, server_of
 from bench.report.text import fmt_stat, md_table, num, pm, table, wrap
 from bench.results import Results
 
-COLUMNS = (("uwsgi_pss_mb", "uWSGI PSS"), ("worker_pss_mb", "per worker PSS"), ("uwsgi_uss_mb", "uWSGI USS"),
-           ("uwsgi_rss_mb", "uWSGI RSS"), ("nginx_pss_mb", "nginx PSS"))
+COLUMNS = (("app_pss_mb", "server PSS"), ("worker_pss_mb", "per worker PSS"), ("app_uss_mb", "server USS"),
+           ("app_rss_mb", "server RSS"), ("nginx_pss_mb", "nginx PSS"))
+SERVER_LABELS = {"uwsgi": "uWSGI", "gunicorn": "gunicorn", "granian": "granian"}
 EXPLAIN = ("Memory is read right after each cell's load (psutil, /proc/PID/smaps_rollup), in MB of 10^6 bytes. "
-           "PSS (proportional set size) splits each page shared by N processes into N parts, so the uWSGI tree's "
-           "PSS (master and workers) is what the layout costs in RAM; USS is what the processes hold alone (freed "
+           "PSS (proportional set size) splits each page shared by N processes into N parts, so the app server "
+           "tree's PSS (master and workers: uWSGI, gunicorn or granian, as the layout says) is what the layout costs "
+           "in RAM; USS is what the processes hold alone (freed "
            "if they exit); RSS counts every shared page in every process (an overstatement). Per worker: the mean "
            "PSS of one worker.")
 
@@ -36,8 +38,9 @@ def cost_text(cost: MemoryCost) -> str:
         return fmt_stat(stat, unit="MB", digits=1, mark_noisy=False)
 
     return (f"one more worker process (with its first thread) costs {fig(cost.per_process)} of PSS, one more "
-            f"thread {fig(cost.per_thread)}; the rest (master) {fig(cost.base)}: least-squares fit of the uWSGI "
-            f"tree's PSS = base + a x P + b x P x (T - 1) over {', '.join(cost.layouts)} at {cost.level} "
+            f"thread {fig(cost.per_thread)}; the rest (master) {fig(cost.base)}: least-squares fit of the "
+            f"{SERVER_LABELS.get(cost.server, cost.server)} tree's PSS = base + a x P + b x P x (T - 1) over "
+            f"{', '.join(cost.layouts)} at {cost.level} "
             f"connections, one fit per repeat (median and low–high over {cost.per_process.n}); worst residual "
             f"{num(cost.worst_residual_mb)} MB")
 
@@ -57,8 +60,7 @@ def memory_lines(results: Results) -> list[str]:
                 for g in groups]
         headers = ["layout", "conns", *(label.replace(" ", "\n", 1) if " " in label else label for _, label in COLUMNS)]
         out += ["  " + x for x in table(headers, rows, "<" + ">" * (len(headers) - 1))]
-        cost = memory_cost(results, sc)
-        if cost is not None:
+        for cost in _costs(results, sc):
             out += wrap(cost_text(cost), indent="  ", subsequent="  ")
     return out
 
@@ -78,18 +80,23 @@ def memory_markdown(results: Results) -> list[str]:
                                                   if k in g.memory else "" for k, _ in COLUMNS] for g in groups]
         out += md_table(["layout", "connections", *(f"{label} MB" for _, label in COLUMNS)], rows,
                         "<>" + ">" * len(COLUMNS)) + [""]
-        cost = memory_cost(results, sc)
-        if cost is not None:
+        for cost in _costs(results, sc):
             text = cost_text(cost)
             out += [text[0].upper() + text[1:] + ".", ""]
-    out += ["The plot `memory.png` shows throughput against the uWSGI tree's PSS, one point per layout and "
+    out += ["The plot `memory.png` shows throughput against the app server tree's PSS, one point per layout and "
             "level.", ""]
     return out
 
 
+def _costs(results: Results, scenario: str) -> list[MemoryCost]:
+    """The process/thread cost fit of each app server with enough layouts in the run."""
+    servers = dict.fromkeys(server_of(x) for x in results.layouts)
+    return [c for s in servers if s and (c := memory_cost(results, scenario, server=s)) is not None]
+
+
 def pss_column(group: Group) -> tuple[str, str]:
-    """(terminal, markdown) text of a group's uWSGI PSS ("" when not recorded)."""
-    stat = group.memory.get("uwsgi_pss_mb")
+    """(terminal, markdown) text of a group's app server PSS ("" when not recorded)."""
+    stat = group.memory.get(MEMORY_KEY)
     if stat is None:
         return "", ""
     return num(stat.median, 1), fmt_stat(stat, digits=1, mark_noisy=False)

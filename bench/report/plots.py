@@ -22,7 +22,7 @@ matplotlib.use("Agg")  # before pyplot: no display needed, and the same output e
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
 
-from bench.analysis import MIN_RATE_OF_TARGET, NOISY_SPREAD, Group, Stat, group_cells, steady_min  # noqa: E402
+from bench.analysis import MEMORY_KEY, MIN_RATE_OF_TARGET, NOISY_SPREAD, Group, Stat, group_cells, steady_min  # noqa: E402
 from bench.results import Results, write_atomic  # noqa: E402
 
 FIGSIZE = (9, 5.5)
@@ -136,7 +136,8 @@ def share_level(results: Results, groups: list[Group], level: int | None = None)
 
 
 def plot_worker_share(results: Results, path: Path | str, level: int | None = None) -> list[Path]:
-    """Per layout, the share of requests each uWSGI worker served at one level (grouped bars).
+    """Per layout, the share of requests each worker served at one level (grouped bars): uWSGI's
+    stats server counts them, a peer's answers are counted by the app's X-Worker-Pid header.
 
     The dashed line over each group is the even split (1 / workers), the ideal.
     """
@@ -171,7 +172,7 @@ def plot_worker_share(results: Results, path: Path | str, level: int | None = No
             ax.set_ylim(0, 112)
             ax.set_xlabel("layout")
             ax.set_ylabel("share of requests served (%)")
-            ax.set_title(f"Requests served per uWSGI worker at {lvl} connections, scenario '{sc}'\n"
+            ax.set_title(f"Requests served per worker at {lvl} connections, scenario '{sc}'\n"
                          f"pooled over {_repeats(at)} repeats; dashed: even split", fontsize=11)
             ax.grid(True, axis="y", alpha=0.3)
             if at:
@@ -282,19 +283,19 @@ def plot_inflight(results: Results, path: Path | str) -> list[Path]:
 
 
 def plot_memory(results: Results, path: Path | str) -> list[Path]:
-    """Throughput against the uWSGI tree's PSS after load: one point per layout and level
+    """Throughput against the app server tree's PSS after load: one point per layout and level
     (medians of repeats, low–high bars both ways), the levels of a layout joined. Up and to the
     left is better: more requests per second for less memory. Nothing when no cell has memory."""
     if not any(c.memory for c in results.cells):
         return []
     written = []
     for sc, out in scenario_paths(results, path):
-        groups = [g for g in group_cells(results, sc) if "uwsgi_pss_mb" in g.memory]
+        groups = [g for g in group_cells(results, sc) if MEMORY_KEY in g.memory]
         fig, ax = plt.subplots(figsize=FIGSIZE)
         try:
             for i, layout in enumerate(dict.fromkeys(g.layout for g in groups)):
                 gs = sorted((g for g in groups if g.layout == layout), key=lambda g: g.concurrency)
-                mem = [g.memory["uwsgi_pss_mb"] for g in gs]
+                mem = [g.memory[MEMORY_KEY] for g in gs]
                 xs, ys = [m.median for m in mem], [g.rps.median for g in gs]
                 ax.errorbar(xs, ys, xerr=[[m.median - m.low for m in mem], [m.high - m.median for m in mem]],
                             yerr=[[g.rps.median - g.rps.low for g in gs], [g.rps.high - g.rps.median for g in gs]],
@@ -303,9 +304,9 @@ def plot_memory(results: Results, path: Path | str) -> list[Path]:
                 for g, x, y in zip(gs, xs, ys, strict=True):
                     ax.annotate(f"c={g.concurrency}", (x, y), xytext=(5, 4), textcoords="offset points", fontsize=8)
             if groups:  # room for the labels beside the outermost points
-                ax.set_xlim(0, max(g.memory["uwsgi_pss_mb"].high for g in groups) * 1.15)
+                ax.set_xlim(0, max(g.memory[MEMORY_KEY].high for g in groups) * 1.15)
                 ax.set_ylim(0, max(g.rps.high for g in groups) * 1.12)
-            ax.set_xlabel("uWSGI tree PSS after load (MB: master + workers, shared pages counted once)")
+            ax.set_xlabel("app server tree PSS after load (MB: master + workers, shared pages counted once)")
             ax.set_ylabel("throughput (requests/s)")
             ax.set_title(f"Throughput vs memory per layout, scenario '{sc}'\n"
                          f"median of {_repeats(groups)} repeats per point (c = connections); bars: lowest to "

@@ -60,7 +60,7 @@ def test_smoke_compare_records_every_field(tmp_path):
         assert cell["errors"]["total"] == 0, cell["errors"]
         assert cell["requests"] > 0 and cell["rps"] > 0
         assert set(cell["worker_requests"]) == {"1", "2"}
-        assert cell["cpu_s"]["uwsgi"] > 0
+        assert cell["cpu_s"]["app"] > 0
         assert 0 < cell["efficiency"] and cell["unloaded_latency_ms"] > 0
         assert (out / cell["raw_output"]).read_text().count("WRK_JSON") == 1
     for name in ("report.md", "report.txt", "throughput.png", "p99.png", "worker-share.png"):
@@ -112,3 +112,44 @@ def test_cells_carry_histograms_and_in_flight_samples(tmp_path):
     assert "## Requests in flight per worker (the mechanism)" in (out / "report.md").read_text()
     assert (out / "inflight.png").stat().st_size > 0
     assert "pile-up" in proc.stdout
+
+
+def test_peers_in_the_same_cells_as_uwsgi(tmp_path):
+    """2x2-mapped (uWSGI), 2x2-gunicorn and 2x2-granian in one short run: every cell complete; a
+    peer's per-worker counts come from the app's X-Worker-Pid header (they add up to wrk's
+    requests, and name only worker numbers the stack has), its tree's CPU and memory are measured, it records no
+    in-flight samples (no stats server); the report has the alternatives section."""
+    out = tmp_path / "peers"
+    proc = compare(out, "--layouts", "2x2-mapped,2x2-gunicorn,2x2-granian", "--concurrency", "2,4",
+                   "--duration", "2", "--processes", "2", "--threads", "2", "--scenario", "article,hello")
+    data = json.loads((out / "results.json").read_text())
+    cells = data["cells"]
+    assert sorted((c["scenario"], c["layout"], c["concurrency"]) for c in cells) == sorted(
+        (sc, x, lv) for sc in ("article", "hello") for x in ("2x2-mapped", "2x2-gunicorn", "2x2-granian")
+        for lv in (2, 4))
+    for cell in cells:
+        where = (cell["scenario"], cell["layout"], cell["concurrency"])
+        assert CELL_FIELDS <= set(cell), (where, CELL_FIELDS - set(cell))
+        assert cell["errors"]["total"] == 0 and cell["status"]["2xx"] == cell["requests"] > 0, where
+        # Both workers' numbers, or one: gthread keeps accepting while busy, so nginx's 2-4 kept-alive
+        # connections may all sit on one gunicorn worker (README, "The peers").
+        assert cell["worker_requests"] and set(cell["worker_requests"]) <= {"1", "2"}, where
+        assert cell["cpu_s"]["app"] > 0 and "uwsgi" not in cell["cpu_s"], where
+        mem = cell["memory"]
+        assert 0 < mem["app_uss_mb"] <= mem["app_pss_mb"] < mem["app_rss_mb"], where
+        assert set(mem["worker_pss_mb"]) == {"1", "2"} and all(w > 0 for w in mem["worker_pss_mb"].values()), where
+        assert sum(mem["worker_pss_mb"].values()) < mem["app_pss_mb"], where  # the master counts too
+        assert cell["histogram"] and cell["unloaded_latency_ms"] > 0, where
+        if cell["layout"] == "2x2-mapped":
+            assert cell["inflight"]["samples"] > 0, where
+        else:
+            # Counted by the header: exactly one count per answer wrk received, from the workers we saw.
+            assert sum(cell["worker_requests"].values()) == cell["requests"], where
+            assert "inflight" not in cell and "worker_pid_unmatched" not in cell["extra"], where
+    text = (out / "report.txt").read_text()
+    assert "against the alternatives (best uWSGI layout / each peer):" in text
+    assert "scenario article:" in text and "scenario hello:" in text
+    assert "Target at 4 connections (2P)" in text
+    md = (out / "report.md").read_text()
+    assert "## Against the alternatives" in md and "| 4 (2P) | 2x2-granian |" in md
+    assert "against the alternatives" in proc.stdout

@@ -11,12 +11,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from bench.load.traffic import Request, build_mix, preflight_requests, write_mix_script
-from bench.load.wrk import WrkProcess, run_wrks
+from bench.load.wrk import WrkProcess, run_wrks, write_script
 from tests.conftest import find_free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 ANSWERS = {"/moved": 302, "/missing": 404, "/boom": 500}
+# Paths answered with a worker pid header, as the demo app sends it (X-Worker-Pid), lowercased (as
+# granian's hyper passes it on), and with a value that is not a pid.
+PID_HEADERS = {"/pid-upper": ("X-Worker-Pid", "111"), "/pid-lower": ("x-worker-pid", "222"),
+               "/pid-junk": ("X-Worker-Pid", "1a")}
 
 
 class Recorder(BaseHTTPRequestHandler):
@@ -33,6 +37,8 @@ class Recorder(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(payload)))
         if status == 302:
             self.send_header("Location", "/")
+        if self.path in PID_HEADERS:
+            self.send_header(*PID_HEADERS[self.path])
         self.end_headers()
         self.wfile.write(payload)
 
@@ -141,3 +147,32 @@ def test_fractional_seconds_are_rounded_up_for_wrk(server, tmp_path):
     assert "-d1s" in load.cmd and "--timeout=2s" in load.cmd
     (result,), _ = run_wrks(load)
     assert result.requests > 0 and result.status["2xx"] == result.requests
+
+
+def test_answers_are_counted_per_worker_pid_header(server, tmp_path):
+    """report.lua counts answers per X-Worker-Pid value (either spelling), summed over wrk's
+    threads; a value that is not a pid, or no header, counts nothing. wrk stops with up to one
+    answer per connection unread, so its counts trail the server's by at most that."""
+    mix = build_mix([Request("GET", "/pid-upper", 2), Request("GET", "/pid-lower"), Request("GET", "/pid-junk"),
+                     Request("GET", "/a")])
+    result, seen = run(server, mix, tmp_path, seed=3, duration=1, connections=2, threads=2)
+    sent = Counter(path for _, path, _, _ in seen)
+    assert set(result.worker_pids) == {111, 222}, result.worker_pids
+    for pid, path in ((111, "/pid-upper"), (222, "/pid-lower")):
+        assert sent[path] - 2 <= result.worker_pids[pid] <= sent[path], (pid, result.worker_pids, sent)
+    assert result.worker_pids[111] > result.worker_pids[222] > 20
+    assert sum(result.worker_pids.values()) < result.requests  # junk and header-less answers count nothing
+
+
+def test_worker_pid_count_chains_with_a_scripts_own_response_hook(server, tmp_path):
+    """A script with its own response() keeps it (report.lua chains it) and still gets the count."""
+    script = write_script(tmp_path / "own.lua", (
+        'own_answers = 0\n'
+        'request = function() return wrk.format(nil, "/pid-lower") end\n'
+        'response = function(status, headers, body) own_answers = own_answers + 1 end\n'))
+    (result,), _ = run_wrks(WrkProcess(f"http://127.0.0.1:{server.server_port}/", 1, 1, timeout_s=5, script=script))
+    assert result.requests > 20 and result.worker_pids == {222: result.requests}
+    off = write_script(tmp_path / "off.lua", "count_worker_pids = false\n")  # scripts/header-cost.py's switch
+    (quiet,), _ = run_wrks(WrkProcess(f"http://127.0.0.1:{server.server_port}/pid-upper", 1, 1, timeout_s=5,
+                                      script=off))
+    assert quiet.requests > 20 and quiet.worker_pids == {}

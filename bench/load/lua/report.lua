@@ -19,17 +19,46 @@ end
 
 status_counts = {0, 0, 0, 0, 0}  -- per thread, indexed by status // 100
 
+-- Answers per worker pid, from the demo app's X-Worker-Pid header: the per-worker counts of a
+-- server without a stats server (gunicorn, granian), mapped to worker numbers by bench.observe.
+-- Two spellings: servers pass the app's header on as written, or lowercased (granian's hyper);
+-- wrk keeps the name as received. An app without the header counts nothing. At most
+-- WORKER_PIDS_MAX distinct pids per thread, digits only, so the JSON line stays small and valid.
+-- Cost, on top of the response() hook above (measured with scripts/header-cost.py, README
+-- "Against the alternatives"): two table lookups and an increment per answer.
+WORKER_PIDS_MAX = 256
+worker_pid_counts = {}  -- per thread: pid (a string of digits) -> answers
+local worker_pid_distinct = 0
+
+local function count_worker_pid(headers)
+  local pid = headers["X-Worker-Pid"] or headers["x-worker-pid"]
+  if pid == nil then return end
+  local n = worker_pid_counts[pid]
+  if n then
+    worker_pid_counts[pid] = n + 1
+  elseif worker_pid_distinct < WORKER_PIDS_MAX and string.find(pid, "^%d+$") then
+    worker_pid_counts[pid] = 1
+    worker_pid_distinct = worker_pid_distinct + 1
+  end
+end
+
+-- count_worker_pids = false (set by a script before this file) turns the count off: for
+-- measuring what it costs.
+if count_worker_pids == false then count_worker_pid = function() end end
+
 local status_script_response = response
 if status_script_response then
   response = function(status, headers, body)
     local class = (status - status % 100) / 100
     status_counts[class] = (status_counts[class] or 0) + 1
+    count_worker_pid(headers)
     status_script_response(status, headers, body)
   end
 else
-  response = function(status)
+  response = function(status, headers)
     local class = (status - status % 100) / 100
     status_counts[class] = (status_counts[class] or 0) + 1
+    count_worker_pid(headers)
   end
 end
 
@@ -42,19 +71,33 @@ local function status_json()
   return string.format('"status":{"2xx":%d,"3xx":%d,"4xx":%d,"5xx":%d}', sum[2], sum[3], sum[4], sum[5])
 end
 
+local function worker_pids_json()
+  local sum, keys = {}, {}
+  for _, thread in ipairs(status_threads) do
+    for pid, n in pairs(thread:get("worker_pid_counts") or {}) do
+      if sum[pid] == nil then keys[#keys + 1] = pid end
+      sum[pid] = (sum[pid] or 0) + n
+    end
+  end
+  table.sort(keys)
+  local items = {}
+  for i, pid in ipairs(keys) do items[i] = string.format('"%s":%d', pid, sum[pid]) end
+  return '"worker_pids":{' .. table.concat(items, ",") .. '}'
+end
+
 done = function(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
     'WRK_JSON {"duration_us":%d,"requests":%d,"bytes":%d,' ..
     '"errors":{"connect":%d,"read":%d,"write":%d,"status":%d,"timeout":%d},' ..
     '"latency_us":{"min":%d,"max":%d,"mean":%.3f,"stdev":%.3f,' ..
-    '"p50":%d,"p90":%d,"p99":%d,"p999":%d},%s}\n',
+    '"p50":%d,"p90":%d,"p99":%d,"p999":%d},%s,%s}\n',
     summary.duration, summary.requests, summary.bytes,
     e.connect, e.read, e.write, e.status, e.timeout,
     latency.min, latency.max, latency.mean, latency.stdev,
     latency:percentile(50), latency:percentile(90),
     latency:percentile(99), latency:percentile(99.9),
-    status_json()))
+    status_json(), worker_pids_json()))
   write_latency_histogram(latency)
 end
 

@@ -1,0 +1,201 @@
+"""The compare report's "against the alternatives" section: the best uWSGI layout against each
+peer (gunicorn, granian) at P and 2P connections, from ``bench.analysis.alternatives``.
+
+Every ratio is uWSGI / peer from ``compare_groups``: throughput (median of repeats, interval from
+the repeats' range) and p99 (pooled over repeats with a bootstrap interval where the cells hold
+histograms); where the intervals overlap the section says "within noise" and names no winner.
+Where a peer wins, it says by how much. For the demo app's article request it checks the
+issue's target at 2P (the best uWSGI layout against the best peer) and prints pass or MISS with
+the margin, as the article verdict does; per scenario, one sentence says whether the choice of
+layout or of server moved throughput more. Lines only; nothing prints.
+"""
+
+from __future__ import annotations
+
+from bench.analysis import (
+    TARGET_VS_PEER_P99,
+    TARGET_VS_PEER_RPS,
+    Alternatives,
+    Comparison,
+    Group,
+    Matchup,
+    alternatives,
+)
+from bench.report.subject import is_demo_run
+from bench.report.text import fmt_interval, fmt_stat, md_table, num, table, wrap
+from bench.results import Results
+
+TARGET_SCENARIO = "article"  # the demo app's request the targets are set for
+NOTE = ("Ratios are the best uWSGI layout's figure over the peer's (the best: highest median throughput "
+        "at that level), with their 95% intervals: throughput from the repeats' low–high range, p99 pooled "
+        "over the repeats (bootstrap) where the cells hold histograms, else the median of the repeats' own p99. "
+        "Where the two intervals overlap the outcome is \"within noise\": no winner.")
+
+
+def _level(results: Results, level: int) -> str:
+    p = results.arguments.get("processes")
+    return " (P)" if level == p else " (2P)" if p and level == 2 * p else ""
+
+
+def _side(c: Comparison, figure: str, repeats: int) -> str:
+    """Who is ahead beyond noise: "uWSGI", "peer", "within noise", or "one repeat" (throughput
+    from a single repeat has no range, hence no interval to judge noise by)."""
+    if figure == "rps" and repeats < 2:
+        return "one repeat"
+    return {"better": "uWSGI", "worse": "peer"}.get(c.outcome, "within noise")
+
+
+def _repeats(*groups: Group) -> int:
+    return min(g.rps.n for g in groups)
+
+
+def _p99(g: Group) -> str:
+    return fmt_interval(g.tails.p99) if g.tails.pooled else fmt_stat(g.latency["p99"], digits=None)
+
+
+def figure_text(c: Comparison, figure: str, side: str, peer: str) -> str:
+    """``"1.12x (1.01–1.25) its throughput (uWSGI ahead by 12%)"``, honest in either direction."""
+    what = "its throughput" if figure == "rps" else "its p99"
+    if side == "uWSGI":
+        by = f"uWSGI ahead by {c.ratio - 1:.0%}" if figure == "rps" else f"uWSGI's tail {1 - c.ratio:.0%} shorter"
+    elif side == "peer":
+        if figure == "rps":
+            by = f"{peer} ahead by {1 / c.ratio - 1:.0%}" if c.ratio else f"{peer} ahead"
+        else:
+            by = f"{peer}'s tail {1 - 1 / c.ratio:.0%} shorter" if c.ratio else f"{peer}'s tail shorter"
+    elif side == "one repeat":
+        by = "one repeat: no interval, no winner"
+    else:
+        by = "within noise"
+    return f"{c.text()} {what} ({by})"
+
+
+def peer_sentence(results: Results, alt: Alternatives, peer: str) -> str:
+    """One sentence for one peer across P and 2P, honest in either direction: where the peer is
+    ahead beyond noise the sentence starts with it, and says by how much."""
+    parts: list[str] = []
+    wins: dict[str, list[str]] = {"throughput": [], "p99": []}
+    for m in (m for m in alt.matchups if m.peer.layout == peer):
+        n = _repeats(m.uwsgi, m.peer)
+        sides = {fig: _side(c, fig, n) for fig, c in (("rps", m.rps), ("p99", m.p99))}
+        for fig, side in sides.items():
+            if side == "peer":
+                wins["throughput" if fig == "rps" else "p99"].append(str(m.concurrency))
+        parts.append(f"at {m.concurrency} connections{_level(results, m.concurrency)} the best uWSGI layout, "
+                     f"{m.uwsgi.layout}, had {figure_text(m.rps, 'rps', sides['rps'], peer)} and "
+                     f"{figure_text(m.p99, 'p99', sides['p99'], peer)}")
+    won = [f"{fig} at {' and '.join(levels)} connections" for fig, levels in wins.items() if levels]
+    head = f"{peer} is ahead on {' and on '.join(won)}: " if won else f"{peer}: "
+    return head + "; ".join(parts) + "."
+
+
+def what_matters(results: Results, alt: Alternatives) -> str:
+    """Which choice moved throughput more here: the uWSGI layout (best / worst) or the server
+    (best uWSGI / best peer), at 2P (else P)."""
+    if not alt.levels or alt.layout_spread is None:
+        return ""
+    level = alt.levels[-1]
+    best = max((m for m in alt.matchups if m.concurrency == level), key=lambda m: m.peer.rps.median)
+    layout, server = alt.layout_spread, best.rps
+    if _repeats(best.uwsgi, alt.worst_uwsgi, best.peer) < 2:
+        noise = {id(layout): False, id(server): False}
+        say = "one repeat: no interval"
+    else:
+        noise = {id(layout): layout.decided, id(server): server.decided}
+        say = ""
+    word = lambda c: say or ("beyond noise" if noise[id(c)] else "within noise")  # noqa: E731
+    text = (f"{alt.scenario}, {level} connections{_level(results, level)}: the choice of uWSGI layout moved "
+            f"throughput {layout.text()} (best {best.uwsgi.layout} / worst {alt.worst_uwsgi.layout}: "
+            f"{word(layout)}), the choice of server {server.text()} (best uWSGI / best peer {best.peer.layout}: "
+            f"{word(server)})")
+    size = lambda c: max(c.ratio, 1 / c.ratio) if c.ratio else float("inf")  # noqa: E731
+    if noise[id(layout)] and (not noise[id(server)] or size(layout) > size(server)):
+        return text + ": here the layout matters more than the server."
+    if noise[id(server)] and (not noise[id(layout)] or size(server) > size(layout)):
+        return text + ": here the server matters more than the layout."
+    return text + ": neither stands out beyond noise."
+
+
+def _margin(label: str, ratio: float) -> tuple[bool, str]:
+    if label.startswith("throughput"):
+        ok = ratio >= TARGET_VS_PEER_RPS
+        return ok, f"by {ratio - TARGET_VS_PEER_RPS:.2f}x" if ok else f"short by {TARGET_VS_PEER_RPS - ratio:.2f}x"
+    ok = ratio <= TARGET_VS_PEER_P99
+    return ok, f"by {TARGET_VS_PEER_P99 - ratio:.2f}x" if ok else f"over by {ratio - TARGET_VS_PEER_P99:.2f}x"
+
+
+def target_rows(m: Matchup) -> list[list[str]]:
+    """[target, measured, result] for the target matchup: pass or MISS with the margin, and
+    who is ahead beyond noise."""
+    rows = []
+    n = _repeats(m.uwsgi, m.peer)
+    for label, fig, c in ((f"throughput >= {TARGET_VS_PEER_RPS}x the best peer's", "rps", m.rps),
+                          (f"p99 <= {TARGET_VS_PEER_P99}x the best peer's", "p99", m.p99)):
+        ok, margin = _margin(label, c.ratio)
+        side = _side(c, fig, n)
+        ahead = f"{side} ahead" if side in ("uWSGI", "peer") else side
+        rows.append([label, f"{c.text()}, {ahead}", f"{'pass' if ok else 'MISS'} ({margin})"])
+    return rows
+
+
+def target_applies(results: Results, alt: Alternatives) -> bool:
+    return alt.scenario == TARGET_SCENARIO and is_demo_run(results) and alt.target is not None
+
+
+def _matchup_rows(results: Results, alt: Alternatives, markdown: bool) -> list[list[str]]:
+    rows = []
+    for m in alt.matchups:
+        level = f"{m.concurrency}{_level(results, m.concurrency)}"
+        n = _repeats(m.uwsgi, m.peer)
+        rps, p99 = _side(m.rps, "rps", n), _side(m.p99, "p99", n)
+        if markdown:
+            rows.append([level, m.peer.layout, fmt_stat(m.peer.rps), _p99(m.peer), m.uwsgi.layout,
+                         fmt_stat(m.uwsgi.rps), _p99(m.uwsgi), f"{m.rps.text()}: {rps}", f"{m.p99.text()}: {p99}"])
+        else:
+            rows.append([level, m.peer.layout, m.uwsgi.layout, f"{m.rps.text()} {rps}", f"{m.p99.text()} {p99}"])
+    return rows
+
+
+def alternatives_lines(results: Results, markdown: bool = False) -> list[str]:
+    """The section, per scenario with both uWSGI layouts and peers ([] when no scenario has both)."""
+    found = [a for sc in results.scenarios if (a := alternatives(results, sc)) is not None]
+    if not found:
+        return []
+    out = (["## Against the alternatives", "", NOTE, ""] if markdown
+           else ["", "against the alternatives (best uWSGI layout / each peer):"] + wrap(NOTE, indent="  ",
+                                                                                          subsequent="  "))
+    for alt in found:
+        if markdown:
+            out += [f"### Scenario: {alt.scenario}", ""] if len(found) > 1 or alt.scenario != TARGET_SCENARIO else []
+        else:
+            out += ["", f"  scenario {alt.scenario}:"]
+        if alt.missing:
+            out += [f"Not compared: {alt.missing}.", ""] if markdown else wrap(f"not compared: {alt.missing}",
+                                                                                 indent="  ", subsequent="  ")
+        if alt.matchups:
+            if markdown:
+                out += md_table(["connections", "peer", "peer req/s", "peer p99 ms", "best uWSGI", "its req/s",
+                                 "its p99 ms", "throughput uWSGI/peer", "p99 uWSGI/peer"],
+                                _matchup_rows(results, alt, True), "<<>><>>>>") + [""]
+            else:
+                out += ["  " + x for x in table(["conns", "peer", "best uWSGI", "req/s uWSGI/peer",
+                                                 "p99 uWSGI/peer"], _matchup_rows(results, alt, False), "<<<<<")]
+        sentences = [peer_sentence(results, alt, peer) for peer in alt.peers]
+        matters = what_matters(results, alt)
+        sentences += [matters] if matters else []
+        for text in sentences:
+            out += [f"- {text}"] if markdown else wrap(text, indent="  - ", subsequent="    ")
+        if target_applies(results, alt):
+            m = alt.target
+            head = (f"Target at {m.concurrency} connections{_level(results, m.concurrency)}, the best uWSGI layout "
+                    f"{m.uwsgi.layout} ({num(m.uwsgi.rps.median)} req/s, p99 {num(m.uwsgi.p99)} ms) against the "
+                    f"best peer {m.peer.layout} ({num(m.peer.rps.median)} req/s, p99 {num(m.peer.p99)} ms)")
+            if markdown:
+                out += ["", head + ":", ""] + md_table(["target", "measured (uWSGI / peer)", "result"],
+                                                       target_rows(m), "<<<")
+            else:
+                out += [""] + wrap(head + ":", indent="  ", subsequent="  ")
+                out += ["  " + x for x in table(["target", "measured (uWSGI / peer)", "result"], target_rows(m),
+                                                 "<<<")]
+        out += [""] if markdown else []
+    return out
