@@ -19,7 +19,7 @@ help:
 	@echo "make run LAYOUT=2x4-mapped                serve on http://127.0.0.1:8000 until Ctrl-C"
 	@echo "make reload LAYOUT=2x4-mapped             chain-reload the running layout's workers"
 	@echo "make faults [ARGS='--layouts 2x4-mapped --only kill-worker']   faults under load: figures table + results dir"
-	@echo "make report RESULTS=results/.../results.json   re-render a stored run (compare, openloop or faults)"
+	@echo "make report RESULTS=results/.../results.json   re-render a stored run (compare, openloop, faults or tune)"
 	@echo "make dataset [ARGS='--small-count 10000']  the file set for the file-offload scenarios"
 	@echo "make nginx-scenarios [ARGS='--duration 8']  files, files-mixed and reuseport, one results dir each"
 	@echo "make openloop [ARGS='--rates 5,10,15,20']   httperf at fixed rates until replies fall behind (the knee)"

@@ -3,6 +3,12 @@ written (no results directory). In-process through ``bench.cli.main``; nothing i
 
 from __future__ import annotations
 
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
 import pytest
 
 from bench.cli import main
@@ -68,3 +74,39 @@ def test_a_replay_of_another_kind_is_refused(tmp_path, capsys):
 def test_steady_scenarios_offered_are_the_demo_mixes():
     assert kind.record.steady_scenarios() == ["article", "io-heavy", "cpu-heavy"]
     assert all(SCENARIOS[n].stall is None for n in kind.record.steady_scenarios())
+
+
+# ------------------------------------------------------------------------------ the lab's stall middleware
+
+
+def test_the_stall_middleware_holds_the_thread_and_passes_everything_else(tmp_path, monkeypatch):
+    """app/tune_stall.py, called directly: it imports nothing of this project, loads the app from
+    its directory, holds ``/?ul_tune_stall_ms=N`` for N ms and answers it itself."""
+    from app import tune_stall
+
+    (tmp_path / "toyapp.py").write_text(
+        "def app(environ, start_response):\n"
+        "    start_response('200 OK', [('Content-Type', 'text/plain')])\n"
+        "    return [b'toy ' + environ.get('QUERY_STRING', '').encode()]\n")
+    monkeypatch.chdir("/")
+    monkeypatch.setattr(sys, "path", list(sys.path))  # load() puts the app's directory first
+    monkeypatch.delitem(sys.modules, "toyapp", raising=False)
+    wrapped = tune_stall.wrap(tune_stall.load("toyapp:app", str(tmp_path)))
+    assert os.getcwd() == str(tmp_path) and sys.path[0] == str(tmp_path)  # as uWSGI's chdir and pythonpath
+    seen = {}
+
+    def start_response(status, headers):
+        seen["status"], seen["headers"] = status, headers
+
+    assert wrapped({"PATH_INFO": "/", "QUERY_STRING": "page=2"}, start_response) == [b"toy page=2"]
+    start = time.monotonic()
+    assert wrapped({"PATH_INFO": "/", "QUERY_STRING": "ul_tune_stall_ms=200"}, start_response) == [b"stalled\n"]
+    assert time.monotonic() - start >= 0.2 and seen["status"] == "200 OK"
+    # only the whole query on / is the stall: anything else is the app's
+    assert wrapped({"PATH_INFO": "/x", "QUERY_STRING": "ul_tune_stall_ms=5"}, start_response) == [
+        b"toy ul_tune_stall_ms=5"]
+    assert wrapped({"PATH_INFO": "/", "QUERY_STRING": "ul_tune_stall_ms=5&a=1"}, start_response) == [
+        b"toy ul_tune_stall_ms=5&a=1"]
+    assert tune_stall.stall_ms({"PATH_INFO": "/", "QUERY_STRING": "ul_tune_stall_ms=999999"}) == 60000
+    source = Path(tune_stall.__file__).read_text()  # the copy runs alone, in the app's virtualenv
+    assert not re.search(r"^(from|import) (bench|deploy|app)\b", source, re.M)
