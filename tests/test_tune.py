@@ -359,3 +359,16 @@ def test_exit_3_when_no_layout_meets_the_objective(tmp_path, tmp_run_dir, capsys
     assert code == 3, text
     assert "NO LAYOUT MEETS THE OBJECTIVE." in text and "closest: " in text and "misses: p99" in text
     assert not (out / "recommended").exists() and (out / "results.json").is_file()
+
+
+def test_a_stall_no_layout_can_hold_leaves_no_choice_and_names_the_closest():
+    def model(c: Candidate) -> Figures:
+        return Figures(20.0, 200.0, memory_of(c))
+
+    # 50% of 20 req/s stalled 10 s: 100 stalled requests in flight, more than 4 x 8 threads hold
+    _, outcome, measure, _ = fake_run(model, concurrency="4", threads="1,2,4,8", stall_share="0.5",
+                                      stall_ms="10000")
+    assert outcome.stall_clients == 100 and len(measure.calls) == 1  # the pilot, then everything pruned
+    assert outcome.chosen is None and outcome.decision.closest.spec == measure.calls[0][0]
+    assert outcome.stop == "no candidate left after stage 1"
+    assert outcome.states[measure.calls[0][0]].reason.startswith("pruned after its cell with 100 stalled: ")

@@ -175,7 +175,8 @@ def config_from_args(args, stored: Results | None = None) -> Config:
         Settings.from_dict({**base["tune"]["settings"], "budget_s": budget_min * 60})
     objective = Objective(concurrency, p99, memory, stall_share, stall_ms, record.server_label(list(strategies)))
     space = candidate_space(max_p, threads, strategies)
-    inputs = Inputs(objective, tuple(space), settings, steady.name, record.STALL, nproc)
+    # The pilot's P is the measured machine's nproc (a replay elsewhere takes the same decisions).
+    inputs = Inputs(objective, tuple(space), settings, steady.name, record.STALL, base.get("nproc", nproc))
     if not stored:
         screened, _ = prune_static(space, concurrency, idle_rule=not stall_share)
         if not screened:

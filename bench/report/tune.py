@@ -71,26 +71,26 @@ def _subject_head(results: Results, outcome: Outcome) -> str:
             f"{a.get('budget_min'):g} min" + (f" (replayed from {replayed})" if replayed else ""))
 
 
-def recommendation_lines(results: Results, outcome: Outcome) -> list[str]:
+def recommendation(results: Results, outcome: Outcome) -> list[str]:
+    """The recommendation (or why there is none), the runner-up: one sentence each, unwrapped."""
     d = outcome.decision
     label = memory_label(results)
-    out: list[str] = []
     if outcome.interrupted:
-        out += wrap(f"INTERRUPTED after {len(outcome.blocks)} blocks: no recommendation (rerun to finish).")
-    elif d is not None and d.chosen is not None:
-        out += wrap(f"RECOMMENDATION: {d.chosen.spec}: {figures(d.chosen, label)}.")
-        if d.chosen.stall is not None:
-            out += wrap(f"  {stall_figures(d.chosen)}.", indent="  ")
+        return [f"INTERRUPTED after {len(outcome.blocks)} blocks: no recommendation (rerun to finish)."]
+    if d is not None and d.chosen is not None:
+        out = [f"RECOMMENDATION: {d.chosen.spec}: {figures(d.chosen, label)}"
+               + (f"; {stall_figures(d.chosen)}." if d.chosen.stall is not None else ".")]
         if d.runner_up is not None:
-            out += wrap(f"runner-up: {d.runner_up.spec} ({figures(d.runner_up, label)}): {d.why}.")
+            out.append(f"runner-up: {d.runner_up.spec} ({figures(d.runner_up, label)}): {d.why}.")
         else:
-            out += wrap(f"runner-up: none ({d.why}).")
-    else:
-        out += wrap("NO LAYOUT MEETS THE OBJECTIVE.")
-        if d is not None and d.closest is not None:
-            out += wrap(f"closest: {d.closest.spec}: {figures(d.closest, label)}; misses: "
-                        f"{'; '.join(d.closest.misses)}.")
-    return out
+            out.append(f"runner-up: none ({d.why}).")
+        return out
+    out = ["NO LAYOUT MEETS THE OBJECTIVE."]
+    if d is not None and d.closest is not None:
+        why = "; ".join(d.closest.misses) or outcome.states[d.closest.spec].reason
+        out.append(f"closest: {d.closest.spec}: {figures(d.closest, label)}; "
+                   + (f"misses: {why}." if d.closest.misses else f"{why}."))
+    return out + [f"(the search stopped: {outcome.stop})"]
 
 
 def _outcome_text(outcome: Outcome, spec: str) -> str:
@@ -126,43 +126,41 @@ def measured_rows(outcome: Outcome, markdown: bool = False) -> tuple[list[str], 
     return headers, rows
 
 
-def pruned_lines(outcome: Outcome) -> list[str]:
-    if not outcome.pruned:
-        return ["pruned before measuring: none"]
-    out = [f"pruned before measuring ({len(outcome.pruned)}):"]
+def pruned_groups(outcome: Outcome) -> list[str]:
+    """Per rule: what it means and the candidates it pruned (with the one measured instead)."""
+    out = []
     for rule, (label, why) in RULES.items():
         mine = [p for p in outcome.pruned if p.rule == rule]
-        if not mine:
-            continue
-        items = ", ".join(p.spec + (f" ({p.kept})" if p.kept else "") for p in mine)
-        out += wrap(f"{label} ({len(mine)}, {why}): {items}", indent="  ")
-        if rule == "memory":
-            out += [x for p in mine for x in wrap(f"{p.spec}: {p.reason}", indent="    ")]
+        if mine:
+            items = ", ".join(p.spec + (f" ({p.kept})" if p.kept else "") for p in mine)
+            out.append(f"{label} ({len(mine)}, {why}): {items}")
+            if rule == "memory":
+                out += [f"{p.spec}: {p.reason}" for p in mine]
     return out
 
 
-def search_lines(results: Results, outcome: Outcome) -> list[str]:
+def search_sentences(results: Results, outcome: Outcome) -> list[str]:
+    """How the budget was spent, why the search stopped, the stall's size and the memory fit."""
     parts = []
     for st in outcome.stages:
-        repeats = f"{st.repeats} round{'s' if st.repeats != 1 else ''}" if st.number == 3 else \
-            f"{st.repeats} cell{'s' if st.repeats != 1 else ''}"
-        parts.append(f"stage {st.number} {st.name}: {len(st.candidates)} candidates x {repeats} of "
-                     f"{st.duration_s} s ({'+'.join(st.scenarios)}), {_mmss(st.seconds)}"
-                     + (f" ({st.note})" if st.note else ""))
+        unit = "round" if st.number == 3 else "cell"
+        parts.append(f"stage {st.number} {st.name}: {len(st.candidates)} candidates x {st.repeats} {unit}"
+                     f"{'s' if st.repeats != 1 else ''} of {st.duration_s} s ({'+'.join(st.scenarios)}), "
+                     f"{_mmss(st.seconds)}" + (f" ({st.note})" if st.note else ""))
     rec = results.arguments["tune"]
     budget = rec["settings"]["budget_s"]
     wall = rec.get("wall_s")
-    out = wrap("search: " + "; ".join(parts) + ".") if parts else ["search: nothing was measured."]
-    out += wrap(f"stopped: {outcome.stop}.")
+    out = ["search: " + "; ".join(parts) + "." if parts else "search: nothing was measured.",
+           f"stopped: {outcome.stop}."]
     if wall is not None:
-        out += wrap(f"wall time: {_mmss(wall)} of the {budget / 60:g}-min budget ({wall / budget:.0%}); "
-                    f"{len(outcome.blocks)} stack starts.")
+        out.append(f"wall time: {_mmss(wall)} of the {budget / 60:g}-min budget ({wall / budget:.0%}); "
+                   f"{len(outcome.blocks)} stack starts.")
     if outcome.stall_note:
-        out += wrap(f"stall: {outcome.stall_note}.")
+        out.append(f"stall: {outcome.stall_note}.")
     for model in outcome.memory_models.values():
-        out += wrap(f"memory fit ({model.server}): +{model.per_process_mb:.1f} MB per process, "
-                    f"+{model.per_thread_mb:.2f} MB per thread, {model.base_mb:.1f} MB base, from {model.points} "
-                    f"cells (worst residual {model.worst_residual_mb:.1f} MB).")
+        out.append(f"memory fit ({model.server}): +{model.per_process_mb:.1f} MB per process, "
+                   f"+{model.per_thread_mb:.2f} MB per thread, {model.base_mb:.1f} MB base, from {model.points} "
+                   f"cells (worst residual {model.worst_residual_mb:.1f} MB).")
     return out
 
 
@@ -209,15 +207,18 @@ def terminal_lines(results: Results) -> list[str]:
     out = [_subject_head(results, outcome)]
     out += subject_lines(results)
     out += wrap("objective: " + outcome.inputs.objective.words())
-    out += [""] + recommendation_lines(results, outcome)
+    out += [""] + [x for line in recommendation(results, outcome) for x in wrap(line)]
     headers, rows = measured_rows(outcome)
     out += ["", f"candidates: {len(outcome.inputs.space)} in the space, {len(outcome.evaluations)} measured, "
                 f"{len(outcome.pruned)} pruned"]
     out += table(headers[:-1], [r[:-1] for r in rows], "<<>>>>>>" + (">" if len(headers) > 9 else ""))
     out += ["", "why each candidate stopped:"]
     out += [x for r in rows for x in wrap(f"{r[0]}: {r[-1]}", indent="  ")]
-    out += [""] + pruned_lines(outcome)
-    out += [""] + search_lines(results, outcome)
+    groups = pruned_groups(outcome)
+    out += [""] + ([f"pruned before measuring ({len(outcome.pruned)}):"] if groups else
+                   ["pruned before measuring: none"])
+    out += [x for g in groups for x in wrap(g, indent="  ")]
+    out += [""] + [x for line in search_sentences(results, outcome) for x in wrap(line)]
     out += recommended_lines(results)
     warns = tune_warnings(results, outcome)
     if warns:
@@ -231,14 +232,16 @@ def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
     out = ["# Tune: which layout to run", "", _subject_head(results, outcome) + ".", "",
            f"**Objective:** {outcome.inputs.objective.words()}.", "", POINT_NOTE, ""]
     out += subject_markdown(results)
-    out += ["## Recommendation", ""] + [" ".join(recommendation_lines(results, outcome))
-                                         .replace("RECOMMENDATION:", "**Recommendation:**")
-                                         .replace(" runner-up:", "\n\n**Runner-up:**")
-                                         .replace("NO LAYOUT MEETS THE OBJECTIVE.", "**No layout meets the "
-                                                                                   "objective.**")] + [""]
-    rec = recommended_lines(results)
-    if rec:
-        rec_data = a["tune"]["recommended"]
+    bold = {"RECOMMENDATION:": "**Recommendation:**", "runner-up:": "**Runner-up:**", "closest:": "**Closest:**",
+            "NO LAYOUT MEETS THE OBJECTIVE.": "**No layout meets the objective.**"}
+    out += ["## Recommendation", ""]
+    for line in recommendation(results, outcome):
+        for plain, strong in bold.items():
+            if line.startswith(plain):
+                line = strong + line[len(plain):]
+        out += [line, ""]
+    rec_data = a["tune"].get("recommended")
+    if rec_data:
         out += ["## Recommended files", "", f"`{rec_data['dir']}/`: {', '.join(f'`{f}`' for f in rec_data['files'])}"
                 + (", and the production bundle in `bundle/`" if rec_data.get("bundle") else "") + ".", "",
                 "Serve them here:", "", "```sh", rec_data["serve"], "```", "",
@@ -250,8 +253,8 @@ def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
             "narrow, 3 final). req/s: median of its cells (low–high); p50 and p99 pooled over its cells, p99 with "
             "its 95% bootstrap interval; PSS: the app server's memory after load.", ""]
     out += md_table(headers, rows, "<<>>>>>>" + (">" if len(headers) > 9 else "") + "<") + [""]
-    out += ["## Pruned before measuring", ""] + [x.strip() for x in pruned_lines(outcome)[1:]] + [""]
-    out += ["## How the budget was spent", ""] + [" ".join(search_lines(results, outcome))] + [""]
+    out += ["## Pruned before measuring", ""] + ([f"- {g}" for g in pruned_groups(outcome)] or ["None."]) + [""]
+    out += ["## How the budget was spent", ""] + [f"- {x}" for x in search_sentences(results, outcome)] + [""]
     warns = tune_warnings(results, outcome)
     if warns:
         out += ["## Warnings", ""] + [f"- {w}" for w in warns] + [""]

@@ -535,8 +535,10 @@ class Search:
             return
         self.out.stop = why
         evals = [self.out.evaluations[c.spec] for c in finalists if c.spec in self.out.evaluations]
-        if not evals:  # decide among whatever was measured
-            evals = [e for e in self.out.evaluations.values()]
+        if not evals:  # nothing left to choose from: name the closest of all that was measured
+            ranked = by_rank(list(self.out.evaluations.values()))
+            self.out.decision = Decision(None, ranked[0] if ranked else None, (), None, None, why, ())
+            return
         decision = decide(evals)
         self.out.decision = decision
         for e in decision.order:
