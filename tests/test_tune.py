@@ -26,7 +26,7 @@ from bench.tune.space import (
     one_process_twin,
     prune_static,
 )
-from tests.tunefakes import FakeClock, FakeMeasure, Figures, fake_run, memory_of
+from tests.tunefakes import FakeClock, FakeMeasure, Figures, fake_run, inputs, memory_of
 
 SPACE = candidate_space(4, (1, 2, 4, 8, 16, 32), ("mapped", "shared"))
 
@@ -178,10 +178,11 @@ def test_budget_is_kept_and_replanned_from_measured_times():
         assert clock.t >= budget * 0.5, (budget, overhead, clock.t)  # the budget is used, not wasted
         for b in outcome.blocks:
             assert b.seconds == pytest.approx(overhead + len(b.scenarios) * (1.0 + b.duration_s))
-    # slower blocks: the search re-estimates their fixed cost and plans fewer or shorter cells
+    # slower blocks: the search re-estimates their fixed cost from stage 1 and plans shorter cells
     _, fast, *_ = fake_run(concurrency="4", budget="10")
     _, slow, *_ = fake_run(concurrency="4", budget="10", overhead_s=8.0)
-    assert len(slow.blocks) < len(fast.blocks)
+    assert fast.stages[1].candidates == slow.stages[1].candidates
+    assert slow.stages[1].duration_s < fast.stages[1].duration_s
 
 
 def test_a_budget_too_small_for_the_space_is_refused_up_front():
@@ -372,3 +373,22 @@ def test_a_stall_no_layout_can_hold_leaves_no_choice_and_names_the_closest():
     assert outcome.chosen is None and outcome.decision.closest.spec == measure.calls[0][0]
     assert outcome.stop == "no candidate left after stage 1"
     assert outcome.states[measure.calls[0][0]].reason.startswith("pruned after its cell with 100 stalled: ")
+
+
+def test_a_cut_keeps_the_cheapest_tied_ones_and_the_fastest():
+    from bench.tune.search import Search
+
+    cands = [Candidate(2, 2, "mapped"), Candidate(3, 4, "mapped"), Candidate(4, 4, "mapped"), Candidate(2, 4, "shared")]
+    figures = {"2x2-mapped": Figures(20.0, 200, 22.0), "3x4-mapped": Figures(20.0, 200, 29.0),
+               "4x4-mapped": Figures(21.0, 200, 36.0), "2x4-shared": Figures(10.0, 400, 22.5)}
+    fake = FakeMeasure(FakeClock(), lambda c: figures[c.spec], 4, noise=0.06, seed=1)
+    search = Search(inputs(Objective(4), cands), fake, fake.clock)
+    for _ in range(3):
+        for c in cands:
+            search.run_block(2, c, 10, False, 0.0)
+    tied = decide(list(search.out.evaluations.values()))
+    assert tied.leader.spec == "4x4-mapped" and {e.spec for e in tied.tied} >= {"2x2-mapped", "4x4-mapped"}
+    kept = search.cut(2, cands, lambda n: 2)
+    assert specs(kept) == ["2x2-mapped", "4x4-mapped"]  # the tie rule's choice, and the fastest
+    assert search.out.states["3x4-mapped"].reason.startswith("tied on throughput with 4x4-mapped, the fastest")
+    assert search.out.states["2x4-shared"].reason.startswith("rank 4 of 4")

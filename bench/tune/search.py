@@ -404,12 +404,18 @@ class Search:
         decision = decide(alive) if alive else None
         ranked = list(decision.order) if decision else []
         n = keep(len(ranked))
+        leader = decision.leader if decision else None
+        if n and leader is not None and leader not in ranked[:n]:
+            # The fastest goes on too: more cells may separate it from the cheaper ones it is tied with.
+            ranked.remove(leader)
+            ranked.insert(n - 1, leader)
         for i, e in enumerate(ranked[n:], start=n + 1):
             last = ranked[n - 1]
             if e in decision.tied:
-                why = (f"tied on throughput with {decision.leader.spec} (within noise), and the tie rule puts less "
-                       f"memory and fewer processes first: {_figures(e)}, {_mb(e)}; the top {n} went on (#{n}: "
-                       f"{last.spec}, {_mb(last)})")
+                why = (f"tied on throughput with {leader.spec}, the fastest (within noise), and the tie rule puts "
+                       f"less memory and fewer processes first: {_figures(e)}, {_mb(e)}; {n} went on (the "
+                       f"cheapest tied ones and the fastest; #{n - 1}: {ranked[max(0, n - 2)].spec}, "
+                       f"{_mb(ranked[max(0, n - 2)])})")
             else:
                 why = (f"rank {i} of {len(ranked)}: {_figures(e)}; the top {n} went on (#{n}: {last.spec}, "
                        f"{_figures(last)})")
