@@ -150,7 +150,8 @@ def test_nothing_meets_names_the_closest():
 
 
 def test_stages_screen_all_then_narrow_interleaved_then_final():
-    results, outcome, measure, clock = fake_run(concurrency="4", p99_ms="400")
+    events = []
+    results, outcome, measure, clock = fake_run(concurrency="4", p99_ms="400", progress=events.append)
     stages = outcome.stages
     assert [s.number for s in stages] == [1, 2, 3]
     assert len(stages[0].candidates) == 15 and stages[0].repeats == 1
@@ -168,6 +169,10 @@ def test_stages_screen_all_then_narrow_interleaved_then_final():
     assert outcome.chosen is not None and outcome.chosen.spec in stages[2].candidates
     # every candidate of the space says where it stopped
     assert all(s.dropped_at or s.spec == outcome.chosen.spec for s in outcome.states.values())
+    # one progress event per block; the best so far is one still in the race when the stage ends
+    assert len(events) == len(outcome.blocks) and [e.stage for e in events] == [b.stage for b in outcome.blocks]
+    assert events[-1].best.spec in stages[2].candidates and events[-1].done == events[-1].total
+    assert all(e.left_s <= 600 and e.stage_eta_s >= 0 for e in events)
 
 
 def test_budget_is_kept_and_replanned_from_measured_times():

@@ -122,7 +122,7 @@ def tune_args(**given) -> argparse.Namespace:
 
 
 def fake_run(model: Model = article_model, overhead_s: float = 2.5, noise: float = 0.04, seed: int = 7,
-             **given) -> tuple[Results, "kind.Outcome", FakeMeasure, FakeClock]:
+             progress=None, **given) -> tuple[Results, "kind.Outcome", FakeMeasure, FakeClock]:
     """A whole tune run on the fake measure, stored as the kind stores it: (results, outcome,
     measure, clock). ``given``: command-line options (strings)."""
     config = kind.config_from_args(tune_args(**given))
@@ -130,7 +130,7 @@ def fake_run(model: Model = article_model, overhead_s: float = 2.5, noise: float
     measure = FakeMeasure(clock, model, config.inputs.objective.concurrency, config.steady.name, overhead_s,
                           config.inputs.settings.warmup_s, noise, seed=seed)
     recording = kind.RecordingMeasure(measure)
-    outcome = run_search(config.inputs, recording, clock)
+    outcome = run_search(config.inputs, recording, clock, progress=progress)
     results = kind.snapshot(config, outcome, recording.cells, clock.reads, {"_comment": "SYNTHETIC: fake measure"},
                             measure.workload, "2026-01-01T00:00:00+00:00", complete=not outcome.interrupted,
                             wall_s=clock.t)

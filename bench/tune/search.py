@@ -268,7 +268,8 @@ class Search:
     def report(self, stage: int, done: int, total: int, block: Block, stage_eta_s: float) -> None:
         if not self.progress:
             return
-        best = decide(list(self.out.evaluations.values()))
+        alive = [e for e in self.out.evaluations.values() if not self.out.states[e.spec].dropped_at]
+        best = decide(alive or list(self.out.evaluations.values()))  # among those still in the race
         cells = tuple(self.cells[block.spec][s][-1] for s in block.scenarios if s in self.cells[block.spec])
         self.progress(Event(stage, done, total, block, cells, best.chosen or best.closest, stage_eta_s,
                             max(0.0, self.settings.budget_s - self.out.ended_s)))
