@@ -8,16 +8,18 @@ LAYOUT ?= 2x4-mapped
 OUT    ?= build/$(LAYOUT)
 ARGS   ?=
 
-.PHONY: help venv system-deps render run reload faults compare report dataset nginx-scenarios openloop sampler-cost test test-unit test-integration lint clean
+.PHONY: help venv system-deps render run reload faults compare tune tune-accuracy report dataset nginx-scenarios openloop sampler-cost test test-unit test-integration lint clean
 
 help:
 	@echo "make compare            compare layouts with wrk (the main job; ARGS='--duration 10' etc.)"
+	@echo "make tune [ARGS='--p99-ms 250 --budget 10']  recommend a layout from a budgeted search + its configs"
+	@echo "make tune-accuracy [ARGS='--mixes article']   tune against an exhaustive grid (about an hour)"
 	@echo "make test               unit + integration tests (real nginx, uWSGI, gunicorn, granian, wrk)"
 	@echo "make render LAYOUT=2x4-mapped [OUT=dir]   write nginx.conf + uwsgi.ini"
 	@echo "make run LAYOUT=2x4-mapped                serve on http://127.0.0.1:8000 until Ctrl-C"
 	@echo "make reload LAYOUT=2x4-mapped             chain-reload the running layout's workers"
 	@echo "make faults [ARGS='--layouts 2x4-mapped --only kill-worker']   faults under load: figures table + results dir"
-	@echo "make report RESULTS=results/.../results.json   re-render a stored run (compare, openloop or faults)"
+	@echo "make report RESULTS=results/.../results.json   re-render a stored run (compare, openloop, faults or tune)"
 	@echo "make dataset [ARGS='--small-count 10000']  the file set for the file-offload scenarios"
 	@echo "make nginx-scenarios [ARGS='--duration 8']  files, files-mixed and reuseport, one results dir each"
 	@echo "make openloop [ARGS='--rates 5,10,15,20']   httperf at fixed rates until replies fall behind (the knee)"
@@ -50,6 +52,12 @@ faults: venv system-deps
 
 compare: venv system-deps
 	$(BIN)/python -m bench compare $(ARGS)
+
+tune: venv system-deps
+	$(BIN)/python -m bench tune $(ARGS)
+
+tune-accuracy: venv system-deps
+	$(BIN)/python -m bench.tune.accuracy $(ARGS)
 
 report: venv
 	$(BIN)/python -m bench report $(RESULTS) $(ARGS)

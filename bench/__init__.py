@@ -12,10 +12,13 @@ One pipeline, every experiment kind plugs into it:
        subject.py: the app under test and its traffic (deploy's app options, --request...)
 
     kinds/    compare (closed-loop cells, sweep in closedloop.py), openloop (httperf rate steps),
-              faults (fault experiments): the subcommands of ``python -m bench`` (cli.py);
-              options.py holds the argument validators they share.
+              faults (fault experiments), tune (a budgeted search that recommends a layout): the
+              subcommands of ``python -m bench`` (cli.py); options.py holds the argument
+              validators they share.
+    tune/     tune's pure logic (space, objective, search, stored record and replay) and its
+              accuracy benchmark (``python -m bench.tune.accuracy``).
 
-Add an experiment kind (``tune``, peer servers, ...):
+Add an experiment kind (``tune`` is the latest example):
 
 1. ``bench/kinds/NAME.py``: ``add_arguments(parser)`` (validate with ``bench.options``) and
    ``run(args) -> exit code``: get stacks from ``with Lab() as lab: with lab.stack(spec, **options)``,

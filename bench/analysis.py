@@ -357,43 +357,48 @@ def group_cells(results: Results, scenario: str | None = None) -> list[Group]:
     for sc in scenarios:
         for layout in results.layouts:
             for level in results.levels:
-                cells = sorted((c for c in results.cells if c.scenario == sc and c.layout == layout
-                                and c.concurrency == level), key=lambda c: c.repeat)
-                if not cells:
-                    continue
-                pooled: dict[str, int] = {}
-                for c in cells:
-                    for w, n in c.worker_requests.items():
-                        pooled[w] = pooled.get(w, 0) + n
-                total = sum(pooled.values())
-                cpu = [1000 * sum(c.cpu_s.values()) / c.requests for c in cells if c.requests]
-                extra_keys = sorted({k for c in cells for k, v in c.extra.items() if isinstance(v, (int, float))})
-                out.append(
-                    Group(
-                        scenario=sc,
-                        layout=layout,
-                        concurrency=level,
-                        rps=Stat.of([c.rps for c in cells]),
-                        latency={p: Stat.of([getattr(c.latency_ms, p) for c in cells]) for p in PERCENTILES},
-                        efficiency=Stat.of([c.efficiency for c in cells]),
-                        # Only cells that counted per worker (a peer serving an app without the
-                        # X-Worker-Pid header counts nothing: n/a, not an even 0).
-                        cv=Stat.of([c.balance["cv"] for c in cells if c.worker_requests]),
-                        errors=sum(c.errors.total for c in cells),
-                        requests=sum(c.requests for c in cells),
-                        min_cell_requests=min(c.requests for c in cells),
-                        worker_share={w: n / total for w, n in sorted(pooled.items(), key=lambda kv: int(kv[0]))}
-                        if total else {},
-                        cpu_ms_per_request=Stat.of(cpu),
-                        extra={k: Stat.of([c.extra[k] for c in cells if k in c.extra]) for k in extra_keys},
-                        tails=pooled_tails(cells),
-                        throughput=repeats_interval([c.rps for c in cells]),
-                        inflight=inflight_of(cells),
-                        status=sum_status(cells),
-                        memory=memory_stats(cells),
-                    )
-                )
+                cells = [c for c in results.cells if c.scenario == sc and c.layout == layout and c.concurrency == level]
+                if cells:
+                    out.append(group_of(cells))
     return out
+
+
+def group_of(cells: list[Cell]) -> Group:
+    """One group from its cells: the repeats of one (scenario, layout, concurrency)."""
+    cells = sorted(cells, key=lambda c: c.repeat)
+    first = cells[0]
+    if any((c.scenario, c.layout, c.concurrency) != (first.scenario, first.layout, first.concurrency) for c in cells):
+        raise ValueError("group_of: the cells must share scenario, layout and concurrency")
+    pooled: dict[str, int] = {}
+    for c in cells:
+        for w, n in c.worker_requests.items():
+            pooled[w] = pooled.get(w, 0) + n
+    total = sum(pooled.values())
+    cpu = [1000 * sum(c.cpu_s.values()) / c.requests for c in cells if c.requests]
+    extra_keys = sorted({k for c in cells for k, v in c.extra.items() if isinstance(v, (int, float))})
+    return Group(
+        scenario=first.scenario,
+        layout=first.layout,
+        concurrency=first.concurrency,
+        rps=Stat.of([c.rps for c in cells]),
+        latency={p: Stat.of([getattr(c.latency_ms, p) for c in cells]) for p in PERCENTILES},
+        efficiency=Stat.of([c.efficiency for c in cells]),
+        # Only cells that counted per worker (a peer serving an app without the X-Worker-Pid
+        # header counts nothing: n/a, not an even 0).
+        cv=Stat.of([c.balance["cv"] for c in cells if c.worker_requests]),
+        errors=sum(c.errors.total for c in cells),
+        requests=sum(c.requests for c in cells),
+        min_cell_requests=min(c.requests for c in cells),
+        worker_share={w: n / total for w, n in sorted(pooled.items(), key=lambda kv: int(kv[0]))}
+        if total else {},
+        cpu_ms_per_request=Stat.of(cpu),
+        extra={k: Stat.of([c.extra[k] for c in cells if k in c.extra]) for k in extra_keys},
+        tails=pooled_tails(cells),
+        throughput=repeats_interval([c.rps for c in cells]),
+        inflight=inflight_of(cells),
+        status=sum_status(cells),
+        memory=memory_stats(cells),
+    )
 
 
 def compare_groups(a: Group, b: Group, figure: str = "p99") -> Comparison:

@@ -5,7 +5,7 @@ Every experiment kind saves a ``Results``: its ``kind``, when it was ``created``
 ``workload``, and the kind's records (``KIND_RECORDS`` says which field a kind fills):
 
 - ``cells``  (``Cell``):        closed-loop measurements, one per layout x concurrency x repeat
-                                (compare; tune will fill it too);
+                                (compare, and tune: ``bench.tune.record`` checks its arguments);
 - ``steps``  (``Step``):        open-loop rate steps (openloop);
 - ``faults`` (``FaultRecord``): fault experiments with their checks (faults).
 
@@ -75,13 +75,20 @@ class ResultsError(ValueError):
     """A results file or record that cannot be trusted (bad version, missing field)."""
 
 
-def register_kind(name: str, records: str) -> None:
-    """Let a new experiment kind save ``Results``: ``records`` is the field it fills."""
+# Experiment kind -> a check of its whole Results (e.g. its own arguments), run on creation and load.
+KIND_CHECKS: dict[str, Callable[["Results"], None]] = {}
+
+
+def register_kind(name: str, records: str, check: Callable[["Results"], None] | None = None) -> None:
+    """Let a new experiment kind save ``Results``: ``records`` is the field it fills; ``check``
+    (optional) validates what else the kind stores, raising ResultsError with one line."""
     if records not in RECORD_FIELDS:
         raise ValueError(f"records: must be one of {', '.join(RECORD_FIELDS)}, got {records!r}")
     if KIND_RECORDS.get(name, records) != records:
         raise ValueError(f"kind {name!r} is already registered with {KIND_RECORDS[name]!r}")
     KIND_RECORDS[name] = records
+    if check is not None:
+        KIND_CHECKS[name] = check
 
 
 # --------------------------------------------------------------------------- validation helpers
@@ -592,6 +599,8 @@ class Results:
             object.__setattr__(self, name, tuple(r if isinstance(r, cls) else cls.from_dict(r) for r in records))
         keys = [(c.scenario, *c.key) for c in self.cells]
         _check(len(keys) == len(set(keys)), "cells: a (scenario, layout, concurrency, repeat) appears twice")
+        if self.kind in KIND_CHECKS:
+            KIND_CHECKS[self.kind](self)
 
     @property
     def records(self) -> tuple:

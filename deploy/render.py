@@ -328,7 +328,7 @@ def write_layout(layout: Layout, out_dir: Path | str, check_nginx: bool = True) 
             (staging / name).write_text(text)
         for sub in RUN_SUBDIRS:
             (staging / sub).mkdir(mode=0o750)
-        _check_reachable(layout, out)
+        check_reachable(layout, out)
         _check_listen_address(layout)
         problems = crosscheck(layout, staging)
         if problems:
@@ -384,7 +384,7 @@ def _check_listen_address(layout: Layout) -> None:
                                         f"({exc.strerror}); nginx could not bind it") from None
 
 
-def _check_reachable(layout: Layout, out: Path) -> None:
+def check_reachable(layout: Layout, out: Path) -> None:
     """Under root, the unprivileged run user must reach the run dir and read the app, its
     virtualenv, Python's standard library and the static dirs, or uWSGI dies right after
     dropping privileges."""

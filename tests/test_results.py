@@ -13,6 +13,7 @@ import pytest
 
 from bench.results import (
     FORMAT_VERSION,
+    KIND_CHECKS,
     KIND_RECORDS,
     Cell,
     Check,
@@ -107,14 +108,31 @@ def test_a_kind_holds_only_its_own_records(tmp_path):
 
 def test_register_kind_lets_a_new_kind_save_cells(tmp_path, monkeypatch):
     monkeypatch.setattr("bench.results.KIND_RECORDS", dict(KIND_RECORDS))  # restored afterwards
-    register_kind("tune", "cells")
+    monkeypatch.setattr("bench.results.KIND_CHECKS", dict(KIND_CHECKS))
+    register_kind("sweep2", "cells")
     stored = load(COMPARE_V1)
-    tuned = replace(stored, kind="tune")
-    assert load(tuned.save(tmp_path / "t.json")).kind == "tune"
+    other = replace(stored, kind="sweep2")
+    assert load(other.save(tmp_path / "t.json")).kind == "sweep2"
     with pytest.raises(ValueError, match="already registered"):
-        register_kind("tune", "steps")
+        register_kind("sweep2", "steps")
     with pytest.raises(ValueError, match="records"):
         register_kind("other", "rows")
+
+
+def test_a_kind_check_runs_on_creation_and_load(tmp_path, monkeypatch):
+    monkeypatch.setattr("bench.results.KIND_RECORDS", dict(KIND_RECORDS))
+    monkeypatch.setattr("bench.results.KIND_CHECKS", dict(KIND_CHECKS))
+
+    def needs_budget(results):
+        if "budget" not in results.arguments:
+            raise ResultsError("arguments.budget: missing")
+
+    register_kind("budgeted", "cells", needs_budget)
+    stored = load(COMPARE_V1)
+    path = replace(stored, kind="budgeted", arguments={**stored.arguments, "budget": 1}).save(tmp_path / "b.json")
+    assert load(path).kind == "budgeted"
+    with pytest.raises(ResultsError, match="arguments.budget: missing"):
+        replace(stored, kind="budgeted")
 
 
 # --- the Cell fields prepared for the next work -------------------------------------------------------

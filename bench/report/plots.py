@@ -24,6 +24,7 @@ from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
 
 from bench.analysis import MEMORY_KEY, MIN_RATE_OF_TARGET, NOISY_SPREAD, Group, Stat, group_cells, steady_min  # noqa: E402
 from bench.results import Results, write_atomic  # noqa: E402
+from bench.tune.record import outcome_of  # noqa: E402
 
 FIGSIZE = (9, 5.5)
 DPI = 110
@@ -360,12 +361,61 @@ def plot_reply_rate(results: Results, path: Path | str) -> list[Path]:
         plt.close(fig)
 
 
+def plot_tune(results: Results, path: Path | str) -> list[Path]:
+    """Tune: p99 against throughput for every measured candidate (pooled over its cells, bars: the
+    p99's 95% interval and the throughput's low–high range), marker area proportional to the app
+    server's memory; the chosen one starred, the p99 limit dashed. Up-left is better."""
+    outcome = outcome_of(results)
+    evals = list(outcome.evaluations.values())
+    if not evals:
+        return []
+    fig, ax = plt.subplots(figsize=FIGSIZE)
+    try:
+        memory = [e.memory_mb or 0.0 for e in evals]
+        top = max(memory) or 1.0
+        chosen = outcome.chosen.spec if outcome.chosen else None
+        for stage in (1, 2, 3):
+            mine = [e for e in evals if outcome.states[e.spec].reached == stage]
+            if not mine:
+                continue
+            xs, ys = [e.rps.value for e in mine], [e.p99.value for e in mine]
+            ax.errorbar(xs, ys,
+                        xerr=[[e.rps.value - e.rps.low for e in mine], [e.rps.high - e.rps.value for e in mine]],
+                        yerr=[[e.p99.value - e.p99.low for e in mine], [e.p99.high - e.p99.value for e in mine]],
+                        fmt="none", ecolor=f"C{stage - 1}", alpha=0.35, linewidth=1)
+            ax.scatter(xs, ys, s=[40 + 360 * (e.memory_mb or 0.0) / top for e in mine], color=f"C{stage - 1}",
+                       alpha=0.6, edgecolors="black", linewidths=0.5,
+                       label=f"reached stage {stage} ({'screen narrow final'.split()[stage - 1]})")
+            for e in mine:
+                ax.annotate(e.spec, (e.rps.value, e.p99.value), xytext=(5, 4), textcoords="offset points", fontsize=7)
+        if chosen:
+            e = outcome.evaluations[chosen]
+            ax.scatter([e.rps.value], [e.p99.value], marker="*", s=420, color="gold", edgecolors="black", zorder=5,
+                       label=f"chosen: {chosen}")
+        limit = outcome.inputs.objective.p99_ms
+        if limit is not None:
+            ax.axhline(limit, color="red", linestyle="--", linewidth=1, label=f"p99 limit {limit:g} ms")
+        ax.set_xlim(left=0)
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("throughput (requests/s, median of the candidate's cells)")
+        ax.set_ylabel("p99 latency (ms, pooled over its cells)")
+        ax.set_title(f"Tune: p99 vs throughput at {outcome.inputs.objective.concurrency} concurrent requests, scenario "
+                     f"'{results.arguments.get('scenario')}'\nmarker area: memory (PSS, largest {top:.0f} MB); bars: "
+                     "p99 95% interval, throughput low–high", fontsize=11)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8, loc="best")
+        return [_save(fig, Path(path))]
+    finally:
+        plt.close(fig)
+
+
 # Results kind -> file stem -> plot function; the order is the order of the plots in the Markdown report.
 PLOTS: dict[str, dict[str, Callable[[Results, Path], list[Path]]]] = {
     "compare": {"throughput": plot_throughput, "p99": plot_p99, "worker-share": plot_worker_share,
                 "inflight": plot_inflight, "memory": plot_memory},
     "openloop": {"reply-rate": plot_reply_rate},
     "faults": {},
+    "tune": {"p99-throughput": plot_tune},
 }
 
 
@@ -374,6 +424,8 @@ def plot_file_names(results: Results) -> list[str]:
     stems = PLOTS.get(results.kind, {})
     if results.kind == "openloop":
         return [f"{stem}.png" for stem in stems] if results.steps else []
+    if results.kind == "tune":
+        return [f"{stem}.png" for stem in stems] if results.cells else []
     stems = [stem for stem in stems if stem != "memory" or any(c.memory for c in results.cells)]
     return [p.name for stem in stems for sc, p in scenario_paths(results, Path(f"{stem}.png"))
             if stem != "inflight" or has_inflight(results, sc)]

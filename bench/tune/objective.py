@@ -1,0 +1,229 @@
+"""The objective ``bench tune`` optimises, how one candidate is judged against it, and the tie rule.
+
+Objective: the highest throughput at the production concurrency N, subject to
+  * p99 <= --p99-ms: the pooled p99 of the candidate's healthy requests at N (its repeats'
+    latency histograms pooled, ``bench.analysis.pooled_tails``), and under a stall too when one is
+    asked for. The decision uses the pooled p99 itself (the point estimate): its 95% interval is
+    shown, and a candidate whose interval straddles the limit is marked borderline. Screening
+    (dropping a candidate before the last stage) needs the whole interval above the limit.
+  * app-server memory <= --memory-mb: the PSS of the server's process tree after load (master
+    and workers), median over the repeats;
+  * no failed request: wrk's errors (connect, read, write, timeout), answers other than 2xx, and
+    failed stalled requests all disqualify.
+Ties: candidates whose throughput is within noise of the best (``bench.analysis.compare_groups``:
+their intervals overlap) are tied; the tie goes to less memory (within max(1 MB, 2%)), then
+fewer processes, then fewer threads, then the higher median throughput.
+Pure functions of ``Group``s: nothing is timed here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench.analysis import Comparison, Group, Interval, compare_groups, group_of
+from bench.results import Cell
+from bench.tune.space import Candidate
+
+MEMORY_TIE_MB = 1.0
+MEMORY_TIE_SHARE = 0.02
+
+
+def server_pss(memory: dict) -> float | None:
+    """The app server tree's PSS from a cell's (or group's) memory record, whatever the server
+    is called (``uwsgi_pss_mb``; a peer's own prefix): the ``*_pss_mb`` figure that is neither
+    nginx's nor the per-worker one."""
+    for key in ("uwsgi_pss_mb", "app_pss_mb"):
+        if key in memory:
+            return _value(memory[key])
+    for key, value in memory.items():
+        if key.endswith("_pss_mb") and key not in ("nginx_pss_mb", "worker_pss_mb"):
+            return _value(value)
+    return None
+
+
+def _value(x) -> float | None:
+    if isinstance(x, dict):
+        return None
+    return float(getattr(x, "median", x))
+
+
+@dataclass(frozen=True)
+class Objective:
+    concurrency: int
+    p99_ms: float | None = None
+    memory_mb: float | None = None
+    stall_share: float = 0.0
+    stall_ms: int = 0
+    server_label: str = "uWSGI"  # whose memory the limit is about, for the words
+
+    def words(self) -> str:
+        """The objective in one sentence."""
+        limits = []
+        if self.p99_ms is not None:
+            limits.append(f"p99 <= {self.p99_ms:g} ms")
+        if self.memory_mb is not None:
+            limits.append(f"<= {self.memory_mb:g} MB of {self.server_label} PSS")
+        text = f"highest throughput at {self.concurrency} concurrent requests"
+        if limits:
+            text += " with " + " and ".join(limits)
+        if self.stall_share:
+            text += (f", also while {self.stall_share:.0%} of requests stall {self.stall_ms} ms (healthy requests' "
+                     "p99 and no errors under the stall)")
+        return (text + "; no failed or non-2xx requests; ties (throughput within noise) go to less memory, then "
+                "fewer processes")
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One candidate against the objective, from its steady group (and its stall group)."""
+
+    candidate: Candidate
+    steady: Group
+    stall: Group | None
+    memory_mb: float | None
+    errors: int  # failed + non-2xx requests, steady and stall, stalled requests included
+    misses: tuple[str, ...]  # by the point figures: what the decision uses
+    sure_misses: tuple[str, ...]  # beyond noise: what screening drops on
+    violation: float  # how far from meeting: max over the limits of measured / limit (<= 1 meets)
+    borderline: bool  # a p99 interval straddles the limit
+
+    @property
+    def spec(self) -> str:
+        return self.candidate.spec
+
+    @property
+    def meets(self) -> bool:
+        return not self.misses
+
+    @property
+    def rps(self) -> Interval:
+        return self.steady.throughput
+
+    @property
+    def p99(self) -> Interval:
+        return self.steady.tails.p99
+
+    @property
+    def repeats(self) -> int:
+        return self.steady.rps.n
+
+
+def evaluate(candidate: Candidate, steady_cells: list[Cell], stall_cells: list[Cell], objective: Objective
+             ) -> Evaluation:
+    """``candidate`` judged on its cells at the concurrency: steady ones, and under the stall (if any)."""
+    steady = group_of(steady_cells)
+    stall = group_of(stall_cells) if stall_cells else None
+    stalled_errors = sum(int(c.extra.get("stalled_errors", 0)) for c in stall_cells)
+    misses: list[str] = []
+    sure: list[str] = []
+    violation = 0.0
+    borderline = False
+    errors = 0
+    for label, group in (("", steady), ("under the stall: ", stall)):
+        if group is None:
+            continue
+        failed = group.errors + group.non_2xx + (stalled_errors if group is stall else 0)
+        errors += failed
+        if failed:
+            text = f"{label}{failed} failed or non-2xx request{'s' if failed > 1 else ''}"
+            misses.append(text)
+            sure.append(text)
+            violation = max(violation, 1 + failed / max(group.requests, 1))
+        if objective.p99_ms is not None:
+            p99 = group.tails.p99
+            ratio = p99.value / objective.p99_ms
+            violation = max(violation, ratio)
+            text = f"{label}p99 {p99.value:.0f} ms ({p99.low:.0f}–{p99.high:.0f}) > {objective.p99_ms:g} ms"
+            if p99.value > objective.p99_ms:
+                misses.append(text)
+            if p99.low > objective.p99_ms:
+                sure.append(text + ", beyond noise")
+            if p99.low <= objective.p99_ms < p99.high:
+                borderline = True
+    memory = max((m for m in (server_pss(g.memory) for g in (steady, stall) if g is not None) if m is not None),
+                 default=None)
+    if objective.memory_mb is not None and memory is not None:
+        violation = max(violation, memory / objective.memory_mb)
+        if memory > objective.memory_mb:
+            text = f"memory {memory:.1f} MB > {objective.memory_mb:g} MB"
+            misses.append(text)
+            sure.append(text)
+    return Evaluation(candidate, steady, stall, memory, errors, tuple(misses), tuple(sure), violation, borderline)
+
+
+def by_rank(evaluations: list[Evaluation]) -> list[Evaluation]:
+    """Those that meet the objective by median throughput (highest first), then the others by how
+    close they come (smallest violation first)."""
+    meets = sorted((e for e in evaluations if e.meets), key=lambda e: (-e.rps.value, e.spec))
+    others = sorted((e for e in evaluations if not e.meets), key=lambda e: (e.violation, -e.rps.value, e.spec))
+    return meets + others
+
+
+def memory_tolerance(mb: float) -> float:
+    return max(MEMORY_TIE_MB, MEMORY_TIE_SHARE * mb)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The choice among evaluated finalists. ``chosen`` None: none meets the objective
+    (``closest`` is the nearest miss). ``tied``: the candidates within noise of the best
+    throughput. ``runner_up`` and ``why``: the next best and why it lost."""
+
+    chosen: Evaluation | None
+    closest: Evaluation | None
+    tied: tuple[Evaluation, ...]
+    leader: Evaluation | None  # the highest median throughput among those that meet
+    runner_up: Evaluation | None
+    why: str
+    order: tuple[Evaluation, ...]  # every finalist, best first
+
+
+def tie_key(e: Evaluation, least_memory: float) -> tuple:
+    """Within the tie: memory within tolerance of the least counts as least; then fewer
+    processes, fewer threads, higher throughput."""
+    heavier = e.memory_mb is not None and e.memory_mb > least_memory + memory_tolerance(least_memory)
+    return (heavier, e.memory_mb if heavier else 0.0, e.candidate.processes, e.candidate.threads, -e.rps.value,
+            e.spec)
+
+
+def decide(evaluations: list[Evaluation]) -> Decision:
+    ranked = by_rank(evaluations)
+    meets = [e for e in ranked if e.meets]
+    if not meets:
+        closest = ranked[0] if ranked else None
+        return Decision(None, closest, (), None, None, "no candidate meets the objective", tuple(ranked))
+    leader = meets[0]
+    tied = [leader] + [e for e in meets[1:] if rps_comparison(e, leader).outcome == "within noise"]
+    least = min((e.memory_mb for e in tied if e.memory_mb is not None), default=0.0)
+    tied.sort(key=lambda e: tie_key(e, least))
+    chosen = tied[0]
+    rest = [e for e in tied[1:]] + [e for e in ranked if e not in tied]
+    order = (chosen, *rest)
+    runner_up = rest[0] if rest else None
+    return Decision(chosen, chosen, tuple(tied), leader, runner_up, why_lost(runner_up, chosen, tied, least)
+                    if runner_up else "no other candidate reached the last stage", order)
+
+
+def rps_comparison(a: Evaluation, b: Evaluation) -> Comparison:
+    return compare_groups(a.steady, b.steady, "rps")
+
+
+def why_lost(loser: Evaluation, chosen: Evaluation, tied: list[Evaluation], least: float) -> str:
+    """One line: why ``loser`` was not chosen over ``chosen``."""
+    if not loser.meets:
+        return "misses the objective: " + "; ".join(loser.misses)
+    ratio = rps_comparison(loser, chosen)
+    if loser not in tied:
+        return f"lower throughput beyond noise: {ratio.text()} of {chosen.spec}'s"
+    mem_l, mem_c = loser.memory_mb, chosen.memory_mb
+    if mem_l is not None and mem_c is not None and mem_l > least + memory_tolerance(least):
+        return (f"tied on throughput ({ratio.text()}, within noise) and uses more memory: {mem_l:.1f} vs "
+                f"{mem_c:.1f} MB")
+    if loser.candidate.processes > chosen.candidate.processes:
+        return (f"tied on throughput ({ratio.text()}, within noise) and memory (within "
+                f"{memory_tolerance(least):.1f} MB), with more processes: {loser.candidate.processes} vs "
+                f"{chosen.candidate.processes}")
+    if loser.candidate.threads > chosen.candidate.threads:
+        return (f"tied on throughput ({ratio.text()}), memory and processes, with more threads: "
+                f"{loser.candidate.threads} vs {chosen.candidate.threads}")
+    return f"tied on throughput ({ratio.text()}), memory, processes and threads; lower median throughput"

@@ -1,0 +1,143 @@
+"""A real, short `python -m bench tune`: the demo app, real nginx, uWSGI and wrk, a one-minute
+budget; then `python -m deploy run` serves the recommended layout and real HTTP goes through
+nginx. And the lab-only stall middleware around a real third-party app (the Flask shop).
+
+Checks behaviour (stages, files, the budget kept, the recommended files served), never which
+layout wins or a throughput figure: those are measured by `make tune-accuracy`.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.kinds import tune as kind
+from bench.stack import Lab
+from tests.integration.support import kill_run, start_deploy_run
+from tests.integration.test_compare import bench_processes
+from tests.integration.test_yourapp import wait_serving
+from tests.tunefakes import tune_args
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BUDGET_MIN = 1.0
+
+
+def test_tune_end_to_end_then_deploy_run_serves_the_recommendation(tmp_run_dir, tmp_path, free_ports,
+                                                                     leftover_processes):
+    out = tmp_run_dir / "tune"  # the run user (www-data under root) must reach out/recommended
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "bench", "tune", "--concurrency", "2", "--budget", str(BUDGET_MIN),
+                           "--strategies", "mapped,shared", "--max-processes", "2", "--threads", "1,2,4",
+                           "--out", str(out)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=200)
+    took = time.monotonic() - start
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not bench_processes(), "tune left processes running"
+    # the progress line: stage, best so far, ETAs
+    assert re.search(r"\[stage 1 screen 1/\d+\] \S+ r1 \d+ s: [\d.]+ req/s p99 \d+ ms \| best so far \S+ ",
+                     proc.stderr), proc.stderr[-2000:]
+    data = json.loads((out / "results.json").read_text())
+    assert data["kind"] == "tune" and data["format_version"] == 2 and data["arguments"]["complete"] is True
+    rec = data["arguments"]["tune"]
+    blocks = rec["blocks"]
+    assert {b["stage"] for b in blocks} >= {1, 2} and blocks[0]["stage"] == 1
+    assert len({b["spec"] for b in blocks if b["stage"] == 1}) == 5  # 12 in the space, 7 pruned
+    for cell in data["cells"]:
+        assert cell["concurrency"] == 2 and cell["errors"]["total"] == 0 and cell["requests"] > 0
+        assert cell["memory"]["uwsgi_pss_mb"] > 0 and cell["histogram"]
+    # the budget, kept within 10% (pre-flights to the last save; the report and plots follow)
+    assert rec["wall_s"] <= 1.1 * BUDGET_MIN * 60, rec["wall_s"]
+    assert took <= 1.1 * BUDGET_MIN * 60 + 20, took  # + interpreter start and the report's plots
+    chosen = rec["decision"]["chosen"]
+    assert chosen and f"RECOMMENDATION: {chosen}: " in proc.stdout
+    for name in ("report.md", "report.txt", "p99-throughput.png"):
+        assert (out / name).stat().st_size > 0, name
+    recommended = out / "recommended"
+    for name in ("nginx.conf", "uwsgi.ini", "layout.json", "RUN.md", "bundle/INSTALL.md", "bundle/bundle.json"):
+        assert (recommended / name).is_file(), name
+    assert rec["recommended"]["layout"] == chosen
+    assert json.loads((recommended / "layout.json").read_text())["name"] == chosen
+    assert "python -m deploy install" in proc.stdout and "--dry-run" in proc.stdout
+    # the same report from the stored JSON alone
+    again = subprocess.run([sys.executable, "-m", "bench", "report", str(out / "results.json"), "--out",
+                            str(tmp_path / "again")], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "again" / "report.txt").read_text() == (out / "report.txt").read_text()
+
+    # `deploy run` serves the recommendation: the run command of RUN.md, on free ports (the
+    # recommended files use render's defaults, 8000/5000/9191, which others may hold on a
+    # shared machine). It renders into the same directory: the files must not change but for
+    # the ports.
+    before = {n: (recommended / n).read_text() for n in ("nginx.conf", "uwsgi.ini")}
+    layout_before = json.loads((recommended / "layout.json").read_text())
+    serve = re.search(r"python -m deploy run (.+)", (recommended / "RUN.md").read_text())[1].split()
+    assert serve[0] == chosen and serve[-2:] == ["--run-dir", str(recommended.resolve())]
+    n_sockets = len(layout_before["sockets"])
+    ports = free_ports(n_sockets + 2)
+    listen, stats = ports[n_sockets], ports[n_sockets + 1]
+    run = start_deploy_run(*serve, "--listen", f"127.0.0.1:{listen}", "--base-port", str(ports[0]),
+                           "--stats-port", str(stats), "--for", "120", log_dir=tmp_path)
+    try:
+        wait_serving(run, listen, tmp_path)
+        conn = http.client.HTTPConnection("127.0.0.1", listen, timeout=20)
+        conn.request("GET", "/?rounds=1&fib=5&io_ms=1")
+        resp = conn.getresponse()
+        body = resp.read()
+        assert resp.status == 200 and body.startswith(b"Hello, world"), (resp.status, body[:100])
+        assert resp.getheader("X-Worker-Id")
+        conn.close()
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(timeout=30) == 0, (tmp_path / "run.err").read_text()
+    finally:
+        kill_run(run)
+    assert leftover_processes([str(recommended)], timeout=5) == []
+    layout_after = json.loads((recommended / "layout.json").read_text())
+    for key in ("processes", "threads", "strategy", "app", "app_dir", "virtualenv", "transport"):
+        assert layout_after[key] == layout_before[key], key
+    def ports_of(layout: dict) -> list[str]:
+        base, n = layout["base_port"], len(layout["sockets"])
+        return [str(base + i) for i in range(n)] + [layout["listen"].rpartition(":")[2], str(layout["stats_port"])]
+
+    old_ports, new_ports = ports_of(layout_before), ports_of(layout_after)
+    assert new_ports[-2:] == [str(listen), str(stats)] and old_ports[-2:] == ["8000", "9191"]
+    for name, text in before.items():
+        after = (recommended / name).read_text()
+        for old, new in zip(old_ports, new_ports, strict=True):
+            after = after.replace(new, old)
+        assert after == text, name
+
+
+def test_the_lab_stall_middleware_wraps_a_real_app(flask_app, run_dirs):
+    """The Flask shop behind the lab-only middleware: its own requests answered by Flask, the
+    stall request held and answered by the middleware, through real nginx and uWSGI."""
+    config = kind.config_from_args(tune_args(app=flask_app.app, app_dir=str(flask_app.app_dir),
+                                             virtualenv=str(flask_app.venv), request=["GET /api/items"],
+                                             stall_share="0.05", stall_ms="500"))
+    assert config.middleware and config.options["app"] == flask_app.app  # the recommended files get the app itself
+    with Lab(new_dir=run_dirs) as lab:
+        options = kind.lab_options(lab, config.options)
+        assert options["app"] == "ul_tune_stall:application"
+        assert f"UL_TUNE_APP={flask_app.app}" in options["env"]
+        lines = kind.preflight_lab(lab, "1x2-shared", options, config)
+        assert lines[0] == "pre-flight: 1 distinct requests answered 200 through nginx"
+        assert "lab-only middleware" in lines[1]
+        with lab.stack("1x2-shared", **options) as stack:
+            layout = stack.layout
+            conn = http.client.HTTPConnection(layout.listen_host, layout.listen_port, timeout=20)
+            start = time.monotonic()
+            conn.request("GET", "/?ul_tune_stall_ms=300")
+            resp = conn.getresponse()
+            assert resp.status == 200 and resp.read() == b"stalled\n" and time.monotonic() - start >= 0.3
+            conn.request("GET", "/api/items")
+            resp = conn.getresponse()
+            assert resp.status == 200 and [i["name"] for i in json.loads(resp.read())] == ["teapot", "cup"]
+            conn.close()
