@@ -70,8 +70,9 @@ WARMUP_S = 1.0
 STALL_APP = PROJECT_ROOT / "app" / "tune_stall.py"
 STALL_MODULE = "ul_tune_stall"
 RECOMMENDED = "recommended"
-# Servers whose cells bench can measure (CPU, memory and per-worker counts read from the stack).
-MEASURED_SERVERS = ("uwsgi",)
+# Servers whose cells bench can measure (CPU and memory of the server's tree; per-worker counts
+# from uWSGI's stats server or, for the peers, the X-Worker-Pid answers wrk counted).
+MEASURED_SERVERS = ("uwsgi", "gunicorn", "granian")
 
 
 # --------------------------------------------------------------------------- arguments

@@ -53,7 +53,7 @@ def test_tune_end_to_end_then_deploy_run_serves_the_recommendation(tmp_run_dir, 
     assert len({b["spec"] for b in blocks if b["stage"] == 1}) == 5  # 12 in the space, 7 pruned
     for cell in data["cells"]:
         assert cell["concurrency"] == 2 and cell["errors"]["total"] == 0 and cell["requests"] > 0
-        assert cell["memory"]["uwsgi_pss_mb"] > 0 and cell["histogram"]
+        assert cell["memory"]["app_pss_mb"] > 0 and cell["histogram"]
     # the budget, kept within 10% (pre-flights to the last save; the report and plots follow)
     assert rec["wall_s"] <= 1.1 * BUDGET_MIN * 60, rec["wall_s"]
     assert took <= 1.1 * BUDGET_MIN * 60 + 20, took  # + interpreter start and the report's plots
@@ -141,3 +141,27 @@ def test_the_lab_stall_middleware_wraps_a_real_app(flask_app, run_dirs):
             resp = conn.getresponse()
             assert resp.status == 200 and [i["name"] for i in json.loads(resp.read())] == ["teapot", "cup"]
             conn.close()
+
+
+def test_tune_searches_a_peer_and_recommends_it_without_a_bundle(tmp_run_dir, leftover_processes):
+    """gunicorn alone in the space: its cells are measured (memory of gunicorn's tree, requests
+    per worker from the X-Worker-Pid answers), and the recommendation is rendered for `deploy
+    run` with no production bundle (bundles ship uWSGI)."""
+    out = tmp_run_dir / "tune-peer"
+    proc = subprocess.run([sys.executable, "-m", "bench", "tune", "--concurrency", "2", "--budget", str(BUDGET_MIN),
+                           "--strategies", "gunicorn", "--max-processes", "2", "--threads", "1,2",
+                           "--out", str(out)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not bench_processes(), "tune left processes running"
+    data = json.loads((out / "results.json").read_text())
+    assert data["cells"]
+    for cell in data["cells"]:
+        assert cell["layout"].endswith("-gunicorn") and cell["errors"]["total"] == 0
+        assert cell["memory"]["app_pss_mb"] > 0 and cell["cpu_s"]["app"] > 0
+        assert sum(cell["worker_requests"].values()) > 0
+    chosen = data["arguments"]["tune"]["decision"]["chosen"]
+    assert chosen.endswith("-gunicorn") and f"RECOMMENDATION: {chosen}: " in proc.stdout
+    recommended = out / "recommended"
+    assert (recommended / "gunicorn.conf.py").is_file() and (recommended / "RUN.md").is_file()
+    assert not (recommended / "bundle").exists() and not (recommended / "uwsgi.ini").exists()
+    assert leftover_processes([str(out)], timeout=5) == []

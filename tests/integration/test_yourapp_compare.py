@@ -53,13 +53,13 @@ def test_compare_measures_the_flask_app_with_memory_and_status(flask_app, tmp_pa
         assert set(workers) == {"1", "2"} and all(n > 0 for n in workers.values())
         assert abs(sum(workers.values()) - cell["requests"]) <= 2 * cell["concurrency"]
         mem = cell["memory"]
-        assert set(mem) == {"uwsgi_pss_mb", "uwsgi_uss_mb", "uwsgi_rss_mb", "nginx_pss_mb", "worker_pss_mb"}
-        assert 0 < mem["uwsgi_uss_mb"] <= mem["uwsgi_pss_mb"] < mem["uwsgi_rss_mb"]
+        assert set(mem) == {"app_pss_mb", "app_uss_mb", "app_rss_mb", "nginx_pss_mb", "worker_pss_mb"}
+        assert 0 < mem["app_uss_mb"] <= mem["app_pss_mb"] < mem["app_rss_mb"]
         assert set(mem["worker_pss_mb"]) == {"1", "2"}
         # Flask loaded in each worker (lazy-apps): a worker holds megabytes, the master holds the rest
-        assert all(5 < w < mem["uwsgi_pss_mb"] for w in mem["worker_pss_mb"].values())
-        assert sum(mem["worker_pss_mb"].values()) < mem["uwsgi_pss_mb"]
-        assert 0 < mem["nginx_pss_mb"] < mem["uwsgi_pss_mb"]
+        assert all(5 < w < mem["app_pss_mb"] for w in mem["worker_pss_mb"].values())
+        assert sum(mem["worker_pss_mb"].values()) < mem["app_pss_mb"]
+        assert 0 < mem["nginx_pss_mb"] < mem["app_pss_mb"]
     report = (out / "report.md").read_text()
     assert "## What was measured" in report and str(flask_app.venv) in report and "## Memory" in report
     assert "Verdict" not in report and "fib" not in report
