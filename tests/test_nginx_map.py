@@ -255,3 +255,37 @@ def test_a_data_set_without_its_map_is_refused(make_layout, dataset):
     with pytest.raises(LayoutError) as info:
         make_layout("2x4-mapped", data_dir=str(dataset))
     assert info.value.field == "data_dir" and "--map-only" in str(info.value)
+
+
+# --- the scale report, from a SYNTHETIC run ------------------------------------------------------
+
+
+def test_mapscale_report_from_a_synthetic_run():
+    from bench import mapscale
+
+    def run(ids, repeat, start_s, pss):  # SYNTHETIC figures, never measured
+        return {"ids": ids, "repeat": repeat, "index_s": 0.1, "map_s": 0.05 * repeat, "map_mb": ids * 33e-6,
+                "max_size": 10002, "bucket_size": 64, "table_size": 9002, "hash_mb": 0.5, "nginx_t_s": 0.02,
+                "nginx_t_clean": repeat != 3 or ids == 10, "start_s": start_s, "pss_mb": pss, "rss_mb": 2 * pss,
+                "processes": 2}
+
+    data = {"environment": {"nginx": "nginx/1.22.1", "nproc": 2, "cpu_model": "x", "loadavg_at_start": [1.0, 2.0]},
+            "arguments": {"workers": 1},
+            "runs": [run(ids, r, 0.1 * r, 5.0 + r) for r in (1, 2, 3) for ids in (10, 10_000)]}
+    md = mapscale.report_lines(data, markdown=True)
+    rows = [x for x in md if x.startswith("| 10")]
+    assert rows[0].startswith("| 10 |") and rows[1].startswith("| 10,000 |")
+    assert "0.20 (0.10–0.30) s ~" in rows[1] and "7.00 (6.00–8.00) MB" in rows[1]
+    assert rows[0].endswith("| yes | 3 |") and rows[1].endswith("| NO | 3 |")  # one run's nginx -t warned
+    assert any("1 nginx worker(s)" in x for x in md)
+
+
+@pytest.mark.parametrize("argv,field", [(["--counts", "0"], "counts"), (["--counts", "x"], "counts"),
+                                        (["--repeats", "0"], "repeats"), (["--workers", "99"], "workers")])
+def test_mapscale_refuses_bad_arguments_in_one_line(tmp_path, capsys, argv, field):
+    from bench import mapscale
+
+    assert mapscale.main([*argv, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {field}:"), err
+    assert not (tmp_path / "o").exists()

@@ -261,13 +261,14 @@ def test_no_sections_without_nginx_scenarios():
 
 
 def synthetic_with_nginx_tier() -> Results:
-    """SYNTHETIC: the run above plus made-up files-nginx cells (6x app-streamed, repeat by repeat)
-    and files-mixed cells with open_file_cache on."""
+    """SYNTHETIC: the run above plus made-up files-nginx cells (6x app-streamed's throughput and 8x
+    its CPU capacity, repeat by repeat) and files-mixed cells with open_file_cache on."""
     res = synthetic_results()
     extra = []
     for c in res.cells:
         if c.scenario == "files-app":
-            extra.append(Cell.from_dict(c.to_dict() | {"scenario": "files-nginx", "rps": c.rps * 6}))
+            extra.append(Cell.from_dict(c.to_dict() | {"scenario": "files-nginx", "rps": c.rps * 6,
+                                                         "capacity_rps": c.capacity_rps * 8}))
         if c.scenario == "files-mixed":
             layout = c.layout + ",open_file_cache=on"
             extra.append(Cell.from_dict(c.to_dict() | {"layout": layout, "extra": c.extra | {
@@ -302,3 +303,9 @@ def test_mixed_section_pairs_open_file_cache_off_and_on():
     assert "hot-file p99 with open_file_cache on / off (aio=threads): 0.50x" in text
     assert "hot-file p99 with aio threads / aio off (open_file_cache=on): 0.20x" in text
     assert "| 2x4-mapped@aio=threads,open_file_cache=on | threads | on |" in text
+
+
+def test_target_notes_carry_the_cpu_capacity_ratio():
+    text = "\n".join(nr.files_section(synthetic_with_nginx_tier(), markdown=True))
+    assert "By CPU cost per request (capacity: cores / CPU-seconds of uWSGI + nginx + wrk per request, what an" \
+           " idle machine would allow): 8.00x (8.00–8.00)." in text

@@ -135,10 +135,15 @@ def _emit(title: str, intro: list[str], blocks: list[tuple[str, list[str], list[
 # --------------------------------------------------------------------------- files
 
 
-def _target_note(ratio: Stat, p99: Stat, what: str, target: float) -> str:
+def _target_note(ratio: Stat, p99: Stat, capacity: Stat, what: str, target: float) -> str:
     verdict = "pass" if ratio.median >= target else f"MISS (short by {target - ratio.median:.2f}x)"
-    return f"{what} / app-streamed throughput: {_x(ratio)}; target >= {target:g}x: {verdict}. p99 {what} / " \
+    text = f"{what} / app-streamed throughput: {_x(ratio)}; target >= {target:g}x: {verdict}. p99 {what} / " \
            f"app-streamed: {_x(p99)}."
+    if capacity.n:
+        # CPU-seconds per request barely move when other work takes the cores; throughput does.
+        text += (f" By CPU cost per request (capacity: cores / CPU-seconds of uWSGI + nginx + wrk per request, "
+                 f"what an idle machine would allow): {_x(capacity)}.")
+    return text
 
 
 def files_section(results: Results, markdown: bool = False) -> list[str]:
@@ -171,7 +176,8 @@ def files_section(results: Results, markdown: bool = False) -> list[str]:
                 if sc in cells and app:
                     ratio = paired(cells[sc], app, rps)
                     if ratio.n:
-                        notes.append(_target_note(ratio, paired(cells[sc], app, p99), what, target))
+                        capacity = paired(cells[sc], app, lambda c: c.capacity_rps or None)
+                        notes.append(_target_note(ratio, paired(cells[sc], app, p99), capacity, what, target))
             for top, bottom, why in (("files-nginx", "files-accel", "what the app's id lookup costs per request, "
                                       "by id"),
                                      ("files-static", "files-nginx", "what nginx's own id lookup costs"),
