@@ -8,7 +8,7 @@ LAYOUT ?= 2x4-mapped
 OUT    ?= build/$(LAYOUT)
 ARGS   ?=
 
-.PHONY: help venv system-deps render run reload faults compare tune tune-accuracy report dataset nginx-scenarios openloop sampler-cost test test-unit test-integration lint clean
+.PHONY: help venv system-deps render run reload faults compare tune tune-accuracy report dataset nginx-scenarios map-scale openloop sampler-cost test test-unit test-integration lint clean
 
 help:
 	@echo "make compare            compare layouts with wrk (the main job; ARGS='--duration 10' etc.)"
@@ -22,6 +22,7 @@ help:
 	@echo "make report RESULTS=results/.../results.json   re-render a stored run (compare, openloop, faults or tune)"
 	@echo "make dataset [ARGS='--small-count 10000']  the file set for the file-offload scenarios"
 	@echo "make nginx-scenarios [ARGS='--duration 8']  files, files-mixed and reuseport, one results dir each"
+	@echo "make map-scale [ARGS='--counts 10000,1000000 --repeats 3']  nginx's id map: build, start, memory"
 	@echo "make openloop [ARGS='--rates 5,10,15,20']   httperf at fixed rates until replies fall behind (the knee)"
 	@echo "make sampler-cost [ARGS='--pairs 12']       throughput with and without the in-flight sampler, interleaved"
 
@@ -69,6 +70,9 @@ nginx-scenarios: venv system-deps
 	$(BIN)/python -m bench compare --scenario files $(ARGS)
 	$(BIN)/python -m bench compare --scenario files-mixed $(ARGS)
 	$(BIN)/python -m bench compare --scenario reuseport $(ARGS)
+
+map-scale: venv system-deps
+	$(BIN)/python -m bench.mapscale $(ARGS)
 
 openloop: venv system-deps
 	$(BIN)/python -m bench openloop $(ARGS)

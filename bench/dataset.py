@@ -15,6 +15,12 @@ is built in a temporary sibling directory and renamed into place: a reader sees 
 data set, no data set, or the complete new one, never half of one. Re-running with the
 same parameters is a no-op when every file is present with its size.
 
+Beside index.json, ``nginx-files.map`` and ``nginx-files.json`` (``deploy.nginx_map``): the
+same id -> path pairs as an nginx ``map`` include and the hash sizes nginx needs for them, so
+nginx can resolve ids itself (``/nfiles/<id>``). They are written with the data set and
+rewritten whenever it is (or when they are missing or were made from other parameters), so
+the map always matches the index.
+
 ``evict(root)`` asks the kernel to drop the data set's pages from the page cache
 (``posix_fadvise(POSIX_FADV_DONTNEED)``, no root needed), and ``residency(paths)`` /
 ``resident_fraction(paths)`` measure how much of it is cached (``mmap`` + ``mincore``),
@@ -42,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.files import FILES_SUBDIR, FORMAT_VERSION, INDEX_NAME, valid_id, valid_rel_path
+from deploy import nginx_map
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_ROOT = PROJECT_ROOT / "build" / "dataset"
@@ -246,7 +253,7 @@ def ensure_dataset(root: Path = DEFAULT_ROOT, small_count: int = 10_000, small_s
     wanted = build_index(root, **params)
     existing = read_index(root)
     if existing is not None and existing.params() == wanted.params() and is_complete(existing):
-        return existing, False
+        return existing, ensure_map(existing)
     _check_root(root)
     root.parent.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(root.parent).free
@@ -260,6 +267,7 @@ def ensure_dataset(root: Path = DEFAULT_ROOT, small_count: int = 10_000, small_s
         for file_id, rel in wanted.files.items():
             _write_file(files_dir / rel, seed, file_id, wanted.sizes[file_id])
         (staging / INDEX_NAME).write_text(json.dumps(wanted.to_json(), indent=1) + "\n", encoding="utf-8")
+        write_map(staging, wanted)
         # mkdtemp made the staging directory 0700: nginx workers (www-data) must read it.
         for dirpath, _dirnames, filenames in os.walk(staging):
             os.chmod(dirpath, 0o755)
@@ -270,6 +278,25 @@ def ensure_dataset(root: Path = DEFAULT_ROOT, small_count: int = 10_000, small_s
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return wanted, True
+
+
+def map_source(index: Index) -> dict:
+    """What a data set's nginx map is made from: the index format and its parameters."""
+    return {"index_format_version": FORMAT_VERSION, **index.params()}
+
+
+def write_map(root: Path, index: Index) -> nginx_map.MapFacts:
+    """The nginx map of ``index`` (and its hash sizes) into ``root``, replacing any there."""
+    return nginx_map.write_map(root, index.files, map_source(index),
+                               check=lambda i, rel: valid_id(i) and valid_rel_path(rel))
+
+
+def ensure_map(index: Index) -> bool:
+    """Write the data set's nginx map unless a current one is there; True if written."""
+    if nginx_map.map_is_current(index.root, map_source(index)):
+        return False
+    write_map(index.root, index)
+    return True
 
 
 def _swap_into_place(staging: Path, root: Path) -> None:
@@ -474,6 +501,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--large-size", default=str(4 * 1024 * 1024), help="bytes per large file (default 4 MiB)")
     p.add_argument("--seed", default="0", help="content seed (default 0)")
     p.add_argument("--evict", action="store_true", help="then drop the data set from the page cache")
+    p.add_argument("--map-only", action="store_true",
+                   help="only (re)write the nginx map of the data set already at --root, whatever its parameters")
     return p
 
 
@@ -484,6 +513,8 @@ def _mb(n: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     root = Path(args.root) if args.root else DEFAULT_ROOT
+    if args.map_only:
+        return _map_only(root)
     try:
         params = check_params(args.small_count, args.small_size, args.large_count, args.large_size, args.seed)
         started = time.monotonic()
@@ -498,6 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{index.root}: {index.small_count} x {index.small_size} B + {index.large_count} x {index.large_size} B"
           f" = {_mb(index.total_bytes)}, hot {index.hot_id}; "
           + (f"written in {took:.1f} s" if wrote else "already up to date"))
+    _print_map(index.root)
     if args.evict:
         print(f"evicted: asked the kernel to drop {_mb(evict(index.root))}")
     try:
@@ -506,6 +538,31 @@ def main(argv: list[str] | None = None) -> int:
               f" pages of {r.page_size} B); filesystem {fs_type(index.root)}")
     except MincoreUnavailable as exc:
         print(f"page cache: residency unknown ({exc})")
+    return 0
+
+
+def _print_map(root: Path) -> None:
+    try:
+        m = nginx_map.read_map_facts(root).sizing
+        print(f"nginx map: {nginx_map.MAP_NAME}, {m.ids} ids; map_hash_max_size {m.max_size}, "
+              f"map_hash_bucket_size {m.bucket_size} (a {m.table_size}-bucket table, {_mb(m.hash_bytes)})")
+    except nginx_map.MapError as exc:
+        print(f"nginx map: unreadable ({exc})")
+
+
+def _map_only(root: Path) -> int:
+    index = read_index(root)
+    if index is None:
+        print(f"error: root: no valid data set at {root} (index.json): run python -m bench.dataset", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    started = time.monotonic()
+    try:
+        write_map(index.root, index)
+    except OSError as exc:
+        print(f"error: root: {exc.strerror or exc} ({exc.filename or root})", file=sys.stderr)
+        return 1
+    print(f"{index.root}: nginx map written in {time.monotonic() - started:.1f} s")
+    _print_map(index.root)
     return 0
 
 

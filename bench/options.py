@@ -141,7 +141,8 @@ def unreachable_parent(path: Path) -> Path | None:
 
 
 def prepare_dataset(root: Path):
-    """The data set at ``root`` as it is if valid and complete, else the default one made there."""
+    """The data set at ``root`` as it is if valid and complete (its nginx map added if missing),
+    else the default one made there."""
     index = ds.read_index(root)
     if index is None or not ds.is_complete(index):
         print(f"creating the data set in {root} (python -m bench.dataset)", flush=True)
@@ -149,6 +150,8 @@ def prepare_dataset(root: Path):
             index, _ = ds.ensure_dataset(root)
         except ds.DatasetError as exc:
             raise BadArgument(f"data_dir: {exc}") from None
+    elif ds.ensure_map(index):  # a data set made before the nginx map existed
+        print(f"wrote the nginx map of the data set in {root}", flush=True)
     blocked = unreachable_parent(index.files_dir)
     if blocked is not None:
         raise BadArgument(f"data_dir: {blocked} is not enterable by others (mode "

@@ -60,7 +60,9 @@ def add_layout_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--aio", help="off or threads: nginx reads files in a thread pool (default off)")
     p.add_argument("--aio-threads", help="threads in the pool with --aio threads (default 32)")
     p.add_argument("--aio-max-queue", help="queued tasks the pool holds before refusing (default 65536)")
-    p.add_argument("--data-dir", help="a data set (make dataset): enables /files/<id> and /static/")
+    p.add_argument("--open-file-cache", help="off, on (1000 entries per nginx worker) or a number of entries: nginx "
+                                             "keeps file descriptors open between requests (default off)")
+    p.add_argument("--data-dir", help="a data set (make dataset): enables /files/<id>, /nfiles/<id> and /static/")
 
 
 def layout_from_args(args, run_dir: Path) -> Layout:
@@ -86,6 +88,7 @@ def layout_from_args(args, run_dir: Path) -> Layout:
         aio=args.aio,
         aio_threads=args.aio_threads,
         aio_max_queue=args.aio_max_queue,
+        open_file_cache=args.open_file_cache,
         data_dir=args.data_dir,
         run_dir=str(run_dir),
     )

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from deploy.appenv import server_python, virtualenv_python
 from deploy.errors import LayoutError
+from deploy.nginx_map import MapError, read_map_facts
 from deploy.strategies import STRATEGIES, SocketPlan, get_strategy
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -97,9 +98,12 @@ UWSGI_VALUE_SEQUENCES = {"$(": "an environment variable", "@(": "a file's conten
 # Keys the stack sets itself (or uWSGI reads as options).
 RESERVED_ENV = {"PYTHONHOME": "--virtualenv sets it", "UL_DATA_DIR": "--data-dir sets it"}
 STATIC_SEGMENT_RE = re.compile(r"^[A-Za-z0-9._~-]+$")
-# Locations the project's own data set takes (--data-dir): nginx serves /static/ and
-# /_internal_files/, the app answers /files/<id>.
-DATA_DIR_PREFIXES = ("/files", "/_internal_files", "/static")
+# Locations the project's own data set takes (--data-dir): nginx serves /static/,
+# /_internal_files/ and /nfiles/<id> (through its map of the index), the app answers /files/<id>.
+DATA_DIR_PREFIXES = ("/files", "/_internal_files", "/static", "/nfiles")
+# open_file_cache: "on" keeps this many entries per nginx worker; a number sets it.
+OPEN_FILE_CACHE_ON = 1000
+MAX_OPEN_FILE_CACHE = 1_000_000
 
 
 def check_virtualenv(raw, server: str = "uwsgi") -> str:
@@ -237,6 +241,19 @@ def _bool(field_name: str, raw) -> bool:
     raise LayoutError(field_name, f"must be on or off, got {raw!r}")
 
 
+def parse_open_file_cache(raw) -> int:
+    """``off`` (0), ``on`` (OPEN_FILE_CACHE_ON entries) or a number of entries per nginx worker."""
+    text = str(raw).strip().lower() if not isinstance(raw, bool) else ("on" if raw else "off")
+    if text in ("off", "false", "no"):
+        return 0
+    if text in ("on", "true", "yes"):
+        return OPEN_FILE_CACHE_ON
+    if re.fullmatch(r"\d{1,7}", text) and int(text) <= MAX_OPEN_FILE_CACHE:
+        return int(text)
+    raise LayoutError("open_file_cache", f"must be off, on ({OPEN_FILE_CACHE_ON} entries per nginx worker) or a "
+                                         f"number of entries in 1..{MAX_OPEN_FILE_CACHE} (0 = off), got {raw!r}")
+
+
 def _default_unprivileged_user() -> str:
     for name in ("www-data", "nobody"):
         try:
@@ -330,6 +347,9 @@ class Layout:
     aio: str = "off"  # off | threads: blocking reads and sendfile go to a thread pool
     aio_threads: int = 32
     aio_max_queue: int = 65536
+    # Entries per nginx worker in open_file_cache (descriptors, sizes, lookups kept between
+    # requests, so a repeated file skips open()); 0 = off, nginx's default.
+    open_file_cache: int = 0
     # A data set (python -m bench.dataset): served as /files/<id> by the app through
     # X-Accel-Redirect, and as /static/<path> by nginx alone. "" = no file locations.
     data_dir: str = ""
@@ -396,11 +416,17 @@ class Layout:
             raise LayoutError("aio", f"must be one of {', '.join(AIO_MODES)}, got {self.aio!r}")
         set_("aio_threads", _int_in("aio_threads", self.aio_threads, 1, 1024))
         set_("aio_max_queue", _int_in("aio_max_queue", self.aio_max_queue, 0, 10_000_000))
+        set_("open_file_cache", parse_open_file_cache(self.open_file_cache))
         if self.data_dir:
             data = Path(os.path.expanduser(str(self.data_dir))).resolve()
             if not _is(data / "files", "dir") or not _is(data / "index.json", "file"):
                 raise LayoutError("data_dir", f"{self.data_dir!r} is not a data set (files/ and index.json): "
                                               "create one with `make dataset`")
+            try:
+                read_map_facts(data)  # nginx's id -> path map for /nfiles/, written with the data set
+            except MapError as exc:
+                raise LayoutError("data_dir", f"{exc}: write it with `python -m bench.dataset --root {data} "
+                                              "--map-only`") from None
             set_("data_dir", _config_path("data_dir", str(data), nginx=True))
         if not self.run_dir:
             raise LayoutError("run_dir", "must be set (the directory the stack runs in)")

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import jinja2
 
+from deploy import nginx_map
 from deploy.appenv import blocked_at, check_readable, run_user_ids
 from deploy.errors import LayoutError, RenderError
 from deploy.layout import PROJECT_ROOT, THREAD_POOL, UNIX_SOCKET_MODE, Layout
@@ -86,6 +87,7 @@ def render_texts(layout: Layout) -> dict[str, str]:
         "layout": layout, "server": server, "unix_mode": UNIX_SOCKET_MODE, "thread_pool": THREAD_POOL,
         "worker_connections": NGINX_WORKER_CONNECTIONS, "upstream_keepalive_timeout": UPSTREAM_KEEPALIVE_TIMEOUT,
         "peer_idle_timeout": PEER_IDLE_TIMEOUT, "graceful_stop": GRACEFUL_STOP, "sys_prefix": sys.prefix,
+        **_file_map_context(layout),
     }
     return {
         "nginx.conf": env.get_template("nginx.conf.j2").render(context),
@@ -94,14 +96,30 @@ def render_texts(layout: Layout) -> dict[str, str]:
     }
 
 
+def _file_map_context(layout: Layout) -> dict:
+    """The data set's nginx map (for /nfiles/<id>): its facts and the names the templates share."""
+    if not layout.data_dir:
+        return {}
+    try:
+        facts = nginx_map.read_map_facts(Path(layout.data_dir))
+    except nginx_map.MapError as exc:  # changed since the layout was validated
+        raise LayoutError("data_dir", f"{exc}: write it with `python -m bench.dataset --root {layout.data_dir} "
+                                      "--map-only`") from None
+    return {"file_map": facts, "map_name": nginx_map.MAP_NAME, "id_variable": nginx_map.ID_VARIABLE,
+            "path_variable": nginx_map.PATH_VARIABLE, "nginx_prefix": nginx_map.ROUTE_PREFIX}
+
+
 # --- parsing the generated files back (the cross-checks read files, not the model) ------
 
 
-def parse_nginx(conf_path: Path) -> list[dict]:
-    """The parsed directives of nginx.conf (includes resolved) via crossplane."""
+def parse_nginx(conf_path: Path, single: bool = False) -> list[dict]:
+    """The parsed directives of nginx.conf (includes resolved unless ``single``) via crossplane.
+    ``map`` blocks are skipped unless ``single``: the data set's map includes a line per file
+    (a million of them take crossplane minutes), and no other check reads maps."""
     import crossplane
 
-    payload = crossplane.parse(str(conf_path), combine=True, catch_errors=False)
+    payload = crossplane.parse(str(conf_path), combine=True, catch_errors=False, single=single,
+                               ignore=() if single else ("map",))
     if payload["status"] != "ok":
         raise RenderError(f"nginx.conf does not parse: {payload['errors']}")
     return payload["config"][0]["parsed"]
@@ -257,7 +275,8 @@ def crosscheck(layout: Layout, conf_dir: Path, *, config_file: str = "", nginx_c
         if directives.get("autoindex", ["off"])[0] != "off":
             problems.append(f"location {where} lists directories (autoindex)")
     served_static = {where.removeprefix("^~ ").rstrip("/"): d.get("alias", [""])[0].rstrip("/")
-                     for where, d in nginx["location_args"].items() if where.startswith("^~ ")}
+                     for where, d in nginx["location_args"].items()
+                     if where.startswith("^~ ") and where != f"^~ {nginx_map.ROUTE_PREFIX}"}
     if served_static != dict(layout.static):
         problems.append(f"nginx static locations {served_static} differ from the layout's {dict(layout.static)}")
 
@@ -265,6 +284,47 @@ def crosscheck(layout: Layout, conf_dir: Path, *, config_file: str = "", nginx_c
     expected_env = ([("UL_DATA_DIR", layout.data_dir)] if layout.data_dir else []) + list(layout.env)
     if facts.env != expected_env:
         problems.append(f"{server.config_file} env lines {facts.env} differ from the layout's {expected_env}")
+
+    # 11. /nfiles/<id> is nginx's alone: it never reaches the app, opens only files/ + a map value,
+    #     and the map is the data set's with the hash sizes made for it.
+    if layout.data_dir:
+        problems += _file_map_problems(layout, conf_dir)
+    return problems
+
+
+def _file_map_problems(layout: Layout, conf_dir: Path) -> list[str]:
+    facts = nginx_map.read_map_facts(Path(layout.data_dir))
+    parsed = parse_nginx(conf_dir / "nginx.conf", single=True)
+    problems = []
+    outer = [d for d in find_directives(parsed, "location") if d["args"] == ["^~", nginx_map.ROUTE_PREFIX]]
+    if len(outer) != 1:
+        return [f"nginx.conf needs exactly one `location ^~ {nginx_map.ROUTE_PREFIX}`, found {len(outer)}"]
+    block = outer[0].get("block", [])
+    for name in ("uwsgi_pass", "proxy_pass", "alias", "autoindex"):
+        if find_directives(block, name):
+            problems.append(f"location {nginx_map.ROUTE_PREFIX} must not use {name}")
+    inner = [d for d in block if d["directive"] == "location"]
+    if [d["directive"] for d in block if d["directive"] != "location"] != ["return"] or len(inner) != 1:
+        problems.append(f"location {nginx_map.ROUTE_PREFIX} must hold one id location and `return 404` for the rest")
+    else:
+        args = {d["directive"]: d["args"] for d in inner[0].get("block", [])}
+        if args.get("root") != [f"{layout.data_dir}/files"]:
+            problems.append(f"the {nginx_map.ROUTE_PREFIX}<id> location's root is {args.get('root')}, not the data "
+                            "set's files/")
+        if args.get("try_files") != [f"/${nginx_map.PATH_VARIABLE}", "=404"]:
+            problems.append(f"the {nginx_map.ROUTE_PREFIX}<id> location must end in try_files "
+                            f"/${nginx_map.PATH_VARIABLE} =404")
+    maps = [d for d in find_directives(parsed, "map") if d["args"] == [f"${nginx_map.ID_VARIABLE}",
+                                                                       f"${nginx_map.PATH_VARIABLE}"]]
+    body = [(d["directive"], d["args"]) for d in maps[0].get("block", [])] if len(maps) == 1 else []
+    if body != [("default", [""]), ("include", [f"{layout.data_dir}/{nginx_map.MAP_NAME}"])]:
+        problems.append(f"the map of ${nginx_map.ID_VARIABLE} must be default \"\" plus the data set's "
+                        f"{nginx_map.MAP_NAME}, got {body or 'no such map'}")
+    http = next((d.get("block", []) for d in parsed if d["directive"] == "http"), [])
+    sizes = {d["directive"]: d["args"] for d in http if d["directive"].startswith("map_hash_")}
+    want = {"map_hash_max_size": [str(facts.sizing.max_size)], "map_hash_bucket_size": [str(facts.sizing.bucket_size)]}
+    if sizes != want:
+        problems.append(f"map hash sizes {sizes} differ from the data set's {nginx_map.FACTS_NAME}: {want}")
     return problems
 
 
@@ -336,6 +396,9 @@ def write_layout(layout: Layout, out_dir: Path | str, check_nginx: bool = True) 
         ok, output = nginx_test(staging) if check_nginx else (True, "")
         if not ok:
             raise RenderError("nginx -t rejected the rendered nginx.conf", details=output)
+        if "could not build optimal map_hash" in output:  # the sizes were made for another map
+            raise RenderError(f"nginx -t: the map hash sizes do not fit the data set's map; rewrite them with "
+                              f"`python -m bench.dataset --root {layout.data_dir} --map-only`", details=output)
         # Drop what nginx -t created in staging (pid file, empty logs, temp dirs).
         for entry in staging.iterdir():
             if entry.name not in texts and entry.name not in RUN_SUBDIRS:

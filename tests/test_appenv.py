@@ -19,6 +19,7 @@ import pytest
 from deploy.appenv import add_app_options, app_options, preflight, uwsgi_python, virtualenv_python
 from deploy.errors import LayoutError
 from deploy.layout import layout_from_record, parse_layout
+from deploy.nginx_map import write_map
 from deploy.render import render_texts
 from tests import flaskapp
 
@@ -205,7 +206,8 @@ def test_static_prefixes_clear_of_the_data_set(tmp_path):
     data = tmp_path / "data"
     (data / "files").mkdir(parents=True)
     (data / "index.json").write_text("{}")
-    for prefix in ("/static", "/files", "/_internal_files/x", "/files/"):
+    write_map(data, {"s00001": "small/s00001.bin"}, source={})
+    for prefix in ("/static", "/files", "/_internal_files/x", "/files/", "/nfiles"):
         problem = refused("static", static=[f"{prefix}={tmp_path}"], data_dir=str(data))
         assert "--data-dir" in problem, problem
     assert layout(static=[f"/static={tmp_path}"]).static  # without a data set /static is the user's

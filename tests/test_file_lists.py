@@ -29,6 +29,8 @@ def test_modes_give_the_documented_paths(index):
     assert request_paths(index, "accel")[:2] == ["/files/s00001", "/files/s00002"]
     assert request_paths(index, "app")[0] == "/files/s00001?via=app"
     assert request_paths(index, "static")[0] == "/static/small/00/00/s00001.bin"
+    assert request_paths(index, "nginx")[:2] == ["/nfiles/s00001", "/nfiles/s00002"]
+    assert request_paths(index, "hot", hot_route="nginx") == ["/nfiles/s00000"]
     assert request_paths(index, "hot") == ["/static/small/00/00/s00000.bin"]
     assert request_paths(index, "hot", hot_route="accel") == ["/files/s00000"]
     assert request_paths(index, "accel", which="large") == ["/files/l0000", "/files/l0001"]
@@ -36,12 +38,12 @@ def test_modes_give_the_documented_paths(index):
 
 
 def test_random_lists_leave_the_hot_file_out(index):
-    for mode in ("accel", "app", "static"):
+    for mode in ("accel", "app", "static", "nginx"):
         paths = request_paths(index, mode, which="all")
         assert not any("s00000" in p for p in paths)
 
 
-@pytest.mark.parametrize("kw", [{"mode": "nginx"}, {"mode": "accel", "which": "medium"},
+@pytest.mark.parametrize("kw", [{"mode": "ftp"}, {"mode": "accel", "which": "medium"},
                                 {"mode": "hot", "hot_route": "ftp"}])
 def test_bad_choices_say_what_is_allowed(index, kw):
     with pytest.raises(ValueError, match="must be one of"):

@@ -22,9 +22,11 @@ from bench.results import Cell, Errors, Latency, Results, load
 # --- scenarios and the CLI plan ------------------------------------------------------------------
 
 
-def test_files_alias_expands_to_three_routes():
-    assert sc.expand(["files"]) == ("files-accel", "files-app", "files-static")
-    assert sc.expand(["files-app", "files", "article"]) == ("files-app", "files-accel", "files-static", "article")
+def test_files_alias_expands_to_four_routes():
+    assert sc.expand(["files"]) == ("files-accel", "files-app", "files-static", "files-nginx")
+    assert sc.expand(["files-app", "files", "article"]) == ("files-app", "files-accel", "files-static",
+                                                            "files-nginx", "article")
+    assert sc.family_of("files-nginx") == "files" and sc.SCENARIOS["files-nginx"].files.mode == "nginx"
     assert sc.needs_dataset(["files-mixed"]) and sc.needs_dataset(["reuseport"])
     assert not sc.needs_dataset(["article", "stall"])
 
@@ -33,7 +35,8 @@ def test_family_defaults():
     layouts, levels = sc.family_defaults(sc.expand(["files"]), 2, 4)
     assert layouts == ("2x4-mapped",) and levels == (8, 32)
     layouts, levels = sc.family_defaults(["files-mixed", "reuseport"], 3, 2)
-    assert layouts == ("3x2-mapped@aio=off", "3x2-mapped@aio=threads",
+    assert layouts == ("3x2-mapped@aio=off", "3x2-mapped@aio=threads", "3x2-mapped@aio=off,open_file_cache=on",
+                       "3x2-mapped@aio=threads,open_file_cache=on",
                        "3x2-mapped@nginx_workers=2,reuseport=off", "3x2-mapped@nginx_workers=2,reuseport=on")
     assert levels == (32, 64)
     assert sc.family_defaults(["article", "files-app"], 2, 4) is None
@@ -77,7 +80,7 @@ def _plan(argv):
 def test_files_plan_adds_the_data_set_and_sendfile(tmp_path):
     plan, scenarios = _plan(["--scenario", "files", "--processes", "2", "--threads", "4",
                              "--data-dir", str(tmp_path / "ds")])
-    assert plan.scenarios == ("files-accel", "files-app", "files-static")
+    assert plan.scenarios == ("files-accel", "files-app", "files-static", "files-nginx")
     assert plan.layouts == ("2x4-mapped",) and plan.concurrency == (8, 32)
     assert plan.options == {"transport": "tcp", "data_dir": str(tmp_path / "ds"), "sendfile": "on"}
     assert set(plan.workload) == set(scenarios)
@@ -202,12 +205,15 @@ def test_files_section_reports_ratios_and_the_10x_target():
     assert "10000 small files of 5120 bytes" in text
 
 
-def test_files_target_passes_when_met():
-    res = synthetic_results()
-    cells = tuple(c if c.scenario != "files-app" else Cell.from_dict(c.to_dict() | {"rps": c.rps / 6})
+def files_text_scaled(res: Results, scenario: str, factor: float) -> str:
+    """The files section of ``res`` with ``scenario``'s throughput multiplied by ``factor``."""
+    cells = tuple(c if c.scenario != scenario else Cell.from_dict(c.to_dict() | {"rps": c.rps * factor})
                   for c in res.cells)
-    text = "\n".join(nr.files_section(Results(res.environment, res.arguments, res.workload, cells)))
-    assert "target >= 10x: pass" in text
+    return "\n".join(nr.files_section(Results(res.environment, res.arguments, res.workload, cells)))
+
+
+def test_files_target_passes_when_met():
+    assert "target >= 10x: pass" in files_text_scaled(synthetic_results(), "files-app", 1 / 6)
 
 
 def test_mixed_section_says_whether_the_disk_was_touched():
@@ -232,7 +238,7 @@ def test_full_reports_include_the_sections_and_skip_the_article_verdict():
     assert not any("choosing a layout" in x for x in term)
     assert not any("hot_p99_ms" in x for x in term)  # figures live in the nginx section, not a generic table
     md = markdown_lines(res, [])
-    assert "## nginx: cold files + one hot file (aio off vs threads)" in md
+    assert "## nginx: cold files + one hot file (aio off vs threads, open_file_cache off vs on)" in md
     assert "## nginx: reuseport on vs off (accept spread across nginx workers)" in md
     assert not any(x.startswith("## Verdict") for x in md)
 
@@ -249,3 +255,57 @@ def test_no_sections_without_nginx_scenarios():
     article = tuple(Cell.from_dict(c.to_dict() | {"scenario": "article"}) for c in res.cells
                     if c.scenario == "files-accel")
     assert nr.nginx_lines(Results(res.environment, res.arguments, {}, article)) == []
+
+
+# --- the nginx-map tier and open_file_cache, from a SYNTHETIC run ------------------------------------
+
+
+def synthetic_with_nginx_tier() -> Results:
+    """SYNTHETIC: the run above plus made-up files-nginx cells (6x app-streamed's throughput and 8x
+    its CPU capacity, repeat by repeat) and files-mixed cells with open_file_cache on."""
+    res = synthetic_results()
+    extra = []
+    for c in res.cells:
+        if c.scenario == "files-app":
+            extra.append(Cell.from_dict(c.to_dict() | {"scenario": "files-nginx", "rps": c.rps * 6,
+                                                         "capacity_rps": c.capacity_rps * 8}))
+        if c.scenario == "files-mixed":
+            layout = c.layout + ",open_file_cache=on"
+            extra.append(Cell.from_dict(c.to_dict() | {"layout": layout, "extra": c.extra | {
+                "hot_p99_ms": c.extra["hot_p99_ms"] * 0.5}}))
+    layouts = res.arguments["layouts"] + ["2x4-mapped@aio=off,open_file_cache=on",
+                                          "2x4-mapped@aio=threads,open_file_cache=on"]
+    return Results(res.environment, res.arguments | {"layouts": layouts}, res.workload, res.cells + tuple(extra))
+
+
+def test_files_section_shows_four_tiers_with_ratios_to_app_streamed():
+    lines = nr.files_section(synthetic_with_nginx_tier(), markdown=True)
+    text = "\n".join(lines)
+    assert "nginx map / app-streamed throughput: 6.00x (6.00–6.00); target >= 5x: pass" in text
+    assert "X-Accel-Redirect / app-streamed throughput: 2.00x (1.88–2.12); target >= 10x: MISS" in text
+    assert "static / nginx map throughput:" in text and "nginx map / X-Accel-Redirect throughput:" in text
+    table = [x for x in lines if x.startswith("| ")]
+    assert table[0].split("|")[1:6] == [" route ", " req/s ", " vs app ", " p99 ", " p99 vs app "]
+    routes = [row.split("|")[1].strip() for row in table if not row.startswith("| route") and "---" not in row]
+    assert routes[:4] == ["nginx map (no app)", "X-Accel-Redirect", "app-streamed", "static (nginx alone)"]
+    nginx_row = next(row for row in table if row.startswith("| nginx map"))
+    assert "6.00x" in nginx_row and "1.00x" in nginx_row  # throughput and p99 vs app-streamed
+
+
+def test_nginx_tier_target_misses_when_short():
+    text = files_text_scaled(synthetic_with_nginx_tier(), "files-nginx", 1 / 2)
+    assert "nginx map / app-streamed throughput: 3.00x (3.00–3.00); target >= 5x: MISS (short by 2.00x)" in text
+
+
+def test_mixed_section_pairs_open_file_cache_off_and_on():
+    text = "\n".join(nr.mixed_section(synthetic_with_nginx_tier(), markdown=True))
+    assert "hot-file p99 with open_file_cache on / off (aio=off): 0.50x (0.50–0.50) (lower with the cache)" in text
+    assert "hot-file p99 with open_file_cache on / off (aio=threads): 0.50x" in text
+    assert "hot-file p99 with aio threads / aio off (open_file_cache=on): 0.20x" in text
+    assert "| 2x4-mapped@aio=threads,open_file_cache=on | threads | on |" in text
+
+
+def test_target_notes_carry_the_cpu_capacity_ratio():
+    text = "\n".join(nr.files_section(synthetic_with_nginx_tier(), markdown=True))
+    assert "By CPU cost per request (capacity: cores / CPU-seconds of uWSGI + nginx + wrk per request, what an" \
+           " idle machine would allow): 8.00x (8.00–8.00)." in text

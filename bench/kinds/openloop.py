@@ -35,7 +35,7 @@ from bench.analysis import judge_step
 from bench.environment import capture
 from bench.kinds.base import RESULTS_NAME, Kind, publish, sigterm_interrupts
 from bench.load import httperf
-from bench.load.files import write_wlog
+from bench.load.files import ROUTES, write_wlog
 from bench.load.wrk import WrkProcess, run_wrks
 from bench.observe import tree_cpu_seconds
 from bench.options import (
@@ -65,7 +65,7 @@ def add_arguments(p) -> None:
                                    f"(default {','.join(map(str, DEFAULT_RATES))})")
     p.add_argument("--step", help=f"seconds per rate (default and minimum {MIN_STEP_S})")
     p.add_argument("--path", help=f"request path (default {DEFAULT_PATH}, the article's request)")
-    p.add_argument("--files", help="instead of --path: random data-set files by route accel, app or static "
+    p.add_argument("--files", help=f"instead of --path: random data-set files by route {', '.join(ROUTES)} "
                                    "(httperf --wlog, shuffled)")
     p.add_argument("--data-dir", help="with --files: the data set (default build/dataset, created if missing)")
     p.add_argument("--timeout", help="httperf's per-request timeout in seconds (default 5)")
@@ -90,8 +90,8 @@ def resolve_args(args) -> "_Args":
     path = args.path or DEFAULT_PATH
     if not path.startswith("/") or any(c.isspace() for c in path) or len(path) > 2000:
         raise BadArgument(f"path: must start with / and contain no spaces, got {path!r}")
-    if args.files and args.files not in ("accel", "app", "static"):
-        raise BadArgument(f"files: must be accel, app or static, got {args.files!r}")
+    if args.files and args.files not in ROUTES:
+        raise BadArgument(f"files: must be one of {', '.join(ROUTES)}, got {args.files!r}")
     return _Args(
         layout=spec, rates=list(rates), step=float_arg("step", args.step or MIN_STEP_S, MIN_STEP_S, 600),
         path=path, files=args.files or "", data_dir=str(Path(args.data_dir or DEFAULT_DATA_DIR).absolute()),

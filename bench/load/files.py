@@ -5,6 +5,7 @@ Modes (each line is a request path on the nginx front):
 - ``accel``:  ``/files/<id>``          the app looks the id up, nginx sends the file (X-Accel-Redirect)
 - ``app``:    ``/files/<id>?via=app``  the app looks it up and streams it from Python
 - ``static``: ``/static/<rel path>``   nginx alone, no app
+- ``nginx``:  ``/nfiles/<id>``         nginx looks the id up itself (a map of the index) and sends the file
 - ``hot``:    one line, the data set's hot file (through ``hot_route``: static by default, as in the
   thread-pool article, where the hot client asks nginx directly)
 
@@ -21,10 +22,11 @@ from pathlib import Path
 
 from app.files import ROUTE_PREFIX, STATIC_PREFIX
 from bench.dataset import Index
+from deploy.nginx_map import ROUTE_PREFIX as NGINX_ROUTE_PREFIX
 
 RANDOM_FILES_LUA = Path(__file__).resolve().parent / "lua" / "random_files.lua"
-MODES = ("accel", "app", "static", "hot")
-ROUTES = ("accel", "app", "static")
+MODES = ("accel", "app", "static", "nginx", "hot")
+ROUTES = ("accel", "app", "static", "nginx")
 WHICH = ("small", "large", "all")
 
 
@@ -35,6 +37,8 @@ def request_path(index: Index, file_id: str, route: str) -> str:
         return f"{ROUTE_PREFIX}{file_id}?via=app"
     if route == "static":
         return f"{STATIC_PREFIX}{index.files[file_id]}"
+    if route == "nginx":
+        return f"{NGINX_ROUTE_PREFIX}{file_id}"
     raise ValueError(f"route: must be one of {', '.join(ROUTES)}, got {route!r}")
 
 

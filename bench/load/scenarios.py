@@ -6,10 +6,11 @@ a ``fraction`` of the healthy clients' own requests stall. Stalled clients run i
 wrk process, so healthy and stalled latencies are measured separately.
 
 The nginx scenarios (``FAMILIES``) request files of the data set (``bench.dataset``) instead
-of the app's query: ``files`` wraps the three routes of one file set (``files-accel``:
+of the app's query: ``files`` wraps the four routes of one file set (``files-accel``:
 the app looks the id up and nginx sends the bytes through X-Accel-Redirect; ``files-app``:
-Python streams them; ``files-static``: nginx alone), ``files-mixed`` adds one hot-file
-client beside random cold files (cache evicted before each cell), and ``reuseport``
+Python streams them; ``files-static``: nginx alone, by path; ``files-nginx``: nginx alone,
+by id, through a map of the index), ``files-mixed`` adds one hot-file client beside random
+cold files (cache evicted before each cell), and ``reuseport``
 hammers one small static file through many connections to see how nginx workers share them.
 Each family names the layouts and levels it is compared on by default.
 
@@ -26,7 +27,7 @@ from urllib.parse import urlencode
 
 from bench.load.traffic import Mix
 
-FILE_MODES = ("accel", "app", "static", "hot")  # bench.files.MODES
+FILE_MODES = ("accel", "app", "static", "nginx", "hot")  # bench.load.files.MODES
 FILE_WHICH = ("small", "large", "all")
 
 
@@ -60,7 +61,7 @@ class FileLoad:
     """Requests for data-set files (random ids from a list, ``bench/load/lua/random_files.lua``)
     instead of the app's fixed query."""
 
-    mode: str = "accel"  # accel | app | static | hot (one file): see bench.files
+    mode: str = "accel"  # accel | app | static | nginx | hot (one file): see bench.load.files
     which: str = "small"  # small | large | all
     # Share of requests that ask for a large file (the list repeats large paths to get it);
     # 0 = as many as their count in the list gives.
@@ -161,6 +162,8 @@ SCENARIOS = {
                  files=FileLoad("app")),
         Scenario("files-static", "random small files served by nginx alone (/static/, no app)", Workload(),
                  files=FileLoad("static")),
+        Scenario("files-nginx", "random small files by id, nginx alone: it looks the id up in a map of the "
+                 "index and sends the file (/nfiles/<id>, no app)", Workload(), files=FileLoad("nginx")),
         Scenario("files-mixed", "random small and large files (nginx static, page cache evicted before each "
                  "cell) while hot-file clients ask for one cached file", Workload(),
                  files=FileLoad("static", which="all", large_share=0.02, hot_clients=4, cold_cache=True)),
@@ -170,19 +173,23 @@ SCENARIOS = {
 }
 
 # Names that stand for several scenarios.
-ALIASES = {"files": ("files-accel", "files-app", "files-static")}
+ALIASES = {"files": ("files-accel", "files-app", "files-static", "files-nginx")}
 
 # Per family: default layouts ({p}, {t} filled in) and connection levels when none are given.
 FAMILIES = {
     "files": {"layouts": ("{p}x{t}-mapped",), "levels": (8, 32)},
-    "files-mixed": {"layouts": ("{p}x{t}-mapped@aio=off", "{p}x{t}-mapped@aio=threads"), "levels": (32,)},
+    # aio threads moves blocking reads off nginx's event loop, open_file_cache skips open():
+    # each alone and both (Cloudflare's lesson: both block).
+    "files-mixed": {"layouts": ("{p}x{t}-mapped@aio=off", "{p}x{t}-mapped@aio=threads",
+                                "{p}x{t}-mapped@aio=off,open_file_cache=on",
+                                "{p}x{t}-mapped@aio=threads,open_file_cache=on"), "levels": (32,)},
     "reuseport": {"layouts": ("{p}x{t}-mapped@nginx_workers=2,reuseport=off",
                               "{p}x{t}-mapped@nginx_workers=2,reuseport=on"), "levels": (64,)},
 }
 
 
 def family_of(name: str) -> str:
-    """``files`` for files-accel/-app/-static, else the name if it is a family, else ""."""
+    """``files`` for files-accel/-app/-static/-nginx, else the name if it is a family, else ""."""
     if name in ALIASES["files"]:
         return "files"
     return name if name in FAMILIES else ""

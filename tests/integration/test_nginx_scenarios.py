@@ -1,4 +1,4 @@
-"""Short real runs of the nginx scenario families (files, files-mixed, reuseport) and of the
+"""Short real runs of the nginx scenario families (files: four routes, files-mixed, reuseport) and of the
 open-loop command: real nginx, uWSGI, wrk and httperf, a few seconds each.
 
 Checks that every recorded field is present and that no request failed, never the ratios
@@ -45,20 +45,22 @@ def compare(out: Path, data_dir: Path, *args: str) -> tuple[dict, str]:
     return json.loads((out / "results.json").read_text()), proc.stdout
 
 
-def test_smoke_files_three_routes(tmp_path, data_dir):
+def test_smoke_files_four_routes(tmp_path, data_dir):
     data, stdout = compare(tmp_path / "files", data_dir, "--scenario", "files", "--layouts", "2x2-mapped",
                            "--concurrency", "2")
     assert data["arguments"]["options"]["sendfile"] == "on"
     assert data["environment"]["dataset"]["small_count"] == 200
     cells = {c["scenario"]: c for c in data["cells"]}
-    assert set(cells) == {"files-accel", "files-app", "files-static"}
+    assert set(cells) == {"files-accel", "files-app", "files-static", "files-nginx"}
     for name, cell in cells.items():
         assert cell["errors"]["total"] == 0, (name, cell["errors"])
         assert cell["requests"] > 0 and "disk_read_mb" in cell["extra"], name
     # The app looked ids up for accel and app; /static/ never reached it.
     assert sum(cells["files-accel"]["worker_requests"].values()) > 0
     assert sum(cells["files-static"]["worker_requests"].values()) == 0
+    assert sum(cells["files-nginx"]["worker_requests"].values()) == 0  # nginx looked the ids up itself
     assert "X-Accel-Redirect / app-streamed throughput" in stdout.replace("\n  ", " ")
+    assert "nginx map / app-streamed throughput" in stdout.replace("\n  ", " ")
     assert "== nginx: sending files" in (tmp_path / "files" / "report.txt").read_text()
 
 
