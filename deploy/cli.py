@@ -1,4 +1,4 @@
-"""Command line: ``python -m deploy render|run|reload LAYOUT [options]``.
+"""Command line: ``python -m deploy render|run|reload LAYOUT [options]``, ``python -m deploy certs DIR``.
 
 Bad input exits 2 with one line naming the field and what is allowed; nothing is written.
 An app that does not import (the pre-flight of run and reload) is bad input too.
@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from deploy.appenv import add_app_options, app_options, preflight
+from deploy.certs import DEFAULT_TLS_NAME, make_certs
 from deploy.errors import LayoutError, RenderError, StackError
 from deploy.layout import PROJECT_ROOT, TRANSPORTS, Layout, parse_variant
 from deploy.reload import chain_reload
@@ -59,6 +60,15 @@ def add_layout_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--aio-threads", help="threads in the pool with --aio threads (default 32)")
     p.add_argument("--aio-max-queue", help="queued tasks the pool holds before refusing (default 65536)")
     p.add_argument("--data-dir", help="a data set (make dataset): enables /files/<id> and /static/")
+    p.add_argument("--hosts", help="app hosts ADDR[,ADDR...]: each runs the layout's uWSGI on its own address, "
+                                   "nginx balances over every host's sockets (default: this machine)")
+    p.add_argument("--tls", help="off, suwsgi or https: TLS between nginx and uWSGI (default suwsgi when a "
+                                 "socket is off loopback, which then requires it)")
+    p.add_argument("--tls-dir", help="the certificates, made by python -m deploy certs DIR --hosts ...")
+    p.add_argument("--tls-name", help=f"the name the hosts' certificates carry (default {DEFAULT_TLS_NAME})")
+    p.add_argument("--max-fails", help="nginx marks a socket down after this many failures (default 0 on one "
+                                       "machine, T+1 with hosts)")
+    p.add_argument("--fail-timeout", help="seconds a failed socket stays down (default 2 with hosts)")
 
 
 def layout_from_args(args, run_dir: Path) -> Layout:
@@ -85,6 +95,12 @@ def layout_from_args(args, run_dir: Path) -> Layout:
         aio_threads=args.aio_threads,
         aio_max_queue=args.aio_max_queue,
         data_dir=args.data_dir,
+        hosts=args.hosts,
+        tls=args.tls,
+        tls_dir=args.tls_dir,
+        tls_name=args.tls_name,
+        max_fails=args.max_fails,
+        fail_timeout=args.fail_timeout,
         run_dir=str(run_dir),
     )
 
@@ -106,6 +122,14 @@ def build_parser() -> argparse.ArgumentParser:
     reload.add_argument("--run-dir", help="the run directory given to `run` (default build/run/LAYOUT)")
     reload.add_argument("--timeout", type=float, default=120.0,
                         help="seconds to wait for every worker to be replaced (default 120)")
+    certs = sub.add_parser("certs", help="make a CA, one server certificate per app host and nginx's client "
+                                         "certificate, for --tls")
+    certs.add_argument("dir", help="where to write them (keys 0600; an existing CA there is reused)")
+    certs.add_argument("--hosts", required=True, help="the app hosts' addresses, ADDR[,ADDR...]")
+    certs.add_argument("--name", default=DEFAULT_TLS_NAME,
+                       help=f"the name every host certificate carries, which nginx verifies "
+                            f"(default {DEFAULT_TLS_NAME})")
+    certs.add_argument("--force", action="store_true", help="replace existing front and host certificates")
     return parser
 
 
@@ -140,6 +164,9 @@ def cmd_run(args) -> int:
     if args.duration is not None and not 0 < args.duration <= 7 * 24 * 3600:
         raise LayoutError("for", f"must be a number of seconds in (0, {7 * 24 * 3600}], got {args.duration:g}")
     layout = layout_from_args(args, run_dir)
+    if len(layout.hosts) > 1:
+        raise LayoutError("hosts", "`run` serves one machine; with several hosts each runs its own uWSGI: render the "
+                                   "files (python -m deploy render ... --hosts) and start hosts/ADDR/uwsgi.ini on each")
     preflight(layout)  # the app imports as the workers will, or exit 2 before anything is written
     server = server_for(layout)
     server.check_installed()  # a peer missing from our venv: one line saying how to install it (exit 1)
@@ -185,10 +212,19 @@ def cmd_reload(args) -> int:
     return 0
 
 
+def cmd_certs(args) -> int:
+    made = make_certs(args.dir, args.hosts, name=args.name, force=args.force)
+    kept = f" (kept {', '.join(made.kept)})" if made.kept else ""
+    print(f"wrote {', '.join(made.written)} in {made.directory}{kept}")
+    print(f"use: --hosts {args.hosts} --tls-dir {made.directory}"
+          + (f" --tls-name {args.name}" if args.name != DEFAULT_TLS_NAME else ""))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(build_parser(), argv)
     try:
-        return {"render": cmd_render, "run": cmd_run, "reload": cmd_reload}[args.command](args)
+        return {"render": cmd_render, "run": cmd_run, "reload": cmd_reload, "certs": cmd_certs}[args.command](args)
     except LayoutError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

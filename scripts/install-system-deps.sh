@@ -8,10 +8,14 @@ missing=()
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
 command -v wrk >/dev/null 2>&1 || missing+=(wrk)
 command -v httperf >/dev/null 2>&1 || missing+=(httperf)  # python -m bench openloop (and its test)
+# Network namespaces for the multi-host tests and `bench compare --hosts` (ip netns, veth, bridge).
+command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)  # to inspect the certificates by hand
 # The venv is built from Debian's python3 (readable by the unprivileged run user);
-# uWSGI compiles against its headers.
+# uWSGI compiles against its headers, and has SSL (ssl-socket, for --tls) only if libssl-dev is
+# installed when pip builds it: this script runs before the venv is made.
 if command -v dpkg-query >/dev/null 2>&1; then
-    for pkg in python3 python3-venv python3-dev gcc make; do
+    for pkg in python3 python3-venv python3-dev gcc make libssl-dev; do
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
     done
 fi
