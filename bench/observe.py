@@ -16,7 +16,7 @@ import re
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import psutil
@@ -45,23 +45,32 @@ def cpu_seconds(proc: psutil.Process) -> float:
         return 0.0
 
 
-def worker_requests(stats: dict) -> dict[str, int]:
-    """Requests served so far per uWSGI worker id, from the stats server's JSON document."""
-    return {str(w["id"]): int(w["requests"]) for w in stats["workers"]}
+def worker_requests(stats: dict, first: int = 0) -> dict[str, int]:
+    """Requests served so far per uWSGI worker id, from the stats server's JSON document
+    (ids shifted by ``first``: with several hosts, host i's workers are numbered after host i-1's)."""
+    return {str(first + w["id"]): int(w["requests"]) for w in stats["workers"]}
 
 
 @dataclass
 class Snapshot:
-    """Per-worker request counters and the CPU of both process trees at one moment."""
+    """Per-worker request counters and the CPU of every app server tree and of nginx at one
+    moment; with several app hosts, the requests per host too (workers numbered host after host)."""
 
     workers: dict[str, int]
     uwsgi_cpu: float
     nginx_cpu: float
+    hosts: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def take(cls, stack: Stack) -> "Snapshot":
-        return cls(worker_requests(stack.stats()), tree_cpu_seconds(stack.pids["uwsgi"]),
-                   tree_cpu_seconds(stack.pids["nginx"]))
+        workers: dict[str, int] = {}
+        hosts: dict[str, int] = {}
+        for host, stats in stack.host_stats().items():
+            counts = worker_requests(stats, first=len(workers))
+            workers |= counts
+            hosts[host] = sum(counts.values())
+        return cls(workers, sum(tree_cpu_seconds(pid) for pid in stack.app_pids),
+                   tree_cpu_seconds(stack.pids["nginx"]), hosts if len(hosts) > 1 else {})
 
 
 # --------------------------------------------------------------------------- the stats server over time
@@ -77,8 +86,9 @@ class Sampler:
     """Polls the uWSGI stats server in the background (every ``interval`` s): worker pids,
     request counters and accepting flags over time."""
 
-    def __init__(self, stats_address: str, interval: float = 0.1):
+    def __init__(self, stats_address: str, interval: float = 0.1, namespace: str = ""):
         self.address = stats_address
+        self.namespace = namespace  # the network namespace the stats server is in ("" = here)
         self.interval = interval
         self.samples: list[Sample] = []
         self.t0 = time.monotonic()
@@ -88,7 +98,7 @@ class Sampler:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                stats = read_stats(self.address, timeout=1.0)
+                stats = read_stats(self.address, timeout=1.0, namespace=self.namespace)
                 workers = {w["id"]: (w["pid"], w["requests"], w.get("accepting", 0)) for w in stats["workers"]}
                 self.samples.append(Sample(time.monotonic() - self.t0, workers))
             except (OSError, ValueError, KeyError):

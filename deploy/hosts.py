@@ -117,8 +117,8 @@ def resolve(layout: Layout, set_) -> None:
     set_("hosts", hosts)
     tls = str(layout.tls or "").strip().lower()
     addresses = hosts or ((LOOPBACK,) if layout.transport == "tcp" else ())
-    if not tls:
-        tls = "suwsgi" if any(not plain_allowed(a) for a in addresses) else "off"
+    if not tls:  # the default is what a real network needs, also inside the benchmark's namespaces
+        tls = "suwsgi" if any(not is_loopback(a) for a in addresses) else "off"
     if tls not in TLS_MODES:
         raise LayoutError("tls", f"must be one of {', '.join(TLS_MODES)}, got {layout.tls!r}")
     set_("tls", tls)

@@ -53,6 +53,7 @@ class Plan:
     timeout: float = 10.0
     command: str = ""
     options: dict = field(default_factory=dict)
+    hosts: int = 0  # app hosts, each in its own network namespace (0 = this machine alone)
 
     @property
     def blocks(self) -> list[tuple[int, str]]:
@@ -91,6 +92,17 @@ def default_layouts(processes: int, threads: int) -> tuple[str, ...]:
     p, t = processes, threads
     wanted = [f"1x{t}-shared", f"{p}x1-shared", f"{p}x{t}-shared", f"{p}x{t}-thunder", f"{p}x{t}-mapped"]
     return tuple(dict.fromkeys(wanted))  # P=1 or T=1 would repeat a layout
+
+
+def host_shares(before: Snapshot, after: Snapshot) -> dict:
+    """With several app hosts: each host's share of the requests served during the cell
+    (``host1_share``... in the order of the layout's hosts) and the busiest host's share."""
+    served = [max(0, after.hosts[h] - before.hosts.get(h, 0)) for h in after.hosts]
+    total = sum(served)
+    if not total:
+        return {}
+    return {"hosts": len(served), "host_share_max": max(served) / total,
+            **{f"host{i}_share": n / total for i, n in enumerate(served, 1)}}
 
 
 class Runner(Protocol):
@@ -352,6 +364,7 @@ class LiveRunner:
         bounds = [b for b in (capacity, closed_loop) if b > 0]
         bound = min(bounds) if bounds else 0.0
         workers = {w: max(0, after.workers.get(w, 0) - before.workers.get(w, 0)) for w in after.workers}
+        extra = {**(extra or {}), **host_shares(before, after)}
         return Cell(
             layout=spec, concurrency=level, repeat=repeat, scenario=scenario,
             duration_s=run.duration_s, requests=run.requests, rps=run.rps,

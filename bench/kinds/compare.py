@@ -8,9 +8,11 @@ connection levels x interleaved repeats x scenarios, defaults derived from ``npr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from bench.environment import capture
@@ -20,6 +22,7 @@ from bench.load import scenarios as sc
 from bench.options import (
     DEFAULT_DATA_DIR,
     BadArgument,
+    MissingTool,
     command_line,
     dataset_facts,
     float_arg,
@@ -33,10 +36,22 @@ from bench.options import (
 )
 from bench.results import load
 from bench.stack import Lab
+from deploy import netns
+from deploy.certs import make_certs
 from deploy.layout import MAX_PROCESSES, MAX_THREADS, parse_variant
 
 # 5 layouts x 3 levels x 3 repeats of 5 s, plus starts and warm-ups: about 5 minutes on 2 cores.
 DEFAULT_DURATION = 5
+MAX_NET_HOSTS = 8
+# With --hosts: what TLS costs on a request that does nothing, and on the article's.
+HOSTS_SCENARIOS = ["overhead", "article"]
+
+
+def hosts_layouts(processes: int, threads: int) -> tuple[str, ...]:
+    """With --hosts: mapped over plain uwsgi (measured only inside the namespaces), over TLS
+    (the default) and over uWSGI's https-socket (the alternative)."""
+    spec = f"{processes}x{threads}-mapped"
+    return (f"{spec}@tls=off", spec, f"{spec}@tls=https")
 
 
 def add_arguments(p) -> None:
@@ -64,6 +79,9 @@ def add_arguments(p) -> None:
     p.add_argument("--data-dir", help="file scenarios: the data set (default build/dataset, created if missing; "
                                       "python -m bench.dataset makes others)")
     p.add_argument("--transport", help="uWSGI sockets: tcp or unix (default tcp)")
+    p.add_argument("--hosts", help=f"run every layout on this many app hosts (1..{MAX_NET_HOSTS}), each in its own "
+                                   "network namespace behind a front namespace, with TLS between them (root); "
+                                   "reports each host's share and what TLS costs (layouts ...@tls=off)")
     p.add_argument("--out", help="output directory (default results/<timestamp>)")
     p.add_argument("--replay", metavar="RESULTS_JSON",
                    help="rerun the sweep and report on stored cells instead of measuring")
@@ -74,7 +92,8 @@ def plan_from_args(args, stored=None) -> tuple[Plan, dict[str, sc.Scenario]]:
     base = stored.arguments if stored else {}
     p = int_arg("processes", args.processes, 1, MAX_PROCESSES) if args.processes else base.get("processes", nproc)
     t = int_arg("threads", args.threads, 1, MAX_THREADS) if args.threads else base.get("threads", 4)
-    scenario_arg = args.scenario or ",".join(base.get("scenarios") or ["article"])
+    hosts = int_arg("hosts", args.hosts, 1, MAX_NET_HOSTS) if getattr(args, "hosts", None) else base.get("hosts", 0)
+    scenario_arg = args.scenario or ",".join(base.get("scenarios") or (HOSTS_SCENARIOS if hosts else ["article"]))
     given_names = [x.strip() for x in scenario_arg.split(",") if x.strip()]
     unknown = [n for n in given_names if n not in sc.SCENARIOS and n not in sc.ALIASES]
     if unknown or not given_names:
@@ -85,15 +104,18 @@ def plan_from_args(args, stored=None) -> tuple[Plan, dict[str, sc.Scenario]]:
     if args.layouts:
         layouts = split_specs(args.layouts)
     else:
-        layouts = tuple(base.get("layouts") or (family[0] if family else default_layouts(p, t)))
+        layouts = tuple(base.get("layouts") or (family[0] if family else hosts_layouts(p, t) if hosts
+                                                else default_layouts(p, t)))
     if not layouts:
         raise BadArgument("layouts: give at least one PxT-STRATEGY")
-    for spec in layouts:
-        parse_variant(spec, run_dir="/tmp/validate")  # raises LayoutError naming the field
+    options = _layout_options(args, base, names)
+    with _validation_options(hosts, options) as checked:
+        for spec in layouts:
+            parse_variant(spec, **checked)  # raises LayoutError naming the field
     if args.concurrency:
         levels = tuple(sorted({int_arg("concurrency", x, 1, 1000) for x in args.concurrency.split(",") if x.strip()}))
     else:
-        levels = tuple(base.get("concurrency") or (family[1] if family else default_levels(p, t)))
+        levels = tuple(base.get("concurrency") or (family[1] if family else default_levels(p * max(1, hosts), t)))
     overrides = {
         "rounds": int_arg("rounds", args.rounds, 0, 20) if args.rounds else None,
         "fib": int_arg("fib", args.fib, 0, 30) if args.fib else None,
@@ -117,9 +139,21 @@ def plan_from_args(args, stored=None) -> tuple[Plan, dict[str, sc.Scenario]]:
         duration=duration, warmup=float_arg("warmup", given("warmup", 2), 1, 600), processes=p, threads=t,
         scenarios=names, workload={n: s.to_dict() for n, s in resolved.items()},
         timeout=timeout, command=command_line("compare", getattr(args, "argv", None)),
-        options=_layout_options(args, base, names),
+        options=options, hosts=hosts,
     )
     return plan, resolved
+
+
+@contextlib.contextmanager
+def _validation_options(hosts: int, options: dict):
+    """What a layout is validated with before anything runs: with --hosts, one stand-in host on
+    loopback and throwaway certificates for it (the real ones are made with the namespaces)."""
+    if not hosts:
+        yield {"run_dir": "/tmp/validate", **options}
+        return
+    with tempfile.TemporaryDirectory(prefix="ul-validate-") as tmp:
+        tls_dir = make_certs(Path(tmp) / "tls", ["127.0.0.1"]).directory
+        yield {"run_dir": "/tmp/validate", **options, "hosts": ("127.0.0.1",), "tls_dir": str(tls_dir)}
 
 
 def _layout_options(args, base: dict, names) -> dict:
@@ -143,6 +177,8 @@ def run(args) -> int:
     index = None
     if not stored:
         require_tools("wrk")
+        if plan.hosts and netns.unavailable():
+            raise MissingTool(f"--hosts: {netns.unavailable()}")
         index = prepare_dataset(Path(plan.options["data_dir"])) if "data_dir" in plan.options else None
     out = prepare_out(args.out)
     mode = "replaying " + args.replay if stored else "measuring"
@@ -151,7 +187,7 @@ def run(args) -> int:
           f"{plan.repeats} repeats x scenarios {', '.join(plan.scenarios)}, {plan.duration:g} s per cell; "
           f"about {est / 60:.1f} min; results in {out}", flush=True)
     results_path = out / RESULTS_NAME
-    with Lab() as lab, sigterm_interrupts():
+    with Lab(hosts=plan.hosts) as lab, sigterm_interrupts():
         if stored:
             runner, environment = ReplayRunner(stored), stored.environment | {"replayed_from": str(args.replay)}
         else:

@@ -28,7 +28,7 @@ from bench.analysis import (
     steady_scenarios,
     warnings,
 )
-from bench.report import nginx
+from bench.report import hosts, nginx
 from bench.report.text import comment, fmt_stat, md_kv, md_table, num, plot_lines, pm, table, wrap
 from bench.results import Results
 
@@ -291,6 +291,7 @@ def terminal_lines(results: Results) -> list[str]:
             out += _terminal_table(at)
             out += wrap(_best_line(best[level], at))
     out += nginx.nginx_lines(results)
+    out += hosts.host_lines(results)
     out += choice_lines(results)
     if not nginx.only_nginx(results):  # the article's verdict needs the article's scenario
         out.append("")
@@ -482,6 +483,7 @@ def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
     if not nginx.only_nginx(results):
         out += _md_verdict(results)
     out += nginx.nginx_lines(results, markdown=True)
+    out += hosts.host_lines(results, markdown=True)
     out += choice_lines(results, markdown=True)
     out += _md_reproduce(results)
     out += md_kv("Environment", results.environment)

@@ -1,0 +1,307 @@
+"""Several app hosts behind one front, with mutual TLS: certificates, layout fields, rendering and
+the cross-checks (files on disk, nginx -t; no process is started here: tests/integration/
+test_multihost.py runs the stacks in network namespaces)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from deploy import certs, netns
+from deploy.certs import DEFAULT_TLS_NAME, check_tls_dir, host_cert, host_key, make_certs
+from deploy.errors import LayoutError, RenderError
+from deploy.layout import layout_from_record, parse_layout
+from deploy.render import crosscheck, nginx_summary, pass_locations, render_texts, write_layout
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+HOSTS = ("10.0.0.2", "10.0.0.3")
+
+
+@pytest.fixture(scope="module")
+def tls_dir(tmp_path_factory) -> Path:
+    return make_certs(tmp_path_factory.mktemp("certs") / "tls", HOSTS + ("127.0.0.1",)).directory
+
+
+def hosts_layout(tmp_run_dir, tls_dir, spec="2x4-mapped", **options):
+    return parse_layout(spec, run_dir=str(tmp_run_dir), hosts=",".join(HOSTS), tls_dir=str(tls_dir), **options)
+
+
+# --- certificates -----------------------------------------------------------------------------
+
+
+def test_certs_carry_the_names_nginx_and_uwsgi_rely_on(tls_dir):
+    from cryptography import x509
+
+    for name in (certs.CA_KEY, certs.CLIENT_KEY, *(host_key(h) for h in HOSTS)):
+        assert stat.S_IMODE(os.stat(tls_dir / name).st_mode) == 0o600, name
+    assert stat.S_IMODE(os.stat(tls_dir).st_mode) == 0o700
+    for host in HOSTS:
+        cert = x509.load_pem_x509_certificate((tls_dir / host_cert(host)).read_bytes())
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        assert san.get_values_for_type(x509.DNSName) == [DEFAULT_TLS_NAME]
+        assert san.get_values_for_type(x509.IPAddress) == [ipaddress.IPv4Address(host)]
+    assert check_tls_dir(str(tls_dir), HOSTS, DEFAULT_TLS_NAME) == []
+    # openssl agrees that everything chains to the CA
+    proc = subprocess.run(["openssl", "verify", "-CAfile", str(tls_dir / "ca.crt"), str(tls_dir / "front.crt"),
+                           *(str(tls_dir / host_cert(h)) for h in HOSTS)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_certs_never_overwrite_without_force_and_keep_the_ca(tmp_path):
+    out = tmp_path / "tls"
+    make_certs(out, "10.0.0.2")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(LayoutError, match=r"dir: .*host-10\.0\.0\.2\.crt exists: pass --force"):
+        make_certs(out, "10.0.0.2")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    added = make_certs(out, "10.0.0.3")  # a host added later: CA and nginx's certificate kept
+    assert set(added.kept) == {"ca.crt", "ca.key", "front.crt", "front.key"}
+    assert (out / "front.crt").read_bytes() == before["front.crt"]
+    assert json.loads((out / "certs.json").read_text())["hosts"] == ["10.0.0.2", "10.0.0.3"]
+    forced = make_certs(out, "10.0.0.2", force=True)
+    assert (out / "ca.crt").read_bytes() == before["ca.crt"] and "ca.crt" in forced.kept
+    assert (out / host_cert("10.0.0.2")).read_bytes() != before[host_cert("10.0.0.2")]
+    assert check_tls_dir(str(out), ("10.0.0.2", "10.0.0.3"), DEFAULT_TLS_NAME) == []
+    assert not list(tmp_path.glob(".certs-staging-*"))
+
+
+@pytest.mark.parametrize("hosts,error", [
+    ("", "hosts: give at least one host"),
+    ("10.0.0.2,10.0.0.2", "hosts: 10.0.0.2 is given twice"),
+    ("0.0.0.0", "hosts: 0.0.0.0 is not one host's address"),
+    ("example.com", "hosts: expected IPv4 addresses"),
+])
+def test_certs_bad_hosts_write_nothing(tmp_path, hosts, error):
+    with pytest.raises(LayoutError, match=error):
+        make_certs(tmp_path / "tls", hosts)
+    assert not (tmp_path / "tls").exists()
+
+
+def test_check_tls_dir_names_what_does_not_fit(tmp_path, tls_dir):
+    assert "does not carry the name 'other.internal'" in " ".join(check_tls_dir(str(tls_dir), HOSTS,
+                                                                                "other.internal"))
+    other = make_certs(tmp_path / "other", "10.0.0.2").directory  # another CA's certificate
+    copy = tmp_path / "mixed"
+    copy.mkdir()
+    for p in tls_dir.iterdir():
+        (copy / p.name).write_bytes(p.read_bytes())
+        (copy / p.name).chmod(stat.S_IMODE(p.stat().st_mode))
+    for name in (host_cert("10.0.0.2"), host_key("10.0.0.2")):
+        (copy / name).write_bytes((other / name).read_bytes())
+    (copy / certs.CLIENT_KEY).chmod(0o644)
+    problems = " ".join(check_tls_dir(str(copy), HOSTS, DEFAULT_TLS_NAME))
+    assert "host-10.0.0.2.crt is not signed by ca.crt" in problems
+    assert "front.key is mode 644: a private key must be 0600" in problems
+    (copy / host_cert("10.0.0.3")).write_bytes((tls_dir / host_cert("10.0.0.2")).read_bytes())
+    assert "host-10.0.0.3.crt does not carry its address 10.0.0.3" in " ".join(
+        check_tls_dir(str(copy), HOSTS, DEFAULT_TLS_NAME))
+
+
+def test_certs_cli(tmp_path):
+    run = lambda *a: subprocess.run([sys.executable, "-m", "deploy", "certs", *a], cwd=REPO_ROOT,  # noqa: E731
+                                    capture_output=True, text=True, timeout=60)
+    ok = run(str(tmp_path / "tls"), "--hosts", "10.0.0.2,10.0.0.3")
+    assert ok.returncode == 0 and "use: --hosts 10.0.0.2,10.0.0.3 --tls-dir" in ok.stdout, ok.stderr
+    again = run(str(tmp_path / "tls"), "--hosts", "10.0.0.2")
+    assert again.returncode == 2 and again.stderr.count("\n") == 1 and "pass --force" in again.stderr
+
+
+# --- the layout -------------------------------------------------------------------------------
+
+
+def test_hosts_layout_lists_every_socket_of_every_host(tmp_run_dir, tls_dir):
+    layout = hosts_layout(tmp_run_dir, tls_dir, base_port=6000)
+    assert layout.tls == "suwsgi" and layout.hosts == HOSTS
+    assert [s.address for s in layout.sockets] == ["10.0.0.2:6000", "10.0.0.2:6001", "10.0.0.3:6000", "10.0.0.3:6001"]
+    # a host that is down must not cost every request; a respawning worker (at most T failures) stays in
+    assert [p for _, p in layout.upstream_servers] == [("max_fails=5", "fail_timeout=2s")] * 4
+    assert layout.retries == 2  # one host's sockets: a request can skip all of a failed host
+    view = layout.host_layout("10.0.0.3")
+    assert [s.address for s in view.sockets] == ["10.0.0.3:6000", "10.0.0.3:6001"]
+    assert view.run_dir == str(tmp_run_dir / "hosts" / "10.0.0.3")
+    assert view.tls_files["cert"] == str(tls_dir / host_cert("10.0.0.3"))
+    again = layout_from_record(json.loads(json.dumps(layout.to_dict())))
+    assert again == layout
+    one = parse_layout("2x4-mapped", run_dir=str(tmp_run_dir))
+    assert (one.tls, one.max_fails, one.retries, one.hosts) == ("off", 0, 1, ())
+    assert [p for _, p in one.upstream_servers] == [("max_fails=0",)] * 2
+
+
+@pytest.mark.parametrize("options,error", [
+    ({"tls": "off"}, "tls: plain uwsgi to 10.0.0.2 would let anyone who reaches it make uWSGI load and run code"),
+    ({"tls_dir": ""}, "tls_dir: --tls suwsgi needs the certificates: make them with python -m deploy certs"),
+    ({"transport": "unix"}, "transport: hosts need --transport tcp"),
+    ({"spec": "2x4-overflow"}, "hosts: not supported for overflow: use one of shared, thunder, mapped"),
+    ({"spec": "2x4-gunicorn"}, "hosts: not supported for gunicorn"),
+    ({"tls": "tls13"}, "tls: must be one of off, suwsgi, https"),
+    ({"tls_name": "not a name"}, "tls_name: expected a DNS name"),
+    ({"hosts": "10.0.0.2,10.0.0.9"}, r"tls_dir: .*host-10\.0\.0\.9\.crt is missing: make it with python -m deploy "
+                                     "certs"),
+    ({"max_fails": "-1"}, r"max_fails: must be an integer in 0\.\.1000"),
+])
+def test_hosts_layout_refuses_bad_input(tmp_run_dir, tls_dir, options, error):
+    options = {"spec": "2x4-mapped", "hosts": ",".join(HOSTS), "tls_dir": str(tls_dir), **options}
+    with pytest.raises(LayoutError, match=error):
+        parse_layout(options.pop("spec"), run_dir=str(tmp_run_dir), **options)
+
+
+def test_plain_uwsgi_off_loopback_only_inside_an_isolated_test_network(tmp_run_dir, tls_dir, monkeypatch):
+    """Plain uwsgi to a non-loopback address is refused, except in a network deploy.netns made in
+    this very process (the benchmark's namespaces, no route out): the registry is pure logic."""
+    with pytest.raises(LayoutError, match="tls: plain uwsgi to 10.0.0.2"):
+        hosts_layout(tmp_run_dir, tls_dir, tls="off")
+    monkeypatch.setattr(netns, "_isolated", [ipaddress.IPv4Network("10.0.0.0/24")])
+    assert hosts_layout(tmp_run_dir, tls_dir, tls="off").tls == "off"
+    assert hosts_layout(tmp_run_dir, tls_dir).tls == "suwsgi"  # the default is still what a real network needs
+
+
+# --- rendering and the cross-checks -----------------------------------------------------------------
+
+
+def test_render_writes_the_front_and_one_config_per_host(tmp_run_dir, tls_dir):
+    layout = hosts_layout(tmp_run_dir, tls_dir)
+    result = write_layout(layout, tmp_run_dir)
+    assert "nginx -t" not in result.nginx_test or "successful" in result.nginx_test
+    assert sorted(result.files) == sorted(["nginx.conf", "uwsgi_params", "layout.json", "hosts/10.0.0.2/uwsgi.ini",
+                                           "hosts/10.0.0.3/uwsgi.ini"])
+    assert not (tmp_run_dir / "uwsgi.ini").exists()
+    ini = (tmp_run_dir / "hosts" / "10.0.0.3" / "uwsgi.ini").read_text()
+    assert f"ssl-socket = 10.0.0.3:5000,{tls_dir}/host-10.0.0.3.crt,{tls_dir}/host-10.0.0.3.key," in ini
+    assert f",!{tls_dir}/ca.crt\n" in ini
+    assert "\nsocket = " not in ini and "map-socket = 1:2" in ini
+    assert f"pidfile = {tmp_run_dir}/hosts/10.0.0.3/control/uwsgi.pid" in ini
+    for sub in ("control", "logs"):
+        assert (tmp_run_dir / "hosts" / "10.0.0.3" / sub).is_dir()
+    conf = (tmp_run_dir / "nginx.conf").read_text()
+    for line in ("uwsgi_pass suwsgi://uwsgi_app;", f"uwsgi_ssl_certificate {tls_dir}/front.crt;",
+                 f"uwsgi_ssl_trusted_certificate {tls_dir}/ca.crt;", "uwsgi_ssl_verify on;",
+                 f"uwsgi_ssl_name {DEFAULT_TLS_NAME};", "uwsgi_next_upstream error timeout;",
+                 "uwsgi_next_upstream_tries 3;", "server 10.0.0.3:5001 max_fails=5 fail_timeout=2s;"):
+        assert line in conf, line
+    assert crosscheck(layout, tmp_run_dir) == []
+
+
+def test_render_https_alternative(tmp_run_dir, tls_dir):
+    layout = hosts_layout(tmp_run_dir, tls_dir, tls="https")
+    write_layout(layout, tmp_run_dir)
+    conf = (tmp_run_dir / "nginx.conf").read_text()
+    assert "proxy_pass https://uwsgi_app;" in conf and "proxy_ssl_verify on;" in conf and "keepalive " in conf
+    assert "https-socket = 10.0.0.2:5000," in (tmp_run_dir / "hosts" / "10.0.0.2" / "uwsgi.ini").read_text()
+
+
+def cli_render(out: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "deploy", "render", "2x4-mapped", "--out", str(out), *args],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_render_refuses_a_public_socket_without_tls(run_dirs, tls_dir):
+    tmp_path = run_dirs()
+    for args in (["--hosts", "10.0.0.2", "--tls", "off"], ["--hosts", "10.0.0.2,10.0.0.3"]):
+        proc = cli_render(tmp_path / "out", *args)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: tls"), proc.stderr
+        assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.staging-*"))
+    ok = cli_render(tmp_path / "out", "--hosts", "10.0.0.2,10.0.0.3", "--tls-dir", str(tls_dir))
+    assert ok.returncode == 0, ok.stderr
+    assert "nginx -t: ok" in ok.stdout
+
+
+def _tamper(layout, out: Path, name: str, old: str, new: str) -> list[str]:
+    path = out / name
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {name}"
+    path.write_text(text.replace(old, new, 1))
+    return crosscheck(layout, out)
+
+
+@pytest.mark.parametrize("name,old,new,words", [
+    # never mix locations with and without the client certificate on one upstream
+    ("nginx.conf", "        location / {", "        location /health {\n            include uwsgi_params;\n"
+                                            "            uwsgi_pass suwsgi://uwsgi_app;\n        }\n"
+                                            "        location / {", "never mix them on one upstream"),
+    ("nginx.conf", "uwsgi_ssl_verify on;", "uwsgi_ssl_verify off;", "uwsgi_ssl_verify is ['off']"),
+    ("nginx.conf", "uwsgi_pass suwsgi://uwsgi_app;", "uwsgi_pass uwsgi_app;", "uwsgi_pass targets"),
+    ("nginx.conf", f"uwsgi_ssl_name {DEFAULT_TLS_NAME};", "uwsgi_ssl_name other.internal;", "uwsgi_ssl_name is"),
+    ("hosts/10.0.0.3/uwsgi.ini", ",!", ",", "takes clients without a certificate"),
+    ("hosts/10.0.0.3/uwsgi.ini", "ssl-socket = 10.0.0.3:5001,", "socket = 10.0.0.3:5001\n; ",
+     "10.0.0.3:5001 is not a loopback address and takes clients without a certificate"),
+    ("hosts/10.0.0.3/uwsgi.ini", "ssl-socket = 10.0.0.3:5001,", "ssl-socket = 0.0.0.0:5001,",
+     "0.0.0.0:5001 is not a loopback address: it binds every interface"),
+    ("hosts/10.0.0.2/uwsgi.ini", "host-10.0.0.2.key", "host-10.0.0.3.key", "certificate, key or required client CA"),
+])
+def test_crosscheck_catches_tls_tampering(tmp_run_dir, tls_dir, name, old, new, words):
+    layout = hosts_layout(tmp_run_dir, tls_dir)
+    write_layout(layout, tmp_run_dir)
+    problems = _tamper(layout, tmp_run_dir, name, old, new)
+    assert any(words in p for p in problems), problems
+
+
+def test_mixing_is_seen_through_inheritance(tmp_run_dir, tls_dir):
+    """Directives set at server level are in force in every location below (as nginx inherits
+    them): the mix check reads what each location ends up with."""
+    layout = hosts_layout(tmp_run_dir, tls_dir)
+    write_layout(layout, tmp_run_dir)
+    parsed = pass_locations(_parse(tmp_run_dir))
+    assert [p["location"] for p in parsed] == ["/"]
+    assert parsed[0]["ssl"]["ssl_verify"] == ["on"]
+    text = (tmp_run_dir / "nginx.conf").read_text()
+    moved = text.replace(f"            uwsgi_ssl_name {DEFAULT_TLS_NAME};\n", "").replace(
+        "        location / {", f"        uwsgi_ssl_name {DEFAULT_TLS_NAME};\n        location / {{")
+    (tmp_run_dir / "nginx.conf").write_text(moved)
+    assert crosscheck(layout, tmp_run_dir) == []  # the same settings, inherited
+    assert nginx_summary(tmp_run_dir / "nginx.conf")["pass_locations"][0]["ssl"]["ssl_name"] == [DEFAULT_TLS_NAME]
+
+
+def _parse(conf_dir: Path):
+    from deploy.render import parse_nginx
+
+    return parse_nginx(conf_dir / "nginx.conf")
+
+
+def test_render_refuses_tls_with_a_uwsgi_built_without_ssl(tmp_run_dir, tls_dir, tmp_path, monkeypatch):
+    """A uWSGI compiled without libssl-dev has no ssl-socket: one line saying how to rebuild, nothing
+    written. (The binary here is a stand-in script: pure logic.)"""
+    fake = tmp_path / "uwsgi"
+    fake.write_text("#!/bin/sh\necho '    --socket    bind to the specified UNIX/TCP socket'\n")
+    fake.chmod(0o755)
+    import deploy.render as render
+
+    monkeypatch.setattr(render, "find_uwsgi", lambda: str(fake))
+    layout = hosts_layout(tmp_run_dir / "out", tls_dir)
+    with pytest.raises(RenderError, match=r"^tls: .*was built without SSL .* install libssl-dev .* make venv$"):
+        write_layout(layout, tmp_run_dir / "out")
+    assert not (tmp_run_dir / "out").exists()
+    local = parse_layout("2x4-mapped", run_dir=str(tmp_run_dir / "plain"))  # no TLS: no need for SSL
+    write_layout(local, tmp_run_dir / "plain")
+
+
+def test_local_tls_on_loopback(tmp_run_dir, tls_dir):
+    """TLS without hosts: this machine's loopback sockets, over ssl-socket (what one machine can test)."""
+    layout = parse_layout("2x2-shared", run_dir=str(tmp_run_dir), tls="suwsgi", tls_dir=str(tls_dir))
+    texts = render_texts(layout)
+    assert "ssl-socket = 127.0.0.1:5000," in texts["uwsgi.ini"]
+    assert "uwsgi_pass suwsgi://uwsgi_app;" in texts["nginx.conf"]
+    write_layout(layout, tmp_run_dir)
+
+
+# --- network namespaces: the parts that are pure logic ------------------------------------------------
+
+
+def test_free_subnet_avoids_every_address_and_route_in_use():
+    import random
+
+    in_use = [ipaddress.IPv4Network("198.18.0.0/16"), ipaddress.IPv4Network("198.19.0.0/17"),
+              ipaddress.IPv4Network("0.0.0.0/0").subnets(new_prefix=1).__next__()]  # 0/1: not in the range
+    for seed in range(20):
+        net = netns.free_subnet(in_use, random.Random(seed))
+        assert net.subnet_of(netns.RANGE) and net.prefixlen == 24
+        assert not any(net.overlaps(u) for u in in_use[:2])
+    with pytest.raises(netns.NetnsError, match=r"198\.18\.0\.0/15 is in use here \(198\.18\.0\.0/15\)"):
+        netns.free_subnet([ipaddress.IPv4Network("198.18.0.0/15")], random.Random(1))
