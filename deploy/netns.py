@@ -24,6 +24,7 @@ there may deploy.hosts allow plain uwsgi off loopback (to measure what TLS costs
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fcntl
@@ -31,6 +32,7 @@ import ipaddress
 import json
 import os
 import random
+import re
 import secrets
 import shutil
 import signal
@@ -210,12 +212,31 @@ def _teardown(namespaces: list[str], bridge: str) -> None:
         ip("link", "del", bridge, check=False)
 
 
+NAME_RE = re.compile(rf"^{NS_PREFIX}(?P<id>[0-9a-f]{{6}})-(front|h\d+)$")
+BRIDGE_RE = re.compile(rf"^{BRIDGE_PREFIX}(?P<id>[0-9a-f]{{6}})$")
+
+
+@contextlib.contextmanager
+def _locked():
+    """This project's namespace lock: runs pick their /24 and clean up stale runs one at a time."""
+    STATE_DIR.mkdir(mode=0o700, exist_ok=True)
+    with open(STATE_DIR / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def clean_stale() -> list[str]:
+    """``_clean_stale`` under the lock."""
+    with _locked():
+        return _clean_stale()
+
+
+def _clean_stale() -> list[str]:
     """Remove the namespaces and bridges of runs whose owner died (recorded in their state
-    files); return the run ids cleaned."""
+    files); then those of this project's exact names that no state file claims and nothing runs
+    in (a state directory lost with its owner). Return the run ids cleaned."""
     cleaned = []
-    if not STATE_DIR.is_dir():
-        return cleaned
+    STATE_DIR.mkdir(mode=0o700, exist_ok=True)
     for path in sorted(STATE_DIR.glob("*.json")):
         try:
             state = json.loads(path.read_text())
@@ -228,7 +249,19 @@ def clean_stale() -> list[str]:
         _teardown(names, bridge if bridge.startswith(BRIDGE_PREFIX) else "")
         path.unlink(missing_ok=True)
         cleaned.append(state.get("id", path.stem))
-    return cleaned
+    claimed = {p.stem for p in STATE_DIR.glob("*.json")}
+    for name in existing():
+        m = NAME_RE.match(name)
+        if m and m["id"] not in claimed and not ip("netns", "pids", name, check=False).stdout.split():
+            ip("netns", "del", name, check=False)
+            cleaned.append(m["id"])
+    for link in ip("link", "show", "type", "bridge", json_out=True):
+        m = BRIDGE_RE.match(link.get("ifname", ""))
+        if m and m["id"] not in claimed and not any(
+                other.get("master") == link["ifname"] for other in ip("link", "show", json_out=True)):
+            ip("link", "del", link["ifname"], check=False)
+            cleaned.append(m["id"])
+    return sorted(set(cleaned))
 
 
 @dataclass
@@ -292,11 +325,9 @@ class Net:
             self._previous_sigterm = signal.signal(signal.SIGTERM, _exit_on_sigterm)
 
     def open(self) -> None:
-        clean_stale()
-        STATE_DIR.mkdir(mode=0o700, exist_ok=True)
         rng = random.Random(secrets.randbits(64))
-        with open(STATE_DIR / ".lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # two runs must not pick the same /24
+        with _locked():  # two runs must not pick the same /24, nor clean up each other's
+            _clean_stale()
             self.run_id = secrets.token_hex(3)
             self.subnet = free_subnet(_addresses_and_routes(), rng)
             base = self.subnet.network_address

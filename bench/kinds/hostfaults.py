@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import os
 import re
 import signal
@@ -104,6 +105,26 @@ def _classes(run) -> str:
     return ", ".join(f"{k} {v}" for k, v in dataclasses.asdict(run.errors).items() if v and k != "total") or "none"
 
 
+ACCESS_TIME_RE = re.compile(r"\[(?P<when>[^\]]+)\] \"[^\"]*\" \d{3} (?P<seconds>[\d.]+) ")
+
+
+def slow_started(stack, since_wall: float, seconds: float) -> int:
+    """Requests that started after the wall-clock time ``since_wall`` (so none was in flight at
+    the fault: those stall until the host is back) and took at least ``seconds``: what the
+    fault cost requests that arrived afterwards. nginx logs the end time to the second."""
+    try:
+        text = (stack.run_dir / "logs" / "access.log").read_text(errors="replace")
+    except OSError:
+        return 0
+    count = 0
+    for m in ACCESS_TIME_RE.finditer(text):
+        took = float(m["seconds"])
+        end = datetime.datetime.strptime(m["when"], "%d/%b/%Y:%H:%M:%S %z").timestamp()
+        if took >= seconds and end - took > since_wall:
+            count += 1
+    return count
+
+
 def _sent(run) -> int:
     e = run.errors
     return run.requests + e.connect + e.read + e.write + e.timeout
@@ -122,7 +143,7 @@ def _host_outage(lab: Lab, name: str, spec: str, fail, restore, duration: float,
             try:
                 t_flow = wait_flowing(samplers)
                 _pace(t_flow + 1.0)  # one second of undisturbed throughput
-                t_fail = time.monotonic()
+                t_fail, wall_fail = time.monotonic(), time.time()
                 fail(stack, victim)
                 _pace(t_fail + down_s)
                 t_restore = time.monotonic()
@@ -141,7 +162,10 @@ def _host_outage(lab: Lab, name: str, spec: str, fail, restore, duration: float,
         after = served(samplers, after_from, t_end - 0.2) if t_end - 0.2 > after_from + 0.5 else {}
         log = access_log(stack)
         slow = [a for a in log if a.seconds >= layout.connect_timeout]
+        # +1 s: the log's end times are whole seconds, so a request in flight at the fault is never counted
+        slow_after = slow_started(stack, wall_fail + 1.0, layout.connect_timeout)
         retried = [a for a in log if len(a.upstreams) > 1]
+        refused = sum("Connection refused" in line for line in nginx_log_lines(stack))
         errors = _errors_note(stack)
     failed = run.errors.total
     after_share = (after.get(victim, 0) / sum(after.values())) if after and sum(after.values()) else 0.0
@@ -155,9 +179,10 @@ def _host_outage(lab: Lab, name: str, spec: str, fail, restore, duration: float,
             f"down (served by {', '.join(h for h, n in outage.items() if n) or 'nobody'}), "
             f"{victim} served again {back_after:.2f} s after it was back" if back_after is not None else
             f"{victim} served nothing in the {t_end - t_ready:.1f} s after it was back",
-            f"nginx retried {len(retried)} request(s) on another server; {len(slow)} request(s) took "
-            f">= connect_timeout ({layout.connect_timeout} s); wrk p99 {run.latency_ms.p99:.0f} ms, "
-            f"max {run.latency_ms.max:.0f} ms",
+            f"nginx retried {len(retried)} request(s) on another server ({refused} refused connects); "
+            f"{len(slow)} request(s) took >= connect_timeout ({layout.connect_timeout} s), {slow_after} of them "
+            f"started after the fault (the others were in flight on {victim}); wrk p99 "
+            f"{run.latency_ms.p99:.0f} ms, max {run.latency_ms.max:.0f} ms",
             errors,
         ),
         checks=(
@@ -171,6 +196,7 @@ def _host_outage(lab: Lab, name: str, spec: str, fail, restore, duration: float,
         ),
         figures={"before_rps": before, "outage_rps": outage_rps, "back_after_s": back_after,
                  "after_share": after_share, "failed": failed, "retried": len(retried), "slow": len(slow),
+                 "slow_after_fault": slow_after, "refused": refused, "down_s": down_s,
                  "p99_ms": run.latency_ms.p99, "max_ms": run.latency_ms.max, "requests": run.requests,
                  "max_fails": layout.max_fails, "fail_timeout": layout.fail_timeout, "retries": layout.retries,
                  "hosts": list(layout.hosts), "per_second": timeline},
@@ -184,9 +210,10 @@ def kill_host(lab: Lab, spec: str = "2x4-mapped", duration: float = 10.0, connec
                         lambda stack, host: stack.start_host(host), duration, connections, down_s, patch, **options)
 
 
-def unreachable_host(lab: Lab, spec: str = "2x4-mapped", duration: float = 10.0, connections: int = 8,
-                     down_s: float = 4.0, patch=None, **options) -> FaultRecord:
-    """Take one host off the bridge under load (connects to it time out), then back."""
+def unreachable_host(lab: Lab, spec: str = "2x4-mapped", duration: float = 16.0, connections: int = 8,
+                     down_s: float = 10.0, patch=None, **options) -> FaultRecord:
+    """Take one host off the bridge under load (connects to it time out; requests in flight on
+    it stall until it is back), then back. Long enough to see what a lasting outage costs."""
     return _host_outage(lab, "unreachable-host", spec, lambda stack, host: lab.net.set_link(host, False),
                         lambda stack, host: lab.net.set_link(host, True), duration, connections, down_s, patch,
                         **options)

@@ -189,6 +189,24 @@ def test_namespaces_are_removed_on_sigterm_and_after_a_crash():
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(60)
+def test_stale_cleanup_touches_only_this_projects_unclaimed_names():
+    import secrets
+
+    run = secrets.token_hex(3)
+    ours, foreign = f"{netns.NS_PREFIX}{run}-h1", f"ulnsx-{run}-h1"
+    for name in (ours, foreign):
+        netns.ip("netns", "add", name)
+    try:
+        assert run in netns.clean_stale()
+        left = netns.ip("netns", "list").stdout
+        assert ours not in left and foreign in left
+    finally:
+        for name in (ours, foreign):
+            netns.ip("netns", "del", name, check=False)
+
+
+@pytest.mark.integration
 @pytest.mark.timeout(240)
 def test_bench_compare_hosts(tmp_path):
     out = tmp_path / "run"
