@@ -16,8 +16,8 @@ running stack shows (CPU, per-worker counts, logs) is read by ``bench.observe``.
 
 ``Lab(hosts=N)`` runs every stack across network namespaces (``deploy.netns.Net``: N app hosts
 and a front on one bridge, made on first use and removed on close) with certificates made for
-them in the lab's directory: each layout gets ``hosts``, ``tls_dir`` and a listen address on the
-front (reached from here over the bridge), TLS by default (``@tls=off`` measures plain uwsgi,
+them in the lab's directory: each layout gets ``hosts``, ``uwsgi_tls_dir`` and a listen address on the
+front (reached from here over the bridge), TLS by default (``@uwsgi_tls=off`` measures plain uwsgi,
 allowed only inside those namespaces).
 """
 
@@ -91,7 +91,7 @@ class Lab:
             net = netns.Net(hosts=self.hosts)
             net.__enter__()
             self._net = net
-            self._tls_dir = make_certs(self.new_dir("certs") / "tls", net.host_addresses).directory
+            self._tls_dir = make_certs(self.new_dir("certs") / "uwsgi_tls", net.host_addresses).directory
         return self._net
 
     @property
@@ -124,7 +124,7 @@ class Lab:
         options.setdefault("base_port", ports[0])
         if self.net:
             options.setdefault("hosts", self.net.host_addresses)
-            options.setdefault("tls_dir", str(self._tls_dir))
+            options.setdefault("uwsgi_tls_dir", str(self._tls_dir))
             options.setdefault("listen", f"{self.net.front.address}:{ports[n]}")
         options.setdefault("listen", f"127.0.0.1:{ports[n]}")
         options.setdefault("stats_port", ports[n + 1])

@@ -54,10 +54,10 @@ def host_key(addr: str) -> str:
     return f"host-{addr}.key"
 
 
-def check_name(raw) -> str:
+def check_name(raw, field_name: str = "name") -> str:
     name = str(raw or "").strip().lower()
     if not NAME_RE.match(name):
-        raise LayoutError("tls_name", f"expected a DNS name such as {DEFAULT_TLS_NAME}, got {raw!r}")
+        raise LayoutError(field_name, f"expected a DNS name such as {DEFAULT_TLS_NAME}, got {raw!r}")
     return name
 
 

@@ -62,10 +62,10 @@ def add_layout_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", help="a data set (make dataset): enables /files/<id> and /static/")
     p.add_argument("--hosts", help="app hosts ADDR[,ADDR...]: each runs the layout's uWSGI on its own address, "
                                    "nginx balances over every host's sockets (default: this machine)")
-    p.add_argument("--tls", help="off, suwsgi or https: TLS between nginx and uWSGI (default suwsgi when a "
+    p.add_argument("--uwsgi-tls", help="off, suwsgi or https: TLS between nginx and uWSGI (default suwsgi when a "
                                  "socket is off loopback, which then requires it)")
-    p.add_argument("--tls-dir", help="the certificates, made by python -m deploy certs DIR --hosts ...")
-    p.add_argument("--tls-name", help=f"the name the hosts' certificates carry (default {DEFAULT_TLS_NAME})")
+    p.add_argument("--uwsgi-tls-dir", help="the certificates, made by python -m deploy certs DIR --hosts ...")
+    p.add_argument("--uwsgi-tls-name", help=f"the name the hosts' certificates carry (default {DEFAULT_TLS_NAME})")
     p.add_argument("--max-fails", help="nginx marks a socket down after this many failures (default 0 on one "
                                        "machine, T+1 with hosts)")
     p.add_argument("--fail-timeout", help="seconds a failed socket stays down (default 2 with hosts)")
@@ -96,9 +96,9 @@ def layout_from_args(args, run_dir: Path) -> Layout:
         aio_max_queue=args.aio_max_queue,
         data_dir=args.data_dir,
         hosts=args.hosts,
-        tls=args.tls,
-        tls_dir=args.tls_dir,
-        tls_name=args.tls_name,
+        uwsgi_tls=args.uwsgi_tls,
+        uwsgi_tls_dir=args.uwsgi_tls_dir,
+        uwsgi_tls_name=args.uwsgi_tls_name,
         max_fails=args.max_fails,
         fail_timeout=args.fail_timeout,
         run_dir=str(run_dir),
@@ -216,8 +216,8 @@ def cmd_certs(args) -> int:
     made = make_certs(args.dir, args.hosts, name=args.name, force=args.force)
     kept = f" (kept {', '.join(made.kept)})" if made.kept else ""
     print(f"wrote {', '.join(made.written)} in {made.directory}{kept}")
-    print(f"use: --hosts {args.hosts} --tls-dir {made.directory}"
-          + (f" --tls-name {args.name}" if args.name != DEFAULT_TLS_NAME else ""))
+    print(f"use: --hosts {args.hosts} --uwsgi-tls-dir {made.directory}"
+          + (f" --uwsgi-tls-name {args.name}" if args.name != DEFAULT_TLS_NAME else ""))
     return 0
 
 

@@ -9,8 +9,8 @@ nginx ``uwsgi_pass suwsgi://`` with its certificate, ``deploy.certs``). The only
 an address inside an isolated test network this very process made (``deploy.netns``: no
 route out, no NAT), where the benchmark measures what TLS costs against plain sockets.
 
-``resolve(layout, set_)`` validates and fills the Layout fields ``hosts``, ``tls``,
-``tls_dir``, ``tls_name``, ``max_fails``, ``fail_timeout`` and ``retries`` (their defaults
+``resolve(layout, set_)`` validates and fills the Layout fields ``hosts``, ``uwsgi_tls``,
+``uwsgi_tls_dir``, ``uwsgi_tls_name``, ``max_fails``, ``fail_timeout`` and ``retries`` (their defaults
 depend on where the sockets are: see ``failure_policy``).
 """
 
@@ -115,15 +115,15 @@ def resolve(layout: Layout, set_) -> None:
 
     hosts = parse_hosts(layout.hosts)
     set_("hosts", hosts)
-    tls = str(layout.tls or "").strip().lower()
+    tls = str(layout.uwsgi_tls or "").strip().lower()
     addresses = hosts or ((LOOPBACK,) if layout.transport == "tcp" else ())
     if not tls:  # the default is what a real network needs, also inside the benchmark's namespaces
         tls = "suwsgi" if any(not is_loopback(a) for a in addresses) else "off"
     if tls not in TLS_MODES:
-        raise LayoutError("tls", f"must be one of {', '.join(TLS_MODES)}, got {layout.tls!r}")
-    set_("tls", tls)
+        raise LayoutError("uwsgi_tls", f"must be one of {', '.join(TLS_MODES)}, got {layout.uwsgi_tls!r}")
+    set_("uwsgi_tls", tls)
     if hosts or tls != "off":
-        what = "hosts" if hosts else "tls"
+        what = "hosts" if hosts else "uwsgi_tls"
         if layout.strategy not in HOST_STRATEGIES:
             raise LayoutError(what, f"not supported for {layout.strategy}: use one of {', '.join(HOST_STRATEGIES)} "
                                     f"(e.g. {layout.processes}x{layout.threads}-mapped)")
@@ -132,30 +132,31 @@ def resolve(layout: Layout, set_) -> None:
     if tls == "off":
         exposed = next((a for a in addresses if not plain_allowed(a)), None)
         if exposed:
-            raise LayoutError("tls", f"plain uwsgi to {exposed} would let anyone who reaches it make uWSGI load and "
-                                     "run code (UWSGI_FILE...): use --tls suwsgi with --tls-dir (python -m deploy "
-                                     "certs DIR --hosts ...)")
-    set_("tls_name", check_name(layout.tls_name))
+            raise LayoutError("uwsgi_tls", f"plain uwsgi to {exposed} would let anyone who reaches it make uWSGI "
+                                           "load and run code (UWSGI_FILE...): use --uwsgi-tls suwsgi with "
+                                           "--uwsgi-tls-dir (python -m deploy certs DIR --hosts ...)")
+    set_("uwsgi_tls_name", check_name(layout.uwsgi_tls_name, "uwsgi_tls_name"))
     if tls != "off":
-        if not layout.tls_dir:
-            raise LayoutError("tls_dir", f"--tls {tls} needs the certificates: make them with python -m deploy certs "
-                                         f"DIR --hosts {','.join(addresses)} and pass --tls-dir DIR")
+        if not layout.uwsgi_tls_dir:
+            raise LayoutError("uwsgi_tls_dir", f"--uwsgi-tls {tls} needs the certificates: make them with python -m "
+                                               f"deploy certs DIR --hosts {','.join(addresses)} and pass "
+                                               "--uwsgi-tls-dir DIR")
         from deploy.layout import _config_path
 
-        text = _config_path("tls_dir", str(layout.tls_dir), nginx=True)
+        text = _config_path("uwsgi_tls_dir", str(layout.uwsgi_tls_dir), nginx=True)
         directory = Path(os.path.expanduser(text)).resolve()
-        _config_path("tls_dir", str(directory), nginx=True)
+        _config_path("uwsgi_tls_dir", str(directory), nginx=True)
         if "," in str(directory):  # ends a field of uWSGI's ssl-socket value
-            raise LayoutError("tls_dir", f"{str(directory)!r} contains ',', which uWSGI's ssl-socket value cannot "
-                                         "hold; use another directory")
+            raise LayoutError("uwsgi_tls_dir", f"{str(directory)!r} contains ',', which uWSGI's ssl-socket value "
+                                               "cannot hold; use another directory")
         needed = [CA_CERT, CLIENT_CERT, CLIENT_KEY] + [f for a in addresses for f in (host_cert(a), host_key(a))]
         missing = next((f for f in needed if not (directory / f).is_file()), None)
         if missing:
-            raise LayoutError("tls_dir", f"{directory / missing} is missing: make it with python -m deploy certs "
-                                         f"{directory} --hosts {','.join(addresses)}")
-        set_("tls_dir", str(directory))
+            raise LayoutError("uwsgi_tls_dir", f"{directory / missing} is missing: make it with python -m deploy "
+                                               f"certs {directory} --hosts {','.join(addresses)}")
+        set_("uwsgi_tls_dir", str(directory))
     else:
-        set_("tls_dir", "")
+        set_("uwsgi_tls_dir", "")
     max_fails, fail_timeout, retries = failure_policy(layout)
     from deploy.layout import _int_in
 

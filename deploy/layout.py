@@ -353,11 +353,11 @@ class Layout:
     # How nginx talks to uWSGI: off (plain uwsgi: loopback only), suwsgi (uwsgi over TLS, with
     # a client certificate uWSGI requires), https (uWSGI's https-socket). "" = suwsgi when a
     # socket is not on loopback, else off.
-    tls: str = ""
+    uwsgi_tls: str = ""
     # The certificates (python -m deploy certs DIR --hosts ...), and the name every host's
     # certificate carries, which nginx verifies (uwsgi_ssl_name).
-    tls_dir: str = ""
-    tls_name: str = DEFAULT_TLS_NAME
+    uwsgi_tls_dir: str = ""
+    uwsgi_tls_name: str = DEFAULT_TLS_NAME
     # nginx marks a socket down for fail_timeout seconds after max_fails failures within that
     # time. "" = for where the sockets are: never on one machine; measured values with hosts.
     max_fails: int | str = ""
@@ -432,7 +432,7 @@ class Layout:
             raise LayoutError("lock_engine", f"must be ipcsem (System V semaphores) or empty for uWSGI's default "
                                              f"(pthread robust mutexes), got {self.lock_engine!r}")
         self._check_strategy_options(strategy)
-        multihost.resolve(self, set_)  # hosts, tls, tls_dir, tls_name, max_fails, fail_timeout, retries
+        multihost.resolve(self, set_)  # hosts, uwsgi_tls*, max_fails, fail_timeout, retries
         self._check_addresses()
 
     # --- derived views --------------------------------------------------------------
@@ -458,7 +458,7 @@ class Layout:
     def nginx_protocol(self) -> str:
         """What nginx speaks to the app server: uwsgi (uwsgi_pass) or http (proxy_pass; over TLS
         for uWSGI's https-socket)."""
-        if self.tls == "https":
+        if self.uwsgi_tls == "https":
             return "http"
         return "uwsgi" if self.server == "uwsgi" or self.protocol == "uwsgi" else "http"
 
@@ -499,12 +499,12 @@ class Layout:
         return Path(self.run_dir) / "hosts" / host
 
     @property
-    def tls_files(self) -> dict[str, str]:
+    def uwsgi_tls_files(self) -> dict[str, str]:
         """The certificate paths the configs name: ca, client_cert, client_key (nginx's), and
         cert/key of the layout's single host (a host layout's own)."""
-        if self.tls == "off":
+        if self.uwsgi_tls == "off":
             return {}
-        base = Path(self.tls_dir)
+        base = Path(self.uwsgi_tls_dir)
         files = {"ca": base / CA_CERT, "client_cert": base / CLIENT_CERT, "client_key": base / CLIENT_KEY}
         if len(self.app_hosts) == 1:
             files |= {"cert": base / host_cert(self.app_hosts[0]), "key": base / host_key(self.app_hosts[0])}
@@ -514,8 +514,8 @@ class Layout:
     def nginx_scheme(self) -> str:
         """What uwsgi_pass/proxy_pass names before the upstream: uwsgi (none), suwsgi, http, https."""
         if self.nginx_protocol == "uwsgi":
-            return "suwsgi" if self.tls == "suwsgi" else "uwsgi"
-        return "https" if self.tls == "https" else "http"
+            return "suwsgi" if self.uwsgi_tls == "suwsgi" else "uwsgi"
+        return "https" if self.uwsgi_tls == "https" else "http"
 
     @property
     def upstream_servers(self) -> list[tuple[Socket, tuple[str, ...]]]:

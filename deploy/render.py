@@ -272,7 +272,7 @@ def crosscheck(layout: Layout, conf_dir: Path) -> list[str]:
             if not _is_loopback(address):
                 problems.append(f"{address} is not a loopback address")
         for address in host.addresses:
-            tls = host.tls.get(address)
+            tls = host.socket_tls.get(address)
             if address.startswith("/") or plain_allowed(address):
                 continue
             if address.rpartition(":")[0] in ("", "0.0.0.0", "*"):
@@ -362,29 +362,29 @@ def _tls_problems(layout: Layout, per_host, nginx: dict) -> list[str]:
         where = ", ".join(sorted({p["location"] or "(server)" for p in passing}))
         problems.append(f"locations {where} pass to upstream {name} with different TLS settings (client "
                         "certificate, verification, scheme): never mix them on one upstream")
-    kind = {"suwsgi": "ssl", "https": "https", "off": "plain"}[layout.tls]
+    kind = {"suwsgi": "ssl", "https": "https", "off": "plain"}[layout.uwsgi_tls]
     for view, host in per_host:
-        files = view.tls_files
+        files = view.uwsgi_tls_files
         for address in host.addresses:
-            tls = host.tls.get(address, {"kind": "plain"})
+            tls = host.socket_tls.get(address, {"kind": "plain"})
             if tls["kind"] != kind:
-                problems.append(f"{address} is a {tls['kind']} socket but the layout's tls is {layout.tls}")
+                problems.append(f"{address} is a {tls['kind']} socket but the layout's tls is {layout.uwsgi_tls}")
             elif kind != "plain" and (tls.get("cert"), tls.get("key"), tls.get("ca"), tls.get("required")) != \
                     (files["cert"], files["key"], files["ca"], True):
                 problems.append(f"{address}: certificate, key or required client CA differ from the layout's "
                                 f"{files['cert']}, {files['key']}, !{files['ca']}")
-    if layout.tls == "off":
+    if layout.uwsgi_tls == "off":
         return problems
-    files = layout.tls_files
+    files = layout.uwsgi_tls_files
     expected = {"ssl_certificate": [files["client_cert"]], "ssl_certificate_key": [files["client_key"]],
-                "ssl_trusted_certificate": [files["ca"]], "ssl_verify": ["on"], "ssl_name": [layout.tls_name]}
+                "ssl_trusted_certificate": [files["ca"]], "ssl_verify": ["on"], "ssl_name": [layout.uwsgi_tls_name]}
     for p in passing:
         got = {k: p["ssl"].get(k) for k in expected}
         if got != expected:
             wrong = next(k for k in expected if got[k] != expected[k])
             problems.append(f"location {p['location'] or '(server)'}: {p['directive'].split('_')[0]}_{wrong} is "
                             f"{got[wrong]}, the layout needs {expected[wrong]}")
-    problems += check_tls_dir(layout.tls_dir, layout.app_hosts, layout.tls_name)
+    problems += check_tls_dir(layout.uwsgi_tls_dir, layout.app_hosts, layout.uwsgi_tls_name)
     return problems
 
 
@@ -479,7 +479,7 @@ def run_dirs(layout: Layout, root: Path) -> list[Path]:
 
 
 def _check_uwsgi_ssl(layout: Layout) -> None:
-    if layout.tls == "off" or layout.server != "uwsgi":
+    if layout.uwsgi_tls == "off" or layout.server != "uwsgi":
         return
     binary = find_uwsgi()
     if binary and not uwsgi_has_ssl(binary):

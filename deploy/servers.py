@@ -65,7 +65,7 @@ class ServerFacts:
     run_as: tuple[str, str] | None = None  # user, group the config switches to
     problems: list[str] = field(default_factory=list)  # what only this server can check
     # address -> {"kind": "ssl" | "https" | "plain", "cert", "key", "ca", "required"} (uWSGI's TLS sockets)
-    tls: dict[str, dict] = field(default_factory=dict)
+    socket_tls: dict[str, dict] = field(default_factory=dict)
 
 
 class AppServer:
@@ -208,7 +208,7 @@ class UWSGI(AppServer):
         run_as = (uid[-1] if len(uid) == 1 else "", gid[-1] if len(gid) == 1 else "") if uid or gid else None
         env = [(key, read_uwsgi_ini_value(value)) for key, _, value in (v.partition("=") for v in values("env"))]
         return ServerFacts(processes, threads, sockets, private=values("stats"), unix_mode=unix_mode, env=env,
-                           run_as=run_as, problems=problems, tls=tls)
+                           run_as=run_as, problems=problems, socket_tls=tls)
 
     @staticmethod
     def _socket_map_problems(layout, values, processes, sockets) -> list[str]:

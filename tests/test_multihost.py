@@ -26,11 +26,11 @@ HOSTS = ("10.0.0.2", "10.0.0.3")
 
 @pytest.fixture(scope="module")
 def tls_dir(tmp_path_factory) -> Path:
-    return make_certs(tmp_path_factory.mktemp("certs") / "tls", HOSTS + ("127.0.0.1",)).directory
+    return make_certs(tmp_path_factory.mktemp("certs") / "uwsgi_tls", HOSTS + ("127.0.0.1",)).directory
 
 
 def hosts_layout(tmp_run_dir, tls_dir, spec="2x4-mapped", **options):
-    return parse_layout(spec, run_dir=str(tmp_run_dir), hosts=",".join(HOSTS), tls_dir=str(tls_dir), **options)
+    return parse_layout(spec, run_dir=str(tmp_run_dir), hosts=",".join(HOSTS), uwsgi_tls_dir=str(tls_dir), **options)
 
 
 # --- certificates -----------------------------------------------------------------------------
@@ -55,7 +55,7 @@ def test_certs_carry_the_names_nginx_and_uwsgi_rely_on(tls_dir):
 
 
 def test_certs_never_overwrite_without_force_and_keep_the_ca(tmp_path):
-    out = tmp_path / "tls"
+    out = tmp_path / "uwsgi_tls"
     make_certs(out, "10.0.0.2")
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     with pytest.raises(LayoutError, match=r"dir: .*host-10\.0\.0\.2\.crt exists: pass --force"):
@@ -80,8 +80,8 @@ def test_certs_never_overwrite_without_force_and_keep_the_ca(tmp_path):
 ])
 def test_certs_bad_hosts_write_nothing(tmp_path, hosts, error):
     with pytest.raises(LayoutError, match=error):
-        make_certs(tmp_path / "tls", hosts)
-    assert not (tmp_path / "tls").exists()
+        make_certs(tmp_path / "uwsgi_tls", hosts)
+    assert not (tmp_path / "uwsgi_tls").exists()
 
 
 def test_check_tls_dir_names_what_does_not_fit(tmp_path, tls_dir):
@@ -107,9 +107,9 @@ def test_check_tls_dir_names_what_does_not_fit(tmp_path, tls_dir):
 def test_certs_cli(tmp_path):
     run = lambda *a: subprocess.run([sys.executable, "-m", "deploy", "certs", *a], cwd=REPO_ROOT,  # noqa: E731
                                     capture_output=True, text=True, timeout=60)
-    ok = run(str(tmp_path / "tls"), "--hosts", "10.0.0.2,10.0.0.3")
-    assert ok.returncode == 0 and "use: --hosts 10.0.0.2,10.0.0.3 --tls-dir" in ok.stdout, ok.stderr
-    again = run(str(tmp_path / "tls"), "--hosts", "10.0.0.2")
+    ok = run(str(tmp_path / "uwsgi_tls"), "--hosts", "10.0.0.2,10.0.0.3")
+    assert ok.returncode == 0 and "use: --hosts 10.0.0.2,10.0.0.3 --uwsgi-tls-dir" in ok.stdout, ok.stderr
+    again = run(str(tmp_path / "uwsgi_tls"), "--hosts", "10.0.0.2")
     assert again.returncode == 2 and again.stderr.count("\n") == 1 and "pass --force" in again.stderr
 
 
@@ -118,7 +118,7 @@ def test_certs_cli(tmp_path):
 
 def test_hosts_layout_lists_every_socket_of_every_host(tmp_run_dir, tls_dir):
     layout = hosts_layout(tmp_run_dir, tls_dir, base_port=6000)
-    assert layout.tls == "suwsgi" and layout.hosts == HOSTS
+    assert layout.uwsgi_tls == "suwsgi" and layout.hosts == HOSTS
     assert [s.address for s in layout.sockets] == ["10.0.0.2:6000", "10.0.0.2:6001", "10.0.0.3:6000", "10.0.0.3:6001"]
     # a host that is down must not cost every request; a respawning worker (at most T failures) stays in
     assert [p for _, p in layout.upstream_servers] == [("max_fails=5", "fail_timeout=2s")] * 4
@@ -126,28 +126,27 @@ def test_hosts_layout_lists_every_socket_of_every_host(tmp_run_dir, tls_dir):
     view = layout.host_layout("10.0.0.3")
     assert [s.address for s in view.sockets] == ["10.0.0.3:6000", "10.0.0.3:6001"]
     assert view.run_dir == str(tmp_run_dir / "hosts" / "10.0.0.3")
-    assert view.tls_files["cert"] == str(tls_dir / host_cert("10.0.0.3"))
+    assert view.uwsgi_tls_files["cert"] == str(tls_dir / host_cert("10.0.0.3"))
     again = layout_from_record(json.loads(json.dumps(layout.to_dict())))
     assert again == layout
     one = parse_layout("2x4-mapped", run_dir=str(tmp_run_dir))
-    assert (one.tls, one.max_fails, one.retries, one.hosts) == ("off", 0, 1, ())
+    assert (one.uwsgi_tls, one.max_fails, one.retries, one.hosts) == ("off", 0, 1, ())
     assert [p for _, p in one.upstream_servers] == [("max_fails=0",)] * 2
 
 
 @pytest.mark.parametrize("options,error", [
-    ({"tls": "off"}, "tls: plain uwsgi to 10.0.0.2 would let anyone who reaches it make uWSGI load and run code"),
-    ({"tls_dir": ""}, "tls_dir: --tls suwsgi needs the certificates: make them with python -m deploy certs"),
+    ({"uwsgi_tls": "off"}, "uwsgi_tls: plain uwsgi to 10.0.0.2 would let anyone who reaches it make uWSGI load"),
+    ({"uwsgi_tls_dir": ""}, "uwsgi_tls_dir: --uwsgi-tls suwsgi needs the certificates: make them with python -m"),
     ({"transport": "unix"}, "transport: hosts need --transport tcp"),
     ({"spec": "2x4-overflow"}, "hosts: not supported for overflow: use one of shared, thunder, mapped"),
     ({"spec": "2x4-gunicorn"}, "hosts: not supported for gunicorn"),
-    ({"tls": "tls13"}, "tls: must be one of off, suwsgi, https"),
-    ({"tls_name": "not a name"}, "tls_name: expected a DNS name"),
-    ({"hosts": "10.0.0.2,10.0.0.9"}, r"tls_dir: .*host-10\.0\.0\.9\.crt is missing: make it with python -m deploy "
-                                     "certs"),
+    ({"uwsgi_tls": "tls13"}, "uwsgi_tls: must be one of off, suwsgi, https"),
+    ({"uwsgi_tls_name": "not a name"}, "uwsgi_tls_name: expected a DNS name"),
+    ({"hosts": "10.0.0.2,10.0.0.9"}, r"uwsgi_tls_dir: .*host-10\.0\.0\.9\.crt is missing: make it with python -m"),
     ({"max_fails": "-1"}, r"max_fails: must be an integer in 0\.\.1000"),
 ])
 def test_hosts_layout_refuses_bad_input(tmp_run_dir, tls_dir, options, error):
-    options = {"spec": "2x4-mapped", "hosts": ",".join(HOSTS), "tls_dir": str(tls_dir), **options}
+    options = {"spec": "2x4-mapped", "hosts": ",".join(HOSTS), "uwsgi_tls_dir": str(tls_dir), **options}
     with pytest.raises(LayoutError, match=error):
         parse_layout(options.pop("spec"), run_dir=str(tmp_run_dir), **options)
 
@@ -155,11 +154,11 @@ def test_hosts_layout_refuses_bad_input(tmp_run_dir, tls_dir, options, error):
 def test_plain_uwsgi_off_loopback_only_inside_an_isolated_test_network(tmp_run_dir, tls_dir, monkeypatch):
     """Plain uwsgi to a non-loopback address is refused, except in a network deploy.netns made in
     this very process (the benchmark's namespaces, no route out): the registry is pure logic."""
-    with pytest.raises(LayoutError, match="tls: plain uwsgi to 10.0.0.2"):
-        hosts_layout(tmp_run_dir, tls_dir, tls="off")
+    with pytest.raises(LayoutError, match="uwsgi_tls: plain uwsgi to 10.0.0.2"):
+        hosts_layout(tmp_run_dir, tls_dir, uwsgi_tls="off")
     monkeypatch.setattr(netns, "_isolated", [ipaddress.IPv4Network("10.0.0.0/24")])
-    assert hosts_layout(tmp_run_dir, tls_dir, tls="off").tls == "off"
-    assert hosts_layout(tmp_run_dir, tls_dir).tls == "suwsgi"  # the default is still what a real network needs
+    assert hosts_layout(tmp_run_dir, tls_dir, uwsgi_tls="off").uwsgi_tls == "off"
+    assert hosts_layout(tmp_run_dir, tls_dir).uwsgi_tls == "suwsgi"  # the default is still what a real network needs
 
 
 # --- rendering and the cross-checks -----------------------------------------------------------------
@@ -189,7 +188,7 @@ def test_render_writes_the_front_and_one_config_per_host(tmp_run_dir, tls_dir):
 
 
 def test_render_https_alternative(tmp_run_dir, tls_dir):
-    layout = hosts_layout(tmp_run_dir, tls_dir, tls="https")
+    layout = hosts_layout(tmp_run_dir, tls_dir, uwsgi_tls="https")
     write_layout(layout, tmp_run_dir)
     conf = (tmp_run_dir / "nginx.conf").read_text()
     assert "proxy_pass https://uwsgi_app;" in conf and "proxy_ssl_verify on;" in conf and "keepalive " in conf
@@ -203,12 +202,12 @@ def cli_render(out: Path, *args: str) -> subprocess.CompletedProcess:
 
 def test_render_refuses_a_public_socket_without_tls(run_dirs, tls_dir):
     tmp_path = run_dirs()
-    for args in (["--hosts", "10.0.0.2", "--tls", "off"], ["--hosts", "10.0.0.2,10.0.0.3"]):
+    for args in (["--hosts", "10.0.0.2", "--uwsgi-tls", "off"], ["--hosts", "10.0.0.2,10.0.0.3"]):
         proc = cli_render(tmp_path / "out", *args)
         assert proc.returncode == 2, proc.stderr
-        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: tls"), proc.stderr
+        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: uwsgi_tls"), proc.stderr
         assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.staging-*"))
-    ok = cli_render(tmp_path / "out", "--hosts", "10.0.0.2,10.0.0.3", "--tls-dir", str(tls_dir))
+    ok = cli_render(tmp_path / "out", "--hosts", "10.0.0.2,10.0.0.3", "--uwsgi-tls-dir", str(tls_dir))
     assert ok.returncode == 0, ok.stderr
     assert "nginx -t: ok" in ok.stdout
 
@@ -284,7 +283,8 @@ def test_render_refuses_tls_with_a_uwsgi_built_without_ssl(tmp_run_dir, tls_dir,
 
 def test_local_tls_on_loopback(tmp_run_dir, tls_dir):
     """TLS without hosts: this machine's loopback sockets, over ssl-socket (what one machine can test)."""
-    layout = parse_layout("2x2-shared", run_dir=str(tmp_run_dir), tls="suwsgi", tls_dir=str(tls_dir))
+    layout = parse_layout("2x2-shared", run_dir=str(tmp_run_dir), uwsgi_tls="suwsgi",
+                          uwsgi_tls_dir=str(tls_dir))
     texts = render_texts(layout)
     assert "ssl-socket = 127.0.0.1:5000," in texts["uwsgi.ini"]
     assert "uwsgi_pass suwsgi://uwsgi_app;" in texts["nginx.conf"]

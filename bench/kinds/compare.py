@@ -51,7 +51,7 @@ def hosts_layouts(processes: int, threads: int) -> tuple[str, ...]:
     """With --hosts: mapped over plain uwsgi (measured only inside the namespaces), over TLS
     (the default) and over uWSGI's https-socket (the alternative)."""
     spec = f"{processes}x{threads}-mapped"
-    return (f"{spec}@tls=off", spec, f"{spec}@tls=https")
+    return (f"{spec}@uwsgi_tls=off", spec, f"{spec}@uwsgi_tls=https")
 
 
 def add_arguments(p) -> None:
@@ -81,7 +81,7 @@ def add_arguments(p) -> None:
     p.add_argument("--transport", help="uWSGI sockets: tcp or unix (default tcp)")
     p.add_argument("--hosts", help=f"run every layout on this many app hosts (1..{MAX_NET_HOSTS}), each in its own "
                                    "network namespace behind a front namespace, with TLS between them (root); "
-                                   "reports each host's share and what TLS costs (layouts ...@tls=off)")
+                                   "reports each host's share and what TLS costs (layouts ...@uwsgi_tls=off)")
     p.add_argument("--out", help="output directory (default results/<timestamp>)")
     p.add_argument("--replay", metavar="RESULTS_JSON",
                    help="rerun the sweep and report on stored cells instead of measuring")
@@ -152,8 +152,8 @@ def _validation_options(hosts: int, options: dict):
         yield {"run_dir": "/tmp/validate", **options}
         return
     with tempfile.TemporaryDirectory(prefix="ul-validate-") as tmp:
-        tls_dir = make_certs(Path(tmp) / "tls", ["127.0.0.1"]).directory
-        yield {"run_dir": "/tmp/validate", **options, "hosts": ("127.0.0.1",), "tls_dir": str(tls_dir)}
+        uwsgi_tls_dir = make_certs(Path(tmp) / "uwsgi_tls", ["127.0.0.1"]).directory
+        yield {"run_dir": "/tmp/validate", **options, "hosts": ("127.0.0.1",), "uwsgi_tls_dir": str(uwsgi_tls_dir)}
 
 
 def _layout_options(args, base: dict, names) -> dict:

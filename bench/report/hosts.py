@@ -1,7 +1,7 @@
 """Report section for ``bench compare --hosts N``: each app host's share of the requests, and what
 TLS between the front and the hosts costs, from stored results only (lines, never printed).
 
-TLS cost pairs each layout with the same label at ``@tls=off`` (plain uwsgi, allowed only in the
+TLS cost pairs each layout with the same label at ``@uwsgi_tls=off`` (plain uwsgi, allowed only in the
 benchmark's own namespaces), repeat by repeat as ``bench.report.nginx`` pairs its variants: the
 median of the per-repeat ratios with their low-high range. A label without ``tls`` is the
 default across hosts, suwsgi.
@@ -18,14 +18,14 @@ DEFAULT_TLS = "suwsgi"
 
 
 def tls_of(label: str) -> str:
-    return variant_options(label).get("tls", DEFAULT_TLS)
+    return variant_options(label).get("uwsgi_tls", DEFAULT_TLS)
 
 
 def tls_pairs(layouts: list[str]) -> list[tuple[str, str]]:
-    """(layout with TLS, the same at tls=off) for every TLS layout whose plain twin was measured."""
-    plain = {without(label, "tls"): label for label in layouts if tls_of(label) == "off"}
-    return [(label, plain[without(label, "tls")]) for label in layouts
-            if tls_of(label) != "off" and without(label, "tls") in plain]
+    """(layout with TLS, the same at uwsgi_tls=off) for every TLS layout whose plain twin was measured."""
+    plain = {without(label, "uwsgi_tls"): label for label in layouts if tls_of(label) == "off"}
+    return [(label, plain[without(label, "uwsgi_tls")]) for label in layouts
+            if tls_of(label) != "off" and without(label, "uwsgi_tls") in plain]
 
 
 def _share_text(group_extra: dict, hosts: int) -> str:

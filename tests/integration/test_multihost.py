@@ -67,7 +67,7 @@ def test_requests_spread_over_every_worker_of_every_host(lab):
     with lab.stack("2x2-mapped") as stack:
         layout = stack.layout
         front = layout.listen_host
-        assert front == lab.net.front.address and layout.tls == "suwsgi"
+        assert front == lab.net.front.address and layout.uwsgi_tls == "suwsgi"
         for member in stack.members:  # each host binds its own address (and its stats server loopback)
             ports = {s.address for s in layout.host_sockets(member.host)}
             assert listening(member.proc.pid) == ports | {layout.stats_address}
@@ -89,7 +89,7 @@ def test_a_client_without_the_certificate_is_refused_by_uwsgi(lab):
     with lab.stack("1x2-mapped") as stack:
         host = stack.layout.hosts[0]
         port = stack.layout.base_port
-        files = stack.layout.tls_files
+        files = stack.layout.uwsgi_tls_files
         packet = uwsgi_packet({"REQUEST_METHOD": "GET", "PATH_INFO": "/healthz", "REQUEST_URI": "/healthz",
                                "QUERY_STRING": "", "SERVER_PROTOCOL": "HTTP/1.1", "SERVER_NAME": "x",
                                "SERVER_PORT": "80", "REMOTE_ADDR": "198.18.0.1", "HTTP_HOST": "x"})
@@ -100,7 +100,7 @@ def test_a_client_without_the_certificate_is_refused_by_uwsgi(lab):
             if with_cert:
                 ctx.load_cert_chain(files["client_cert"], files["client_key"])
             with socket.create_connection((host, port), timeout=10) as raw, \
-                    ctx.wrap_socket(raw, server_hostname=stack.layout.tls_name) as conn:
+                    ctx.wrap_socket(raw, server_hostname=stack.layout.uwsgi_tls_name) as conn:
                 conn.sendall(packet)
                 data = b""
                 while chunk := conn.recv(65536):
@@ -211,12 +211,12 @@ def test_stale_cleanup_touches_only_this_projects_unclaimed_names():
 def test_bench_compare_hosts(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "bench", "compare", "--hosts", "2", "--processes", "1", "--threads", "2",
-           "--layouts", "1x2-mapped@tls=off,1x2-mapped", "--concurrency", "2", "--duration", "1", "--warmup", "1",
+           "--layouts", "1x2-mapped@uwsgi_tls=off,1x2-mapped", "--concurrency", "2", "--duration", "1", "--warmup", "1",
            "--repeats", "1", "--scenario", "overhead", "--out", str(out)]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     cells = json.loads((out / "results.json").read_text())["cells"]
-    assert {c["layout"] for c in cells} == {"1x2-mapped@tls=off", "1x2-mapped"}
+    assert {c["layout"] for c in cells} == {"1x2-mapped@uwsgi_tls=off", "1x2-mapped"}
     for cell in cells:
         assert cell["errors"]["total"] == 0 and cell["requests"] > 0
         assert cell["extra"]["hosts"] == 2 and set(cell["worker_requests"]) == {"1", "2"}
