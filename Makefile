@@ -8,7 +8,7 @@ LAYOUT ?= 2x4-mapped
 OUT    ?= build/$(LAYOUT)
 ARGS   ?=
 
-.PHONY: help venv system-deps render run reload faults compare report dataset nginx-scenarios openloop test test-unit test-integration lint clean
+.PHONY: help venv system-deps render run reload faults compare report dataset nginx-scenarios openloop sampler-cost test test-unit test-integration lint clean
 
 help:
 	@echo "make compare            compare layouts with wrk (the main job; ARGS='--duration 10' etc.)"
@@ -21,6 +21,7 @@ help:
 	@echo "make dataset [ARGS='--small-count 10000']  the file set for the file-offload scenarios"
 	@echo "make nginx-scenarios [ARGS='--duration 8']  files, files-mixed and reuseport, one results dir each"
 	@echo "make openloop [ARGS='--rates 5,10,15,20']   httperf at fixed rates until replies fall behind (the knee)"
+	@echo "make sampler-cost [ARGS='--pairs 12']       throughput with and without the in-flight sampler, interleaved"
 
 # The venv is rebuilt when pyproject.toml changes (uwsgi compiles: ~35 s the first time).
 # It holds the peers too (gunicorn, granian: the `peers` group), which run the app in its own venv.
@@ -64,6 +65,9 @@ nginx-scenarios: venv system-deps
 openloop: venv system-deps
 	$(BIN)/python -m bench openloop $(ARGS)
 
+sampler-cost: venv system-deps
+	$(BIN)/python scripts/sampler-cost.py $(ARGS)
+
 test: venv system-deps
 	$(BIN)/python -m pytest $(ARGS)
 
@@ -74,7 +78,7 @@ test-integration: venv system-deps
 	$(BIN)/python -m pytest -m integration $(ARGS)
 
 lint: venv
-	$(BIN)/ruff check app deploy bench tests
+	$(BIN)/ruff check app deploy bench tests scripts
 
 clean:
 	rm -rf build .pytest_cache .hypothesis

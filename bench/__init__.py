@@ -7,7 +7,9 @@ One pipeline, every experiment kind plugs into it:
      render,      httperf,       JSON format:     conclusions)    from stored JSON only)
      start,       scenarios,     cells, steps
      stop)        file lists)    or faults)
-       observe.py reads a running stack (CPU, per-worker requests, nginx workers, logs)
+       observe.py reads a running stack (CPU, memory, per-worker requests and requests in
+       flight, nginx workers, logs)
+       subject.py: the app under test and its traffic (deploy's app options, --request...)
 
     kinds/    compare (closed-loop cells, sweep in closedloop.py), openloop (httperf rate steps),
               faults (fault experiments): the subcommands of ``python -m bench`` (cli.py);
@@ -18,7 +20,9 @@ Add an experiment kind (``tune``, peer servers, ...):
 1. ``bench/kinds/NAME.py``: ``add_arguments(parser)`` (validate with ``bench.options``) and
    ``run(args) -> exit code``: get stacks from ``with Lab() as lab: with lab.stack(spec, **options)``,
    load them with ``bench.load``, read them with ``bench.observe`` (or reuse
-   ``kinds.closedloop``'s ``LiveRunner``/``run_sweep`` for closed-loop cells), build
+   ``kinds.closedloop``'s ``LiveRunner``/``run_sweep`` for closed-loop cells; ``bench.subject``
+   gives it the user's app and traffic: ``add_arguments``, ``from_args``, ``preflight_app``,
+   ``preflight_traffic``, and ``Scenario.with_mix`` for the runner), build
    ``Results(kind="NAME", ...)`` with your records, ``save`` it to ``out / "results.json"``
    (``options.prepare_out``) and end with ``kinds.base.publish(results, out, saved=...)``;
    ``KIND = Kind("NAME", help, add_arguments, run)``.

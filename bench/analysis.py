@@ -1,17 +1,43 @@
-"""From records to conclusions: medians and spread over repeats, best layout, verdict; the
-open loop's step verdicts.
+"""From records to conclusions: medians and spread over repeats, pooled tails with intervals,
+requests in flight, best layout, verdict; the open loop's step verdicts.
 
 Pure functions of a ``Results`` (or of a parsed httperf summary): no timing, no processes, so
 they are tested on fixtures and used unchanged by ``report`` for a live run and a replayed one.
+
+Honest tails. A 5-s cell holds 60-80 requests, so its own p99 is its maximum. Each group
+(scenario, layout, level) therefore pools its repeats' latency histograms (``Cell.histogram``:
+the requests wrk measured) and reads p50/p99 from the pool, with a bootstrap confidence interval
+(``pooled_tails``). Resampling: first the repeats (with replacement), then the requests of the
+drawn repeats (from their histograms; ``bootstrap_percentiles``). Requests of one cell are not
+independent (they queue behind each other, on one machine state) and repeats drift on a noisy
+machine; resampling requests alone would treat every request as independent and give intervals
+far too narrow, while resampling repeats first carries the between-repeat spread into the
+interval. The repeat draws are the same for every group with the same number of repeats, so two
+layouts' replicates are paired by repeat number (repeats are interleaved: repeat r of each
+layout ran under the same machine drift), which is what the ratio's interval uses. Everything is
+seeded: the same file gives the same intervals.
+
+Comparisons (``compare``, ``compare_groups``): "better" / "worse" when the two intervals do not
+overlap, else "within noise", with the ratio and its interval. Throughput's interval is the
+repeats' low–high range. Files without histograms (written before them) fall back to per-cell
+figures: the median of the repeats' p99 with its low–high range (``Tails.pooled`` False).
+``tune`` should use ``group_cells`` and ``compare_groups`` (or ``pooled_tails``/``compare`` on
+its own cells).
 """
 
 from __future__ import annotations
 
+import functools
+import math
+import re
 import statistics
+import zlib
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from bench.load.httperf import CLIENT_ERRORS, SERVER_ERRORS
-from bench.results import PERCENTILES, Results
+from bench.results import PERCENTILES, STATUS_CLASSES, Cell, Results
 
 NOISY_SPREAD = 0.10  # (max - min) / median across repeats above this is flagged
 MIN_REQUESTS_FOR_P99 = 100  # below this a "p99" is the sample's max
@@ -47,6 +73,237 @@ class Stat:
         return self.n > 1 and self.spread > NOISY_SPREAD
 
 
+# --- honest tails: pooled histograms, bootstrap intervals, comparisons ---------------------
+
+CONFIDENCE = 0.95
+BOOTSTRAP_REPLICATES = 1000
+BOOTSTRAP_SEED = 20240901  # fixed: one stored run always renders the same intervals
+MIN_SLOWER_REQUESTS = 10  # a p99 with fewer pooled requests above it is flagged
+TAIL_QUANTILES = {"p50": 5000, "p99": 9900}  # in basis points, so ranks are exact integers
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A figure with its interval. ``method``: "pooled" (percentile of the pooled histograms,
+    bootstrap interval), "repeats" (median of the repeats, interval = their low–high range).
+    ``replicates``: the bootstrap values behind it (paired by repeat across groups), for ratios."""
+
+    value: float
+    low: float
+    high: float
+    method: str
+    replicates: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    def overlaps(self, other: "Interval") -> bool:
+        return self.low <= other.high and other.low <= self.high
+
+
+def rank(total: int, basis_points: int) -> int:
+    """The nearest-rank position of a percentile: ceil(q x N), at least 1 (integer arithmetic)."""
+    return max(1, -(-total * basis_points // 10000))
+
+
+def percentile_of(histogram, basis_points: int) -> float:
+    """The smallest latency whose cumulative count reaches ``rank`` (0.0 for an empty histogram)."""
+    total = sum(c for _, c in histogram)
+    if not total:
+        return 0.0
+    need, seen = rank(total, basis_points), 0
+    for value, count in histogram:
+        seen += count
+        if seen >= need:
+            return float(value)
+    return float(histogram[-1][0])
+
+
+def pool(histograms) -> tuple[tuple[float, int], ...]:
+    """Several histograms as one (counts of equal latencies added), ascending."""
+    merged: dict[float, int] = {}
+    for h in histograms:
+        for value, count in h:
+            merged[value] = merged.get(value, 0) + count
+    return tuple(sorted(merged.items()))
+
+
+def slower_than(histogram, value: float) -> int:
+    """Requests strictly slower than ``value``."""
+    return sum(c for v, c in histogram if v > value)
+
+
+def repeat_draws(n: int, replicates: int = BOOTSTRAP_REPLICATES, seed: int = BOOTSTRAP_SEED) -> np.ndarray:
+    """(replicates x n) indices of repeats drawn with replacement; the same for every group with
+    ``n`` repeats, which pairs two groups' replicates by repeat."""
+    return np.random.default_rng([seed, n]).integers(0, n, size=(replicates, n))
+
+
+def _bounds(replicates: np.ndarray, confidence: float) -> tuple[float, float]:
+    alpha = (1 - confidence) / 2
+    return (float(np.quantile(replicates, alpha, method="lower")),
+            float(np.quantile(replicates, 1 - alpha, method="higher")))
+
+
+def bootstrap_percentiles(histograms, quantiles=(5000, 9900),
+                          replicates: int = BOOTSTRAP_REPLICATES, seed: int = BOOTSTRAP_SEED,
+                          confidence: float = CONFIDENCE) -> dict[int, Interval]:
+    """Pooled percentiles (basis points -> Interval) of the repeats' ``histograms`` (in repeat
+    order), each with a bootstrap interval. Per replicate: draw the repeats with replacement, then
+    as many requests as the drawn repeats hold from their pooled distribution, and read the
+    percentile. The k-th smallest of N draws from a distribution F is F^-1 of a Beta(k, N - k + 1)
+    variable, so that is one Beta draw per replicate, not N (fast on long runs). Drawing the N
+    requests from the drawn repeats' mixture, rather than exactly n from each, lets each repeat's
+    share vary a little: a slightly wider interval, never a narrower one."""
+    hists = [tuple(h) for h in histograms if h]
+    if not hists:
+        return {}
+    pooled = pool(hists)
+    grid = np.array([v for v, _ in pooled], dtype=float)
+    sizes = np.array([sum(c for _, c in h) for h in hists], dtype=float)
+    cdf = np.zeros((len(hists), len(grid)))
+    for r, h in enumerate(hists):
+        cdf[r, np.searchsorted(grid, [v for v, _ in h])] = [c for _, c in h]
+    cdf = np.cumsum(cdf, axis=1) / sizes[:, None]
+    picks = repeat_draws(len(hists), replicates, seed)
+    drawn = np.stack([(picks == r).sum(axis=1) for r in range(len(hists))], axis=1) * sizes  # requests per repeat
+    total = drawn.sum(axis=1)
+    mixture = (drawn @ cdf) / total[:, None]
+    rng = np.random.default_rng([seed, zlib.crc32(repr(hists).encode())])  # its own stream per data set
+    out = {}
+    for q in quantiles:
+        k = np.maximum(1, -(-total.astype(np.int64) * q // 10000))
+        u = rng.beta(k, total - k + 1)
+        values = grid[np.minimum((mixture < u[:, None]).sum(axis=1), len(grid) - 1)]
+        out[q] = Interval(percentile_of(pooled, q), *_bounds(values, confidence), "pooled", values)
+    return out
+
+
+def repeats_interval(values, replicates: int = BOOTSTRAP_REPLICATES, seed: int = BOOTSTRAP_SEED) -> Interval:
+    """The median of per-repeat ``values`` (in repeat order) with their low–high range; the
+    replicates are medians of repeats drawn as in ``bootstrap_percentiles`` (paired by repeat)."""
+    v = np.asarray(list(values), dtype=float)
+    if not len(v):
+        return Interval(0.0, 0.0, 0.0, "repeats", np.zeros(0))
+    reps = np.median(v[repeat_draws(len(v), replicates, seed)], axis=1)
+    return Interval(float(np.median(v)), float(v.min()), float(v.max()), "repeats", reps)
+
+
+@dataclass(frozen=True)
+class Tails:
+    """A group's latency figures in ms. ``pooled``: read from the pooled histograms (bootstrap
+    intervals); else (files without histograms) the repeats' per-cell p50/p99, median and range."""
+
+    p50: Interval
+    p99: Interval
+    pooled: bool
+    requests: int = 0  # requests in the pooled histograms
+    slower: int = 0  # pooled requests slower than the pooled p99
+    per_cell: dict = field(default_factory=dict, compare=False)  # "p50"/"p99" -> the repeats' own, always
+
+    @property
+    def thin(self) -> bool:
+        """The p99 rests on fewer than MIN_SLOWER_REQUESTS requests above it."""
+        return self.pooled and self.slower < MIN_SLOWER_REQUESTS
+
+
+@functools.lru_cache(maxsize=1024)
+def _tails(histograms: tuple, p50s: tuple, p99s: tuple) -> Tails:
+    per_cell = {"p50": repeats_interval(p50s), "p99": repeats_interval(p99s)}
+    if histograms and all(histograms):
+        q = bootstrap_percentiles(histograms)
+        ms = {name: _scaled(q[bp], 1 / 1000) for name, bp in TAIL_QUANTILES.items()}
+        pooled = pool(histograms)
+        return Tails(ms["p50"], ms["p99"], True, sum(c for _, c in pooled),
+                     slower_than(pooled, q[TAIL_QUANTILES["p99"]].value), per_cell)
+    return Tails(per_cell["p50"], per_cell["p99"], False, per_cell=per_cell)
+
+
+def _scaled(i: Interval, factor: float) -> Interval:
+    reps = None if i.replicates is None else i.replicates * factor
+    return Interval(i.value * factor, i.low * factor, i.high * factor, i.method, reps)
+
+
+def pooled_tails(cells: list[Cell]) -> Tails:
+    """p50/p99 (ms) of ``cells`` (one group's repeats): pooled with bootstrap intervals when every
+    cell has a histogram, else per-cell medians with the repeats' range."""
+    cells = sorted(cells, key=lambda c: c.repeat)
+    return _tails(tuple(c.histogram for c in cells), tuple(c.latency_ms.p50 for c in cells),
+                  tuple(c.latency_ms.p99 for c in cells))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One figure of a group against another's: ``ratio`` = first / second, its interval, and
+    the outcome for the first: "better" / "worse" when their intervals do not overlap, else
+    "within noise" (no winner declared)."""
+
+    figure: str  # "rps", "p50", "p99"
+    outcome: str
+    ratio: float
+    low: float
+    high: float
+
+    @property
+    def decided(self) -> bool:
+        return self.outcome != "within noise"
+
+    def text(self) -> str:
+        """``"0.61x (0.52–0.70)"``."""
+        return f"{self.ratio:.2f}x ({self.low:.2f}–{self.high:.2f})"
+
+
+def ratio_interval(a: Interval, b: Interval, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The interval of a / b from paired replicates; without them (or unpaired), the
+    conservative a.low / b.high .. a.high / b.low."""
+    ra, rb = a.replicates, b.replicates
+    if ra is not None and rb is not None and len(ra) == len(rb) and len(ra) and (rb > 0).all():
+        return _bounds(ra / rb, confidence)
+    return (a.low / b.high if b.high else 0.0, a.high / b.low if b.low else float("inf"))
+
+
+def compare(a: Interval, b: Interval, higher_is_better: bool, figure: str = "") -> Comparison:
+    """``a`` against ``b``: "within noise" when their intervals overlap, else better or worse."""
+    ratio = a.value / b.value if b.value else 0.0
+    low, high = ratio_interval(a, b)
+    if a.overlaps(b):
+        outcome = "within noise"
+    else:
+        outcome = "better" if (a.value > b.value) == higher_is_better else "worse"
+    return Comparison(figure, outcome, ratio, low, high)
+
+
+# --- requests in flight per worker (the mechanism) -------------------------------------------
+
+
+@dataclass(frozen=True)
+class Inflight:
+    """A group's in-flight figures (``Cell.inflight``) over its repeats."""
+
+    pileup: Stat | None  # share of time piled up (bench.observe.inflight_summary); None = n/a
+    full: Stat  # share of time some worker had every thread busy
+    shares: dict[str, dict[str, float]]  # worker -> in-flight count -> share of samples, pooled
+    samples: int
+    threads: int
+
+
+def inflight_of(cells: list[Cell]) -> Inflight | None:
+    cells = [c for c in cells if c.inflight]
+    if not cells:
+        return None
+    samples = sum(c.inflight["samples"] for c in cells)
+    shares: dict[str, dict[str, float]] = {}
+    for c in cells:
+        weight = c.inflight["samples"] / samples
+        for w, dist in c.inflight["workers"].items():
+            for n, share in dist.items():
+                shares.setdefault(w, {}).setdefault(n, 0.0)
+                shares[w][n] += share * weight
+    shares = {w: dict(sorted(d.items(), key=lambda kv: int(kv[0]))) for w, d in sorted(shares.items(),
+                                                                                      key=lambda kv: int(kv[0]))}
+    piles = [c.inflight["pileup"] for c in cells if c.inflight.get("pileup") is not None]
+    return Inflight(pileup=Stat.of(piles) if piles else None,
+                    full=Stat.of([c.inflight.get("full", 0.0) for c in cells]), shares=shares, samples=samples,
+                    threads=int(max(c.inflight.get("threads", 0) for c in cells)))
+
+
 @dataclass(frozen=True)
 class Group:
     """One (scenario, layout, concurrency) over its repeats."""
@@ -64,6 +321,28 @@ class Group:
     worker_share: dict[str, float]  # pooled over repeats, worker id -> share of requests
     cpu_ms_per_request: Stat
     extra: dict = field(default_factory=dict)
+    tails: Tails | None = None  # pooled p50/p99 with intervals (or per-cell, for old files)
+    throughput: Interval | None = None  # median req/s, interval = the repeats' range
+    inflight: Inflight | None = None  # requests in flight per worker; None when not sampled
+    # Answers per status class, summed over repeats ({} when the cells did not count them).
+    status: dict[str, int] = field(default_factory=dict)
+    # Memory figures (cell.memory keys) over repeats; "worker_pss_mb" is each cell's mean per worker.
+    memory: dict[str, Stat] = field(default_factory=dict)
+
+    def interval(self, figure: str) -> Interval:
+        """"rps", "p50" or "p99" with its interval."""
+        if figure == "rps":
+            return self.throughput
+        return getattr(self.tails, figure)
+
+    @property
+    def p99(self) -> float:
+        """The p99 comparisons use: pooled when the cells have histograms, else the median."""
+        return self.tails.p99.value
+
+    @property
+    def non_2xx(self) -> int:
+        return sum(n for k, n in self.status.items() if k != "2xx")
 
     @property
     def noisy_figures(self) -> list[str]:
@@ -77,7 +356,8 @@ def group_cells(results: Results, scenario: str | None = None) -> list[Group]:
     for sc in scenarios:
         for layout in results.layouts:
             for level in results.levels:
-                cells = [c for c in results.cells if c.scenario == sc and c.layout == layout and c.concurrency == level]
+                cells = sorted((c for c in results.cells if c.scenario == sc and c.layout == layout
+                                and c.concurrency == level), key=lambda c: c.repeat)
                 if not cells:
                     continue
                 pooled: dict[str, int] = {}
@@ -103,8 +383,42 @@ def group_cells(results: Results, scenario: str | None = None) -> list[Group]:
                         if total else {},
                         cpu_ms_per_request=Stat.of(cpu),
                         extra={k: Stat.of([c.extra[k] for c in cells if k in c.extra]) for k in extra_keys},
+                        tails=pooled_tails(cells),
+                        throughput=repeats_interval([c.rps for c in cells]),
+                        inflight=inflight_of(cells),
+                        status=sum_status(cells),
+                        memory=memory_stats(cells),
                     )
                 )
+    return out
+
+
+def compare_groups(a: Group, b: Group, figure: str = "p99") -> Comparison:
+    """Group ``a`` against ``b`` on "rps" (higher is better), "p50" or "p99" (lower is better):
+    better / worse / within noise, with the ratio a / b and its interval. What tune should call."""
+    if figure not in ("rps", "p50", "p99"):
+        raise ValueError(f"figure: must be rps, p50 or p99, got {figure!r}")
+    if figure != "rps" and a.tails.pooled != b.tails.pooled:  # like with like: both per-cell
+        return compare(a.tails.per_cell[figure], b.tails.per_cell[figure], higher_is_better=False, figure=figure)
+    return compare(a.interval(figure), b.interval(figure), higher_is_better=figure == "rps", figure=figure)
+
+
+def sum_status(cells) -> dict[str, int]:
+    """Answers per status class over ``cells``, in class order ({} if none counted them)."""
+    total: dict[str, int] = {}
+    for c in cells:
+        for k, n in c.status.items():
+            total[k] = total.get(k, 0) + n
+    return {k: total[k] for k in STATUS_CLASSES if k in total}
+
+
+def memory_stats(cells) -> dict[str, Stat]:
+    """Each memory figure over ``cells`` (repeats); per-worker PSS as each cell's mean per worker."""
+    keys = list(dict.fromkeys(k for c in cells for k, v in c.memory.items() if not isinstance(v, dict)))
+    out = {k: Stat.of([c.memory[k] for c in cells if k in c.memory]) for k in keys}
+    means = [statistics.fmean(c.memory["worker_pss_mb"].values()) for c in cells if c.memory.get("worker_pss_mb")]
+    if means:
+        out["worker_pss_mb"] = Stat.of(means)
     return out
 
 
@@ -140,8 +454,29 @@ class ClaimAtLevel:
 
     @property
     def claim_holds(self) -> bool:
-        """The article's claim, directionally: more throughput AND a lower p99."""
+        """The article's claim, directionally (medians): more throughput AND a lower p99."""
         return self.rps_ratio > 1.0 and self.p99_ratio < 1.0
+
+    @property
+    def rps(self) -> Comparison:
+        """mapped vs shared throughput, with intervals."""
+        return compare_groups(self.mapped, self.shared, "rps")
+
+    @property
+    def p99(self) -> Comparison:
+        """mapped vs shared p99 (pooled when the cells have histograms), with intervals."""
+        return compare_groups(self.mapped, self.shared, "p99")
+
+    @property
+    def outcome(self) -> str:
+        """"holds" (more throughput and a lower p99, both beyond noise), "fails" (either one
+        worse beyond noise) or "within noise" (no winner declared)."""
+        rps, p99 = self.rps, self.p99
+        if rps.outcome == "worse" or p99.outcome == "worse":
+            return "fails"
+        if rps.outcome == "better" and p99.outcome == "better":
+            return "holds"
+        return "within noise"
 
     @property
     def targets(self) -> dict[str, bool]:
@@ -160,8 +495,14 @@ class Verdict:
 
     @property
     def reproduced(self) -> bool:
-        # Both P and 2P must have been measured: half a check is not a reproduction.
-        return bool(self.levels) and not self.missing and all(lv.claim_holds for lv in self.levels)
+        # Both P and 2P must have been measured: half a check is not a reproduction; and each
+        # must be beyond noise: a ratio whose intervals overlap declares no winner.
+        return bool(self.levels) and not self.missing and all(lv.outcome == "holds" for lv in self.levels)
+
+    @property
+    def within_noise(self) -> bool:
+        """Not reproduced, but no level failed either: some ratio is within noise."""
+        return (bool(self.levels) and not self.reproduced and all(lv.outcome != "fails" for lv in self.levels))
 
     @property
     def targets_met(self) -> bool:
@@ -189,6 +530,25 @@ def article_verdict(results: Results, scenario: str = "article") -> Verdict:
     return Verdict(levels, missing=missing)
 
 
+def requests_for_p99(slower: int = MIN_SLOWER_REQUESTS) -> int:
+    """Pooled requests for ``slower`` of them to lie above the p99 (1% of the requests)."""
+    return slower * 100
+
+
+def tail_advice(g: Group, duration: float | None = None) -> str:
+    """``"p99 rests on N slower requests: use --duration X or more --repeats"``, X computed from
+    the group's measured rate so that its repeats pool ``requests_for_p99()`` requests."""
+    repeats = max(1, g.rps.n)
+    rate = g.rps.median or 1e-9
+    need = requests_for_p99()
+    seconds = math.ceil(need / (repeats * rate))
+    slower = f"{g.tails.slower} slower request" + ("" if g.tails.slower == 1 else "s")
+    text = f"p99 rests on {slower}: use --duration {seconds} or more --repeats"
+    if duration:
+        text += f" (--repeats {math.ceil(need / (duration * rate))} at --duration {duration:g})"
+    return text
+
+
 def warnings(results: Results) -> list[str]:
     """Advice the reader should act on, pyperf style: what is wrong and what to do."""
     out = []
@@ -211,6 +571,16 @@ def warnings(results: Results) -> list[str]:
             f"{len(thin)} cells completed fewer than {MIN_REQUESTS_FOR_P99} requests, so their p99 is close to "
             f"their max: use --duration {max(need, duration):.0f} or more for tail figures you can quote."
         )
+    thin_tails = [g for g in groups if g.tails.thin]
+    if thin_tails:
+        duration = results.arguments.get("duration")
+        slowest = min(thin_tails, key=lambda g: g.rps.median)
+        out.append(
+            f"{len(thin_tails)} of {len(groups)} pooled p99 figures rest on fewer than {MIN_SLOWER_REQUESTS} slower "
+            f"requests; for the slowest of them, {slowest.layout} at {slowest.concurrency} connections"
+            + (f" ({slowest.scenario})" if len(results.scenarios) > 1 else "") + ": "
+            + f"{tail_advice(slowest, duration if isinstance(duration, (int, float)) else None)}."
+        )
     errors = sum(g.errors for g in groups)
     if errors:
         out.append(f"{errors} requests failed (see the errors column): figures of cells with errors are suspect.")
@@ -232,15 +602,29 @@ class Choice:
     worst_where: str  # "stall at 8 connections"
     steady_rps_vs_mapped: float | None  # worst over steady levels; None without a mapped layout
     stalled_p99_ms: dict[str, float]  # stall scenario -> median over levels of the stalled requests' p99
+    # Where the p99 is over the slack AND worse than the best beyond noise ("stall at 8 connections").
+    p99_misses: tuple[str, ...] = ()
+    rps_within_noise: bool = False  # the worst steady throughput ratio is within noise of mapped's
 
     @property
     def worst_p99_ratio(self) -> float:
         return max(self.p99_vs_best.values()) if self.p99_vs_best else 0.0
 
     @property
+    def goal(self) -> str:
+        """"meets" (within both slacks everywhere), "no" (a miss beyond noise: the intervals do
+        not overlap the best's or mapped's) or "within noise" (every miss overlaps: no verdict)."""
+        p99_over = self.worst_p99_ratio > GOAL_P99_SLACK
+        if self.steady_rps_vs_mapped is None:
+            return "no"
+        rps_short = self.steady_rps_vs_mapped < GOAL_RPS_OF_MAPPED
+        if (p99_over and self.p99_misses) or (rps_short and not self.rps_within_noise):
+            return "no"
+        return "within noise" if p99_over or rps_short else "meets"
+
+    @property
     def meets_goal(self) -> bool:
-        return (self.worst_p99_ratio <= GOAL_P99_SLACK and self.steady_rps_vs_mapped is not None
-                and self.steady_rps_vs_mapped >= GOAL_RPS_OF_MAPPED)
+        return self.goal == "meets"
 
 
 def steady_scenarios(results: Results) -> list[str]:
@@ -264,27 +648,111 @@ def layout_choice(results: Results) -> list[Choice]:
         ratios: dict[str, float] = {}
         worst, where = 0.0, ""
         stalled: dict[str, float] = {}
-        rps_ratios = []
+        rps_ratios: list[tuple[float, bool]] = []  # (ratio to mapped, within noise)
+        misses = []
         for sc in results.scenarios:
             for level in results.levels:
                 g = by.get((sc, layout, level))
                 if g is None:
                     continue
                 peers = [x for x in groups if x.scenario == sc and x.concurrency == level]
-                best = min(x.latency["p99"].median for x in peers)
-                ratio = g.latency["p99"].median / best if best else 0.0
+                best_group = min(peers, key=lambda x: x.p99)
+                best = best_group.p99
+                ratio = g.p99 / best if best else 0.0
                 ratios[sc] = max(ratios.get(sc, 0.0), ratio)
                 if ratio > worst:
                     worst, where = ratio, f"{sc} at {level} connections"
+                if ratio > GOAL_P99_SLACK and compare_groups(g, best_group, "p99").decided:
+                    misses.append(f"{sc} at {level} connections")
                 m = by.get((sc, mapped, level))
                 if sc in steady and m is not None and m.rps.median:
-                    rps_ratios.append(g.rps.median / m.rps.median)
+                    rps_ratios.append((g.rps.median / m.rps.median, not compare_groups(g, m, "rps").decided))
             stall_p99 = [by[(sc, layout, lv)].extra["stalled_p99_ms"].median for lv in results.levels
                          if (sc, layout, lv) in by and "stalled_p99_ms" in by[(sc, layout, lv)].extra]
             if stall_p99:
                 stalled[sc] = statistics.median(stall_p99)
-        out.append(Choice(layout, ratios, where, min(rps_ratios) if rps_ratios else None, stalled))
+        low_rps = min(rps_ratios) if rps_ratios else None
+        out.append(Choice(layout, ratios, where, low_rps[0] if low_rps else None, stalled, tuple(misses),
+                          bool(low_rps and low_rps[1])))
     return out
+
+
+# --- memory: what one more process and one more thread cost ---------------------------------
+
+LAYOUT_SIZE_RE = re.compile(r"^(\d+)x(\d+)-")
+MEMORY_KEY = "uwsgi_pss_mb"
+
+
+@dataclass(frozen=True)
+class MemoryCost:
+    """The app server tree's PSS fitted over layouts as base + per_process * P + per_thread *
+    P * (T - 1): ``per_process`` is one more worker process (with its first thread),
+    ``per_thread`` each further thread, ``base`` what no worker adds (the master). One fit per
+    repeat, on each layout's cell at the highest level measured; medians and ranges over repeats."""
+
+    scenario: str
+    base: Stat
+    per_process: Stat
+    per_thread: Stat
+    layouts: tuple[str, ...]
+    level: int
+    worst_residual_mb: float  # the largest |measured - fitted| of any layout in any repeat
+
+
+def _solve3(a: list[list[float]], b: list[float]) -> list[float] | None:
+    """x with a x = b for a 3x3 system (Gaussian elimination, partial pivoting); None if singular."""
+    m = [row[:] + [v] for row, v in zip(a, b, strict=True)]
+    for col in range(3):
+        pivot = max(range(col, 3), key=lambda r: abs(m[r][col]))
+        if abs(m[pivot][col]) < 1e-9:
+            return None
+        m[col], m[pivot] = m[pivot], m[col]
+        for r in range(3):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                m[r] = [x - f * y for x, y in zip(m[r], m[col], strict=True)]
+    return [m[i][3] / m[i][i] for i in range(3)]
+
+
+def fit_memory(points: list[tuple[int, int, float]]) -> tuple[list[float], float] | None:
+    """Least squares of PSS = base + b * P + c * P * (T - 1) over (P, T, PSS) points:
+    ([base, b, c], worst |residual|), or None when the layouts cannot separate the three."""
+    rows = [(1.0, float(p), float(p * (t - 1))) for p, t, _ in points]
+    ys = [y for _, _, y in points]
+    ata = [[sum(r[i] * r[j] for r in rows) for j in range(3)] for i in range(3)]
+    aty = [sum(r[i] * y for r, y in zip(rows, ys, strict=True)) for i in range(3)]
+    coef = _solve3(ata, aty)
+    if coef is None:
+        return None
+    worst = max(abs(y - sum(c * x for c, x in zip(coef, r, strict=True))) for r, y in zip(rows, ys, strict=True))
+    return coef, worst
+
+
+def memory_cost(results: Results, scenario: str, key: str = MEMORY_KEY) -> MemoryCost | None:
+    """What one more process and one more thread cost in PSS, from the run's layouts (None when
+    fewer than three layouts with enough different P and T recorded memory)."""
+    cells = [c for c in results.cells if c.scenario == scenario and key in c.memory
+             and LAYOUT_SIZE_RE.match(c.layout) and "@" not in c.layout]
+    if not cells:
+        return None
+    level = max(c.concurrency for c in cells)
+    at = [c for c in cells if c.concurrency == level]
+    fits, worst, used = [], 0.0, set()
+    for repeat in sorted({c.repeat for c in at}):
+        points = []
+        for c in at:
+            if c.repeat == repeat:
+                m = LAYOUT_SIZE_RE.match(c.layout)
+                points.append((int(m[1]), int(m[2]), c.memory[key]))
+                used.add(c.layout)
+        fitted = fit_memory(points) if len(points) >= 3 else None
+        if fitted is not None:
+            fits.append(fitted[0])
+            worst = max(worst, fitted[1])
+    if not fits:
+        return None
+    return MemoryCost(scenario, Stat.of([f[0] for f in fits]), Stat.of([f[1] for f in fits]),
+                      Stat.of([f[2] for f in fits]), tuple(x for x in results.layouts if x in used), level, worst)
 
 
 # --- the open loop: one step's verdict ---------------------------------------------------

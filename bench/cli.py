@@ -10,6 +10,7 @@ from bench.kinds import KINDS
 from bench.kinds.base import publish
 from bench.kinds.closedloop import ReplayError
 from bench.load.httperf import HttperfError
+from bench.load.traffic import TrafficError
 from bench.load.wrk import WrkError
 from bench.options import BadArgument, MissingTool
 from bench.results import ResultsError, load
@@ -17,7 +18,7 @@ from deploy.cli import OneLineParser, parse_args
 from deploy.errors import LayoutError, RenderError, StackError
 
 EXIT_BAD_INPUT = 2
-BAD_INPUT = (BadArgument, LayoutError, ResultsError, ReplayError, DatasetError)
+BAD_INPUT = (BadArgument, LayoutError, ResultsError, ReplayError, DatasetError, TrafficError)
 FAILED = (RenderError, StackError, MissingTool, HttperfError, WrkError)
 
 

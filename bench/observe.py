@@ -3,8 +3,11 @@
 Nothing here starts or stops anything (``bench.stack`` does); every function reads:
 
 - CPU seconds of the uWSGI and nginx process trees (``tree_cpu_seconds``, ``Snapshot``);
+- memory of the app server's process tree, per worker, and of nginx (``stack_memory``: PSS, USS,
+  RSS read by psutil from /proc/PID/smaps_rollup; ``memory_record`` assembles the figures);
 - requests served per uWSGI worker, from the stats server (``worker_requests``, ``Snapshot``),
-  and over time in the background (``Sampler``: pids, request counters, accepting flags);
+  and over time in the background (``Sampler``: pids, request counters, accepting flags, and
+  requests in flight per worker, summarised per cell by ``inflight_summary``);
 - how nginx's workers share the clients (``nginx_workers``, ``busiest_connections``,
   ``spread_extra``);
 - nginx's error and access logs (``error_kinds``, ``access_log``).
@@ -12,6 +15,7 @@ Nothing here starts or stops anything (``bench.stack`` does); every function rea
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 import time
@@ -73,6 +77,77 @@ class Snapshot:
                    tree_cpu_seconds(stack.pids["nginx"]), hosts if len(hosts) > 1 else {})
 
 
+# --------------------------------------------------------------------------- memory
+
+MB = 1e6  # memory figures are in MB of 10^6 bytes, as every other *_mb figure of a cell
+
+
+@dataclass(frozen=True)
+class ProcessMemory:
+    """One process's memory in bytes. PSS (proportional set size) counts each page shared by N
+    processes as 1/N, so PSS adds up across processes; USS is what only this process holds
+    (freed if it exits); RSS counts shared pages in full, in every process that maps them."""
+
+    pss: int
+    uss: int
+    rss: int
+
+
+def process_memory(pid: int) -> ProcessMemory | None:
+    """psutil's memory_full_info (from /proc/PID/smaps_rollup); None if the process is gone."""
+    try:
+        info = psutil.Process(pid).memory_full_info()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return None
+    return ProcessMemory(info.pss, info.uss, info.rss)
+
+
+def tree_memory(root_pid: int) -> dict[int, ProcessMemory]:
+    """pid -> memory of a process and its live descendants (threads share their process's)."""
+    try:
+        root = psutil.Process(root_pid)
+        pids = [root.pid, *(p.pid for p in root.children(recursive=True))]
+    except psutil.NoSuchProcess:
+        return {}
+    return {pid: m for pid in pids if (m := process_memory(pid)) is not None}
+
+
+def memory_record(server: dict[int, ProcessMemory], nginx: dict[int, ProcessMemory], workers: dict[str, int],
+                  prefix: str = "uwsgi") -> dict:
+    """A cell's ``memory`` from process readings: the app server's tree (``server``: master and
+    workers) in total, PSS per worker id (``workers``: id -> pid; a worker not in the tree is left
+    out), and nginx's tree. MB, rounded to 0.01."""
+    def total(tree: dict[int, ProcessMemory], attr: str) -> float:
+        return round(sum(getattr(m, attr) for m in tree.values()) / MB, 2)
+
+    record: dict = {}
+    if server:
+        record.update({f"{prefix}_pss_mb": total(server, "pss"), f"{prefix}_uss_mb": total(server, "uss"),
+                       f"{prefix}_rss_mb": total(server, "rss")})
+    if nginx:
+        record["nginx_pss_mb"] = total(nginx, "pss")
+    ordered = sorted(workers.items(), key=lambda kv: int(kv[0]))
+    per_worker = {str(w): round(server[pid].pss / MB, 2) for w, pid in ordered if pid in server}
+    if per_worker:
+        record["worker_pss_mb"] = per_worker
+    return record
+
+
+def stack_memory(stack: Stack) -> dict:
+    """The memory of a running stack now: uWSGI's tree (workers named by the stats server) and nginx's.
+    With several app hosts: every host's tree, workers numbered host after host (as ``Snapshot``)."""
+    try:
+        if len(stack.members) > 1:
+            pids = [w["pid"] for stats in stack.host_stats().values() for w in stats["workers"]]
+            workers = {str(i): pid for i, pid in enumerate(pids, 1)}
+        else:
+            workers = {str(w): pid for w, pid in stack.worker_pids().items()}
+    except (OSError, ValueError, KeyError):
+        workers = {}
+    server = {pid: m for root in stack.app_pids for pid, m in tree_memory(root).items()}
+    return memory_record(server, tree_memory(stack.pids["nginx"]), workers)
+
+
 # --------------------------------------------------------------------------- the stats server over time
 
 
@@ -80,38 +155,61 @@ class Snapshot:
 class Sample:
     t: float  # seconds since the sampler started
     workers: dict[int, tuple[int, int, int]]  # id -> (pid, requests, accepting)
+    inflight: dict[int, int] = field(default_factory=dict)  # id -> its cores (threads) inside a request
+    cores: int = 0  # cores (threads) per worker
+
+
+def read_sample(stats: dict, t: float) -> Sample:
+    """One sample from a stats document. A core counts as in flight while uWSGI marks it
+    ``in_request``: set when it starts reading a request (``wsgi_req_recv``), cleared when the
+    request is closed (``uwsgi_close_request``), uWSGI 2.0 core/utils.c."""
+    workers, inflight, cores = {}, {}, 0
+    for w in stats["workers"]:
+        workers[w["id"]] = (w["pid"], w["requests"], w.get("accepting", 0))
+        threads = w.get("cores") or []
+        inflight[w["id"]] = sum(1 for c in threads if c.get("in_request"))
+        cores = max(cores, len(threads))
+    return Sample(t, workers, inflight, cores)
 
 
 class Sampler:
-    """Polls the uWSGI stats server in the background (every ``interval`` s): worker pids,
-    request counters and accepting flags over time."""
+    """Polls the uWSGI stats server in the background, ``1 / interval`` times a second on a fixed
+    schedule (a slow read skips ticks rather than shifting the later ones, so samples stay evenly
+    spread in time): worker pids, request counters, accepting flags and requests in flight.
+    ``address`` None (a server without a stats server) records nothing. ``cpu_s``: the CPU the
+    sampling thread used, read when it stops (its cost on the machine under test)."""
 
-    def __init__(self, stats_address: str, interval: float = 0.1, namespace: str = ""):
+    def __init__(self, stats_address: str | None, interval: float = 0.1, namespace: str = ""):
         self.address = stats_address
         self.namespace = namespace  # the network namespace the stats server is in ("" = here)
         self.interval = interval
         self.samples: list[Sample] = []
+        self.cpu_s = 0.0
         self.t0 = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
+        cpu0, tick = time.thread_time(), 0
         while not self._stop.is_set():
             try:
-                stats = read_stats(self.address, timeout=1.0, namespace=self.namespace)
-                workers = {w["id"]: (w["pid"], w["requests"], w.get("accepting", 0)) for w in stats["workers"]}
-                self.samples.append(Sample(time.monotonic() - self.t0, workers))
-            except (OSError, ValueError, KeyError):
+                self.samples.append(read_sample(read_stats(self.address, timeout=1.0, namespace=self.namespace),
+                                                time.monotonic() - self.t0))
+            except (OSError, ValueError, KeyError, TypeError):
                 pass
-            self._stop.wait(self.interval)
+            tick = max(tick + 1, int(self.now() / self.interval) + 1)  # the next tick not yet past
+            self._stop.wait(max(0.0, tick * self.interval - self.now()))
+        self.cpu_s = time.thread_time() - cpu0
 
     def __enter__(self) -> "Sampler":
-        self._thread.start()
+        if self.address:
+            self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -140,6 +238,43 @@ class Sampler:
                 if prev is not None:
                     out[wid] = out.get(wid, 0) + (req - prev[1] if req >= prev[1] else req)
         return out
+
+
+def inflight_summary(samples: list[Sample], t_from: float = 0.0, t_to: float = math.inf) -> dict:
+    """A cell's ``inflight`` record from the samples taken between ``t_from`` and ``t_to`` (the
+    load's own window): {} without samples (no stats server). Keys:
+
+    * ``samples``: how many; ``interval_ms``: the mean time between them;
+    * ``workers``: per worker id, the share of samples at each in-flight count (the share of time,
+      samples being evenly spread): ``{"1": {"0": 0.2, "1": 0.5, "2": 0.3}, ...}``;
+    * ``pileup``: the share of samples in which some worker had 2 or more requests in flight
+      while another worker had at least 2 fewer (so at least 2 idle threads): a request could
+      have run on an idle thread of a less busy worker instead of sharing a GIL. 3 requests on
+      2 workers must put 2 in one: that split (2 / 1) is not a pile-up, 3 / 0 is. ``None`` (n/a)
+      with one worker (nowhere else to go) or one thread per worker (a worker never holds 2
+      requests; they queue in the socket instead);
+    * ``threads``: cores per worker; ``full``: the share of samples in which every thread of
+      some worker was busy (that worker could take no more).
+    """
+    window = [s for s in samples if t_from <= s.t <= t_to and s.inflight]
+    if not window:
+        return {}
+    ids = sorted({w for s in window for w in s.inflight})
+    threads = max(s.cores for s in window)
+    counts = {w: Counter(s.inflight.get(w, 0) for s in window) for w in ids}
+    n = len(window)
+    piled = sum(1 for s in window if max(s.inflight.values()) >= 2
+                and max(s.inflight.values()) - min(s.inflight.get(w, 0) for w in ids) >= 2)
+    full = sum(1 for s in window if threads and max(s.inflight.values()) >= threads)
+    span = window[-1].t - window[0].t
+    return {
+        "samples": n,
+        "interval_ms": round(1000 * span / (n - 1), 3) if n > 1 else 0.0,
+        "threads": threads,
+        "pileup": None if len(ids) < 2 or threads < 2 else piled / n,
+        "full": full / n,
+        "workers": {str(w): {str(k): c / n for k, c in sorted(counts[w].items())} for w in ids},
+    }
 
 
 # --------------------------------------------------------------------------- nginx's workers

@@ -29,11 +29,13 @@ not change):
                  >= 0, or a mapping of worker id (digits) to a number >= 0;
 - ``inflight``:  requests in flight per uWSGI worker, sampled from the stats server:
                  ``{"samples": n, "pileup": share, "workers": {"1": {"0": share, "1": share, ...},
-                 ...}}``: ``samples`` an integer >= 1; ``pileup`` the share of samples in which one
-                 worker had 2 or more requests in flight while another had an idle thread; per
-                 worker, the share of samples at each in-flight count (keys: digits), summing to 1
-                 (within 0.01); other keys allowed when they hold numbers >= 0 (e.g.
-                 ``"interval_ms"``); every share in 0..1;
+                 ...}}``: ``samples`` an integer >= 1; ``pileup`` the share of samples in which some
+                 worker had 2 or more requests in flight while another had at least 2 fewer
+                 (``bench.observe.inflight_summary`` defines it), or null where it cannot happen
+                 (one worker, or one thread per worker: 0 would read as "balanced"); per worker,
+                 the share of samples at each in-flight count (keys: digits), summing to 1 (within
+                 0.01); other keys allowed when they hold numbers >= 0 (``interval_ms``,
+                 ``threads``, ``full``, ``sampler_cpu_s``); every share in 0..1;
 - ``histogram``: wrk's latency histogram, ``[[latency_us, count], ...]``: latencies numbers >= 0
                  in strictly ascending order, counts integers > 0.
 """
@@ -44,6 +46,7 @@ import datetime as dt
 import json
 import math
 import os
+import re
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -136,7 +139,9 @@ def _inflight(value) -> dict:
         return {}
     _check(_is_count(value.get("samples"), 1), f"inflight.samples: must be an integer >= 1, got "
                                                f"{value.get('samples')!r}")
-    out: dict = {"samples": value["samples"], "pileup": _share(value.get("pileup"), "inflight.pileup")}
+    pileup = value.get("pileup", ...)
+    _check(pileup is not ..., "inflight.pileup: missing (a share in 0..1, or null where it cannot happen)")
+    out: dict = {"samples": value["samples"], "pileup": None if pileup is None else _share(pileup, "inflight.pileup")}
     workers = _mapping(value.get("workers"), "inflight.workers", "a mapping of worker id to shares")
     out["workers"] = {}
     for w, shares in workers.items():
@@ -600,8 +605,14 @@ class Results:
         return data
 
     def save(self, path: Path | str) -> Path:
-        """Write atomically (temp file + rename): a crash never leaves half a results file."""
-        return write_text_atomic(path, json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n")
+        """Write atomically (temp file + rename): a crash never leaves half a results file. A pair
+        of numbers (a histogram's ``[latency_us, count]``) stays on one line."""
+        text = _PAIR.sub(r"[\1, \2]", json.dumps(self.to_dict(), indent=2, sort_keys=False))
+        return write_text_atomic(path, text + "\n")
+
+
+# Only structural whitespace: JSON strings cannot hold a raw newline, so nothing inside one matches.
+_PAIR = re.compile(r"\[\n\s*(-?[0-9][0-9.eE+-]*),\n\s*(-?[0-9][0-9.eE+-]*)\n\s*\]")
 
 
 def load(path: Path | str) -> Results:

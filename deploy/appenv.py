@@ -56,13 +56,9 @@ def uwsgi_python() -> tuple[tuple[int, int], str]:
     statically linked build names none; then it is this interpreter, whose venv holds it.
     """
     binary = find_uwsgi()
-    if binary:
-        try:
-            match = re.search(rb"libpython(\d+)\.(\d+)", Path(binary).read_bytes())
-        except OSError:
-            match = None
-        if match:
-            return (int(match[1]), int(match[2])), f"{binary} links libpython{match[1].decode()}.{match[2].decode()}"
+    linked = linked_python(binary) if binary else None
+    if linked:
+        return linked, f"{binary} links libpython{linked[0]}.{linked[1]}"
     version = sys.version_info[:2]
     return (version[0], version[1]), f"pip built {binary or 'uwsgi'} with {sys.executable}"
 
@@ -76,6 +72,16 @@ def server_python(server: str) -> tuple[tuple[int, int], str]:
         return uwsgi_python()
     version = sys.version_info[:2]
     return (version[0], version[1]), f"pip installed our {server} for {sys.executable}"
+
+
+def linked_python(binary: str) -> tuple[int, int] | None:
+    """(major, minor) of the libpython a uWSGI binary links (its DT_NEEDED name), or None
+    (statically linked, or unreadable)."""
+    try:
+        match = re.search(rb"libpython(\d+)\.(\d+)", Path(binary).read_bytes())
+    except OSError:
+        return None
+    return (int(match[1]), int(match[2])) if match else None
 
 
 def virtualenv_python(venv: Path) -> tuple[int, int] | None:

@@ -1,4 +1,5 @@
-"""Command line: ``python -m deploy render|run|reload LAYOUT [options]``, ``python -m deploy certs DIR``.
+"""Command line: ``python -m deploy render|run|reload|bundle LAYOUT [options]``, ``install DIR``,
+``certs DIR --hosts ...``.
 
 Bad input exits 2 with one line naming the field and what is allowed; nothing is written.
 An app that does not import (the pre-flight of run and reload) is bad input too.
@@ -14,8 +15,10 @@ import time
 from pathlib import Path
 
 from deploy.appenv import add_app_options, app_options, preflight
+from deploy.bundle import build_bundle, write_bundle
 from deploy.certs import DEFAULT_TLS_NAME, make_certs
 from deploy.errors import LayoutError, RenderError, StackError
+from deploy.install import install
 from deploy.layout import PROJECT_ROOT, TRANSPORTS, Layout, parse_variant
 from deploy.reload import chain_reload
 from deploy.render import write_layout
@@ -123,14 +126,80 @@ def build_parser() -> argparse.ArgumentParser:
     reload.add_argument("--timeout", type=float, default=120.0,
                         help="seconds to wait for every worker to be replaced (default 120)")
     certs = sub.add_parser("certs", help="make a CA, one server certificate per app host and nginx's client "
-                                         "certificate, for --tls")
+                                         "certificate, for --uwsgi-tls")
     certs.add_argument("dir", help="where to write them (keys 0600; an existing CA there is reused)")
     certs.add_argument("--hosts", required=True, help="the app hosts' addresses, ADDR[,ADDR...]")
     certs.add_argument("--name", default=DEFAULT_TLS_NAME,
                        help=f"the name every host certificate carries, which nginx verifies "
                             f"(default {DEFAULT_TLS_NAME})")
     certs.add_argument("--force", action="store_true", help="replace existing front and host certificates")
+    add_bundle_parsers(sub)
     return parser
+
+
+def add_bundle_parsers(sub) -> None:
+    bundle = sub.add_parser("bundle", help="write a production bundle (nginx site, uwsgi.ini, systemd unit, "
+                                           "INSTALL.md) for a Debian/Ubuntu server")
+    bundle.add_argument("layout", help=f"PxT-STRATEGY, e.g. 2x4-mapped (strategies: {', '.join(STRATEGIES)})")
+    add_app_options(bundle)  # --app-dir, --virtualenv and --static DIRs are paths on the server
+    bundle.add_argument("--out", required=True, help="a new (or empty) directory for the bundle")
+    bundle.add_argument("--name", help="names the unit, /run/NAME, /var/log/NAME and the files "
+                                       "(default: the app's top-level module)")
+    bundle.add_argument("--server-name", action="append", metavar="HOST", help="nginx server_name (repeatable; "
+                                                                              "default _)")
+    bundle.add_argument("--tls-cert", metavar="PEM", help="certificate (with intermediates): HTTPS, HTTP redirects")
+    bundle.add_argument("--tls-key", metavar="PEM", help="its private key (unencrypted)")
+    bundle.add_argument("--client-max-body-size", metavar="SIZE", help="nginx's request body limit (default 10m)")
+    bundle.add_argument("--listen", action="append", metavar="ADDR",
+                        help="nginx HTTP listen: PORT, IPV4:PORT or [IPV6]:PORT (repeatable; default 80 [::]:80)")
+    bundle.add_argument("--tls-listen", action="append", metavar="ADDR",
+                        help="nginx HTTPS listen (repeatable; default 443 [::]:443)")
+    bundle.add_argument("--user", help="the user uWSGI runs as on the server (default www-data)")
+    bundle.add_argument("--group", help="its group (default: the user's name)")
+    bundle.add_argument("--nginx-group", help="the group nginx's workers run as, owner of the sockets "
+                                              "(default www-data)")
+    bundle.add_argument("--uwsgi", metavar="PATH", help="uWSGI on the server (default VIRTUALENV/bin/uwsgi)")
+    bundle.add_argument("--writable", action="append", metavar="DIR",
+                        help="a directory the app writes to (uploads): ReadWritePaths= (repeatable)")
+    bundle.add_argument("--transport", help="uWSGI sockets: unix (default, in /run/NAME) or tcp (127.0.0.1)")
+    bundle.add_argument("--base-port", help="first uWSGI TCP port with --transport tcp (default 5000)")
+    bundle.add_argument("--backlog", help="uWSGI listen backlog per socket (default 100)")
+    bundle.add_argument("--harakiri", help="seconds before uWSGI kills a stuck request's worker (default 30)")
+    bundle.add_argument("--retries", help="extra attempts nginx makes for GET/HEAD on another socket (default 1)")
+    bundle.add_argument("--connect-timeout", help="seconds nginx waits to connect to a uWSGI socket (default 2)")
+    install_p = sub.add_parser("install", help="install a bundle: copy, enable, nginx -t (undone if it fails), "
+                                               "start where systemd runs")
+    install_p.add_argument("bundle", help="the directory `bundle --out` wrote")
+    install_p.add_argument("--root", default="/", help="install under this prefix instead of / (a trial root: "
+                                                       "system paths in the files move under it too)")
+    install_p.add_argument("--dry-run", action="store_true", help="list what would change; change nothing")
+    install_p.add_argument("--no-app-check", action="store_true",
+                           help="skip the checks of the app, its virtualenv and uWSGI, and the pre-flight import")
+
+
+def cmd_bundle(args) -> int:
+    bundle = build_bundle(
+        args.layout, **app_options(args), name=args.name, server_names=args.server_name, tls_cert=args.tls_cert,
+        tls_key=args.tls_key, client_max_body_size=args.client_max_body_size, listen=args.listen,
+        tls_listen=args.tls_listen, user=args.user, group=args.group, nginx_group=args.nginx_group,
+        uwsgi=args.uwsgi, writable=args.writable, transport=args.transport, base_port=args.base_port,
+        backlog=args.backlog, harakiri=args.harakiri, retries=args.retries, connect_timeout=args.connect_timeout,
+    )
+    out = Path(args.out).absolute()
+    files = write_bundle(bundle, out)
+    print(f"bundle {bundle.name} ({bundle.layout.name}) written to {out}: {', '.join(files)}")
+    print(f"next, on the server: python -m deploy install {out} --dry-run (see {out / 'INSTALL.md'})")
+    return 0
+
+
+def cmd_install(args) -> int:
+    result = install(args.bundle, root=args.root, dry_run=args.dry_run, app_check=not args.no_app_check,
+                     progress=lambda line: print(line, flush=True))
+    changed = len(result.changed)
+    verb = "would change" if result.dry_run else "changed"
+    print(f"{'dry run: ' if result.dry_run else ''}bundle {result.name} under {result.root}: {verb} {changed} "
+          f"of {len(result.steps)} paths")
+    return 0
 
 
 def _default_dir(args, *parts: str) -> Path:
@@ -224,7 +293,8 @@ def cmd_certs(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(build_parser(), argv)
     try:
-        return {"render": cmd_render, "run": cmd_run, "reload": cmd_reload, "certs": cmd_certs}[args.command](args)
+        return {"render": cmd_render, "run": cmd_run, "reload": cmd_reload, "bundle": cmd_bundle,
+                "install": cmd_install, "certs": cmd_certs}[args.command](args)
     except LayoutError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -188,9 +188,10 @@ def _nests(a: str, b: str) -> bool:
     return a == b or a.startswith(b + "/") or b.startswith(a + "/")
 
 
-def parse_static(raw, data_dir: str = "") -> tuple[tuple[str, str], ...]:
+def parse_static(raw, data_dir: str = "", local: bool = True) -> tuple[tuple[str, str], ...]:
     """``--static PREFIX=DIR`` items -> ((prefix, dir), ...), prefix without a trailing slash,
-    dir resolved. nginx serves DIR under PREFIX/ itself."""
+    dir resolved. nginx serves DIR under PREFIX/ itself. ``local=False``: DIR is a path on
+    another machine (a bundle's server), so it is only normalised, never resolved or checked."""
     out: list[tuple[str, str]] = []
     for prefix, directory in _pairs("static", raw, "PREFIX=DIR such as /static=/srv/shop/static"):
         clean = prefix[:-1] if prefix.endswith("/") and prefix != "/" else prefix
@@ -203,9 +204,14 @@ def parse_static(raw, data_dir: str = "") -> tuple[tuple[str, str], ...]:
                                         "/media/uploads (segments of letters, digits, . _ ~ -; no . or ..)")
         if not directory:
             raise LayoutError("static", f"{prefix}= needs a directory after '='")
-        path = Path(os.path.expanduser(_config_path("static", directory, nginx=True))).resolve()
-        if not _is(path, "dir"):
-            raise LayoutError("static", f"{directory!r} (for {clean}/) must be an existing directory")
+        if not local:
+            if not directory.startswith("/"):
+                raise LayoutError("static", f"{directory!r} (for {clean}/) must be an absolute path on the server")
+            path = Path(os.path.normpath(_config_path("static", directory, nginx=True)))
+        else:
+            path = Path(os.path.expanduser(_config_path("static", directory, nginx=True))).resolve()
+            if not _is(path, "dir"):
+                raise LayoutError("static", f"{directory!r} (for {clean}/) must be an existing directory")
         if path == Path("/"):
             raise LayoutError("static", f"{clean}/ would serve the whole filesystem: name the static directory")
         _config_path("static", str(path), nginx=True)

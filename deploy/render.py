@@ -82,9 +82,9 @@ def _env() -> jinja2.Environment:
     return env
 
 
-def pass_target(layout: Layout, server=None) -> str:
+def pass_target(layout: Layout, upstream: str = "") -> str:
     """What location / passes to: ``uwsgi_app``, ``suwsgi://uwsgi_app``, ``http://...``, ``https://...``."""
-    upstream = (server or server_for(layout)).upstream
+    upstream = upstream or server_for(layout).upstream
     return upstream if layout.nginx_scheme == "uwsgi" else f"{layout.nginx_scheme}://{upstream}"
 
 
@@ -100,7 +100,7 @@ def render_texts(layout: Layout) -> dict[str, str]:
         "layout": layout, "server": server, "unix_mode": UNIX_SOCKET_MODE, "thread_pool": THREAD_POOL,
         "worker_connections": NGINX_WORKER_CONNECTIONS, "upstream_keepalive_timeout": UPSTREAM_KEEPALIVE_TIMEOUT,
         "peer_idle_timeout": PEER_IDLE_TIMEOUT, "graceful_stop": GRACEFUL_STOP, "sys_prefix": sys.prefix,
-        "pass_target": pass_target(layout, server), "ssl_ciphers": SSL_CIPHERS, "ssl_protocols": SSL_PROTOCOLS,
+        "pass_target": pass_target(layout), "ssl_ciphers": SSL_CIPHERS, "ssl_protocols": SSL_PROTOCOLS,
     }
     texts = {"nginx.conf": env.get_template("nginx.conf.j2").render(context)}
     if layout.hosts:  # each host's config, from its own view; the front keeps uwsgi_params
@@ -211,21 +211,29 @@ def _is_loopback(address: str) -> bool:
         return False
 
 
-def host_facts(layout: Layout, conf_dir: Path) -> list[tuple[Layout, object]]:
+def host_facts(layout: Layout, conf_dir: Path, config_file: str = "") -> list[tuple[Layout, object]]:
     """(the layout an app server runs, its config file read back) per app host: one on a single
-    machine, else each host's own file under hosts/ADDR/."""
+    machine (``config_file``, default the server's own name), else each host's own file under
+    hosts/ADDR/."""
     server = server_for(layout)
     if not layout.hosts:
-        return [(layout, server.facts(layout, conf_dir))]
+        return [(layout, server.facts(layout, conf_dir, config_file or server.config_file))]
     return [(view, server.facts(view, conf_dir / "hosts" / view.hosts[0]))
             for view in (layout.host_layout(h) for h in layout.hosts)]
 
 
-def crosscheck(layout: Layout, conf_dir: Path) -> list[str]:
-    """Check the rendered files against each other and the layout; return the problems."""
+def crosscheck(layout: Layout, conf_dir: Path, *, config_file: str = "", nginx_conf: str = "nginx.conf",
+               upstream_name: str = "", site: bool = False) -> list[str]:
+    """Check the rendered files against each other and the layout; return the problems.
+
+    ``config_file``, ``nginx_conf``: the files to read, relative to ``conf_dir`` (default: the
+    server's own config file name, nginx.conf; with hosts, each host's hosts/ADDR/uwsgi.ini).
+    ``site``: the nginx file is a site that the distribution's nginx.conf includes (a bundle,
+    deploy/bundle.py): the distribution sets nginx's user and runs several workers, so the
+    workers' user is not checked and the upstream needs a zone."""
     server = server_for(layout)
-    per_host = host_facts(layout, conf_dir)  # the server's config file(s), read back
-    nginx = nginx_summary(conf_dir / "nginx.conf")
+    per_host = host_facts(layout, conf_dir, config_file)  # the server's config file(s), read back
+    nginx = nginx_summary(conf_dir / nginx_conf)
     problems: list[str] = [p for _, facts in per_host for p in facts.problems]
 
     for _, host in per_host:
@@ -235,11 +243,11 @@ def crosscheck(layout: Layout, conf_dir: Path) -> list[str]:
     facts = per_host[0][1]  # what every host's file shares (checked per host where it matters)
 
     # 1. nginx sends only to the server's sockets, reaches every one of them, and speaks its protocol.
-    name = server.upstream
+    name = upstream_name or server.upstream
     upstream = nginx["upstreams"].get(name)
     if upstream is None:
-        return problems + [f"nginx.conf has no upstream {name!r}"]
-    target = pass_target(layout, server)
+        return problems + [f"{nginx_conf} has no upstream {name!r}"]
+    target = pass_target(layout, name)
     for protocol, directive in (("uwsgi", "uwsgi_pass"), ("http", "proxy_pass")):
         want = {target} if protocol == layout.nginx_protocol else set()
         if set(nginx[directive]) != want:
@@ -269,7 +277,7 @@ def crosscheck(layout: Layout, conf_dir: Path) -> list[str]:
     #    sockets, or, off loopback, TLS with a client certificate uWSGI requires (see 11).
     for _, host in per_host:
         for address in host.private:
-            if not _is_loopback(address):
+            if not address.startswith("/") and not _is_loopback(address):
                 problems.append(f"{address} is not a loopback address")
         for address in host.addresses:
             tls = host.socket_tls.get(address)
@@ -311,7 +319,7 @@ def crosscheck(layout: Layout, conf_dir: Path) -> list[str]:
                             f"{host.run_as or 'none'}")
         if host.run_as and set(host.run_as) & {"0", "root"}:
             problems.append(f"{server.config_file} switches to root ({host.run_as})")
-    if layout.drops_privileges and nginx["user"][:1] != [layout.user]:
+    if layout.drops_privileges and not site and nginx["user"][:1] != [layout.user]:
         problems.append(f"nginx workers must run as {layout.user}, nginx.conf says {nginx['user'] or 'nothing'}")
 
     # 7. The data set's internal location is internal: clients must not reach it directly.
@@ -320,7 +328,7 @@ def crosscheck(layout: Layout, conf_dir: Path) -> list[str]:
         problems.append("location /_internal_files/ is not `internal`")
 
     # 8. With several nginx workers, balancing state must live in a shared zone.
-    if nginx["worker_processes"] != "1" and "zone" not in upstream["directives"]:
+    if (site or nginx["worker_processes"] != "1") and "zone" not in upstream["directives"]:
         problems.append("nginx has several workers but the upstream has no zone")
     if layout.strategy_obj.needs_zone and "zone" not in upstream["directives"]:
         problems.append(f"strategy {layout.strategy} needs an upstream zone")
@@ -346,13 +354,12 @@ def crosscheck(layout: Layout, conf_dir: Path) -> list[str]:
 
     # 11. TLS: what the layout asks for on both sides, the same in every location that passes
     #     to the upstream, and certificates that fit (deploy.certs.check_tls_dir).
-    problems += _tls_problems(layout, per_host, nginx)
+    problems += _tls_problems(layout, per_host, nginx, name)
     return problems
 
 
-def _tls_problems(layout: Layout, per_host, nginx: dict) -> list[str]:
+def _tls_problems(layout: Layout, per_host, nginx: dict, name: str) -> list[str]:
     problems = []
-    name = server_for(layout).upstream
     passing = [p for p in nginx["pass_locations"] if upstream_of(p["target"]) == name]
     # Never mix: one location with the client certificate and one without (or with other TLS
     # settings) on one upstream would let a resumed session in without the certificate.
@@ -364,7 +371,7 @@ def _tls_problems(layout: Layout, per_host, nginx: dict) -> list[str]:
                         "certificate, verification, scheme): never mix them on one upstream")
     kind = {"suwsgi": "ssl", "https": "https", "off": "plain"}[layout.uwsgi_tls]
     for view, host in per_host:
-        files = view.uwsgi_tls_files
+        files = view.uwsgi_tls_files if kind != "plain" else {}
         for address in host.addresses:
             tls = host.socket_tls.get(address, {"kind": "plain"})
             if tls["kind"] != kind:
@@ -419,16 +426,10 @@ def nginx_test(conf_dir: Path, namespace: str = "") -> tuple[bool, str]:
     return proc.returncode == 0, (proc.stdout + proc.stderr).strip()
 
 
-def write_layout(layout: Layout, out_dir: Path | str, check_nginx: bool = True, front_netns: str = "") -> RenderResult:
-    """Render, check and install the files for ``layout`` into ``out_dir`` (its run_dir).
-    ``front_netns``: the network namespace nginx will run in (its listen address is checked there)."""
-    out = Path(out_dir).resolve()
-    if str(out) != layout.run_dir:
-        raise RenderError(f"layout run_dir {layout.run_dir} differs from output directory {out}")
-    _check_uwsgi_ssl(layout)
-    texts = render_texts(layout)  # pure: fails before anything is written
-    # Stage inside the nearest existing ancestor: same filesystem (so the final rename is
-    # atomic), and missing parent directories are only created once everything passed.
+def make_staging(out: Path) -> Path:
+    """A fresh private directory to render ``out`` into, inside its nearest existing ancestor:
+    same filesystem (so the final rename is atomic), and missing parent directories are only
+    created once everything passed. LayoutError("out", ...) when there is none."""
     try:
         ancestor = next((a for a in [out, *out.parents] if a.exists()), Path("/"))
     except OSError as exc:  # e.g. a name over 255 bytes
@@ -439,9 +440,20 @@ def write_layout(layout: Layout, out_dir: Path | str, check_nginx: bool = True, 
         raise LayoutError("out", f"{ancestor} is not writable")
     stage_in = ancestor if ancestor != out else out.parent
     try:
-        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=stage_in))
+        return Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=stage_in))
     except OSError as exc:
         raise LayoutError("out", f"cannot write in {stage_in}: {exc.strerror or exc}") from None
+
+
+def write_layout(layout: Layout, out_dir: Path | str, check_nginx: bool = True, front_netns: str = "") -> RenderResult:
+    """Render, check and install the files for ``layout`` into ``out_dir`` (its run_dir).
+    ``front_netns``: the network namespace nginx will run in (its listen address is checked there)."""
+    out = Path(out_dir).resolve()
+    if str(out) != layout.run_dir:
+        raise RenderError(f"layout run_dir {layout.run_dir} differs from output directory {out}")
+    _check_uwsgi_ssl(layout)
+    texts = render_texts(layout)  # pure: fails before anything is written
+    staging = make_staging(out)
     try:
         for directory in run_dirs(layout, staging):
             for sub in RUN_SUBDIRS:

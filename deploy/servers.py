@@ -81,7 +81,8 @@ class AppServer:
     def render(self, env: jinja2.Environment, context: dict) -> dict[str, str]:
         return {self.config_file: env.get_template(f"{self.config_file}.j2").render(context)}
 
-    def facts(self, layout: Layout, conf_dir: Path) -> ServerFacts:
+    def facts(self, layout: Layout, conf_dir: Path, config_file: str = "") -> ServerFacts:
+        """What the server's config file (``conf_dir / config_file``, default its own name) says."""
         raise NotImplementedError
 
     def config_path(self, layout: Layout) -> Path:
@@ -184,8 +185,8 @@ class UWSGI(AppServer):
         return {"uwsgi.ini": env.get_template("uwsgi.ini.j2").render(context),
                 "uwsgi_params": (TEMPLATES_DIR / "uwsgi_params").read_text()}
 
-    def facts(self, layout, conf_dir):
-        opts = parse_uwsgi_ini((conf_dir / "uwsgi.ini").read_text())
+    def facts(self, layout, conf_dir, config_file=""):
+        opts = parse_uwsgi_ini((conf_dir / (config_file or self.config_file)).read_text())
         values = lambda key: [v for k, v in opts if k == key]  # noqa: E731
         processes = _int_or_none(values("processes")[-1]) if values("processes") else 1
         threads = _int_or_none(values("threads")[0]) if len(values("threads")) == 1 else None
@@ -387,8 +388,8 @@ class Gunicorn(Peer):
     def worker_ready(self, layout, worker):
         return self.ready_file(layout, worker.pid).exists()
 
-    def facts(self, layout, conf_dir):
-        text = (conf_dir / self.config_file).read_text()
+    def facts(self, layout, conf_dir, config_file=""):
+        text = (conf_dir / (config_file or self.config_file)).read_text()
         conf = _literal_assignments(text)
         problems = []
         worker_class = conf.get("worker_class", "sync")
@@ -458,8 +459,8 @@ class Granian(Peer):
                 out[key.strip()] = value
         return out
 
-    def facts(self, layout, conf_dir):
-        values = self.read_env_file((conf_dir / self.config_file).read_text())
+    def facts(self, layout, conf_dir, config_file=""):
+        values = self.read_env_file((conf_dir / (config_file or self.config_file)).read_text())
         problems = []
         if values.get("GRANIAN_INTERFACE") != "wsgi":
             problems.append(f"granian interface {values.get('GRANIAN_INTERFACE')!r} is not wsgi")

@@ -73,6 +73,13 @@ def greeting():  # set with --env SHOP_GREETING=...
     return jsonify(greeting=os.environ.get("SHOP_GREETING"))
 
 
+@app.get("/request-info")
+def request_info():  # what nginx told the app about the client (a production bundle's params)
+    keys = ("HTTP_HOST", "HTTP_X_FORWARDED_FOR", "HTTP_X_FORWARDED_PROTO", "HTTP_X_FORWARDED_HOST",
+            "HTTP_X_REAL_IP", "REMOTE_ADDR", "HTTPS", "wsgi.url_scheme", "SERVER_PORT")
+    return jsonify({key: request.environ.get(key) for key in keys})
+
+
 @app.get("/slow")
 def slow():  # ?ms=0..5000: holds a worker thread without holding the GIL
     ms = request.args.get("ms", "100")

@@ -9,7 +9,13 @@ anything. ``compare`` runs a sweep; ``tune`` will run its own plans through the 
 ``LiveRunner.run_block`` starts one layout's stack once (``bench.stack.Lab``), warms it up,
 loads it at each level (``bench.load.wrk``) and stops it. Per cell: wrk's figures, the
 per-worker request counts (uWSGI stats server, delta over the cell), and the CPU seconds of
-the uWSGI tree, the nginx tree and wrk (``bench.observe``). File scenarios also record, in
+the uWSGI tree, the nginx tree and wrk (``bench.observe``), the requests in flight per worker
+sampled from the stats server while the load runs (``inflight``, ``--inflight-hz`` times a second),
+wrk's latency histogram of the measured requests (``histogram``), the answers per status class
+(``status``: report.lua's count) and, right after the load, the memory of the uWSGI tree (PSS,
+USS, RSS; PSS per worker) and of nginx (``memory``). A scenario with the user's requests
+(``Scenario.mix``) sends them through a generated wrk script (``bench.load.traffic``), seeded with
+the repeat number. File scenarios also record, in
 ``extra``, the bytes the data set's block device read during the cell, the page-cache
 residency before and after (cold-cache cells are evicted first), the hot file's latencies,
 and for ``nginx_spread`` scenarios the connections and CPU of each nginx worker. From wrk's
@@ -25,6 +31,7 @@ import os
 import resource
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
@@ -32,8 +39,18 @@ from typing import Callable, Protocol
 from bench import dataset as ds
 from bench.load.files import RANDOM_FILES_LUA, request_paths, weighted_paths, write_lines
 from bench.load.scenarios import Scenario
+from bench.load.traffic import Mix, write_mix_script
 from bench.load.wrk import WrkProcess, fraction_script, run_wrks
-from bench.observe import Snapshot, busiest_connections, cpu_seconds, nginx_workers, spread_extra
+from bench.observe import (
+    Sampler,
+    Snapshot,
+    busiest_connections,
+    cpu_seconds,
+    inflight_summary,
+    nginx_workers,
+    spread_extra,
+    stack_memory,
+)
 from bench.results import Cell, Results, utc_now
 from bench.stack import Lab, dir_name
 from deploy.layout import Layout
@@ -51,9 +68,12 @@ class Plan:
     scenarios: tuple[str, ...]
     workload: dict  # scenario name -> its resolved mix (query strings, stall settings)
     timeout: float = 10.0
+    inflight_hz: float = 25.0  # stats-server samples per second during each cell; 0 = off
     command: str = ""
     options: dict = field(default_factory=dict)
     hosts: int = 0  # app hosts, each in its own network namespace (0 = this machine alone)
+    # Which app was measured (bench.subject.Subject.record): app, app_dir, virtualenv, demo.
+    app: dict = field(default_factory=dict)
 
     @property
     def blocks(self) -> list[tuple[int, str]]:
@@ -157,7 +177,7 @@ class Progress:
         return (f"[{self.done}/{self.plan.cell_count}] {scenario}{cell.layout} c={cell.concurrency} "
                 f"repeat {cell.repeat}/"
                 f"{self.plan.repeats}: {cell.rps:.1f} req/s, p99 {cell.latency_ms.p99:.0f} ms, "
-                f"{cell.errors.total} errors | {self.plan.cell_count - self.done} cells left, "
+                f"{cell.errors.total} errors{_non_2xx(cell)} | {self.plan.cell_count - self.done} cells left, "
                 f"ETA {int(eta // 60)}m{int(eta % 60):02d}s")
 
     def __call__(self, cell: Cell) -> None:
@@ -168,6 +188,12 @@ class Progress:
         else:
             self.stream.write(text + "\n")
         self.stream.flush()
+
+
+def _non_2xx(cell: Cell) -> str:
+    """``, 3xx 12 4xx 3`` when some answers were not 2xx, else ""."""
+    other = [f"{k} {n}" for k, n in cell.status.items() if k != "2xx" and n]
+    return ", " + " ".join(other) if other else ""
 
 
 def run_sweep(plan: Plan, runner: Runner, environment: dict, save=None, progress=None,
@@ -199,14 +225,17 @@ class LiveRunner:
     SPREAD_SAMPLE_S = 0.25  # how often per-nginx-worker connections are counted during a cell
 
     def __init__(self, lab: Lab, raw_dir: Path, scenarios: dict[str, Scenario],
-                 duration: float, warmup: float, timeout: float, layout_options: dict | None = None):
+                 duration: float, warmup: float, timeout: float, layout_options: dict | None = None,
+                 inflight_hz: float = 25.0):
         self.lab, self.raw_dir = lab, raw_dir
+        self.inflight_hz = inflight_hz
         self.scenarios = scenarios
         self.duration, self.warmup, self.timeout = duration, warmup, timeout
         self.layout_options = layout_options or {}
         self.cores = os.cpu_count() or 1
         self._index: ds.Index | None = None
         self._lists: dict[str, Path] = {}
+        self._mix_scripts: dict[Mix, Path] = {}
 
     # --- file scenarios -----------------------------------------------------------------
 
@@ -235,10 +264,20 @@ class LiveRunner:
                   timeout: float | None = None) -> WrkProcess:
         """The scenario's own load: the app's query, or random paths from its file list."""
         timeout = self.timeout if timeout is None else timeout
+        if scenario.mix is not None:
+            return WrkProcess(layout.url, connections, duration, timeout_s=timeout,
+                              script=self.mix_script(scenario.mix), script_args=[str(seed)])
         if scenario.files is not None:
             return WrkProcess(layout.url, connections, duration, timeout_s=timeout, script=RANDOM_FILES_LUA,
                               script_args=[str(self.path_list(scenario)), str(seed)])
         return WrkProcess(f"{layout.url}?{scenario.workload.query}", connections, duration, timeout_s=timeout)
+
+    def mix_script(self, mix: Mix) -> Path:
+        """The wrk script sending the user's requests (written once per run)."""
+        if mix not in self._mix_scripts:
+            path = self.lab.work_dir / "traffic" / f"mix-{len(self._mix_scripts) + 1}.lua"
+            self._mix_scripts[mix] = write_mix_script(path, mix)
+        return self._mix_scripts[mix]
 
     # --- blocks and cells ---------------------------------------------------------------
 
@@ -324,8 +363,10 @@ class LiveRunner:
         if files is not None and files.hot_clients:
             # The hot-file clients in their own wrk too: their latencies are the figure of interest.
             loads.append(WrkProcess(self.hot_url(layout), files.hot_clients, self.duration, timeout_s=self.timeout))
-        conns = self._sample_spread(stack, layout, loads) if workers else []
-        runs, wrk_cpu = run_wrks(*loads, rusage_before=rusage)
+        with self._inflight(layout, loads[0]) as inflight:
+            conns = self._sample_spread(stack, layout, loads) if workers else []
+            runs, wrk_cpu = run_wrks(*loads, rusage_before=rusage)
+        memory = stack_memory(stack)  # right after the load, before the next cell
         after = Snapshot.take(stack)
         name = dir_name(f"{scenario.name}-{label}-c{level}-r{repeat}")
         raw_name = self._save_raw(name, "\n".join(r.raw for r in runs))
@@ -348,10 +389,31 @@ class LiveRunner:
             extra.update(spread_extra(conns, [max(0.0, cpu_seconds(w) - c) for w, c in zip(workers, worker_cpu,
                                                                                            strict=True)]))
         return self.make_cell(label, level, repeat, scenario.name, runs[0], wrk_cpu, before, after,
-                              unloaded_ms, raw_name, extra)
+                              unloaded_ms, raw_name, extra, inflight=inflight, histogram=runs[0].histogram,
+                              status=runs[0].status, memory=memory)
+
+    @contextmanager
+    def _inflight(self, layout: Layout, load: WrkProcess):
+        """Samples the stats server while the block runs; afterwards the yielded dict is the cell's
+        ``inflight`` record over the load's own window (``bench.observe.inflight_summary``, plus
+        the sampler's own CPU seconds). Empty at ``inflight_hz`` 0 or without a stats server."""
+        hz = self.inflight_hz
+        # Peer servers (gunicorn, granian) have no stats server (``Layout.has_stats``): nothing to sample;
+        # nor across several app hosts (one stats server each: the in-flight record is per stack).
+        stats = layout.stats_address if hz and getattr(layout, "has_stats", True) and \
+            not getattr(layout, "hosts", ()) else None
+        sampler = Sampler(stats, interval=1 / hz if hz else 1.0)
+        record: dict = {}
+        with sampler:
+            yield record
+        start = load.started - sampler.t0
+        summary = inflight_summary(sampler.samples, start, start + self.duration)
+        if summary:
+            record.update(summary, sampler_cpu_s=round(sampler.cpu_s, 4))
 
     def make_cell(self, spec, level, repeat, scenario, run, wrk_cpu, before, after, unloaded_ms, raw_name,
-                  extra=None) -> Cell:
+                  extra=None, **optional) -> Cell:
+        """``optional``: Cell's optional fields (``inflight``, ``histogram``, ...)."""
         cpu = {
             "uwsgi": max(0.0, after.uwsgi_cpu - before.uwsgi_cpu),
             "nginx": max(0.0, after.nginx_cpu - before.nginx_cpu),
@@ -370,7 +432,7 @@ class LiveRunner:
             duration_s=run.duration_s, requests=run.requests, rps=run.rps,
             latency_ms=run.latency_ms, errors=run.errors, worker_requests=workers, cpu_s=cpu,
             unloaded_latency_ms=unloaded_ms, capacity_rps=capacity, closed_loop_rps=closed_loop,
-            efficiency=run.rps / bound if bound else 0.0, raw_output=raw_name, extra=extra or {},
+            efficiency=run.rps / bound if bound else 0.0, raw_output=raw_name, extra=extra or {}, **optional,
         )
 
     def _save_raw(self, name: str, text: str) -> str:

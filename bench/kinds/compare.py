@@ -4,6 +4,10 @@ The plan comes from the arguments (or, with ``--replay``, from a stored run): la
 connection levels x interleaved repeats x scenarios, defaults derived from ``nproc``. The sweep
 (``bench.kinds.closedloop``) measures every cell on a stack from ``bench.stack.Lab``, saves
 ``results.json`` after every block, and the report (``bench.report``) says which layout to run.
+
+The app and its traffic come from ``bench.subject`` (deploy's app options, --request...): the
+app is imported once (pre-flight) before any stack starts, and each distinct request is sent once
+through nginx before anything is timed; either failing exits 2 with nothing written.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench import subject as subj
 from bench.environment import capture
 from bench.kinds.base import RESULTS_NAME, Kind, publish, sigterm_interrupts
 from bench.kinds.closedloop import LiveRunner, Plan, Progress, ReplayRunner, default_layouts, default_levels, run_sweep
 from bench.load import scenarios as sc
+from bench.load.traffic import redact_argv
 from bench.options import (
     DEFAULT_DATA_DIR,
     BadArgument,
@@ -42,6 +48,9 @@ from deploy.layout import MAX_PROCESSES, MAX_THREADS, parse_variant
 
 # 5 layouts x 3 levels x 3 repeats of 5 s, plus starts and warm-ups: about 5 minutes on 2 cores.
 DEFAULT_DURATION = 5
+# Requests last ~100 ms here: 25 samples a second see each one ~2 times; the cost is measured
+# by scripts/sampler-cost.py (README, "Comparing layouts").
+DEFAULT_INFLIGHT_HZ = 25.0
 MAX_NET_HOSTS = 8
 # With --hosts: what TLS costs on a request that does nothing, and on the article's.
 HOSTS_SCENARIOS = ["overhead", "article"]
@@ -65,7 +74,8 @@ def add_arguments(p) -> None:
     p.add_argument("--repeats", help="interleaved repeats of every layout (default 3)")
     p.add_argument("--timeout", help="wrk's per-request timeout in seconds (default 10)")
     p.add_argument("--scenario",
-                   help=f"named request mix, or several comma-separated: {', '.join(sc.SCENARIOS)}")
+                   help=f"named request mix, or several comma-separated: {', '.join(sc.SCENARIOS)} (default: "
+                        "article; traffic with --request or another --app)")
     p.add_argument("--rounds", help="override the scenario's rounds (0..20)")
     p.add_argument("--fib", help="override the scenario's fib n (0..30)")
     p.add_argument("--io-ms", help="override the scenario's sleep per round in ms (0..10000)")
@@ -82,24 +92,32 @@ def add_arguments(p) -> None:
     p.add_argument("--hosts", help=f"run every layout on this many app hosts (1..{MAX_NET_HOSTS}), each in its own "
                                    "network namespace behind a front namespace, with TLS between them (root); "
                                    "reports each host's share and what TLS costs (layouts ...@uwsgi_tls=off)")
+    p.add_argument("--inflight-hz", help="stats-server samples per second during each cell, for the requests in "
+                                         f"flight per worker (default {DEFAULT_INFLIGHT_HZ:g}; 0 = off)")
+    subj.add_arguments(p)
     p.add_argument("--out", help="output directory (default results/<timestamp>)")
     p.add_argument("--replay", metavar="RESULTS_JSON",
                    help="rerun the sweep and report on stored cells instead of measuring")
 
 
-def plan_from_args(args, stored=None) -> tuple[Plan, dict[str, sc.Scenario]]:
+def plan_from_args(args, stored=None, subject: subj.Subject | None = None) -> tuple[Plan, dict[str, sc.Scenario]]:
     nproc = os.cpu_count() or 1
     base = stored.arguments if stored else {}
+    if subject is None:
+        subject = subj.from_stored(base) if stored else subj.from_args(args)
     p = int_arg("processes", args.processes, 1, MAX_PROCESSES) if args.processes else base.get("processes", nproc)
     t = int_arg("threads", args.threads, 1, MAX_THREADS) if args.threads else base.get("threads", 4)
     hosts = int_arg("hosts", args.hosts, 1, MAX_NET_HOSTS) if getattr(args, "hosts", None) else base.get("hosts", 0)
-    scenario_arg = args.scenario or ",".join(base.get("scenarios") or (HOSTS_SCENARIOS if hosts else ["article"]))
+    scenario_arg = args.scenario or ",".join(base.get("scenarios") or (
+        HOSTS_SCENARIOS if hosts and subject.mix is None else subj.default_scenarios(subject)))
     given_names = [x.strip() for x in scenario_arg.split(",") if x.strip()]
     unknown = [n for n in given_names if n not in sc.SCENARIOS and n not in sc.ALIASES]
     if unknown or not given_names:
         raise BadArgument(f"scenario: unknown scenario {unknown[0] if unknown else ''!r}; "
                           f"allowed: {', '.join([*sc.SCENARIOS, *sc.ALIASES])}")
     names = sc.expand(given_names)
+    if not stored:
+        subj.check_scenarios(names, subject, args)
     family = sc.family_defaults(names, p, t)
     if args.layouts:
         layouts = split_specs(args.layouts)
@@ -108,7 +126,7 @@ def plan_from_args(args, stored=None) -> tuple[Plan, dict[str, sc.Scenario]]:
                                                 else default_layouts(p, t)))
     if not layouts:
         raise BadArgument("layouts: give at least one PxT-STRATEGY")
-    options = _layout_options(args, base, names)
+    options = _layout_options(args, base, names) | subject.layout_options
     with _validation_options(hosts, options) as checked:
         for spec in layouts:
             parse_variant(spec, **checked)  # raises LayoutError naming the field
@@ -128,18 +146,22 @@ def plan_from_args(args, stored=None) -> tuple[Plan, dict[str, sc.Scenario]]:
         "large_share": float_arg("large_share", args.large_share, 0, 0.5) if args.large_share else None,
     }
     resolved = {n: sc.SCENARIOS[n].resolved(t, **overrides) for n in names}
+    if subject.mix is not None:
+        resolved = {n: s.with_mix(subject.mix) for n, s in resolved.items()}
     for scenario in resolved.values():
         if scenario.workload.rounds * scenario.workload.io_ms > 30000:
             raise BadArgument("rounds*io_ms: must be at most 30000 ms per request")
     given = lambda name, default: getattr(args, name) or base.get(name, default)  # noqa: E731
     duration = float_arg("duration", given("duration", DEFAULT_DURATION), 1, 3600)
     timeout = float_arg("timeout", given("timeout", 10), 1, 600)
+    # A replayed file without the option was measured without the sampler.
+    inflight_hz = inflight_hz_arg(given("inflight_hz", 0 if stored else DEFAULT_INFLIGHT_HZ))
     plan = Plan(
         layouts=layouts, concurrency=levels, repeats=int_arg("repeats", given("repeats", 3), 1, 100),
         duration=duration, warmup=float_arg("warmup", given("warmup", 2), 1, 600), processes=p, threads=t,
         scenarios=names, workload={n: s.to_dict() for n, s in resolved.items()},
-        timeout=timeout, command=command_line("compare", getattr(args, "argv", None)),
-        options=options, hosts=hosts,
+        timeout=timeout, inflight_hz=inflight_hz, command=_command(args),
+        options=options, app=subject.record, hosts=hosts,
     )
     return plan, resolved
 
@@ -148,12 +170,27 @@ def plan_from_args(args, stored=None) -> tuple[Plan, dict[str, sc.Scenario]]:
 def _validation_options(hosts: int, options: dict):
     """What a layout is validated with before anything runs: with --hosts, one stand-in host on
     loopback and throwaway certificates for it (the real ones are made with the namespaces)."""
+    options = {k: v for k, v in options.items() if k == "transport"}  # the data set may not exist yet
     if not hosts:
         yield {"run_dir": "/tmp/validate", **options}
         return
     with tempfile.TemporaryDirectory(prefix="ul-validate-") as tmp:
         uwsgi_tls_dir = make_certs(Path(tmp) / "uwsgi_tls", ["127.0.0.1"]).directory
         yield {"run_dir": "/tmp/validate", **options, "hosts": ("127.0.0.1",), "uwsgi_tls_dir": str(uwsgi_tls_dir)}
+
+
+def inflight_hz_arg(raw) -> float:
+    """0 (off) or 1..200 samples per second."""
+    value = float_arg("inflight_hz", raw, 0, 200)
+    if 0 < value < 1:
+        raise BadArgument(f"inflight_hz: must be 0 (off) or a number in 1..200, got {value:g}")
+    return value
+
+
+def _command(args) -> str:
+    """The command line to record, credential header values left out."""
+    argv = getattr(args, "argv", None)
+    return command_line("compare", redact_argv(argv) if argv is not None else None)
 
 
 def _layout_options(args, base: dict, names) -> dict:
@@ -171,7 +208,8 @@ def _layout_options(args, base: dict, names) -> dict:
 
 def run(args) -> int:
     stored = load(args.replay) if args.replay else None
-    plan, scenarios = plan_from_args(args, stored)
+    subject = subj.from_stored(stored.arguments) if stored else subj.from_args(args)
+    plan, scenarios = plan_from_args(args, stored, subject)
     if stored:  # the stored cells were measured with the stored mix, whatever the defaults say now
         plan = dataclasses.replace(plan, workload=stored.workload)
     index = None
@@ -179,20 +217,28 @@ def run(args) -> int:
         require_tools("wrk")
         if plan.hosts and netns.unavailable():
             raise MissingTool(f"--hosts: {netns.unavailable()}")
+        for note in subject.notes:
+            print(note, flush=True)
+        # before any stack starts (with --hosts, without the variant: its TLS needs the namespaces' certificates)
+        subj.preflight_app(plan.layouts[0].partition("@")[0] if plan.hosts else plan.layouts[0], plan.options)
         index = prepare_dataset(Path(plan.options["data_dir"])) if "data_dir" in plan.options else None
-    out = prepare_out(args.out)
-    mode = "replaying " + args.replay if stored else "measuring"
-    est = plan.estimate_seconds()
-    print(f"{mode}: {len(plan.layouts)} layouts x {len(plan.concurrency)} levels {list(plan.concurrency)} x "
-          f"{plan.repeats} repeats x scenarios {', '.join(plan.scenarios)}, {plan.duration:g} s per cell; "
-          f"about {est / 60:.1f} min; results in {out}", flush=True)
-    results_path = out / RESULTS_NAME
     with Lab(hosts=plan.hosts) as lab, sigterm_interrupts():
+        if subject.mix is not None and not stored:
+            statuses = subj.preflight_traffic(lab, plan.layouts[0], plan.options, subject.mix, plan.timeout)
+            print(f"pre-flight: {len(statuses)} distinct requests answered "
+                  f"{', '.join(sorted({str(s) for s in statuses.values()}))} through nginx", flush=True)
+        out = prepare_out(args.out)
+        mode = f"replaying {args.replay} ({subject.app})" if stored else f"measuring {subject.app}"
+        est = plan.estimate_seconds()
+        print(f"{mode}: {len(plan.layouts)} layouts x {len(plan.concurrency)} levels "
+              f"{list(plan.concurrency)} x {plan.repeats} repeats x scenarios {', '.join(plan.scenarios)}, "
+              f"{plan.duration:g} s per cell; about {est / 60:.1f} min; results in {out}", flush=True)
+        results_path = out / RESULTS_NAME
         if stored:
             runner, environment = ReplayRunner(stored), stored.environment | {"replayed_from": str(args.replay)}
         else:
             runner = LiveRunner(lab, out / "raw", scenarios, plan.duration, plan.warmup, plan.timeout,
-                                layout_options=plan.options)
+                                layout_options=plan.options, inflight_hz=plan.inflight_hz)
             environment = capture()
             if index is not None:
                 environment["dataset"] = dataset_facts(index)

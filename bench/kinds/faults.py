@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Callable
 
 from bench.environment import capture
+from bench.hostfaults import HOST_EXPERIMENTS
 from bench.kinds.base import RESULTS_NAME, Kind, publish, sigterm_interrupts
-from bench.kinds.hostfaults import HOST_EXPERIMENTS
 from bench.load.wrk import WrkProcess, WrkRun, run_wrks, write_script
 from bench.observe import Sampler, access_log, error_kinds, nginx_log_lines, nginx_workers
 from bench.options import BadArgument, MissingTool, command_line, int_arg, prepare_out, require_tools, split_specs
@@ -657,7 +657,7 @@ EXPERIMENTS = (*PER_LAYOUT, "backlog-full")
 def plan(layouts: list[str], only: list[str] | None = None,
          hosts: int = 0) -> list[tuple[str, Callable[..., FaultRecord], dict]]:
     """(name, function, keyword arguments) for every experiment to run, in order. With
-    ``hosts``: the experiments across app hosts (bench.kinds.hostfaults), on every layout."""
+    ``hosts``: the experiments across app hosts (bench.hostfaults), on every layout."""
     if hosts:
         return [(name, fn, {"spec": spec}) for spec in layouts for name, fn in HOST_EXPERIMENTS.items()
                 if name in set(only or HOST_EXPERIMENTS)]

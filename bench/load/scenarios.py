@@ -12,12 +12,19 @@ Python streams them; ``files-static``: nginx alone), ``files-mixed`` adds one ho
 client beside random cold files (cache evicted before each cell), and ``reuseport``
 hammers one small static file through many connections to see how nginx workers share them.
 Each family names the layouts and levels it is compared on by default.
+
+The user's traffic (``bench.load.traffic.Mix``: --request, --requests, --access-log) replaces a
+scenario's healthy request: ``with_mix``. ``traffic`` is the steady scenario of a mix alone; a
+stall scenario with a mix sends the mix plus its stalled clients (``bench.subject`` says which
+combinations make sense).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 from urllib.parse import urlencode
+
+from bench.load.traffic import Mix
 
 FILE_MODES = ("accel", "app", "static", "hot")  # bench.files.MODES
 FILE_WHICH = ("small", "large", "all")
@@ -79,6 +86,10 @@ class Scenario:
     files: FileLoad | None = None
     # Record connections and CPU per nginx worker (how evenly they share the load).
     nginx_spread: bool = False
+    # The user's requests, sent instead of the workload's query (None: the workload's query).
+    mix: Mix | None = None
+    # Only meaningful with a mix (the ``traffic`` scenario).
+    needs_mix: bool = False
 
     @property
     def family(self) -> str:
@@ -111,9 +122,15 @@ class Scenario:
             )
         return replace(self, workload=workload, stall=stall, files=files)
 
+    def with_mix(self, mix: Mix) -> "Scenario":
+        """This scenario with ``mix`` as its healthy requests."""
+        return replace(self, mix=mix)
+
     def to_dict(self) -> dict:
         if self.files is not None:  # the app's query is not used
             data = {"description": self.description, "files": asdict(self.files)}
+        elif self.mix is not None:  # neither is it with the user's requests
+            data = {"description": self.description, "traffic": self.mix.to_dict()}
         else:
             data = {"description": self.description, **asdict(self.workload), "query": self.workload.query}
         if self.stall is not None:
@@ -128,6 +145,8 @@ SCENARIOS = {
     for s in (
         Scenario("article", "the article's request: 5 x (sleep 10 ms + fib(25)), about half of it holding the GIL",
                  Workload(5, 25, 10)),
+        Scenario("traffic", "your requests (--request, --requests or --access-log), no other load", Workload(),
+                 needs_mix=True),
         Scenario("io-heavy", "mostly waiting on an external API: 5 x (sleep 40 ms + fib(15))", Workload(5, 15, 40)),
         Scenario("cpu-heavy", "mostly CPU: 5 x fib(27), no waiting", Workload(5, 27, 0)),
         Scenario("overhead", "a request that does almost nothing (1 round, no sleep, fib(0)): what nginx, the "

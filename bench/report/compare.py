@@ -1,4 +1,5 @@
-"""The compare report (closed-loop cells): terminal tables, the article verdict, the layout
+"""The compare report (closed-loop cells): terminal tables, pooled tails and requests in flight
+(the mechanism, one sentence per scenario read from the figures), the article verdict, the layout
 choice, a Markdown report; the nginx scenarios' sections come from ``bench.report.nginx``.
 
 Every function here takes a ``Results`` (freshly measured or loaded from JSON) and RETURNS
@@ -12,8 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.analysis import (
+    CONFIDENCE,
     GOAL_P99_SLACK,
     GOAL_RPS_OF_MAPPED,
+    MIN_SLOWER_REQUESTS,
     NOISY_SPREAD,
     TARGET_EFFICIENCY,
     TARGET_P99_RATIO,
@@ -23,13 +26,17 @@ from bench.analysis import (
     Verdict,
     article_verdict,
     best_per_level,
+    compare_groups,
     group_cells,
     layout_choice,
     steady_scenarios,
+    tail_advice,
     warnings,
 )
 from bench.report import hosts, nginx
-from bench.report.text import comment, fmt_stat, md_kv, md_table, num, plot_lines, pm, table, wrap
+from bench.report.memory import memory_lines, memory_markdown, pss_column
+from bench.report.subject import any_non_2xx, is_demo_run, short_workload, status_text, subject_lines, subject_markdown
+from bench.report.text import comment, fmt_interval, fmt_stat, md_kv, md_table, num, pct, plot_lines, pm, table, wrap
 from bench.results import Results
 
 ARTICLE = "article"
@@ -72,8 +79,15 @@ def _best_line(best: Group, groups: list[Group]) -> str:
     if others:
         runner = max(others, key=lambda g: g.rps.median)
         if best.rps.n > 1 and runner.rps.high >= best.rps.low:
-            text += f"; {runner.layout} is within noise (throughput ranges overlap)"
+            text += f"; {runner.layout} is within noise (throughput ranges overlap"
+            p99 = compare_groups(runner, best, "p99")
+            text += (", p99 intervals too)" if not p99.decided else
+                     f"; its {_p99_kind(runner)} p99 is {p99.text()} of the best's: {p99.outcome})")
     return text
+
+
+def _p99_kind(g: Group) -> str:
+    return "pooled" if g.tails.pooled else "median"
 
 
 # --------------------------------------------------------------------------- verdict
@@ -119,6 +133,13 @@ def _checks(lv: ClaimAtLevel) -> list[_Check]:
     return out
 
 
+def _pooled_note(lv: ClaimAtLevel) -> str:
+    """The p99 ratio from the pooled histograms with its interval, beside the medians' ratio."""
+    if not (lv.mapped.tails.pooled and lv.shared.tails.pooled):
+        return ""
+    return f"pooled p99 {lv.p99.text()} ({CONFIDENCE:.0%} interval): {lv.p99.outcome}"
+
+
 def _cautions(lv: ClaimAtLevel) -> list[str]:
     """Why a ratio may not be trusted: noisy figures, or ranges across repeats that overlap."""
     m, s = lv.mapped, lv.shared
@@ -131,18 +152,29 @@ def _cautions(lv: ClaimAtLevel) -> list[str]:
     mp, sp = m.latency["p99"], s.latency["p99"]
     if mp.n > 1 and sp.n > 1 and mp.low <= sp.high and sp.low <= mp.high:
         out.append(f"p99 ranges overlap ({num(mp.low)}–{num(mp.high)} vs {num(sp.low)}–{num(sp.high)} ms)")
+    if m.tails.pooled and s.tails.pooled and m.tails.p99.overlaps(s.tails.p99):
+        out.append(f"pooled p99 intervals overlap ({fmt_interval(m.tails.p99)} vs {fmt_interval(s.tails.p99)} ms)")
+    for g in (m, s):
+        if g.tails.thin:
+            out.append(f"{g.layout}: {tail_advice(g)}")
     return out
 
 
 def _claim_text(lv: ClaimAtLevel) -> str:
-    if lv.claim_holds:
+    if lv.outcome == "within noise":
+        noisy = [f"{name} {c.text()}" for name, c in (("throughput", lv.rps), ("p99", lv.p99)) if not c.decided]
+        return "within noise (" + ", ".join(noisy) + ": intervals overlap, no winner declared)"
+    if lv.claim_holds and lv.outcome == "holds":
         return "claim holds"
     why = []
     if lv.rps_ratio <= 1.0:
         why.append(f"throughput {lv.rps_ratio:.2f}x is not above 1")
     if lv.p99_ratio >= 1.0:
         why.append(f"p99 {lv.p99_ratio:.2f}x is not below 1")
-    return "claim fails (" + ", ".join(why) + ")"
+    for name, c in (("throughput", lv.rps), ("p99", lv.p99)):
+        if c.outcome == "worse":
+            why.append(f"{name} {c.text()} worse beyond noise")
+    return "claim fails (" + ", ".join(dict.fromkeys(why)) + ")"
 
 
 def _and(items: list[str]) -> str:
@@ -166,10 +198,12 @@ CLAIM = ("The article's claim: one socket per worker with nginx least_conn beats
 
 
 def _outcome(v: Verdict) -> str:
-    """"reproduced", "not reproduced" or "cannot be checked"."""
+    """"reproduced", "not reproduced", "within noise" or "cannot be checked"."""
     if not v.levels:
         return "cannot be checked"
-    return "reproduced" if v.reproduced else "not reproduced"
+    if v.reproduced:
+        return "reproduced"
+    return "within noise" if v.within_noise and not v.missing else "not reproduced"
 
 
 def _headline(results: Results, v: Verdict) -> str:
@@ -184,11 +218,12 @@ def _headline(results: Results, v: Verdict) -> str:
                 f"connections: throughput {_and([f'{lv.rps_ratio:.2f}x' for lv in v.levels])}, p99 "
                 f"{_and([f'{lv.p99_ratio:.2f}x' for lv in v.levels])} of {shared} (medians of {n} repeats).")
     else:
-        failed = [lv for lv in v.levels if not lv.claim_holds]
-        held = [lv for lv in v.levels if lv.claim_holds]
+        failed = [lv for lv in v.levels if lv.outcome != "holds"]
+        held = [lv for lv in v.levels if lv.outcome == "holds"]
         text = "; ".join(
             f"at {lv.concurrency} connections {mapped} had {lv.rps_ratio:.2f}x the throughput and "
-            f"{lv.p99_ratio:.2f}x the p99 of {shared}" for lv in failed)
+            f"{lv.p99_ratio:.2f}x the p99 of {shared}"
+            + (" (within noise: intervals overlap)" if lv.outcome == "within noise" else "") for lv in failed)
         if text:
             text = text[0].upper() + text[1:] + f" (medians of {n} repeats)."
         if held:
@@ -226,10 +261,12 @@ def verdict_lines(results: Results) -> list[str]:
     mapped, shared = _names(results)
     for lv in v.levels:
         out.append("")
-        out.append(f"{mapped} vs {shared} at {lv.concurrency} connections"
-                   f"{_level_name(results, lv.concurrency)}: {_claim_text(lv)}")
+        out.extend(wrap(f"{mapped} vs {shared} at {lv.concurrency} connections"
+                        f"{_level_name(results, lv.concurrency)}: {_claim_text(lv)}"))
         rows = [[c.label, c.measured, c.result] for c in _checks(lv)]
         out.extend("  " + x for x in table(["target", "measured", "result"], rows, "<<<"))
+        if _pooled_note(lv):
+            out.extend(wrap(_pooled_note(lv), indent="  "))
         for caution in _cautions(lv):
             out.extend(wrap(f"caution: {caution}", indent="  "))
     out.append("")
@@ -251,7 +288,11 @@ def _terminal_table(groups: list[Group]) -> list[str]:
             f"{g.efficiency.median:.2f}", f"{g.cv.median:.2f}", num(g.cpu_ms_per_request.median),
             " ".join(g.noisy_figures),
         ])
-    out = table(headers, rows, "<>>>>>>>>>><")
+    _optional_columns(groups, headers, rows, markdown=False)
+    out = table(headers, rows, "<" + ">" * (len(headers) - 2) + "<")
+    detail = [f"{g.layout} {status_text(g.status)}" for g in groups if g.non_2xx]
+    if detail:
+        out += wrap("non-2xx answers (summed over repeats): " + "; ".join(detail))
     # The nginx scenarios' figures have their own section (bench.report.nginx).
     keys = sorted({k for g in groups if g.scenario not in nginx.NGINX_SCENARIOS for k in g.extra})
     if keys:
@@ -260,6 +301,156 @@ def _terminal_table(groups: list[Group]) -> list[str]:
         extra_rows = [[g.layout] + [pm(g.extra[k]) if k in g.extra else "" for k in keys] for g in groups]
         out.extend("  " + x for x in table(["layout", *keys], extra_rows, "<" + ">" * len(keys)))
     return out
+
+
+# --------------------------------------------------------------------------- tails and in flight
+
+TAILS_NOTE = (f"pooled: p50/p99 of the repeats' requests together ({CONFIDENCE:.0%} bootstrap interval: repeats, "
+              "then requests, resampled); >p99: pooled requests slower than that p99 (! = fewer than "
+              f"{MIN_SLOWER_REQUESTS}: the p99 is close to the slowest request); pile-up: share of time some uWSGI "
+              "worker held 2 or more requests in flight while another held at least 2 fewer (n/a: one worker "
+              "or one thread each); full: share of time some worker had every thread busy")
+PER_CELL_NOTE = ("tails are per-cell here: these cells carry no latency histograms (written before them, or "
+                 "wrk's histogram walk was skipped), so p99 is the median of the repeats' own p99, each close "
+                 "to its cell's slowest request")
+
+
+def _has_tails_or_inflight(groups: list[Group]) -> bool:
+    return any(g.tails.pooled or g.inflight for g in groups)
+
+
+def _pileup(g: Group) -> str:
+    if g.inflight is None:
+        return ""
+    pile = g.inflight.pileup
+    if pile is None:
+        return "n/a"
+    # A share near 0 makes a relative spread meaningless: show the repeats' range in points.
+    return pct(pile.median) + (f" ({100 * pile.low:.0f}–{100 * pile.high:.0f})" if pile.n > 1 else "")
+
+
+def _tails_rows(groups: list[Group]) -> list[list[str]]:
+    rows = []
+    for g in groups:
+        t = g.tails
+        rows.append([g.layout, num(t.p50.value) if t.pooled else "", fmt_interval(t.p99) if t.pooled else "",
+                     (f"{t.slower}" + ("!" if t.thin else "")) if t.pooled else "", _pileup(g),
+                     pct(g.inflight.full.median) if g.inflight else ""])
+    return rows
+
+
+TAILS_HEADERS = ["layout", "p50\npooled", f"p99 pooled\n({CONFIDENCE:.0%} interval)", ">p99", "pile-up", "full"]
+
+
+def _pileup_level(results: Results, groups: list[Group]) -> int | None:
+    """The level a scenario's mechanism is read at: where pile-up differs most between layouts
+    (2P on a tie, then the lowest)."""
+    with_pile = [g for g in groups if g.inflight and g.inflight.pileup is not None]
+    levels = sorted({g.concurrency for g in with_pile})
+    if not levels:
+        return None
+    p = results.arguments.get("processes")
+
+    def gap(level):
+        at = [g.inflight.pileup.median for g in with_pile if g.concurrency == level]
+        return (round(max(at) - min(at), 2), level == (2 * p if p else None), -level)
+    return max(levels, key=gap)
+
+
+SATURATED = 0.9  # some worker of every layout had every thread busy at least this share of the time
+
+
+def mechanism_sentence(results: Results, scenario: str, groups: list[Group]) -> str:
+    """What the in-flight figures say about this scenario, read from the numbers: at the level
+    where pile-up differs most, the layouts with the most and the least of it and whether the one
+    with less also had the shorter pooled tail (beyond noise); how often their workers were full;
+    and from which level every layout's workers were full (no idle thread left to pile onto)."""
+    level = _pileup_level(results, groups)
+    if level is None:
+        return ""
+    at = [g for g in groups if g.concurrency == level and g.inflight and g.inflight.pileup is not None]
+    hi = max(at, key=lambda g: g.inflight.pileup.median)
+    lo = min(at, key=lambda g: g.inflight.pileup.median)
+    a, b = hi.inflight.pileup.median, lo.inflight.pileup.median
+    text = f"{scenario}, {level} connections{_level_name(results, level)}: "
+    if lo is hi:
+        text += (f"{hi.layout} piled requests up {pct(a)} of the time (a worker held 2+ more in flight than "
+                 f"another). Some worker had all its threads busy {pct(hi.inflight.full.median)} of the time.")
+    else:
+        same = a - b < 0.05
+        if same:
+            text += f"pile-up was about the same in every layout ({pct(b)}–{pct(a)} of the time)"
+        else:
+            text += (f"{hi.layout} piled requests up {pct(a)} of the time (a worker held 2+ more in flight than "
+                     f"another while it had idle threads), {lo.layout} {pct(b)}")
+        p99, rps = compare_groups(lo, hi, "p99"), compare_groups(lo, hi, "rps")
+        kind = "pooled p99" if lo.tails.pooled and hi.tails.pooled else "median p99"
+        if p99.outcome == "better":
+            text += (f"; {lo.layout}'s {kind} was {p99.text()} of {hi.layout}'s and its throughput "
+                     f"{rps.ratio:.2f}x" + ("." if same else ": less pile-up, shorter tail."))
+        elif p99.outcome == "worse":
+            text += (f"; yet {lo.layout}'s {kind} was {p99.text()} of {hi.layout}'s (worse beyond noise)"
+                     + ("." if same else ": the pile-up does not explain the tail here."))
+        else:
+            text += f"; the {kind}s of {lo.layout} and {hi.layout} are within noise of each other: {p99.text()}."
+        text += (f" Some worker had all its threads busy {pct(hi.inflight.full.median)} of the time in "
+                 f"{hi.layout}, {pct(lo.inflight.full.median)} in {lo.layout}.")
+    layouts = {g.layout for g in groups if g.inflight}
+    full_levels = sorted(lv for lv in {g.concurrency for g in groups}
+                         if {g.layout for g in groups if g.concurrency == lv and g.inflight
+                             and g.inflight.full.median >= SATURATED} == layouts)
+    if full_levels:
+        piles = [g.inflight.pileup.median for g in groups if g.concurrency >= full_levels[0] and g.inflight
+                 and g.inflight.pileup is not None]
+        text += (f" From {full_levels[0]} connections every layout had a worker with all its threads busy at least "
+                 f"{SATURATED:.0%} of the time" + (f" and pile-up was at most {pct(max(piles))}" if piles else "")
+                 + ": no idle thread left to pile onto.")
+    return text
+
+
+def balanced_totals_notes(groups: list[Group], threshold: float = 0.2) -> list[str]:
+    """Per layout, the group (most piled up) whose per-worker totals look even (busiest / idlest
+    share at most 1.25) while a worker was piled up at least ``threshold`` of the time: totals
+    hide the mechanism."""
+    found: dict[str, Group] = {}
+    for g in groups:
+        shares = list(g.worker_share.values())
+        if (len(shares) > 1 and min(shares) and max(shares) / min(shares) <= 1.25 and g.inflight
+                and g.inflight.pileup is not None and g.inflight.pileup.median >= threshold):
+            cur = found.get(g.layout)
+            if cur is None or g.inflight.pileup.median > cur.inflight.pileup.median:
+                found[g.layout] = g
+    return [f"{g.layout} at {g.concurrency} connections{'' if g.scenario == 'article' else f' ({g.scenario})'} "
+            "served " + " / ".join(f"{x:.0%}" for x in g.worker_share.values())
+            + f" of the requests, yet a worker was piled up {pct(g.inflight.pileup.median)} of the time"
+            for g in found.values()]
+
+
+def mechanism_lines(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
+    """One sentence per scenario read from the in-flight figures, and where per-worker totals
+    look balanced while requests piled up (terminal form; Markdown wraps the same text)."""
+    out = []
+    for sc, groups in by_sc.items():
+        sentence = mechanism_sentence(results, sc, groups)
+        if sentence:
+            out.append(sentence)
+    notes = [n for groups in by_sc.values() for n in balanced_totals_notes(groups)]
+    if notes:
+        out.append("Per-worker totals count requests, not when they arrive together: " + "; ".join(notes) + ".")
+    return out
+
+
+def _optional_columns(groups: list[Group], headers: list[str], rows: list[list[str]], markdown: bool) -> None:
+    """Before the last column: the uWSGI tree's PSS (when recorded) and the answers that were not
+    2xx (when any were)."""
+    if any(g.memory.get("uwsgi_pss_mb") for g in groups):
+        headers.insert(-1, "uWSGI PSS MB" if markdown else "PSS\nMB")
+        for g, row in zip(groups, rows, strict=True):
+            row.insert(-1, pss_column(g)[1 if markdown else 0])
+    if any_non_2xx(groups):
+        headers.insert(-1, "non-2xx")
+        for g, row in zip(groups, rows, strict=True):
+            row.insert(-1, status_text(g.status) if markdown else str(g.non_2xx))
 
 
 def terminal_lines(results: Results) -> list[str]:
@@ -277,11 +468,16 @@ def terminal_lines(results: Results) -> list[str]:
            + (f", {results.environment['nproc']} cores" if results.environment.get("nproc") else "")]
     if comment(results):
         out.extend(wrap(f"note: {comment(results)}"))
+    out += subject_lines(results)
     if not results.cells:
         return out + ["no cells in this results file: nothing was measured."]
     out.extend(wrap("medians across repeats; ±: half the low–high range, % of the median; latency in ms; "
                      "eff.: throughput / min(capacity, closed-loop bound); worker CV: spread of requests across "
                      f"workers (0 = even); noisy: spread above {NOISY_SPREAD:.0%}", subsequent=""))
+    if _has_tails_or_inflight(all_groups):
+        out.extend(wrap(TAILS_NOTE, subsequent=""))
+    if any(not g.tails.pooled for g in all_groups):
+        out.extend(wrap(f"note: {PER_CELL_NOTE}."))
     for sc, groups in by_sc.items():
         out += ["", f"== scenario: {sc} =="]
         best = best_per_level(groups)
@@ -289,11 +485,20 @@ def terminal_lines(results: Results) -> list[str]:
             at = [g for g in groups if g.concurrency == level]
             out += ["", f"{level} connections{_level_name(results, level)}"]
             out += _terminal_table(at)
+            if _has_tails_or_inflight(at):
+                out += [""] + table(TAILS_HEADERS, _tails_rows(at), "<>>>><")
             out += wrap(_best_line(best[level], at))
+    mechanism = mechanism_lines(results, by_sc)
+    if mechanism:
+        out += ["", "requests in flight per worker (the mechanism):"]
+        for line in mechanism:
+            out += wrap(line, indent="  - ", subsequent="    ")
+    out += memory_lines(results)
     out += nginx.nginx_lines(results)
     out += hosts.host_lines(results)
     out += choice_lines(results)
-    if not nginx.only_nginx(results):  # the article's verdict needs the article's scenario
+    # The article's verdict needs the article's scenario, on the demo app's own request.
+    if not nginx.only_nginx(results) and is_demo_run(results):
         out.append("")
         out.extend(verdict_lines(results))
     warns = warnings(results)
@@ -325,15 +530,23 @@ def choice_lines(results: Results, markdown: bool = False) -> list[str]:
         rows.append([c.layout] + ratios
                     + [f"{c.steady_rps_vs_mapped:.2f}x" if c.steady_rps_vs_mapped is not None else "n/a"]
                     + [num(c.stalled_p99_ms[sc]) if sc in c.stalled_p99_ms else "" for sc in stall]
-                    + ["meets" if c.meets_goal else "no"])
+                    + [c.goal])
     goal = (f"rps/mapped: steady-state throughput / {p}x{t}-mapped's; stalled p99 in ms. "
             f"Goal: healthy p99 within {GOAL_P99_SLACK - 1:.0%} of the best layout in every scenario and level, and "
             f"at least {GOAL_RPS_OF_MAPPED:.0%} of the mapped layout's steady-state throughput "
-            "(worst level shown; medians of repeats).")
+            "(worst level shown; medians of repeats, p99 pooled over them where the cells hold histograms); "
+            "a miss whose interval overlaps the best's is within noise: no verdict for that layout.")
     winners = [c for c in choices if c.meets_goal]
+    undecided = [c for c in choices if c.goal == "within noise"]
     if winners:
         verdict = "Meets the goal: " + ", ".join(f"{c.layout} (worst p99 {c.worst_p99_ratio:.2f}x of the best, "
                                                  f"at {c.worst_where})" for c in winners) + "."
+        if undecided:
+            verdict += " Within noise of it: " + ", ".join(c.layout for c in undecided) + "."
+    elif undecided:
+        verdict = ("No layout meets the goal beyond noise; within noise of it (every miss overlaps the best's "
+                   "interval): " + ", ".join(f"{c.layout} (worst p99 {c.worst_p99_ratio:.2f}x, at {c.worst_where})"
+                                             for c in undecided) + ".")
     elif choices:
         close = min(choices, key=lambda c: (c.worst_p99_ratio, -(c.steady_rps_vs_mapped or 0)))
         verdict = (f"No layout meets the goal here; closest: {close.layout}, whose worst healthy p99 is "
@@ -374,8 +587,10 @@ def _md_verdict(results: Results) -> list[str]:
     headers = ["connections", "claim"] + [c.label for c in _checks(v.levels[0])]
     rows = []
     for lv in v.levels:
+        pooled = _pooled_note(lv)
         rows.append([f"{lv.concurrency}{_level_name(results, lv.concurrency)}", _claim_text(lv)]
-                    + [f"{c.measured}: {'pass' if c.ok else '**' + c.result + '**'}" for c in _checks(lv)])
+                    + [c.measured + (f"; {pooled}" if pooled and c.label.startswith("p99") else "")
+                       + f": {'pass' if c.ok else '**' + c.result + '**'}" for c in _checks(lv)])
     out += [f"{mapped} vs {shared}, medians across repeats:", ""] + md_table(headers, rows) + [""]
     cautions = [f"at {lv.concurrency} connections: {c}" for lv in v.levels for c in _cautions(lv)]
     if cautions:
@@ -397,8 +612,11 @@ def _md_reproduce(results: Results) -> list[str]:
 
 def _md_level_table(groups: list[Group], best: Group | None) -> list[str]:
     keys = sorted({k for g in groups for k in g.extra})
+    pooled = any(g.tails.pooled for g in groups)
+    inflight = any(g.inflight for g in groups)
+    new = ([f"p99 pooled ms ({CONFIDENCE:.0%} interval)", ">p99"] if pooled else []) + (["pile-up"] if inflight else [])
     headers = ["layout", "req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "errors", "efficiency",
-               "worker CV", "CPU ms/req", *keys, "noisy"]
+               "worker CV", "CPU ms/req", *keys, *new, "noisy"]
     rows = []
     for g in groups:
         name = f"**{g.layout}**" if best is not None and g.layout == best.layout else g.layout
@@ -407,8 +625,12 @@ def _md_level_table(groups: list[Group], best: Group | None) -> list[str]:
             f"{g.errors} of {g.requests}" if g.errors else "0", fmt_stat(g.efficiency, digits=2),
             fmt_stat(g.cv, digits=2, mark_noisy=False), fmt_stat(g.cpu_ms_per_request, digits=None),
             *(fmt_stat(g.extra[k], digits=None) if k in g.extra else "" for k in keys),
+            *(([fmt_interval(g.tails.p99), f"{g.tails.slower}" + (" ⚠" if g.tails.thin else "")]
+               if g.tails.pooled else ["", ""]) if pooled else []),
+            *([_pileup(g)] if inflight else []),
             "⚠ " + ", ".join("req/s" if f == "rps" else f for f in g.noisy_figures) if g.noisy_figures else "",
         ])
+    _optional_columns(groups, headers, rows, markdown=True)
     return md_table(headers, rows, "<" + ">" * (len(headers) - 2) + "<")
 
 
@@ -417,6 +639,11 @@ def _md_results(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
            "Each figure is the median across repeats with the low–high range in parentheses; `~` marks a figure "
            f"whose spread (high − low) / median is above {NOISY_SPREAD:.0%}. Latencies are in ms; errors are "
            "summed over repeats. The best layout per level is in bold.", "", EFFICIENCY_NOTE, ""]
+    groups = [g for gs in by_sc.values() for g in gs]
+    if _has_tails_or_inflight(groups):
+        out += [TAILS_NOTE[0].upper() + TAILS_NOTE[1:].replace("(! = ", "(⚠ = ") + ".", ""]
+    if any(not g.tails.pooled for g in groups):
+        out += [f"> Note: {PER_CELL_NOTE[0].upper()}{PER_CELL_NOTE[1:]}.", ""]
     for sc, groups in by_sc.items():
         out += [f"### Scenario: {sc}", ""]
         best = best_per_level(groups)
@@ -438,6 +665,10 @@ def _md_shares(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
            "split is 1 / workers each; the article's problem is a skewed split on one shared socket, where one "
            "process takes several requests while the others idle. max/min is the busiest worker's count over the "
            "idlest one's (1.00 = even).", ""]
+    notes = [n for groups in by_sc.values() for n in balanced_totals_notes(groups)]
+    if notes:
+        out += ["> Totals can look balanced while requests pile up at the same moment: " + "; ".join(notes)
+                + " (see *Requests in flight per worker*).", ""]
     for sc, groups in by_sc.items():
         levels = sorted({g.concurrency for g in groups})
         rows = []
@@ -466,6 +697,45 @@ def _md_shares(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
     return out
 
 
+def _md_inflight(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
+    """The mechanism: pile-up per layout and level, one sentence per scenario read from the
+    figures, the per-worker in-flight distribution at the level the sentence reads."""
+    groups = [g for gs in by_sc.values() for g in gs]
+    if not any(g.inflight for g in groups):
+        return []
+    out = ["## Requests in flight per worker (the mechanism)", "",
+           "Sampled from the uWSGI stats server during every cell (a thread counts from reading a request until "
+           "uWSGI closes it). **Pile-up**: the share of time some worker held 2 or more requests in flight while "
+           "another held at least 2 fewer, i.e. a request shared one worker's GIL while another worker had idle "
+           "threads (3 requests on 2 workers must put 2 in one: 2 / 1 is not a pile-up; n/a with one worker or one "
+           "thread each). **Full**: the share of time some worker had every thread busy. Per-worker request totals "
+           "(next section) can look even while requests pile up at the same moment.", ""]
+    for line in mechanism_lines(results, by_sc):
+        out += [f"- {line}"]
+    out += [""]
+    for sc, gs in by_sc.items():
+        levels = sorted({g.concurrency for g in gs})
+        rows = []
+        for layout in dict.fromkeys(g.layout for g in gs):
+            at = {g.concurrency: g for g in gs if g.layout == layout}
+            rows.append([layout] + [(_pileup(at[lv]) + f" (full {pct(at[lv].inflight.full.median)})")
+                                    if lv in at and at[lv].inflight else "" for lv in levels])
+        if len(by_sc) > 1:
+            out += [f"Scenario {sc}, pile-up (full):", ""]
+        out += md_table(["layout", *(f"{x} connections" for x in levels)], rows, "<" + ">" * len(levels)) + [""]
+        level = _pileup_level(results, gs)
+        dist = [g for g in gs if g.concurrency == level and g.inflight]
+        if dist:
+            threads = max(g.inflight.threads for g in dist)
+            counts = [str(n) for n in range(threads + 1)]
+            rows = [[g.layout, w] + [pct(shares.get(n, 0.0)) for n in counts]
+                    for g in dist for w, shares in g.inflight.shares.items()]
+            out += [f"Share of time each worker had 0, 1, ... requests in flight at {level} connections ({sc}):", ""]
+            out += md_table(["layout", "worker", *(f"{n} in flight" for n in counts)], rows,
+                            "<<" + ">" * len(counts)) + [""]
+    return out
+
+
 def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
     """The Markdown report: verdict first, how to reproduce, environment, workload, per-level
     tables (median and low–high for every figure, noisy cells flagged), best layout per level,
@@ -480,18 +750,21 @@ def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
     out += ["; ".join(meta) + ".", ""]
     if comment(results):
         out += [f"> **Note:** {comment(results)}", ""]
-    if not nginx.only_nginx(results):
+    out += subject_markdown(results)
+    if not nginx.only_nginx(results) and is_demo_run(results):
         out += _md_verdict(results)
     out += nginx.nginx_lines(results, markdown=True)
     out += hosts.host_lines(results, markdown=True)
     out += choice_lines(results, markdown=True)
     out += _md_reproduce(results)
     out += md_kv("Environment", results.environment)
-    out += md_kv("Workload", results.workload)
+    out += md_kv("Workload", short_workload(results))
     out += md_kv("Arguments", results.arguments, skip=("command",))
     if results.cells:
         out += _md_results(results, by_sc)
+        out += _md_inflight(results, by_sc)
         out += _md_shares(results, by_sc)
+        out += memory_markdown(results)
     else:
         out += ["## Results", "", "No cells in this results file: nothing was measured.", ""]
     warns = warnings(results)

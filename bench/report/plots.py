@@ -184,6 +184,141 @@ def plot_worker_share(results: Results, path: Path | str, level: int | None = No
     return written
 
 
+def _inflight_level(results: Results, groups: list[Group]) -> int | None:
+    """2P if sampled there, else the highest level with in-flight samples."""
+    levels = sorted({g.concurrency for g in groups if g.inflight})
+    if not levels:
+        return None
+    p = _processes(results)
+    return 2 * p if p and 2 * p in levels else levels[-1]
+
+
+def has_inflight(results: Results, scenario: str) -> bool:
+    return any(c.inflight for c in results.cells if c.scenario == scenario)
+
+
+def plot_inflight(results: Results, path: Path | str) -> list[Path]:
+    """The mechanism, per scenario with in-flight samples, in three panels: (1) at 2P, each
+    worker's share of time at 0, 1, ... requests in flight, one stacked bar per worker and layout;
+    (2) the pile-up share vs connections per layout (low–high over repeats); (3) the p99 vs
+    connections (pooled with its bootstrap interval when the cells hold histograms, else the
+    median with the repeats' range). Layouts that pile up should show the longer tail."""
+    written = []
+    for sc, out in scenario_paths(results, path):
+        if not has_inflight(results, sc):
+            continue
+        groups = group_cells(results, sc)
+        layouts = list(dict.fromkeys(g.layout for g in groups))
+        level = _inflight_level(results, groups)
+        fig, (ax_dist, ax_pile, ax_p99) = plt.subplots(1, 3, figsize=(16, 5.5),
+                                                       gridspec_kw={"width_ratios": [1.3, 1, 1]})
+        try:
+            at = [g for g in groups if g.concurrency == level and g.inflight]
+            threads = max((g.inflight.threads for g in at), default=1)
+            cmap = plt.get_cmap("viridis", threads + 1)
+            x, ticks, labels = 0.0, [], []
+            for g in at:
+                for w, shares in g.inflight.shares.items():
+                    bottom = 0.0
+                    for n in range(threads + 1):
+                        share = 100 * shares.get(str(n), 0.0)
+                        ax_dist.bar(x, share, bottom=bottom, width=0.8, color=cmap(n),
+                                    label=f"{n} in flight" if x == 0 else "_nolegend_")
+                        bottom += share
+                    ticks.append(x)
+                    labels.append(f"w{w}")
+                    x += 1
+                pile = g.inflight.pileup
+                ax_dist.annotate(f"{g.layout}\npile-up {'n/a' if pile is None else f'{pile.median:.0%}'}",
+                                 (x - 1 - (len(g.inflight.shares) - 1) / 2, 101), ha="center", va="bottom", fontsize=8,
+                                 annotation_clip=False)
+                x += 0.6
+            ax_dist.set_xticks(ticks)
+            ax_dist.set_xticklabels(labels, fontsize=8)
+            ax_dist.set_ylim(0, 100)
+            ax_dist.set_ylabel("share of time (%)")
+            ax_dist.set_title(f"requests in flight per worker at {level} connections\n\n", fontsize=10)
+            ax_dist.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.07), ncol=threads + 1)
+            for i, layout in enumerate(layouts):
+                gs = sorted((g for g in groups if g.layout == layout and g.inflight and g.inflight.pileup),
+                            key=lambda g: g.concurrency)
+                if gs:
+                    stats = [g.inflight.pileup for g in gs]
+                    ax_pile.errorbar([g.concurrency for g in gs], [100 * s.median for s in stats],
+                                     yerr=[[100 * (s.median - s.low) for s in stats],
+                                           [100 * (s.high - s.median) for s in stats]],
+                                     marker=MARKERS[i % len(MARKERS)], capsize=4, label=layout, color=f"C{i % 10}",
+                                     linestyle="-" if "mapped" in layout else "--")
+                gs = sorted((g for g in groups if g.layout == layout), key=lambda g: g.concurrency)
+                p99 = [g.tails.p99 for g in gs]
+                ax_p99.errorbar([g.concurrency for g in gs], [i.value for i in p99],
+                                yerr=[[i.value - i.low for i in p99], [i.high - i.value for i in p99]],
+                                marker=MARKERS[i % len(MARKERS)], capsize=4, label=layout, color=f"C{i % 10}",
+                                linestyle="-" if "mapped" in layout else "--")
+            levels = sorted({g.concurrency for g in groups})
+            for ax in (ax_pile, ax_p99):
+                ax.set_xscale("log", base=2)
+                ax.xaxis.set_major_locator(FixedLocator(levels))
+                ax.xaxis.set_minor_locator(NullLocator())
+                ax.set_xticklabels([str(v) for v in levels])
+                ax.set_xlabel("concurrent connections (wrk -c)")
+                ax.set_ylim(bottom=0)
+                ax.grid(True, alpha=0.3)
+                ax.legend(fontsize=8, loc="best")
+            ax_pile.set_ylim(0, 100)
+            ax_pile.set_ylabel("pile-up: share of time (%)")
+            ax_pile.set_title("a worker held 2+ requests more than another\n(low–high over repeats)", fontsize=10)
+            pooled = all(g.tails.pooled for g in groups)
+            ax_p99.set_ylabel("p99 latency (ms)")
+            ax_p99.set_title("p99, pooled over repeats\n(95% bootstrap interval)" if pooled else
+                             "p99, median of repeats (no histograms)\n(low–high over repeats)", fontsize=10)
+            fig.suptitle(f"Requests in flight per uWSGI worker, and the tail, scenario '{sc}' "
+                         f"(median of {_repeats(groups)} repeats)", fontsize=11)
+            fig.tight_layout()
+            written.append(_save(fig, out))
+        finally:
+            plt.close(fig)
+    return written
+
+
+def plot_memory(results: Results, path: Path | str) -> list[Path]:
+    """Throughput against the uWSGI tree's PSS after load: one point per layout and level
+    (medians of repeats, low–high bars both ways), the levels of a layout joined. Up and to the
+    left is better: more requests per second for less memory. Nothing when no cell has memory."""
+    if not any(c.memory for c in results.cells):
+        return []
+    written = []
+    for sc, out in scenario_paths(results, path):
+        groups = [g for g in group_cells(results, sc) if "uwsgi_pss_mb" in g.memory]
+        fig, ax = plt.subplots(figsize=FIGSIZE)
+        try:
+            for i, layout in enumerate(dict.fromkeys(g.layout for g in groups)):
+                gs = sorted((g for g in groups if g.layout == layout), key=lambda g: g.concurrency)
+                mem = [g.memory["uwsgi_pss_mb"] for g in gs]
+                xs, ys = [m.median for m in mem], [g.rps.median for g in gs]
+                ax.errorbar(xs, ys, xerr=[[m.median - m.low for m in mem], [m.high - m.median for m in mem]],
+                            yerr=[[g.rps.median - g.rps.low for g in gs], [g.rps.high - g.rps.median for g in gs]],
+                            label=layout, marker=MARKERS[i % len(MARKERS)], markersize=7, capsize=3, linewidth=1,
+                            linestyle=":")
+                for g, x, y in zip(gs, xs, ys, strict=True):
+                    ax.annotate(f"c={g.concurrency}", (x, y), xytext=(5, 4), textcoords="offset points", fontsize=8)
+            if groups:  # room for the labels beside the outermost points
+                ax.set_xlim(0, max(g.memory["uwsgi_pss_mb"].high for g in groups) * 1.15)
+                ax.set_ylim(0, max(g.rps.high for g in groups) * 1.12)
+            ax.set_xlabel("uWSGI tree PSS after load (MB: master + workers, shared pages counted once)")
+            ax.set_ylabel("throughput (requests/s)")
+            ax.set_title(f"Throughput vs memory per layout, scenario '{sc}'\n"
+                         f"median of {_repeats(groups)} repeats per point (c = connections); bars: lowest to "
+                         "highest repeat", fontsize=11)
+            ax.grid(True, alpha=0.3)
+            if groups:
+                ax.legend(title="layout", fontsize=9, loc="best")
+            written.append(_save(fig, out))
+        finally:
+            plt.close(fig)
+    return written
+
+
 def plot_reply_rate(results: Results, path: Path | str) -> list[Path]:
     """Open loop: the reply rate httperf saw at each offered rate (min to max of its 5-s samples,
     the steady minimum marked), against the offered rate itself; the knee circled."""
@@ -226,7 +361,8 @@ def plot_reply_rate(results: Results, path: Path | str) -> list[Path]:
 
 # Results kind -> file stem -> plot function; the order is the order of the plots in the Markdown report.
 PLOTS: dict[str, dict[str, Callable[[Results, Path], list[Path]]]] = {
-    "compare": {"throughput": plot_throughput, "p99": plot_p99, "worker-share": plot_worker_share},
+    "compare": {"throughput": plot_throughput, "p99": plot_p99, "worker-share": plot_worker_share,
+                "inflight": plot_inflight, "memory": plot_memory},
     "openloop": {"reply-rate": plot_reply_rate},
     "faults": {},
 }
@@ -237,7 +373,9 @@ def plot_file_names(results: Results) -> list[str]:
     stems = PLOTS.get(results.kind, {})
     if results.kind == "openloop":
         return [f"{stem}.png" for stem in stems] if results.steps else []
-    return [p.name for stem in stems for _, p in scenario_paths(results, Path(f"{stem}.png"))]
+    stems = [stem for stem in stems if stem != "memory" or any(c.memory for c in results.cells)]
+    return [p.name for stem in stems for sc, p in scenario_paths(results, Path(f"{stem}.png"))
+            if stem != "inflight" or has_inflight(results, sc)]
 
 
 def plot_all(results: Results, out_dir: Path | str) -> list[Path]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import textwrap
 
-from bench.analysis import Stat
+from bench.analysis import Interval, Stat
 from bench.results import Results
 
 WIDTH = 100  # terminal lines are wrapped/kept to this many columns
@@ -52,6 +52,19 @@ def pm(stat: Stat, digits: int | None = None) -> str:
     if stat.n > 1:
         text += f" ±{stat.spread * 50:.0f}%"
     return text
+
+
+def fmt_interval(interval: Interval, digits: int | None = None) -> str:
+    """``"310 (290–350)"``: the estimate and its interval (a range of one value shows alone)."""
+    text = num(interval.value, digits)
+    if interval.low != interval.high:
+        text += f" ({num(interval.low, digits)}–{num(interval.high, digits)})"
+    return text
+
+
+def pct(share: float | None) -> str:
+    """A share as a whole percentage (``"38%"``); ``"n/a"`` for None."""
+    return "n/a" if share is None else f"{share:.0%}"
 
 
 def table(headers: list[str], rows: list[list[str]], align: str) -> list[str]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.kinds.hostfaults import kill_host, kill_worker_on_host, unreachable_host
+from bench.hostfaults import kill_host, kill_worker_on_host, unreachable_host
 from bench.stack import Lab
 from deploy import netns
 from deploy.stack import http_get

@@ -1,0 +1,190 @@
+"""What a closed-loop run measures: the app (deploy's own app options) and the traffic sent to it.
+
+Every kind that loads stacks with closed-loop cells (``compare``; ``tune`` later) takes the same
+options and checks them the same way:
+
+    add_arguments(parser)          --app --app-dir --virtualenv --env --static (deploy.appenv), and
+                                   --request --requests --header --access-log --include-unsafe
+    subject = from_args(args)      a validated ``Subject``: the layouts' app options, demo app or
+                                   not, the request mix (``bench.load.traffic.Mix``), notes to print
+    check_scenarios(names, subject, args)   the scenarios that make sense with this subject
+    preflight_app(spec, options)   the app imports as the workers will (deploy.appenv.preflight)
+    preflight_traffic(lab, spec, options, mix)   each distinct request once through nginx
+
+The demo app (``app.wsgi:application`` from this project) keeps its named scenarios. Another app
+gets the user's requests, ``GET /`` when none are given: its cells run as scenario ``traffic``.
+Bad input raises ``LayoutError`` or ``TrafficError`` (one line, exit 2) before anything starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.load import scenarios as sc
+from bench.load.accesslog import read_access_log
+from bench.load.traffic import (
+    Mix,
+    Request,
+    TrafficError,
+    build_mix,
+    check_headers,
+    parse_header,
+    parse_request_line,
+    preflight_requests,
+    read_requests_file,
+)
+from bench.stack import Lab
+from deploy.appenv import add_app_options, app_options, preflight
+from deploy.layout import DEFAULT_APP, PROJECT_ROOT, Layout, parse_layout, parse_variant
+
+APP_KEYS = ("app", "app_dir", "virtualenv", "env", "static")
+VALIDATE_RUN_DIR = "/tmp/validate"  # layouts are checked before any run directory exists
+TRAFFIC = "traffic"
+KNOBS = ("rounds", "fib", "io_ms")  # the demo app's query parameters
+
+
+@dataclass(frozen=True)
+class Subject:
+    """The app under test and its traffic. ``layout_options``: the app options every layout of
+    the run gets; ``record``: what results.json says was measured (``arguments["app"]``)."""
+
+    layout_options: dict
+    demo: bool
+    record: dict
+    mix: Mix | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def app(self) -> str:
+        return self.record.get("app", DEFAULT_APP)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_app_options(p)
+    p.add_argument("--request", action="append", metavar="'[N*]METHOD PATH [@BODY_FILE]'",
+                   help="a request of your traffic (repeatable), e.g. 'GET /', '3*GET /api/items?page=2' (weight "
+                        "3), 'POST /api/items @item.json' (body read from the file, relative to the current "
+                        "directory); replaces the scenario's own request")
+    p.add_argument("--requests", metavar="FILE",
+                   help="request lines from a file, one per line ('#' comments; body files relative to FILE)")
+    p.add_argument("--header", action="append", metavar="'Name: value'",
+                   help="a header sent with every request of your traffic (repeatable): Host, Cookie, "
+                        "Authorization... (credential values are not written to results.json)")
+    p.add_argument("--access-log", metavar="FILE",
+                   help="your traffic from an nginx access log (combined or this project's upstreams format): "
+                        "method, path and query, weighted by frequency; GET and HEAD lines only")
+    p.add_argument("--include-unsafe", action="store_true",
+                   help="with --access-log: replay POST, PUT, PATCH, DELETE lines too (without bodies; they may "
+                        "change your app's data)")
+
+
+def _record(layout: Layout, demo: bool) -> dict:
+    return {"app": layout.app, "app_dir": layout.app_dir, "virtualenv": layout.virtualenv, "demo": demo,
+            "env": [k for k, _ in layout.env],  # names (the values are in options and the command, as in layout.json)
+            "static": [list(s) for s in layout.static]}
+
+
+def from_stored(arguments: dict) -> Subject:
+    """The subject a stored run recorded (replay: nothing is sent, so no mix is rebuilt)."""
+    record = arguments.get("app") or {"app": DEFAULT_APP, "app_dir": str(PROJECT_ROOT), "demo": True}
+    options = arguments.get("options") or {}
+    return Subject({k: options[k] for k in APP_KEYS if k in options}, bool(record.get("demo", True)), record)
+
+
+def from_args(args: argparse.Namespace, cwd: Path | None = None) -> Subject:
+    """The app options (validated as a layout would validate them) and the traffic options."""
+    options = app_options(args)
+    probe = parse_layout("1x1-shared", run_dir=VALIDATE_RUN_DIR, **options)  # LayoutError naming the field
+    demo = probe.app == DEFAULT_APP and Path(probe.app_dir) == PROJECT_ROOT
+    mix, notes = _traffic(args, probe, demo, cwd)
+    return Subject(options, demo, _record(probe, demo), mix, tuple(notes))
+
+
+def _traffic(args, probe: Layout, demo: bool, cwd: Path | None) -> tuple[Mix | None, list[str]]:
+    lines = list(getattr(args, "request", None) or [])
+    requests_file = getattr(args, "requests", None)
+    access_log = getattr(args, "access_log", None)
+    include_unsafe = bool(getattr(args, "include_unsafe", False))
+    headers = check_headers([parse_header(h) for h in (getattr(args, "header", None) or [])])
+    if access_log and (lines or requests_file):
+        raise TrafficError("access_log", "give either --access-log or --request/--requests, not both (a log's "
+                                         "counts and request weights do not add up)")
+    if include_unsafe and not access_log:
+        raise TrafficError("include_unsafe", "only applies to --access-log (a --request line names its method)")
+    notes: list[str] = []
+    if access_log:
+        mix, summary = read_access_log(access_log, include_unsafe=include_unsafe, headers=headers)
+        notes.append(f"traffic from {summary.describe()}")
+    elif lines or requests_file:
+        requests = [parse_request_line(x, cwd) for x in lines]
+        if requests_file:
+            requests += read_requests_file(requests_file)
+        sources = ([f"{len(lines)} --request"] if lines else []) + ([f"--requests {requests_file}"]
+                                                                    if requests_file else [])
+        mix = build_mix(requests, headers, source=" and ".join(sources))
+    elif not demo:
+        mix = build_mix([Request("GET", "/")], headers, source="default: GET / (no --request given)")
+        notes.append(f"no --request given: measuring GET / of {probe.app} (give --request lines, --requests or "
+                     "--access-log for your real traffic)")
+    elif headers:
+        raise TrafficError("header", "applies to your requests (--request, --requests or --access-log); the demo "
+                                     "app's scenarios send their own")
+    else:
+        return None, notes
+    if mix.unsafe:
+        methods = ", ".join(sorted({r.method for r in mix.unsafe}))
+        share = sum(mix.share(r) for r in mix.unsafe)
+        notes.append(f"{share:.0%} of the requests are {methods}: replayed hundreds of times, they may change your "
+                     "app's data (measure against a copy)")
+    notes.append(f"traffic: {mix.summary()}")
+    return mix, notes
+
+
+def default_scenarios(subject: Subject) -> list[str]:
+    return [TRAFFIC] if subject.mix is not None else ["article"]
+
+
+def check_scenarios(names: tuple[str, ...], subject: Subject, args: argparse.Namespace | None = None) -> None:
+    """Refuse, with one line, scenarios and knobs that make no sense with this subject: a mix
+    replaces the demo scenarios' own request; stalled clients call the demo app only."""
+    given = (lambda name: getattr(args, name, None)) if args is not None else (lambda name: None)
+    if subject.mix is None:
+        if TRAFFIC in names:
+            raise TrafficError("scenario", "traffic sends your requests: give --request, --requests or --access-log")
+        return
+    for knob in KNOBS:
+        if given(knob):
+            raise TrafficError(knob, "only the demo app's scenarios read it; your requests say what they ask for")
+    if given("stall_fraction"):
+        raise TrafficError("stall_fraction", "cannot be mixed into your requests; use --stall-clients (stalled "
+                                             "clients beside your traffic)")
+    for name in names:
+        scenario = sc.SCENARIOS[name]
+        if name == TRAFFIC:
+            continue
+        if scenario.files is not None or scenario.nginx_spread:
+            raise TrafficError("scenario", f"{name} requests the data set's files, not your requests: leave "
+                                           "--scenario out (your requests run as scenario traffic)")
+        if scenario.stall is None:
+            raise TrafficError("scenario", f"{name} is the demo app's own request, which your requests replace: use "
+                                           "--scenario traffic (the default), or stall / stall-io to add stalled "
+                                           "clients to your requests")
+        if not subject.demo:
+            raise TrafficError("scenario", f"{name}'s stalled clients call the demo app's /?io_ms= endpoint, which "
+                                           f"{subject.app} does not have: add a slow request of your own to the mix "
+                                           "with --request instead")
+
+
+def preflight_app(spec: str, options: dict) -> None:
+    """The app imports as the workers of ``spec`` will (raises LayoutError with the app's own line)."""
+    preflight(parse_variant(spec, run_dir=VALIDATE_RUN_DIR, **options))
+
+
+def preflight_traffic(lab: Lab, spec: str, options: dict, mix: Mix, timeout: float) -> dict[str, int]:
+    """Start ``spec`` once and send each distinct request of ``mix`` through nginx; a 4xx/5xx
+    or no answer raises TrafficError naming the request and the answer. Returns label -> status."""
+    with lab.stack(spec, name="preflight", **options) as stack:
+        layout = stack.layout
+        return preflight_requests(layout.listen_host, layout.listen_port, mix, timeout, where=spec)

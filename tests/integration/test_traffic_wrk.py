@@ -1,0 +1,143 @@
+"""The generated traffic script through real wrk: weights, headers, bodies, status classes and
+seeded replay, against a small recording HTTP server on 127.0.0.1 (Python's http.server, a real
+socket server: it records every request it is sent and answers by path)."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from bench.load.traffic import Request, build_mix, preflight_requests, write_mix_script
+from bench.load.wrk import WrkProcess, run_wrks
+from tests.conftest import find_free_ports
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+ANSWERS = {"/moved": 302, "/missing": 404, "/boom": 500}
+
+
+class Recorder(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as wrk expects
+    disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms delayed-ACK stall
+
+    def _answer(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        self.server.seen.append((self.command, self.path, dict(self.headers), body))
+        status = ANSWERS.get(self.path.split("?")[0], 200)
+        payload = b"ok\n"
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(payload)))
+        if status == 302:
+            self.send_header("Location", "/")
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = do_POST = do_PUT = do_DELETE = _answer
+
+    def log_message(self, *args):  # quiet
+        pass
+
+
+@pytest.fixture
+def server():
+    (port,) = find_free_ports(1)
+    srv = ThreadingHTTPServer(("127.0.0.1", port), Recorder)
+    srv.daemon_threads = True
+    srv.seen = []
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(timeout=5)
+
+
+def run(server, mix, tmp_path, seed: int, duration: float = 2.0, connections: int = 1, threads: int = 1):
+    script = write_mix_script(tmp_path / f"mix-{seed}.lua", mix)
+    server.seen.clear()
+    load = WrkProcess(f"http://127.0.0.1:{server.server_port}/", connections, duration, threads=threads, timeout_s=5,
+                      script=script, script_args=[str(seed)])
+    (result,), _ = run_wrks(load)
+    return result, list(server.seen)
+
+
+def test_mix_weights_headers_bodies_and_status_classes(server, tmp_path):
+    mix = build_mix([Request("GET", "/a", 6), Request("GET", "/moved", 2), Request("GET", "/missing", 1),
+                     Request("GET", "/boom", 1), Request("POST", "/items", 2, b'{"name": "cup", "note": "\n\\""}'),
+                     Request("DELETE", "/items/1", 1)],
+                    [("Host", "shop.example"), ("Cookie", "session=abc; theme=dark"), ("X-Api-Key", "k-1")])
+    result, seen = run(server, mix, tmp_path, seed=3)
+    assert result.requests > 300, result.raw[-1500:]
+    # wrk counted every answer it completed; the server may have answered one more as wrk stopped
+    assert sum(result.status.values()) == result.requests <= len(seen) <= result.requests + 1
+    by_path = Counter(path for _, path, _, _ in seen[: result.requests])
+    classes = {"2xx": by_path["/a"] + by_path["/items"] + by_path["/items/1"], "3xx": by_path["/moved"],
+               "4xx": by_path["/missing"], "5xx": by_path["/boom"]}
+    assert result.status == classes
+    assert result.errors.status == classes["4xx"] + classes["5xx"]  # wrk's own count agrees
+    total = mix.total_weight
+    for r in mix.requests:
+        share = by_path[r.target] / result.requests
+        assert abs(share - r.weight / total) < 0.08, (r.target, share, r.weight / total)
+    for method, path, headers, body in seen:
+        assert headers["Host"] == "shop.example" and headers["Cookie"] == "session=abc; theme=dark"
+        assert headers["X-Api-Key"] == "k-1"
+        if path == "/items":
+            assert method == "POST" and body == b'{"name": "cup", "note": "\n\\""}'
+            assert headers["Content-Length"] == str(len(body))
+        elif path == "/items/1":
+            assert method == "DELETE" and body == b"" and headers.get("Content-Length") == "0"
+        else:
+            assert method == "GET" and "Content-Length" not in headers
+
+
+def test_the_same_seed_replays_the_same_sequence(server, tmp_path):
+    mix = build_mix([Request("GET", f"/p{i}", i + 1) for i in range(6)])
+    _, first = run(server, mix, tmp_path, seed=1, duration=1)
+    _, again = run(server, mix, tmp_path, seed=1, duration=1)
+    _, other = run(server, mix, tmp_path, seed=2, duration=1)
+    n = min(len(first), len(again), len(other), 200)
+    assert n >= 100
+    assert [p for _, p, _, _ in first[:n]] == [p for _, p, _, _ in again[:n]]
+    assert [p for _, p, _, _ in first[:n]] != [p for _, p, _, _ in other[:n]]
+
+
+def test_preflight_sends_each_request_once_and_names_a_failure(server):
+    ok = build_mix([Request("GET", "/a"), Request("GET", "/moved"), Request("POST", "/items", 1, b"{}")],
+                   [("Host", "shop.example")])
+    assert preflight_requests("127.0.0.1", server.server_port, ok) == {"GET /a": 200, "GET /moved": 302,
+                                                                       "POST /items (2-byte body)": 200}
+    assert [(m, p, b) for m, p, _, b in server.seen] == [("GET", "/a", b""), ("GET", "/moved", b""),
+                                                         ("POST", "/items", b"{}")]
+    bad = build_mix([Request("GET", "/a"), Request("GET", "/missing")])
+    with pytest.raises(ValueError, match=r"^request: GET /missing was answered 404 Not Found: 'ok' in the "
+                                         r"pre-flight through nginx"):
+        preflight_requests("127.0.0.1", server.server_port, bad)
+    (closed,) = find_free_ports(1)
+    with pytest.raises(ValueError, match=r"^request: GET /a failed in the pre-flight .*ConnectionRefusedError"):
+        preflight_requests("127.0.0.1", closed, bad)
+
+
+def test_status_classes_are_summed_over_wrk_threads(server, tmp_path):
+    mix = build_mix([Request("GET", "/a", 2), Request("GET", "/moved"), Request("GET", "/missing")])
+    result, seen = run(server, mix, tmp_path, seed=5, duration=1, connections=2, threads=2)
+    assert "2 threads and 2 connections" in result.raw
+    assert sum(result.status.values()) == result.requests > 50
+    assert result.requests <= len(seen) <= result.requests + 2
+    assert result.status["4xx"] == result.errors.status > 0 and result.status["3xx"] > 0
+
+
+def test_fractional_seconds_are_rounded_up_for_wrk(server, tmp_path):
+    """wrk 4.1 reads whole seconds only (-d2.5s or --timeout=10.5s is a usage error, exit 1)."""
+    script = write_mix_script(tmp_path / "mix.lua", build_mix([Request("GET", "/a")]))
+    load = WrkProcess(f"http://127.0.0.1:{server.server_port}/", 1, 0.5, timeout_s=1.5, script=script,
+                      script_args=["1"])
+    assert "-d1s" in load.cmd and "--timeout=2s" in load.cmd
+    (result,), _ = run_wrks(load)
+    assert result.requests > 0 and result.status["2xx"] == result.requests
