@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from deploy.appenv import add_app_options, app_options, preflight
-from deploy.bundle import build_bundle, write_bundle
+from deploy.bundle import build_bundle, write_bundle, write_host_bundles
 from deploy.certs import DEFAULT_TLS_NAME, make_certs
 from deploy.errors import LayoutError, RenderError, StackError
 from deploy.install import install
@@ -167,6 +167,12 @@ def add_bundle_parsers(sub) -> None:
     bundle.add_argument("--harakiri", help="seconds before uWSGI kills a stuck request's worker (default 30)")
     bundle.add_argument("--retries", help="extra attempts nginx makes for GET/HEAD on another socket (default 1)")
     bundle.add_argument("--connect-timeout", help="seconds nginx waits to connect to a uWSGI socket (default 2)")
+    bundle.add_argument("--hosts", help="app hosts ADDR[,ADDR...]: one bundle for the front (OUT/front) and one per "
+                                        "host (OUT/hosts/ADDR), TLS between them (needs --uwsgi-tls-dir)")
+    bundle.add_argument("--uwsgi-tls-dir", help="with --hosts: the certificates (python -m deploy certs DIR --hosts)")
+    bundle.add_argument("--uwsgi-tls-name", help=f"the name the hosts' certificates carry (default {DEFAULT_TLS_NAME})")
+    bundle.add_argument("--max-fails", help="with --hosts: failures before nginx leaves a socket out (default T+1)")
+    bundle.add_argument("--fail-timeout", help="with --hosts: seconds a failed socket stays out")
     install_p = sub.add_parser("install", help="install a bundle: copy, enable, nginx -t (undone if it fails), "
                                                "start where systemd runs")
     install_p.add_argument("bundle", help="the directory `bundle --out` wrote")
@@ -184,8 +190,17 @@ def cmd_bundle(args) -> int:
         tls_listen=args.tls_listen, user=args.user, group=args.group, nginx_group=args.nginx_group,
         uwsgi=args.uwsgi, writable=args.writable, transport=args.transport, base_port=args.base_port,
         backlog=args.backlog, harakiri=args.harakiri, retries=args.retries, connect_timeout=args.connect_timeout,
+        hosts=args.hosts, uwsgi_tls_dir=args.uwsgi_tls_dir, uwsgi_tls_name=args.uwsgi_tls_name,
+        max_fails=args.max_fails, fail_timeout=args.fail_timeout,
     )
     out = Path(args.out).absolute()
+    if bundle.role == "front":
+        written = write_host_bundles(bundle, out)
+        for rel, files in written.items():
+            print(f"bundle {bundle.name} ({bundle.layout.name}, {rel}) written to {out / rel}: {', '.join(files)}")
+        print(f"next: on the front, python -m deploy install {out / 'front'}; on each app host ADDR, python -m "
+              f"deploy install {out}/hosts/ADDR (see INSTALL.md in each)")
+        return 0
     files = write_bundle(bundle, out)
     print(f"bundle {bundle.name} ({bundle.layout.name}) written to {out}: {', '.join(files)}")
     print(f"next, on the server: python -m deploy install {out} --dry-run (see {out / 'INSTALL.md'})")

@@ -218,8 +218,7 @@ def host_facts(layout: Layout, conf_dir: Path, config_file: str = "") -> list[tu
     server = server_for(layout)
     if not layout.hosts:
         return [(layout, server.facts(layout, conf_dir, config_file or server.config_file))]
-    return [(view, server.facts(view, conf_dir / "hosts" / view.hosts[0]))
-            for view in (layout.host_layout(h) for h in layout.hosts)]
+    return [(layout.host_layout(h), server.facts(layout.host_layout(h), conf_dir / "hosts" / h)) for h in layout.hosts]
 
 
 def crosscheck(layout: Layout, conf_dir: Path, *, config_file: str = "", nginx_conf: str = "nginx.conf",

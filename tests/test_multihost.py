@@ -305,3 +305,86 @@ def test_free_subnet_avoids_every_address_and_route_in_use():
         assert not any(net.overlaps(u) for u in in_use[:2])
     with pytest.raises(netns.NetnsError, match=r"198\.18\.0\.0/15 is in use here \(198\.18\.0\.0/15\)"):
         netns.free_subnet([ipaddress.IPv4Network("198.18.0.0/15")], random.Random(1))
+
+
+# --- bundles across hosts (deploy bundle --hosts) --------------------------------------------------
+
+SERVER = {"app": "shop:app", "app_dir": "/srv/shop", "virtualenv": "/srv/shop/venv"}
+
+
+def test_bundle_across_hosts_is_a_front_and_one_bundle_per_host(tmp_path, tls_dir):
+    from deploy.bundle import build_bundle, generated_for, unit_directives, write_host_bundles
+
+    front = build_bundle("2x4-mapped", **SERVER, hosts=",".join(HOSTS), uwsgi_tls_dir=str(tls_dir))
+    written = write_host_bundles(front, tmp_path / "out")
+    out = tmp_path / "out"
+    assert written["front"] == ["INSTALL.md", "bundle.json", "nginx/sites-available/shop.conf", "uwsgi-tls/ca.crt",
+                                "uwsgi-tls/front.crt", "uwsgi-tls/front.key"]
+    for host in HOSTS:
+        assert written[f"hosts/{host}"] == ["INSTALL.md", "bundle.json", "logrotate/shop", "systemd/shop.service",
+                                            "uwsgi-tls/ca.crt", "uwsgi-tls/host.crt", "uwsgi-tls/host.key",
+                                            "uwsgi/shop.ini"]
+        ini = (out / "hosts" / host / "uwsgi/shop.ini").read_text()
+        assert f"ssl-socket = {host}:5000,/etc/uwsgi-layouts/shop-tls/host.crt,/etc/uwsgi-layouts/shop-tls/host.key," \
+               in ini and ",!/etc/uwsgi-layouts/shop-tls/ca.crt\n" in ini
+        record = json.loads((out / "hosts" / host / "bundle.json").read_text())
+        assert (record["role"], record["host"]) == ("host", host)
+        unit = unit_directives((out / "hosts" / host / "systemd/shop.service").read_text())
+        assert ("Unit", "After", "network-online.target") in unit
+        # the host's own certificate, with the generated header that install looks for
+        pem = (out / "hosts" / host / "uwsgi-tls/host.crt").read_text()
+        assert generated_for(pem) == "shop" and pem.split("-----BEGIN CERTIFICATE-----")[1] == \
+            (tls_dir / host_cert(host)).read_text().split("-----BEGIN CERTIFICATE-----")[1]
+    site = (out / "front/nginx/sites-available/shop.conf").read_text()
+    for line in ("uwsgi_pass suwsgi://uwsgi_shop;", "uwsgi_ssl_certificate /etc/nginx/uwsgi-tls/shop/front.crt;",
+                 "uwsgi_ssl_verify on;", "server 10.0.0.3:5001 max_fails=5 fail_timeout=2s;"):
+        assert line in site, line
+    for key in (out / "front/uwsgi-tls/front.key", out / "hosts/10.0.0.2/uwsgi-tls/host.key"):
+        assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert stat.S_IMODE((out / "hosts").stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize("options,error", [
+    ({"uwsgi_tls": "https"}, "uwsgi_tls: a bundle across hosts speaks suwsgi to them, not https"),
+    ({"uwsgi_tls": "off"}, "uwsgi_tls: plain uwsgi to 10.0.0.2"),
+    ({"uwsgi_tls_dir": None}, "uwsgi_tls_dir: --uwsgi-tls suwsgi needs the certificates"),
+])
+def test_bundle_across_hosts_refuses_what_is_not_mutual_tls(tmp_path, tls_dir, options, error):
+    from deploy.bundle import build_bundle
+
+    with pytest.raises(LayoutError, match=error):
+        build_bundle("2x4-mapped", **SERVER, **{"hosts": ",".join(HOSTS), "uwsgi_tls_dir": str(tls_dir), **options})
+
+
+def test_host_bundle_installs_without_nginx_and_the_front_without_uwsgi(tmp_path, tls_dir):
+    from deploy.bundle import build_bundle, write_host_bundles
+    from deploy.install import install
+
+    write_host_bundles(build_bundle("2x4-mapped", **SERVER, hosts=",".join(HOSTS), uwsgi_tls_dir=str(tls_dir)),
+                       tmp_path / "out")
+    root = tmp_path / "root"
+    root.mkdir()
+    result = install(tmp_path / "out/hosts/10.0.0.2", root=root, dry_run=True, app_check=False)
+    targets = {str(s.target.relative_to(root)) for s in result.steps if s.kind != "dir"}
+    assert targets == {"etc/uwsgi-layouts/shop.ini", "etc/systemd/system/shop.service", "etc/logrotate.d/shop",
+                       "etc/uwsgi-layouts/shop-tls/ca.crt", "etc/uwsgi-layouts/shop-tls/host.crt",
+                       "etc/uwsgi-layouts/shop-tls/host.key"}
+    with pytest.raises(LayoutError, match="etc/nginx/nginx.conf is missing"):  # the front needs nginx
+        install(tmp_path / "out/front", root=root, dry_run=True, app_check=False)
+
+
+def test_host_unit_passes_systemd_analyze_verify(tmp_path, tls_dir):
+    import shutil as sh
+
+    from deploy.bundle import build_bundle, write_host_bundles
+    from tests.bundles import systemd_analyze_verify
+
+    analyze = sh.which("systemd-analyze")
+    if analyze is None:
+        pytest.fail("systemd-analyze is missing: run scripts/install-system-deps.sh", pytrace=False)
+    write_host_bundles(build_bundle("2x4-mapped", **SERVER, hosts=",".join(HOSTS), uwsgi_tls_dir=str(tls_dir)),
+                       tmp_path / "out")
+    proc = systemd_analyze_verify(analyze, tmp_path / "out/hosts/10.0.0.2/systemd/shop.service")
+    problems = [line for line in (proc.stdout + proc.stderr).splitlines() if "shop.service" in line
+                and "/srv/shop/venv/bin/uwsgi" not in line]  # the app is not deployed on this machine
+    assert not problems, proc.stdout + proc.stderr

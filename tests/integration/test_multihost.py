@@ -9,6 +9,7 @@ where namespaces cannot be made (not root, no iproute2); anything else that goes
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import ssl
@@ -223,3 +224,95 @@ def test_bench_compare_hosts(tmp_path):
         assert abs(cell["extra"]["host1_share"] + cell["extra"]["host2_share"] - 1) < 1e-9
     report = (out / "report.txt").read_text()
     assert "== Across 2 app hosts ==" in report and "suwsgi vs off" in report and "not scale" in report
+
+
+# --- bundles across hosts: installed into trial roots, served from the namespaces -----------------
+
+
+def _run_cli(*args: str, namespace: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "deploy", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=180, preexec_fn=(lambda: netns.enter(namespace)) if namespace else None)
+
+
+def _in_netns(name: str):
+    from deploy.stack import _child_setup
+
+    return _child_setup(name)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_bundles_across_hosts_install_and_serve(flask_app, run_dirs, free_ports):
+    """`deploy bundle --hosts` makes a front bundle and one per host; each installs (`deploy
+    install --root`) into its own trial root, uWSGI starts from each host's installed ini inside
+    that host's namespace and nginx from the front's inside the front's: the Flask shop answers
+    through the front, from both hosts, over TLS."""
+    import pwd
+
+    from tests.bundles import make_trial_root
+
+    with netns.Net(hosts=2) as net:
+        certs = run_dirs() / "certs"
+        made = _run_cli("certs", str(certs), "--hosts", ",".join(net.host_addresses))
+        assert made.returncode == 0, made.stderr
+        port = free_ports(1)[0]
+        out = run_dirs() / "bundle"
+        proc = _run_cli("bundle", "2x2-mapped", "--out", str(out), *flask_app.cli_args(), "--uwsgi",
+                        str(Path(sys.prefix) / "bin" / "uwsgi"), "--hosts", ",".join(net.host_addresses),
+                        "--uwsgi-tls-dir", str(certs), "--listen", f"{net.front.address}:{port}")
+        assert proc.returncode == 0, proc.stderr
+        assert sorted(p.name for p in (out / "hosts").iterdir()) == sorted(net.host_addresses)
+        roots = {"front": make_trial_root(run_dirs())}
+        (roots["front"] / "etc/nginx/sites-enabled/default").unlink()
+        www = pwd.getpwnam("www-data")
+        for host in net.host_addresses:
+            roots[host] = root = run_dirs()
+            for d, mode in ((root / "run/shop", 0o711), (root / "var/log/shop", 0o750)):  # as systemd makes them
+                d.mkdir(parents=True)
+                os.chown(d, www.pw_uid, www.pw_gid)
+                d.chmod(mode)
+        for where, bundle in [("front", out / "front"), *((h, out / "hosts" / h) for h in net.host_addresses)]:
+            # on its own machine: the front's nginx -t binds the front's address
+            done = _run_cli("install", str(bundle), "--root", str(roots[where]), namespace=net.node(
+                net.front.address if where == "front" else where).netns)
+            assert done.returncode == 0, done.stdout + done.stderr
+        key = roots[net.host_addresses[0]] / "etc/uwsgi-layouts/shop-tls/host.key"
+        assert (key.stat().st_mode & 0o777, key.stat().st_gid) == (0o640, www.pw_gid)
+        assert (roots["front"] / "etc/nginx/uwsgi-tls/shop/front.key").stat().st_mode & 0o777 == 0o600
+
+        procs = []
+        try:
+            for host in net.host_addresses:
+                log = open(roots[host] / "uwsgi.out", "w")
+                procs.append(subprocess.Popen([str(Path(sys.prefix) / "bin" / "uwsgi"), "--ini",
+                                               str(roots[host] / "etc/uwsgi-layouts/shop.ini")], stdout=log,
+                                              stderr=subprocess.STDOUT, preexec_fn=_in_netns(net.node(host).netns)))
+                log.close()
+            log = open(roots["front"] / "nginx.out", "w")
+            procs.append(subprocess.Popen(["nginx", "-c", str(roots["front"] / "etc/nginx/nginx.conf"), "-e", "stderr",
+                                           "-g", "daemon off;"], stdout=log, stderr=subprocess.STDOUT,
+                                          preexec_fn=_in_netns(net.front.netns)))
+            log.close()
+            deadline = time.monotonic() + 60
+            served = {}
+            while time.monotonic() < deadline and len(served) < 4:
+                assert all(p.poll() is None for p in procs), [(roots[h] / "uwsgi.out").read_text()[-1500:]
+                                                              for h in net.host_addresses]
+                try:
+                    status, headers, body = http_get(net.front.address, port, "/", timeout=10)
+                    if status == 200:
+                        assert body == b"Hello from shop"
+                        served[headers["x-worker-pid"]] = True
+                except OSError:
+                    pass
+                time.sleep(0.05)  # polling until both hosts' workers answer
+            assert len(served) == 4, f"workers seen: {served}"
+        finally:
+            for p in procs:
+                p.send_signal(signal.SIGQUIT)  # both stop on SIGQUIT (the bundle's ini has no die-on-term)
+            for p in procs:
+                try:
+                    p.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait(timeout=10)
