@@ -3,8 +3,9 @@ fails, measured in network namespaces (``bench.stack.Lab(hosts=N)``) under real 
 
 * ``kill-host``: every process of the last host's uWSGI gets SIGKILL (its sockets then refuse
   connections), a few seconds later it is started again;
-* ``unreachable-host``: the last host's link goes down (its packets are dropped: every connect
-  to it waits for ``uwsgi_connect_timeout``), then up again;
+* ``unreachable-host``: the last host's link goes down (its packets are dropped), then up again;
+  ``silent-host`` the same with the host's MAC address pinned on the front, so that every
+  connect waits for ``uwsgi_connect_timeout`` (no quick "no route to host");
 * ``kill-worker-on-host``: kill -9 one worker of the first host, which its master respawns.
 
 Each samples every host's stats server (inside its namespace) in the background, so the
@@ -211,12 +212,30 @@ def kill_host(lab: Lab, spec: str = "2x4-mapped", duration: float = 10.0, connec
 
 
 def unreachable_host(lab: Lab, spec: str = "2x4-mapped", duration: float = 16.0, connections: int = 8,
-                     down_s: float = 10.0, patch=None, **options) -> FaultRecord:
+                     down_s: float = 10.0, silent: bool = False, patch=None, **options) -> FaultRecord:
     """Take one host off the bridge under load (connects to it time out; requests in flight on
-    it stall until it is back), then back. Long enough to see what a lasting outage costs."""
-    return _host_outage(lab, "unreachable-host", spec, lambda stack, host: lab.net.set_link(host, False),
-                        lambda stack, host: lab.net.set_link(host, True), duration, connections, down_s, patch,
-                        **options)
+    it stall until it is back), then back. Long enough to see what a lasting outage costs.
+
+    On one segment the front's kernel soon marks the host's address as failed (ARP) and connects
+    fail at once ("no route to host"); ``silent`` pins the host's MAC address on the front so
+    every connect waits for its timeout, as for a host behind a router that drops its packets."""
+    def fail(stack, host):
+        if silent:
+            lab.net.pin_neighbor(host)
+        lab.net.set_link(host, False)
+
+    def restore(stack, host):
+        lab.net.set_link(host, True)
+        if silent:
+            lab.net.pin_neighbor(host, pinned=False)
+
+    return _host_outage(lab, "silent-host" if silent else "unreachable-host", spec, fail, restore, duration,
+                        connections, down_s, patch, **options)
+
+
+def silent_host(lab: Lab, spec: str = "2x4-mapped", **kwargs) -> FaultRecord:
+    """unreachable-host where every connect times out (``unreachable_host(silent=True)``)."""
+    return unreachable_host(lab, spec, silent=True, **kwargs)
 
 
 def kill_worker_on_host(lab: Lab, spec: str = "2x4-mapped", duration: float = 8.0, connections: int = 8,
@@ -283,5 +302,6 @@ def _wait_respawned(stack, host: str, old_pid: int, timeout: float = 10.0) -> fl
 HOST_EXPERIMENTS = {
     "kill-host": kill_host,
     "unreachable-host": unreachable_host,
+    "silent-host": silent_host,
     "kill-worker-on-host": kill_worker_on_host,
 }

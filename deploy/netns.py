@@ -403,6 +403,17 @@ class Net:
         """Take a node off the bridge (its packets are dropped: connects to it time out) or back."""
         ip("link", "set", self.node(address).veth, "up" if up else "down")
 
+    def pin_neighbor(self, address: str, pinned: bool = True) -> None:
+        """Make the front keep the node's MAC address (a permanent neighbor entry) or forget it.
+        Pinned, a node off the bridge never becomes "no route to host" (which fails connects at
+        once): every connect to it waits for its timeout, as for a host behind a router."""
+        front = self.front.netns
+        if not pinned:
+            ip("-n", front, "neigh", "del", address, "dev", "eth0", check=False)
+            return
+        mac = ip("-n", self.node(address).netns, "link", "show", "eth0", json_out=True)[0]["address"]
+        ip("-n", front, "neigh", "replace", address, "lladdr", mac, "dev", "eth0", "nud", "permanent")
+
 
 def _exit_on_sigterm(signum, frame):
     raise SystemExit(128 + signal.SIGTERM)
