@@ -53,7 +53,8 @@ def add_layout_options(p: argparse.ArgumentParser) -> None:
                                   "(default www-data, else nobody)")
     p.add_argument("--harakiri", help="seconds before uWSGI kills a stuck request's worker (default 30, 0 = off)")
     p.add_argument("--retries", help="extra attempts nginx makes for GET/HEAD on another socket (default 1)")
-    p.add_argument("--connect-timeout", help="seconds nginx waits to connect to a uWSGI socket (default 2)")
+    p.add_argument("--connect-timeout", help="seconds nginx waits to connect to a uWSGI socket "
+                                             "(default 2; 1 with hosts)")
     p.add_argument("--reuseport", help="on: one nginx listen socket per worker, balanced by the kernel")
     p.add_argument("--accept-mutex", help="on: nginx workers take turns to accept (default off)")
     p.add_argument("--multi-accept", help="on: an nginx worker accepts all pending connections at once")
@@ -71,7 +72,7 @@ def add_layout_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--uwsgi-tls-name", help=f"the name the hosts' certificates carry (default {DEFAULT_TLS_NAME})")
     p.add_argument("--max-fails", help="nginx marks a socket down after this many failures (default 0 on one "
                                        "machine, T+1 with hosts)")
-    p.add_argument("--fail-timeout", help="seconds a failed socket stays down (default 2 with hosts)")
+    p.add_argument("--fail-timeout", help="seconds a failed socket stays down (default 10 with hosts)")
 
 
 def layout_from_args(args, run_dir: Path) -> Layout:
@@ -166,13 +167,14 @@ def add_bundle_parsers(sub) -> None:
     bundle.add_argument("--backlog", help="uWSGI listen backlog per socket (default 100)")
     bundle.add_argument("--harakiri", help="seconds before uWSGI kills a stuck request's worker (default 30)")
     bundle.add_argument("--retries", help="extra attempts nginx makes for GET/HEAD on another socket (default 1)")
-    bundle.add_argument("--connect-timeout", help="seconds nginx waits to connect to a uWSGI socket (default 2)")
+    bundle.add_argument("--connect-timeout", help="seconds nginx waits to connect to a uWSGI socket "
+                                                  "(default 2; 1 with hosts)")
     bundle.add_argument("--hosts", help="app hosts ADDR[,ADDR...]: one bundle for the front (OUT/front) and one per "
                                         "host (OUT/hosts/ADDR), TLS between them (needs --uwsgi-tls-dir)")
     bundle.add_argument("--uwsgi-tls-dir", help="with --hosts: the certificates (python -m deploy certs DIR --hosts)")
     bundle.add_argument("--uwsgi-tls-name", help=f"the name the hosts' certificates carry (default {DEFAULT_TLS_NAME})")
     bundle.add_argument("--max-fails", help="with --hosts: failures before nginx leaves a socket out (default T+1)")
-    bundle.add_argument("--fail-timeout", help="with --hosts: seconds a failed socket stays out")
+    bundle.add_argument("--fail-timeout", help="with --hosts: seconds a failed socket stays out (default 10)")
     install_p = sub.add_parser("install", help="install a bundle: copy, enable, nginx -t (undone if it fails), "
                                                "start where systemd runs")
     install_p.add_argument("bundle", help="the directory `bundle --out` wrote")

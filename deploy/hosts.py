@@ -10,8 +10,8 @@ an address inside an isolated test network this very process made (``deploy.netn
 route out, no NAT), where the benchmark measures what TLS costs against plain sockets.
 
 ``resolve(layout, set_)`` validates and fills the Layout fields ``hosts``, ``uwsgi_tls``,
-``uwsgi_tls_dir``, ``uwsgi_tls_name``, ``max_fails``, ``fail_timeout`` and ``retries`` (their defaults
-depend on where the sockets are: see ``failure_policy``).
+``uwsgi_tls_dir``, ``uwsgi_tls_name``, ``max_fails``, ``fail_timeout``, ``retries`` and
+``connect_timeout`` (their defaults depend on where the sockets are: see ``failure_policy``).
 """
 
 from __future__ import annotations
@@ -90,23 +90,28 @@ def uwsgi_has_ssl(binary: str) -> bool:
     return "--ssl-socket" in out
 
 
-def failure_policy(layout: Layout) -> tuple[int, int, int]:
-    """Default (max_fails, fail_timeout seconds, retries) for where the layout's sockets are.
+def failure_policy(layout: Layout) -> tuple[int, int, int, int]:
+    """Default (max_fails, fail_timeout s, retries, connect_timeout s) for where the layout's
+    sockets are.
 
     One machine: max_fails=0 (uWSGI's master keeps a dead worker's socket open and respawns it
     within milliseconds; marking it down cost half the throughput for 10 s: see
-    Layout.upstream_servers). Several hosts: a host that is down refuses (or, unreachable,
-    times out) on every socket it has, so nginx must stop trying it; but a worker killed on a
-    live host fails at most T requests (those in flight on its threads), so max_fails = T + 1
-    never shuts out a respawning worker while a dead host's socket is out after T + 1 tries.
-    fail_timeout 2 s: how long a dead socket stays out before one request probes it again, and
-    how soon a host that is back gets traffic. retries = sockets per host, so a request can
-    skip every socket of one failed host. README "Several hosts" has the figures.
+    Layout.upstream_servers), connect_timeout 2 s (it bounds the wait on a full listen queue).
+
+    Several hosts, decided by measurement in network namespaces (README "Several hosts"):
+    * max_fails = T + 1: a worker killed on a live host fails at most its T requests in flight,
+      so it is never shut out while it respawns (max_fails=1 kept it out for the whole
+      fail_timeout), while a dead host's socket is out after T + 1 failures;
+    * fail_timeout 10 s: a host that stays unreachable costs one connect per socket every
+      10 s instead of every 2 s (max_fails=0 kept paying one per socket per connect timeout);
+      the price is that a host that is back waits up to 10 s for traffic (7 s measured);
+    * connect_timeout 1 s: what each of those connects to a silent host costs (p99 0.9 s
+      instead of 1.9 s); on a LAN a connect takes well under a millisecond;
+    * retries = the sockets of one host: a request can skip every socket of a failed host.
     """
     if not layout.hosts:
-        return 0, 10, 1
-    per_host = len(layout.socket_plans)
-    return layout.threads + 1, 2, min(16, per_host)
+        return 0, 10, 1, 2
+    return layout.threads + 1, 10, min(16, len(layout.socket_plans)), 1
 
 
 def resolve(layout: Layout, set_) -> None:
@@ -157,10 +162,10 @@ def resolve(layout: Layout, set_) -> None:
         set_("uwsgi_tls_dir", str(directory))
     else:
         set_("uwsgi_tls_dir", "")
-    max_fails, fail_timeout, retries = failure_policy(layout)
+    max_fails, fail_timeout, retries, connect_timeout = failure_policy(layout)
     from deploy.layout import _int_in
 
     for name, default, low, high in (("max_fails", max_fails, 0, 1000), ("fail_timeout", fail_timeout, 1, 3600),
-                                     ("retries", retries, 0, 16)):
+                                     ("retries", retries, 0, 16), ("connect_timeout", connect_timeout, 1, 60)):
         raw = getattr(layout, name)
         set_(name, default if raw in ("", None) else _int_in(name, raw, low, high))

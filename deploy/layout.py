@@ -324,7 +324,8 @@ class Layout:
     retries: int | str = ""
     # Seconds nginx waits to connect to a uWSGI socket; a full TCP backlog drops SYNs, so
     # this bounds how long an excess request hangs before failing.
-    connect_timeout: int = 2
+    # "" = 2 on one machine, 1 with hosts (deploy.hosts.failure_policy).
+    connect_timeout: int | str = ""
     # nginx's own I/O and accept tuning (defaults: nginx's own defaults).
     reuseport: bool = False  # one listen socket per nginx worker, balanced by the kernel
     accept_mutex: bool = False
@@ -402,7 +403,6 @@ class Layout:
         set_("stats_port", _int_in("stats_port", self.stats_port, 1, 65535))
         set_("access_log", _bool("access_log", self.access_log))
         set_("harakiri", _int_in("harakiri", self.harakiri, 0, 3600))
-        set_("connect_timeout", _int_in("connect_timeout", self.connect_timeout, 1, 60))
         set_("user", _resolve_user(self.user))
         for flag in ("reuseport", "accept_mutex", "multi_accept", "sendfile"):
             set_(flag, _bool(flag, getattr(self, flag)))
@@ -438,7 +438,7 @@ class Layout:
             raise LayoutError("lock_engine", f"must be ipcsem (System V semaphores) or empty for uWSGI's default "
                                              f"(pthread robust mutexes), got {self.lock_engine!r}")
         self._check_strategy_options(strategy)
-        multihost.resolve(self, set_)  # hosts, uwsgi_tls*, max_fails, fail_timeout, retries
+        multihost.resolve(self, set_)  # hosts, uwsgi_tls*, max_fails, fail_timeout, retries, connect_timeout
         self._check_addresses()
 
     # --- derived views --------------------------------------------------------------

@@ -121,7 +121,7 @@ def test_hosts_layout_lists_every_socket_of_every_host(tmp_run_dir, tls_dir):
     assert layout.uwsgi_tls == "suwsgi" and layout.hosts == HOSTS
     assert [s.address for s in layout.sockets] == ["10.0.0.2:6000", "10.0.0.2:6001", "10.0.0.3:6000", "10.0.0.3:6001"]
     # a host that is down must not cost every request; a respawning worker (at most T failures) stays in
-    assert [p for _, p in layout.upstream_servers] == [("max_fails=5", "fail_timeout=2s")] * 4
+    assert [p for _, p in layout.upstream_servers] == [("max_fails=5", "fail_timeout=10s")] * 4
     assert layout.retries == 2  # one host's sockets: a request can skip all of a failed host
     view = layout.host_layout("10.0.0.3")
     assert [s.address for s in view.sockets] == ["10.0.0.3:6000", "10.0.0.3:6001"]
@@ -182,7 +182,7 @@ def test_render_writes_the_front_and_one_config_per_host(tmp_run_dir, tls_dir):
     for line in ("uwsgi_pass suwsgi://uwsgi_app;", f"uwsgi_ssl_certificate {tls_dir}/front.crt;",
                  f"uwsgi_ssl_trusted_certificate {tls_dir}/ca.crt;", "uwsgi_ssl_verify on;",
                  f"uwsgi_ssl_name {DEFAULT_TLS_NAME};", "uwsgi_next_upstream error timeout;",
-                 "uwsgi_next_upstream_tries 3;", "server 10.0.0.3:5001 max_fails=5 fail_timeout=2s;"):
+                 "uwsgi_next_upstream_tries 3;", "server 10.0.0.3:5001 max_fails=5 fail_timeout=10s;"):
         assert line in conf, line
     assert crosscheck(layout, tmp_run_dir) == []
 
@@ -337,7 +337,7 @@ def test_bundle_across_hosts_is_a_front_and_one_bundle_per_host(tmp_path, tls_di
             (tls_dir / host_cert(host)).read_text().split("-----BEGIN CERTIFICATE-----")[1]
     site = (out / "front/nginx/sites-available/shop.conf").read_text()
     for line in ("uwsgi_pass suwsgi://uwsgi_shop;", "uwsgi_ssl_certificate /etc/nginx/uwsgi-tls/shop/front.crt;",
-                 "uwsgi_ssl_verify on;", "server 10.0.0.3:5001 max_fails=5 fail_timeout=2s;"):
+                 "uwsgi_ssl_verify on;", "server 10.0.0.3:5001 max_fails=5 fail_timeout=10s;"):
         assert line in site, line
     for key in (out / "front/uwsgi-tls/front.key", out / "hosts/10.0.0.2/uwsgi-tls/host.key"):
         assert stat.S_IMODE(key.stat().st_mode) == 0o600

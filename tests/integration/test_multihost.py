@@ -127,7 +127,8 @@ def test_a_client_without_the_certificate_is_refused_by_uwsgi(lab):
 
 @integration
 def test_a_host_killed_under_load_costs_no_get_and_gets_traffic_once_back(lab):
-    record = kill_host(lab, "2x4-mapped", duration=8.0, connections=8, down_s=2.5)
+    # long enough for the host to be probed again once back (fail_timeout 10 s)
+    record = kill_host(lab, "2x4-mapped", duration=16.0, connections=8, down_s=2.5)
     met(record, "failed GETs at most those in flight", "the other hosts keep serving", "198.")
 
 
