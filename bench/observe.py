@@ -52,9 +52,10 @@ def cpu_seconds(proc: psutil.Process) -> float:
         return 0.0
 
 
-def worker_requests(stats: dict) -> dict[str, int]:
-    """Requests served so far per uWSGI worker id, from the stats server's JSON document."""
-    return {str(w["id"]): int(w["requests"]) for w in stats["workers"]}
+def worker_requests(stats: dict, first: int = 0) -> dict[str, int]:
+    """Requests served so far per uWSGI worker id, from the stats server's JSON document
+    (ids shifted by ``first``: with several hosts, host i's workers are numbered after host i-1's)."""
+    return {str(first + w["id"]): int(w["requests"]) for w in stats["workers"]}
 
 
 def requests_by_worker(pid_counts: dict, *pid_maps: dict[int, int]) -> tuple[dict[str, int], int]:
@@ -84,20 +85,29 @@ def _worker_pids(stack: Stack) -> dict[int, int]:
 
 @dataclass
 class Snapshot:
-    """The CPU of both process trees at one moment, and who the workers are: uWSGI's per-worker
-    request counters (stats server), or for a server without a stats server its workers' pids
-    (its requests are counted from the app's X-Worker-Pid header instead)."""
+    """The CPU of every app server tree and of nginx at one moment, and who the workers are:
+    uWSGI's per-worker request counters (stats servers; with several app hosts, workers numbered
+    host after host, and the requests per host), or for a server without a stats server its
+    workers' pids (its requests are counted from the app's X-Worker-Pid header instead)."""
 
-    workers: dict[str, int]  # uWSGI worker id -> requests served so far; {} without a stats server
+    workers: dict[str, int]  # uWSGI worker number -> requests served so far; {} without a stats server
     app_cpu: float
     nginx_cpu: float
     pids: dict[int, int] = field(default_factory=dict)  # worker number -> pid, without a stats server
+    hosts: dict[str, int] = field(default_factory=dict)  # host -> requests so far, with several hosts
 
     @classmethod
     def take(cls, stack: Stack) -> "Snapshot":
-        stats = stack.layout.has_stats
-        return cls(worker_requests(stack.stats()) if stats else {}, tree_cpu_seconds(stack.pids["app"]),
-                   tree_cpu_seconds(stack.pids["nginx"]), {} if stats else _worker_pids(stack))
+        workers: dict[str, int] = {}
+        hosts: dict[str, int] = {}
+        if stack.layout.has_stats:
+            for host, stats in stack.host_stats().items():
+                counts = worker_requests(stats, first=len(workers))
+                workers |= counts
+                hosts[host] = sum(counts.values())
+        return cls(workers, sum(tree_cpu_seconds(pid) for pid in stack.app_pids),
+                   tree_cpu_seconds(stack.pids["nginx"]), {} if stack.layout.has_stats else _worker_pids(stack),
+                   hosts if len(hosts) > 1 else {})
 
 
 # --------------------------------------------------------------------------- memory
@@ -158,9 +168,18 @@ def memory_record(server: dict[int, ProcessMemory], nginx: dict[int, ProcessMemo
 
 def stack_memory(stack: Stack) -> dict:
     """The memory of a running stack now: the app server's tree (its workers numbered by
-    ``Stack.worker_pids``: uWSGI's stats server, a peer's master's children) and nginx's."""
-    workers = {str(w): pid for w, pid in _worker_pids(stack).items()}
-    return memory_record(tree_memory(stack.pids["app"]), tree_memory(stack.pids["nginx"]), workers)
+    ``Stack.worker_pids``: uWSGI's stats server, a peer's master's children) and nginx's. With
+    several app hosts: every host's tree, workers numbered host after host (as ``Snapshot``)."""
+    if len(stack.members) > 1:
+        try:
+            pids = [w["pid"] for stats in stack.host_stats().values() for w in stats["workers"]]
+            workers = {str(i): pid for i, pid in enumerate(pids, 1)}
+        except (OSError, ValueError, KeyError):
+            workers = {}
+    else:
+        workers = {str(w): pid for w, pid in _worker_pids(stack).items()}
+    server = {pid: m for root in stack.app_pids for pid, m in tree_memory(root).items()}
+    return memory_record(server, tree_memory(stack.pids["nginx"]), workers)
 
 
 # --------------------------------------------------------------------------- the stats server over time
@@ -194,8 +213,9 @@ class Sampler:
     ``address`` None (a server without a stats server) records nothing. ``cpu_s``: the CPU the
     sampling thread used, read when it stops (its cost on the machine under test)."""
 
-    def __init__(self, stats_address: str | None, interval: float = 0.1):
+    def __init__(self, stats_address: str | None, interval: float = 0.1, namespace: str = ""):
         self.address = stats_address
+        self.namespace = namespace  # the network namespace the stats server is in ("" = here)
         self.interval = interval
         self.samples: list[Sample] = []
         self.cpu_s = 0.0
@@ -207,7 +227,8 @@ class Sampler:
         cpu0, tick = time.thread_time(), 0
         while not self._stop.is_set():
             try:
-                self.samples.append(read_sample(read_stats(self.address, timeout=1.0), time.monotonic() - self.t0))
+                self.samples.append(read_sample(read_stats(self.address, timeout=1.0, namespace=self.namespace),
+                                                time.monotonic() - self.t0))
             except (OSError, ValueError, KeyError, TypeError):
                 pass
             tick = max(tick + 1, int(self.now() / self.interval) + 1)  # the next tick not yet past

@@ -13,6 +13,12 @@ wins over ``options``), renders it into its own run directory (``deploy.render.w
 cross-checks and ``nginx -t``) and returns a ``deploy.stack.Stack``: used as a context manager it
 starts uWSGI and nginx, polls until both are ready, and stops them on every exit path. What a
 running stack shows (CPU, per-worker counts, logs) is read by ``bench.observe``.
+
+``Lab(hosts=N)`` runs every stack across network namespaces (``deploy.netns.Net``: N app hosts
+and a front on one bridge, made on first use and removed on close) with certificates made for
+them in the lab's directory: each layout gets ``hosts``, ``uwsgi_tls_dir`` and a listen address on the
+front (reached from here over the bridge), TLS by default (``@uwsgi_tls=off`` measures plain uwsgi,
+allowed only inside those namespaces).
 """
 
 from __future__ import annotations
@@ -23,10 +29,12 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Protocol
 
+from deploy import netns
+from deploy.certs import make_certs
 from deploy.layout import Layout, parse_variant
 from deploy.ports import free_consecutive_ports
 from deploy.render import write_layout
-from deploy.stack import Stack
+from deploy.stack import Placement, Stack
 
 PORT_RANGE = (20000, 59999)
 START_TIMEOUT_S = 30.0
@@ -65,13 +73,30 @@ class Lab:
     ``free_ports(n)``), so their leak checks see the directories."""
 
     def __init__(self, new_dir: Callable[[], Path] | None = None,
-                 free_ports: Callable[[int], list[int]] | None = None, prefix: str = "ul-bench-"):
+                 free_ports: Callable[[int], list[int]] | None = None, prefix: str = "ul-bench-", hosts: int = 0):
         self._new_dir = new_dir
         self.free_ports = free_ports or find_free_ports
         self.prefix = prefix
         self._work_dir: Path | None = None
         self._own_work_dir = new_dir is None
         self._stacks: list[Stack] = []
+        self.hosts = hosts
+        self._net: netns.Net | None = None
+        self._tls_dir: Path | None = None
+
+    @property
+    def net(self) -> netns.Net | None:
+        """The namespaces (a front and ``hosts`` app hosts), made on first use; None without hosts."""
+        if self.hosts and self._net is None:
+            net = netns.Net(hosts=self.hosts)
+            net.__enter__()
+            self._net = net
+            self._tls_dir = make_certs(self.new_dir("certs") / "uwsgi_tls", net.host_addresses).directory
+        return self._net
+
+    @property
+    def placement(self) -> Placement | None:
+        return self.net.placement() if self.net else None
 
     @property
     def work_dir(self) -> Path:
@@ -94,9 +119,13 @@ class Lab:
 
     def layout(self, spec: str, name: str = "", **options) -> Layout:
         """``spec`` (``PxT-STRATEGY[@option=value,...]``) with free ports and its own run directory."""
-        n = len(parse_variant(spec, run_dir="/tmp/x").sockets)  # only to count the sockets
+        n = len(parse_variant(spec.partition("@")[0], run_dir="/tmp/x").sockets)  # only to count the sockets
         ports = self.free_ports(n + 2)
         options.setdefault("base_port", ports[0])
+        if self.net:
+            options.setdefault("hosts", self.net.host_addresses)
+            options.setdefault("uwsgi_tls_dir", str(self._tls_dir))
+            options.setdefault("listen", f"{self.net.front.address}:{ports[n]}")
         options.setdefault("listen", f"127.0.0.1:{ports[n]}")
         options.setdefault("stats_port", ports[n + 1])
         options.setdefault("run_dir", str(self.new_dir(name)))
@@ -106,10 +135,11 @@ class Lab:
         """A rendered (cross-checked, ``nginx -t``'d) stack, not started: use it as a context
         manager. ``patch`` edits the rendered nginx.conf first (experiments only)."""
         layout = self.layout(spec, name=name, **options)
-        write_layout(layout, layout.run_dir)
+        placement = self.placement
+        write_layout(layout, layout.run_dir, front_netns=placement.front if placement else "")
         if patch:
             patch.apply(Path(layout.run_dir) / "nginx.conf", layout)
-        stack = Stack(layout, start_timeout=START_TIMEOUT_S, stop_timeout=STOP_TIMEOUT_S)
+        stack = Stack(layout, start_timeout=START_TIMEOUT_S, stop_timeout=STOP_TIMEOUT_S, placement=placement)
         self._stacks.append(stack)
         return stack
 
@@ -117,6 +147,9 @@ class Lab:
         for stack in self._stacks:
             stack.stop()  # a no-op for a stack already stopped
         self._stacks.clear()
+        if self._net is not None:
+            self._net.close()
+            self._net = None
         if self._own_work_dir and self._work_dir is not None:
             shutil.rmtree(self._work_dir, ignore_errors=True)
         self._work_dir = None

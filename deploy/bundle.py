@@ -9,6 +9,13 @@
     tls/NAME.crt, tls/NAME.key       -> /etc/ssl/certs/NAME.crt, /etc/ssl/private/NAME.key (with TLS)
     INSTALL.md, bundle.json          (not installed: the commands for this bundle; what install reads)
 
+With ``--hosts A,B`` (app hosts behind one front, deploy/hosts.py) it writes one bundle for the
+front and one per app host (``write_host_bundles``): ``front/`` holds the site (its upstream
+lists every socket of every host, over TLS with nginx's client certificate, in
+/etc/nginx/uwsgi-tls/NAME/), ``hosts/ADDR/`` the uwsgi.ini (ssl-sockets bound to ADDR, the
+host's certificate in /etc/uwsgi-layouts/NAME-tls/), the unit and logrotate file. Each is
+installed with ``deploy install`` on its machine; all of them are cross-checked together.
+
 A bundle depends on nothing of the machine it is rendered on: the app's directory, virtualenv,
 uWSGI binary and static directories are paths on the *server*, checked for shape here and for
 existence by ``deploy install`` on the server (deploy/install.py), which also runs the app's
@@ -26,10 +33,12 @@ import pwd
 import re
 import shutil
 import ssl
+import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from deploy.errors import LayoutError, RenderError
+from deploy.hosts import SSL_CIPHERS, SSL_PROTOCOLS
 from deploy.layout import APP_RE, DEFAULT_APP, Layout, Socket, parse_env, parse_layout, parse_static
 from deploy.render import TEMPLATES_DIR, _env, crosscheck, make_staging, parse_uwsgi_ini
 from deploy.servers import server_for
@@ -45,6 +54,8 @@ DEFAULT_BODY_SIZE = "10m"
 # Configs for our uWSGI, outside /etc/uwsgi/apps-enabled, which Debian's uwsgi package starts
 # with /usr/bin/uwsgi and the system Python.
 UWSGI_CONF_DIR = "/etc/uwsgi-layouts"
+# The front's client certificate for the app hosts, and the CA it checks them against.
+FRONT_TLS_DIR = "/etc/nginx/uwsgi-tls"
 
 # NAME names a systemd unit, /run/NAME, /var/log/NAME, files and an nginx upstream and zone.
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
@@ -205,6 +216,11 @@ class Bundle:
     tls_cert: str = ""  # PEM text (copied into the bundle), "" = plain HTTP
     tls_key: str = ""
     client_max_body_size: str = DEFAULT_BODY_SIZE
+    # Several app hosts: "front" (the site only) or "host" (uWSGI only, bound to ``host``); "" = one
+    # machine. ``uwsgi_tls_pem``: the PEM texts of the TLS between them (deploy certs), by file.
+    role: str = ""
+    host: str = ""
+    uwsgi_tls_pem: tuple[tuple[str, str], ...] = ()
 
     # --- what the templates and crosscheck read as from a Layout ---------------------------
     processes = property(lambda self: self.layout.processes)
@@ -220,6 +236,16 @@ class Bundle:
     server = property(lambda self: self.layout.server)
     nginx_protocol = property(lambda self: self.layout.nginx_protocol)
     has_stats = property(lambda self: self.layout.has_stats)
+    # Across app hosts (deploy/hosts.py): the failure policy and TLS between nginx and uWSGI.
+    hosts = property(lambda self: self.layout.hosts)
+    app_hosts = property(lambda self: self.layout.app_hosts)
+    socket_plans = property(lambda self: self.layout.socket_plans)
+    max_fails = property(lambda self: self.layout.max_fails)
+    fail_timeout = property(lambda self: self.layout.fail_timeout)
+    uwsgi_tls = property(lambda self: self.layout.uwsgi_tls)
+    uwsgi_tls_name = property(lambda self: self.layout.uwsgi_tls_name)
+    uwsgi_tls_dir = property(lambda self: self.layout.uwsgi_tls_dir)
+    nginx_scheme = property(lambda self: self.layout.nginx_scheme)
     data_dir = ""  # the lab's data set never ships
     # The distribution's nginx.conf says `worker_processes auto`: balancing counts need a zone.
     nginx_workers = "auto"
@@ -252,6 +278,8 @@ class Bundle:
 
     @property
     def sockets(self) -> list[Socket]:
+        if self.layout.hosts:  # each host binds its own address: a host its own sockets, the front all
+            return self.layout.host_sockets(self.host) if self.role == "host" else self.layout.sockets
         out = []
         for s in self.layout.sockets:
             address = (f"{self.run_dir}/uwsgi-{s.index}.sock" if self.transport == "unix"
@@ -262,6 +290,8 @@ class Bundle:
     @property
     def upstream_servers(self) -> list[tuple[Socket, tuple[str, ...]]]:
         """The lab's servers (retry alias, max_fails=0, the strategy's parameters) on our sockets."""
+        if self.layout.hosts:
+            return self.layout.upstream_servers
         ours = self.sockets
         return [(ours[s.index], params) for s, params in self.layout.upstream_servers]
 
@@ -287,8 +317,23 @@ class Bundle:
     def app_paths(self) -> list[str]:
         return [self.app_dir, self.virtualenv, self.uwsgi, *(d for _, d in self.static), *self.writable]
 
+    def host_layout(self, host: str) -> "Bundle":
+        """The bundle of one app host (crosscheck reads each host's uwsgi.ini through it)."""
+        return replace(self, role="host", host=host)
+
+    @property
+    def uwsgi_tls_files(self) -> dict[str, str]:
+        """Where the TLS files between the front and the hosts live on the server, by role."""
+        if self.role == "front":
+            base = f"{FRONT_TLS_DIR}/{self.name}"
+            return {"ca": f"{base}/ca.crt", "client_cert": f"{base}/front.crt", "client_key": f"{base}/front.key"}
+        if self.role == "host":
+            base = f"{UWSGI_CONF_DIR}/{self.name}-tls"
+            return {"ca": f"{base}/ca.crt", "cert": f"{base}/host.crt", "key": f"{base}/host.key"}
+        return {}
+
     def files(self) -> list[BundleFile]:
-        return bundle_files(self.name, self.tls, self.group)
+        return bundle_files(self.name, self.tls, self.group, self.role)
 
 
 @dataclass(frozen=True)
@@ -299,16 +344,28 @@ class BundleFile:
     group: str = "root"
 
 
-def bundle_files(name: str, tls: bool, group: str) -> list[BundleFile]:
-    """Every installed file of bundle ``name``: where it lives in the bundle and on the server."""
-    files = [
-        BundleFile(f"nginx/sites-available/{name}.conf", f"/etc/nginx/sites-available/{name}.conf", 0o644),
+def bundle_files(name: str, tls: bool, group: str, role: str = "") -> list[BundleFile]:
+    """Every installed file of bundle ``name``: where it lives in the bundle and on the server.
+    ``role``: "" (one machine), "front" (the site) or "host" (uWSGI) of a bundle across hosts."""
+    site = [BundleFile(f"nginx/sites-available/{name}.conf", f"/etc/nginx/sites-available/{name}.conf", 0o644)]
+    service = [
         # The app's environment (--env) may hold secrets: readable by root and the run group only.
         BundleFile(f"uwsgi/{name}.ini", f"{UWSGI_CONF_DIR}/{name}.ini", 0o640, group),
         BundleFile(f"systemd/{name}.service", f"/etc/systemd/system/{name}.service", 0o644),
         BundleFile(f"logrotate/{name}", f"/etc/logrotate.d/{name}", 0o644),
     ]
-    if tls:
+    files = (site if role != "host" else []) + (service if role != "front" else [])
+    if role == "front":  # nginx's master reads its client key as root
+        base = f"{FRONT_TLS_DIR}/{name}"
+        files += [BundleFile("uwsgi-tls/ca.crt", f"{base}/ca.crt", 0o644),
+                  BundleFile("uwsgi-tls/front.crt", f"{base}/front.crt", 0o644),
+                  BundleFile("uwsgi-tls/front.key", f"{base}/front.key", 0o600)]
+    if role == "host":  # systemd starts uWSGI as the run user, who reads the key (group, 0640)
+        base = f"{UWSGI_CONF_DIR}/{name}-tls"
+        files += [BundleFile("uwsgi-tls/ca.crt", f"{base}/ca.crt", 0o644),
+                  BundleFile("uwsgi-tls/host.crt", f"{base}/host.crt", 0o644),
+                  BundleFile("uwsgi-tls/host.key", f"{base}/host.key", 0o640, group)]
+    if tls and role != "host":
         files += [
             BundleFile(f"tls/{name}.crt", f"/etc/ssl/certs/{name}.crt", 0o644),
             # nginx's master reads the key as root before starting workers.
@@ -332,7 +389,7 @@ def _topology(spec: str, name: str, options: dict) -> Layout:
     """The lab's Layout for processes x threads x strategy and the uWSGI/nginx tuning options. Its
     lab-only fields (run dir, listen, stats port, user) never reach a bundle file: they get values
     that always validate and cannot collide with the sockets."""
-    transport = options.get("transport") or "unix"
+    transport = options.get("transport") or ("tcp" if options.get("hosts") else "unix")
     probe = parse_layout(spec, transport="unix", run_dir=f"/run/{name}", user=pwd.getpwuid(os.geteuid()).pw_name)
     count = len(probe.sockets)
     base = options.get("base_port") or 5000
@@ -404,8 +461,31 @@ def build_bundle(spec: str, *, app=None, app_dir=None, virtualenv=None, env=None
         nginx_group=_account("nginx_group", nginx_group, DEBIAN_NGINX_GROUP),
         env=parse_env(env or ()), static=static_dirs, writable=writable_dirs, server_names=_server_names(server_names),
         listen=http, tls_listen=https if tls_cert_text else (), tls_cert=tls_cert_text, tls_key=tls_key_text,
-        client_max_body_size=size.lower(),
+        client_max_body_size=size.lower(), **_across_hosts(layout),
     )
+
+
+def _across_hosts(layout: Layout) -> dict:
+    """With hosts: the front's role and the PEM texts of the TLS between front and hosts (read
+    from the layout's uwsgi_tls_dir, which deploy.hosts checked). A bundle ships suwsgi only."""
+    if not layout.hosts:
+        return {}
+    if layout.uwsgi_tls != "suwsgi":
+        raise LayoutError("uwsgi_tls", f"a bundle across hosts speaks suwsgi to them, not {layout.uwsgi_tls} "
+                                       "(https was measured no better: README, Several hosts)")
+    from deploy.certs import CA_CERT, CLIENT_CERT, CLIENT_KEY, host_cert, host_key
+
+    base = Path(layout.uwsgi_tls_dir)
+    names = {"ca.crt": CA_CERT, "front.crt": CLIENT_CERT, "front.key": CLIENT_KEY}
+    for h in layout.hosts:
+        names |= {f"{h}/host.crt": host_cert(h), f"{h}/host.key": host_key(h)}
+    pem = tuple((key, _read_pem("uwsgi_tls_dir", str(base / source))) for key, source in names.items())
+    return {"role": "front", "uwsgi_tls_pem": pem}
+
+
+def host_bundles(front: Bundle) -> list[Bundle]:
+    """One bundle per app host of a front bundle (uWSGI bound to that host, its certificate)."""
+    return [front.host_layout(h) for h in front.layout.hosts]
 
 
 # --- rendering ---------------------------------------------------------------------------------
@@ -427,19 +507,27 @@ def render_bundle(bundle: Bundle) -> dict[str, str]:
         "files": bundle.files(),
         "site_link": site_link(bundle.name), "conf_dir": UWSGI_CONF_DIR,
         "tls_protocols": TLS_PROTOCOLS, "tls_curves": TLS_CURVES, "tls_ciphers": TLS_CIPHERS,
-        "hsts_max_age": HSTS_MAX_AGE,
+        "hsts_max_age": HSTS_MAX_AGE, "ssl_ciphers": SSL_CIPHERS, "ssl_protocols": SSL_PROTOCOLS,
     }
     name = bundle.name
-    texts = {
-        f"nginx/sites-available/{name}.conf": env.get_template("bundle/site.conf.j2").render(context),
-        f"uwsgi/{name}.ini": env.get_template("bundle/uwsgi.ini.j2").render(context),
-        f"systemd/{name}.service": env.get_template("bundle/unit.service.j2").render(context),
-        f"logrotate/{name}": env.get_template("bundle/logrotate.j2").render(context),
-    }
-    if bundle.tls:
-        header = env.get_template("bundle/pem_header.j2").render(context)
+    texts = {}
+    if bundle.role != "host":
+        texts[f"nginx/sites-available/{name}.conf"] = env.get_template("bundle/site.conf.j2").render(context)
+    if bundle.role != "front":
+        texts |= {
+            f"uwsgi/{name}.ini": env.get_template("bundle/uwsgi.ini.j2").render(context),
+            f"systemd/{name}.service": env.get_template("bundle/unit.service.j2").render(context),
+            f"logrotate/{name}": env.get_template("bundle/logrotate.j2").render(context),
+        }
+    header = env.get_template("bundle/pem_header.j2").render(context)
+    if bundle.tls and bundle.role != "host":
         texts[f"tls/{name}.crt"] = header + bundle.tls_cert.lstrip()
         texts[f"tls/{name}.key"] = header + bundle.tls_key.lstrip()
+    pem = dict(bundle.uwsgi_tls_pem)
+    wanted = {"front": ("ca.crt", "front.crt", "front.key"),
+              "host": ("ca.crt", f"{bundle.host}/host.crt", f"{bundle.host}/host.key")}.get(bundle.role, ())
+    for key in wanted:
+        texts[f"uwsgi-tls/{key.rpartition('/')[2]}"] = header + pem[key].lstrip()
     texts["INSTALL.md"] = env.get_template("bundle/INSTALL.md.j2").render(context)
     texts[BUNDLE_JSON] = json.dumps(bundle_record(bundle), indent=2) + "\n"
     return texts
@@ -453,6 +541,7 @@ def bundle_record(bundle: Bundle) -> dict:
         "name": bundle.name,
         "layout": bundle.layout.name,
         "tls": bundle.tls,
+        **({"role": bundle.role, "host": bundle.host, "hosts": list(bundle.layout.hosts)} if bundle.role else {}),
         "server_names": list(bundle.server_names),
         "unit": bundle.unit,
         "run_dir": bundle.run_dir,
@@ -495,25 +584,51 @@ def check_bundle(bundle: Bundle, staging: Path) -> list[str]:
     """Cross-check the rendered bundle in ``staging``: the lab's checks (upstream == sockets, the
     mapping, loopback and 0660 only, balancer, UWSGI_* params, static aliases, env) on the site
     as Debian's nginx.conf includes it, plus what only a bundle has. Returns the problems."""
-    import crossplane
-
     name = bundle.name
     site = staging / f"nginx/sites-available/{name}.conf"
-    ini = f"uwsgi/{name}.ini"
-    check = staging / ".check"
-    check.mkdir()
+    problems = _crosscheck_site(bundle, site, {"": staging / f"uwsgi/{name}.ini"})
+    if problems and problems[0].startswith("the site does not parse"):
+        return problems
+    return problems + _site_checks(bundle, site) + _service_checks(bundle, staging)
+
+
+def check_host_bundles(front: Bundle, front_dir: Path, host_dirs: dict[str, Path]) -> list[str]:
+    """The front's site against every host's uwsgi.ini (the lab's cross-checks, TLS included),
+    then what only a bundle has: the site's, and each host's ini and unit."""
+    name = front.name
+    site = front_dir / f"nginx/sites-available/{name}.conf"
+    problems = _crosscheck_site(front, site, {h: d / f"uwsgi/{name}.ini" for h, d in host_dirs.items()})
+    if problems and problems[0].startswith("the site does not parse"):
+        return problems
+    problems += _site_checks(front, site)
+    for host, directory in host_dirs.items():
+        problems += [f"{host}: {p}" for p in _service_checks(front.host_layout(host), directory)]
+    return problems
+
+
+def _crosscheck_site(bundle: Bundle, site: Path, inis: dict[str, Path]) -> list[str]:
+    """render.crosscheck on the site as Debian's nginx.conf includes it (inside http {}, with
+    uwsgi_params next to nginx.conf), against uWSGI's ini (``inis[""]``) or each host's."""
+    check = Path(tempfile.mkdtemp(prefix=".check-", dir=site.parent))
     try:
-        # As Debian's nginx.conf includes it: inside http {}, with uwsgi_params next to nginx.conf.
         shutil.copy(TEMPLATES_DIR / "uwsgi_params", check / "uwsgi_params")
         (check / "nginx.conf").write_text(f"events {{}}\nhttp {{\n    include {site};\n}}\n")
+        for host, ini in inis.items():
+            target = check / "hosts" / host / "uwsgi.ini" if host else check / "uwsgi.ini"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ini, target)
         try:
-            problems = crosscheck(bundle, staging, config_file=ini, nginx_conf=".check/nginx.conf",
-                                  upstream_name=bundle.upstream_name, site=True)
+            return crosscheck(bundle, check, nginx_conf="nginx.conf", upstream_name=bundle.upstream_name, site=True)
         except RenderError as exc:
             return [f"the site does not parse inside http {{}}: {exc}"]
     finally:
         shutil.rmtree(check, ignore_errors=True)
 
+
+def _site_checks(bundle: Bundle, site: Path) -> list[str]:
+    import crossplane
+
+    problems = []
     alone = crossplane.parse(str(site), single=True, check_ctx=False, catch_errors=False)["config"][0]["parsed"]
     top = sorted({d["directive"] for d in alone} - {"upstream", "server"})
     if top:
@@ -526,7 +641,14 @@ def check_bundle(bundle: Bundle, staging: Path) -> list[str]:
     for key, value in {"HTTP_HOST": "$host", "HTTP_X_FORWARDED_PROTO": "$scheme"}.items():
         if params.get(key) != value:
             problems.append(f"uwsgi_param {key} is {params.get(key)!r}, not {value}")
+    return problems
 
+
+def _service_checks(bundle: Bundle, staging: Path) -> list[str]:
+    """uwsgi.ini and the unit: how systemd starts, stops and reloads uWSGI, where it writes."""
+    name = bundle.name
+    ini = f"uwsgi/{name}.ini"
+    problems = []
     opts = parse_uwsgi_ini((staging / ini).read_text())
     keys = [k for k, _ in opts]
     values = lambda key: [v for k, v in opts if k == key]  # noqa: E731
@@ -558,6 +680,8 @@ def check_bundle(bundle: Bundle, staging: Path) -> list[str]:
     return problems
 
 
+
+
 def parse_nginx_site(site: Path) -> list[dict]:
     import crossplane
 
@@ -583,6 +707,43 @@ def check_out_dir(out: Path) -> None:
         raise LayoutError("out", f"{out} cannot be read") from None
 
 
+def _write_texts(directory: Path, texts: dict[str, str]) -> None:
+    for rel, text in texts.items():
+        path = directory / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if rel.endswith(".key") else 0o644)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+
+
+def write_host_bundles(front: Bundle, out_dir: Path | str) -> dict[str, list[str]]:
+    """A bundle across hosts: ``out_dir/front`` and ``out_dir/hosts/ADDR`` for each app host,
+    rendered and cross-checked together; nothing appears in ``out_dir`` unless every check
+    passed. Returns each bundle's directory (relative to ``out_dir``) and its file names."""
+    out = Path(out_dir).absolute()
+    check_out_dir(out)
+    hosts = host_bundles(front)
+    rendered = {"front": render_bundle(front), **{f"hosts/{b.host}": render_bundle(b) for b in hosts}}
+    staging = make_staging(out)
+    try:
+        for rel, texts in rendered.items():
+            _write_texts(staging / rel, texts)
+        problems = check_host_bundles(front, staging / "front", {b.host: staging / "hosts" / b.host for b in hosts})
+        if problems:
+            raise RenderError("cross-check failed: " + "; ".join(problems))
+        for path in [staging, *staging.rglob("*")]:  # keys and the app's environment: the owner's alone
+            if path.is_dir():
+                path.chmod(0o700)
+        if out.exists():
+            out.rmdir()
+        else:
+            out.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return {rel: sorted(texts) for rel, texts in rendered.items()}
+
+
 def write_bundle(bundle: Bundle, out_dir: Path | str) -> list[str]:
     """Render, check and move the bundle into ``out_dir`` (new or empty). Returns the file names.
     Nothing appears in ``out_dir`` unless every check passed."""
@@ -591,12 +752,7 @@ def write_bundle(bundle: Bundle, out_dir: Path | str) -> list[str]:
     texts = render_bundle(bundle)  # pure: fails before anything is written
     staging = make_staging(out)
     try:
-        for rel, text in texts.items():
-            path = staging / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if rel.endswith(".key") else 0o644)
-            with os.fdopen(fd, "w") as handle:
-                handle.write(text)
+        _write_texts(staging, texts)
         problems = check_bundle(bundle, staging)
         if problems:
             raise RenderError("cross-check failed: " + "; ".join(problems))

@@ -1,4 +1,5 @@
-"""Command line: ``python -m deploy render|run|reload|bundle LAYOUT [options]``, ``install DIR``.
+"""Command line: ``python -m deploy render|run|reload|bundle LAYOUT [options]``, ``install DIR``,
+``certs DIR --hosts ...``.
 
 Bad input exits 2 with one line naming the field and what is allowed; nothing is written.
 An app that does not import (the pre-flight of run and reload) is bad input too.
@@ -14,7 +15,8 @@ import time
 from pathlib import Path
 
 from deploy.appenv import add_app_options, app_options, preflight
-from deploy.bundle import build_bundle, write_bundle
+from deploy.bundle import build_bundle, write_bundle, write_host_bundles
+from deploy.certs import DEFAULT_TLS_NAME, make_certs
 from deploy.errors import LayoutError, RenderError, StackError
 from deploy.install import install
 from deploy.layout import PROJECT_ROOT, TRANSPORTS, Layout, parse_variant
@@ -51,7 +53,8 @@ def add_layout_options(p: argparse.ArgumentParser) -> None:
                                   "(default www-data, else nobody)")
     p.add_argument("--harakiri", help="seconds before uWSGI kills a stuck request's worker (default 30, 0 = off)")
     p.add_argument("--retries", help="extra attempts nginx makes for GET/HEAD on another socket (default 1)")
-    p.add_argument("--connect-timeout", help="seconds nginx waits to connect to a uWSGI socket (default 2)")
+    p.add_argument("--connect-timeout", help="seconds nginx waits to connect to a uWSGI socket "
+                                             "(default 2; 1 with hosts)")
     p.add_argument("--reuseport", help="on: one nginx listen socket per worker, balanced by the kernel")
     p.add_argument("--accept-mutex", help="on: nginx workers take turns to accept (default off)")
     p.add_argument("--multi-accept", help="on: an nginx worker accepts all pending connections at once")
@@ -63,6 +66,15 @@ def add_layout_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--open-file-cache", help="off, on (1000 entries per nginx worker) or a number of entries: nginx "
                                              "keeps file descriptors open between requests (default off)")
     p.add_argument("--data-dir", help="a data set (make dataset): enables /files/<id>, /nfiles/<id> and /static/")
+    p.add_argument("--hosts", help="app hosts ADDR[,ADDR...]: each runs the layout's uWSGI on its own address, "
+                                   "nginx balances over every host's sockets (default: this machine)")
+    p.add_argument("--uwsgi-tls", help="off, suwsgi or https: TLS between nginx and uWSGI (default suwsgi when a "
+                                 "socket is off loopback, which then requires it)")
+    p.add_argument("--uwsgi-tls-dir", help="the certificates, made by python -m deploy certs DIR --hosts ...")
+    p.add_argument("--uwsgi-tls-name", help=f"the name the hosts' certificates carry (default {DEFAULT_TLS_NAME})")
+    p.add_argument("--max-fails", help="nginx marks a socket down after this many failures (default 0 on one "
+                                       "machine, T+1 with hosts)")
+    p.add_argument("--fail-timeout", help="seconds a failed socket stays down (default 10 with hosts)")
 
 
 def layout_from_args(args, run_dir: Path) -> Layout:
@@ -90,6 +102,12 @@ def layout_from_args(args, run_dir: Path) -> Layout:
         aio_max_queue=args.aio_max_queue,
         open_file_cache=args.open_file_cache,
         data_dir=args.data_dir,
+        hosts=args.hosts,
+        uwsgi_tls=args.uwsgi_tls,
+        uwsgi_tls_dir=args.uwsgi_tls_dir,
+        uwsgi_tls_name=args.uwsgi_tls_name,
+        max_fails=args.max_fails,
+        fail_timeout=args.fail_timeout,
         run_dir=str(run_dir),
     )
 
@@ -111,6 +129,14 @@ def build_parser() -> argparse.ArgumentParser:
     reload.add_argument("--run-dir", help="the run directory given to `run` (default build/run/LAYOUT)")
     reload.add_argument("--timeout", type=float, default=120.0,
                         help="seconds to wait for every worker to be replaced (default 120)")
+    certs = sub.add_parser("certs", help="make a CA, one server certificate per app host and nginx's client "
+                                         "certificate, for --uwsgi-tls")
+    certs.add_argument("dir", help="where to write them (keys 0600; an existing CA there is reused)")
+    certs.add_argument("--hosts", required=True, help="the app hosts' addresses, ADDR[,ADDR...]")
+    certs.add_argument("--name", default=DEFAULT_TLS_NAME,
+                       help=f"the name every host certificate carries, which nginx verifies "
+                            f"(default {DEFAULT_TLS_NAME})")
+    certs.add_argument("--force", action="store_true", help="replace existing front and host certificates")
     add_bundle_parsers(sub)
     return parser
 
@@ -144,7 +170,14 @@ def add_bundle_parsers(sub) -> None:
     bundle.add_argument("--backlog", help="uWSGI listen backlog per socket (default 100)")
     bundle.add_argument("--harakiri", help="seconds before uWSGI kills a stuck request's worker (default 30)")
     bundle.add_argument("--retries", help="extra attempts nginx makes for GET/HEAD on another socket (default 1)")
-    bundle.add_argument("--connect-timeout", help="seconds nginx waits to connect to a uWSGI socket (default 2)")
+    bundle.add_argument("--connect-timeout", help="seconds nginx waits to connect to a uWSGI socket "
+                                                  "(default 2; 1 with hosts)")
+    bundle.add_argument("--hosts", help="app hosts ADDR[,ADDR...]: one bundle for the front (OUT/front) and one per "
+                                        "host (OUT/hosts/ADDR), TLS between them (needs --uwsgi-tls-dir)")
+    bundle.add_argument("--uwsgi-tls-dir", help="with --hosts: the certificates (python -m deploy certs DIR --hosts)")
+    bundle.add_argument("--uwsgi-tls-name", help=f"the name the hosts' certificates carry (default {DEFAULT_TLS_NAME})")
+    bundle.add_argument("--max-fails", help="with --hosts: failures before nginx leaves a socket out (default T+1)")
+    bundle.add_argument("--fail-timeout", help="with --hosts: seconds a failed socket stays out (default 10)")
     install_p = sub.add_parser("install", help="install a bundle: copy, enable, nginx -t (undone if it fails), "
                                                "start where systemd runs")
     install_p.add_argument("bundle", help="the directory `bundle --out` wrote")
@@ -162,8 +195,17 @@ def cmd_bundle(args) -> int:
         tls_listen=args.tls_listen, user=args.user, group=args.group, nginx_group=args.nginx_group,
         uwsgi=args.uwsgi, writable=args.writable, transport=args.transport, base_port=args.base_port,
         backlog=args.backlog, harakiri=args.harakiri, retries=args.retries, connect_timeout=args.connect_timeout,
+        hosts=args.hosts, uwsgi_tls_dir=args.uwsgi_tls_dir, uwsgi_tls_name=args.uwsgi_tls_name,
+        max_fails=args.max_fails, fail_timeout=args.fail_timeout,
     )
     out = Path(args.out).absolute()
+    if bundle.role == "front":
+        written = write_host_bundles(bundle, out)
+        for rel, files in written.items():
+            print(f"bundle {bundle.name} ({bundle.layout.name}, {rel}) written to {out / rel}: {', '.join(files)}")
+        print(f"next: on the front, python -m deploy install {out / 'front'}; on each app host ADDR, python -m "
+              f"deploy install {out}/hosts/ADDR (see INSTALL.md in each)")
+        return 0
     files = write_bundle(bundle, out)
     print(f"bundle {bundle.name} ({bundle.layout.name}) written to {out}: {', '.join(files)}")
     print(f"next, on the server: python -m deploy install {out} --dry-run (see {out / 'INSTALL.md'})")
@@ -211,6 +253,9 @@ def cmd_run(args) -> int:
     if args.duration is not None and not 0 < args.duration <= 7 * 24 * 3600:
         raise LayoutError("for", f"must be a number of seconds in (0, {7 * 24 * 3600}], got {args.duration:g}")
     layout = layout_from_args(args, run_dir)
+    if len(layout.hosts) > 1:
+        raise LayoutError("hosts", "`run` serves one machine; with several hosts each runs its own uWSGI: render the "
+                                   "files (python -m deploy render ... --hosts) and start hosts/ADDR/uwsgi.ini on each")
     preflight(layout)  # the app imports as the workers will, or exit 2 before anything is written
     server = server_for(layout)
     server.check_installed()  # a peer missing from our venv: one line saying how to install it (exit 1)
@@ -256,11 +301,20 @@ def cmd_reload(args) -> int:
     return 0
 
 
+def cmd_certs(args) -> int:
+    made = make_certs(args.dir, args.hosts, name=args.name, force=args.force)
+    kept = f" (kept {', '.join(made.kept)})" if made.kept else ""
+    print(f"wrote {', '.join(made.written)} in {made.directory}{kept}")
+    print(f"use: --hosts {args.hosts} --uwsgi-tls-dir {made.directory}"
+          + (f" --uwsgi-tls-name {args.name}" if args.name != DEFAULT_TLS_NAME else ""))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(build_parser(), argv)
     try:
         return {"render": cmd_render, "run": cmd_run, "reload": cmd_reload, "bundle": cmd_bundle,
-                "install": cmd_install}[args.command](args)
+                "install": cmd_install, "certs": cmd_certs}[args.command](args)
     except LayoutError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -107,7 +107,7 @@ def load_bundle(bundle_dir: Path) -> tuple[dict, dict[str, str]]:
     if not isinstance(name, str) or not NAME_RE.match(name) or not isinstance(server, dict):
         raise LayoutError("bundle", f"{bundle_dir / BUNDLE_JSON} names no valid bundle")
     texts = {}
-    for f in bundle_files(name, bool(record.get("tls")), server.get("group", "")):
+    for f in bundle_files(name, bool(record.get("tls")), server.get("group", ""), record.get("role", "")):
         path = bundle_dir / f.path
         try:
             text = path.read_text()
@@ -158,9 +158,11 @@ def nginx_binary() -> str:
 
 
 def check_machine(record: dict, root: Path, app_check: bool = True) -> None:
-    """What the service needs on this machine, or LayoutError naming the field."""
+    """What the service needs on this machine, or LayoutError naming the field. A front of app
+    hosts runs no uWSGI here (only nginx's checks); an app host no nginx site (only uWSGI's)."""
     name, server = record["name"], record["server"]
-    for field_name in ("user", "group", "nginx_group"):
+    role = record.get("role", "")
+    for field_name in ("user", "group", "nginx_group") if role != "front" else ():
         account = server[field_name]
         try:
             (pwd.getpwnam if field_name == "user" else grp.getgrnam)(account)
@@ -169,12 +171,15 @@ def check_machine(record: dict, root: Path, app_check: bool = True) -> None:
                    else "apt-get install nginx (Debian's runs as www-data)")
             raise LayoutError(field_name, f"no {'user' if field_name == 'user' else 'group'} {account!r} on this "
                                           f"machine: {how}, or bundle with --{field_name.replace('_', '-')}") from None
-    nginx_binary()
-    nginx_dir = under(root, "/etc/nginx")
-    for needed in ("nginx.conf", "sites-available", "sites-enabled"):
-        if not (nginx_dir / needed).exists():
-            raise LayoutError("root", f"{nginx_dir / needed} is missing: the bundle needs Debian's nginx layout "
-                                      "(nginx.conf including sites-enabled/*)")
+    if role != "host":
+        nginx_binary()
+        nginx_dir = under(root, "/etc/nginx")
+        for needed in ("nginx.conf", "sites-available", "sites-enabled"):
+            if not (nginx_dir / needed).exists():
+                raise LayoutError("root", f"{nginx_dir / needed} is missing: the bundle needs Debian's nginx layout "
+                                          "(nginx.conf including sites-enabled/*)")
+    if role == "front":
+        return
     for unit_dir in PACKAGE_UNIT_DIRS:
         clash = under(root, f"{unit_dir}/{name}.service")
         if clash.exists():
@@ -246,7 +251,8 @@ def plan(record: dict, texts: dict[str, str], root: Path) -> list[Step]:
     name, server = record["name"], record["server"]
     steps: list[Step] = []
     planned_dirs: set[Path] = set()
-    for f in bundle_files(name, bool(record.get("tls")), server["group"]):
+    role = record.get("role", "")
+    for f in bundle_files(name, bool(record.get("tls")), server["group"], role):
         target = under(root, f.target)
         missing = [d for d in [target.parent, *target.parent.parents] if not d.exists() and d not in planned_dirs]
         for d in reversed(missing):
@@ -254,6 +260,8 @@ def plan(record: dict, texts: dict[str, str], root: Path) -> list[Step]:
             steps.append(Step("dir", d, "create", mode=mode))
             planned_dirs.add(d)
         steps.append(_file_step(target, relocate(texts[f.path], name, root), f.mode, f.group, name))
+    if role == "host":  # an app host of a front: no nginx site here
+        return steps
     link, link_to = site_link(name)
     link_path, link_target = under(root, link), str(under(root, link_to))
     if link_path.is_symlink():
@@ -357,9 +365,13 @@ def _systemctl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 def start_services(record: dict, restart_needed: bool) -> list[str]:
-    """daemon-reload, enable, start / restart / chain-reload, then reload nginx. Returns what ran."""
+    """daemon-reload, enable, start / restart / chain-reload, then reload nginx. Returns what ran.
+    A front of app hosts has no unit here (nginx only); an app host no site (its unit only)."""
     unit = record["unit"]
     ran = []
+    role = record.get("role", "")
+    if role == "front":
+        return _reload_nginx(ran)
     _systemctl("daemon-reload")
     ran.append("systemctl daemon-reload")
     _systemctl("enable", unit)
@@ -368,6 +380,10 @@ def start_services(record: dict, restart_needed: bool) -> list[str]:
     action = ("restart" if restart_needed else "reload") if active else "start"
     _systemctl(action, unit)
     ran.append(f"systemctl {action} {unit}")
+    return ran if role == "host" else _reload_nginx(ran)
+
+
+def _reload_nginx(ran: list[str]) -> list[str]:
     if _systemctl("is-active", "--quiet", "nginx", check=False).returncode == 0:
         _systemctl("reload", "nginx")
         ran.append("systemctl reload nginx")
@@ -395,7 +411,7 @@ def install(bundle_dir: Path | str, root: Path | str = "/", dry_run: bool = Fals
     for step in steps:
         progress(("would " if dry_run else "") + step.describe())
     default_site = under(root, "/etc/nginx/sites-enabled/default")
-    if record.get("server_names", ["_"]) == ["_"] and default_site.exists():
+    if record.get("role") != "host" and record.get("server_names", ["_"]) == ["_"] and default_site.exists():
         progress(f"note: the site has no server name and {default_site} is enabled: for port 80 nginx sends every "
                  "request to Debian's default site (remove that link, or bundle with --server-name)")
     cmd_text = "nginx -t" + ("" if root == Path("/") else f" -c {under(root, '/etc/nginx/nginx.conf')}")
@@ -416,12 +432,14 @@ def install(bundle_dir: Path | str, root: Path | str = "/", dry_run: bool = Fals
                           if not p.exists()]
     try:
         apply(steps, journal)
-        ok, output, _ = nginx_test(root)
+        # An app host of a front has no site: nothing of nginx's to test.
+        ok, output, _ = nginx_test(root) if record.get("role") != "host" else (True, "(no nginx site)", [])
     except BaseException:
         journal.rollback()
         raise
     result.nginx_test = output
-    progress(f"$ {cmd_text}\n{output}")
+    if record.get("role") != "host":
+        progress(f"$ {cmd_text}\n{output}")
     if not ok:
         undone = journal.rollback()
         raise RenderError(f"{cmd_text} failed: put back what install changed ({len(undone)} "
@@ -439,6 +457,9 @@ def install(bundle_dir: Path | str, root: Path | str = "/", dry_run: bool = Fals
 
 
 def _no_systemd(record: dict, root: Path) -> str:
+    if record.get("role") == "front":  # no uWSGI on the front of app hosts
+        return ("nothing to start here but nginx: reload it (systemctl reload nginx) once the app hosts run "
+                f"their bundles ({', '.join(record.get('hosts', []))})")
     if root != Path("/"):
         return (f"--root is not /: nothing started. uWSGI by hand (as root it drops to {record['server']['user']}): "
                 f"{record['server']['uwsgi']} --ini {under(root, '/etc/uwsgi-layouts/' + record['name'] + '.ini')}")

@@ -14,10 +14,12 @@ import os
 import pwd
 import re
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from deploy import hosts as multihost
 from deploy.appenv import server_python, virtualenv_python
+from deploy.certs import CA_CERT, CLIENT_CERT, CLIENT_KEY, DEFAULT_TLS_NAME, host_cert, host_key
 from deploy.errors import LayoutError
 from deploy.nginx_map import MapError, read_map_facts
 from deploy.strategies import STRATEGIES, SocketPlan, get_strategy
@@ -302,6 +304,7 @@ class Socket:
     address: str  # "127.0.0.1:5000" or an absolute unix socket path
     workers: tuple[int, ...] | None  # 1-based worker ids; None = every worker
     role: str
+    host: str = ""  # the app host that binds it ("" for a unix socket)
 
     @property
     def is_unix(self) -> bool:
@@ -333,11 +336,13 @@ class Layout:
     # Seconds after which uWSGI kills a stuck request's worker (0 = never).
     harakiri: int = 30
     # Extra attempts nginx makes on another socket for an idempotent request whose worker
-    # failed (GET/HEAD only: a POST is never replayed).
-    retries: int = 1
+    # failed (GET/HEAD only: a POST is never replayed). "" = 1 on one machine; with hosts, the
+    # sockets of one host, so a request can skip every socket of a failed host.
+    retries: int | str = ""
     # Seconds nginx waits to connect to a uWSGI socket; a full TCP backlog drops SYNs, so
     # this bounds how long an excess request hangs before failing.
-    connect_timeout: int = 2
+    # "" = 2 on one machine, 1 with hosts (deploy.hosts.failure_policy).
+    connect_timeout: int | str = ""
     # nginx's own I/O and accept tuning (defaults: nginx's own defaults).
     reuseport: bool = False  # one listen socket per nginx worker, balanced by the kernel
     accept_mutex: bool = False
@@ -369,6 +374,21 @@ class Layout:
     protocol: str = "http"
     # thunder: uWSGI's lock engine for the thunder lock ("" = uWSGI's default, or ipcsem).
     lock_engine: str = ""
+    # Several app hosts (deploy/hosts.py): every host runs this layout's uWSGI bound to its own
+    # address, and nginx balances over every socket of every host. () = this machine only.
+    hosts: tuple[str, ...] = ()
+    # How nginx talks to uWSGI: off (plain uwsgi: loopback only), suwsgi (uwsgi over TLS, with
+    # a client certificate uWSGI requires), https (uWSGI's https-socket). "" = suwsgi when a
+    # socket is not on loopback, else off.
+    uwsgi_tls: str = ""
+    # The certificates (python -m deploy certs DIR --hosts ...), and the name every host's
+    # certificate carries, which nginx verifies (uwsgi_ssl_name).
+    uwsgi_tls_dir: str = ""
+    uwsgi_tls_name: str = DEFAULT_TLS_NAME
+    # nginx marks a socket down for fail_timeout seconds after max_fails failures within that
+    # time. "" = for where the sockets are: never on one machine; measured values with hosts.
+    max_fails: int | str = ""
+    fail_timeout: int | str = ""
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen dataclass)
@@ -403,8 +423,6 @@ class Layout:
         set_("stats_port", _int_in("stats_port", self.stats_port, 1, 65535))
         set_("access_log", _bool("access_log", self.access_log))
         set_("harakiri", _int_in("harakiri", self.harakiri, 0, 3600))
-        set_("retries", _int_in("retries", self.retries, 0, 16))
-        set_("connect_timeout", _int_in("connect_timeout", self.connect_timeout, 1, 60))
         set_("user", _resolve_user(self.user))
         for flag in ("reuseport", "accept_mutex", "multi_accept", "sendfile"):
             set_(flag, _bool(flag, getattr(self, flag)))
@@ -446,6 +464,7 @@ class Layout:
             raise LayoutError("lock_engine", f"must be ipcsem (System V semaphores) or empty for uWSGI's default "
                                              f"(pthread robust mutexes), got {self.lock_engine!r}")
         self._check_strategy_options(strategy)
+        multihost.resolve(self, set_)  # hosts, uwsgi_tls*, max_fails, fail_timeout, retries, connect_timeout
         self._check_addresses()
 
     # --- derived views --------------------------------------------------------------
@@ -469,7 +488,10 @@ class Layout:
 
     @property
     def nginx_protocol(self) -> str:
-        """What nginx speaks to the app server: uwsgi (uwsgi_pass) or http (proxy_pass)."""
+        """What nginx speaks to the app server: uwsgi (uwsgi_pass) or http (proxy_pass; over TLS
+        for uWSGI's https-socket)."""
+        if self.uwsgi_tls == "https":
+            return "http"
         return "uwsgi" if self.server == "uwsgi" or self.protocol == "uwsgi" else "http"
 
     @property
@@ -478,21 +500,59 @@ class Layout:
         return self.server == "uwsgi"
 
     @property
-    def sockets(self) -> list[Socket]:
+    def app_hosts(self) -> tuple[str, ...]:
+        """The addresses uWSGI binds: the hosts, or this machine's loopback ("" for unix sockets)."""
+        return self.hosts or (("127.0.0.1",) if self.transport == "tcp" else ("",))
+
+    def host_sockets(self, host: str) -> list[Socket]:
+        """The sockets one app host binds (indices from 0, as in its own uwsgi.ini)."""
         out = []
         for i, plan in enumerate(self.socket_plans):
             if self.transport == "unix":
                 address = str(Path(self.run_dir) / "sockets" / f"{self.server}-{i}.sock")
             else:
-                address = f"127.0.0.1:{self.base_port + i}"
-            out.append(Socket(index=i, address=address, workers=plan.workers, role=plan.role))
+                address = f"{host}:{self.base_port + i}"
+            out.append(Socket(index=i, address=address, workers=plan.workers, role=plan.role, host=host))
         return out
 
     @property
+    def sockets(self) -> list[Socket]:
+        """Every socket nginx reaches: each app host's, host after host."""
+        return [s for host in self.app_hosts for s in self.host_sockets(host)]
+
+    def host_layout(self, host: str) -> "Layout":
+        """The layout one app host runs: its own sockets, and its own run directory
+        (run_dir/hosts/ADDR: uwsgi.ini, control/, logs/) for its uWSGI."""
+        if host not in self.hosts:
+            raise LayoutError("hosts", f"{host} is not one of the layout's hosts {', '.join(self.hosts)}")
+        return replace(self, hosts=(host,), run_dir=str(self.host_dir(host)))
+
+    def host_dir(self, host: str) -> Path:
+        return Path(self.run_dir) / "hosts" / host
+
+    @property
+    def uwsgi_tls_files(self) -> dict[str, str]:
+        """The certificate paths the configs name: ca, client_cert, client_key (nginx's), and
+        cert/key of the layout's single host (a host layout's own)."""
+        if self.uwsgi_tls == "off":
+            return {}
+        base = Path(self.uwsgi_tls_dir)
+        files = {"ca": base / CA_CERT, "client_cert": base / CLIENT_CERT, "client_key": base / CLIENT_KEY}
+        if len(self.app_hosts) == 1:
+            files |= {"cert": base / host_cert(self.app_hosts[0]), "key": base / host_key(self.app_hosts[0])}
+        return {k: str(v) for k, v in files.items()}
+
+    @property
+    def nginx_scheme(self) -> str:
+        """What uwsgi_pass/proxy_pass names before the upstream: uwsgi (none), suwsgi, http, https."""
+        if self.nginx_protocol == "uwsgi":
+            return "suwsgi" if self.uwsgi_tls == "suwsgi" else "uwsgi"
+        return "https" if self.uwsgi_tls == "https" else "http"
+
+    @property
     def upstream_servers(self) -> list[tuple[Socket, tuple[str, ...]]]:
-        sockets = self.sockets
         plans = self.strategy_obj.servers(self.socket_plans, self.threads)
-        servers = [(sockets[p.socket_index], p.params) for p in plans]
+        servers = [(self.host_sockets(h)[p.socket_index], p.params) for h in self.app_hosts for p in plans]
         primaries = [s for s, params in servers if "backup" not in params]
         if self.retries and len(primaries) == 1 and len(servers) == 1:
             # nginx never retries a lone server, so a request whose worker died would fail.
@@ -505,7 +565,10 @@ class Layout:
         # (max_fails=1 fail_timeout=10s) would shut the socket out for 10 s: measured, after a
         # kill -9 on mapped throughput fell from ~200 to ~95 req/s for 10 s, and a full backlog
         # left "no live upstreams" for 7-9 s after the load stopped. Never mark a socket down.
-        return [(s, ("max_fails=0", *params)) for s, params in servers]
+        # Across hosts a whole host can be down: see deploy.hosts.failure_policy.
+        failure = (f"max_fails={self.max_fails}", f"fail_timeout={self.fail_timeout}s") if self.max_fails \
+            else ("max_fails=0",)
+        return [(s, (*failure, *params)) for s, params in servers]
 
     @property
     def drops_privileges(self) -> bool:
@@ -538,7 +601,8 @@ class Layout:
         data = asdict(self)
         data["name"] = self.name
         data["sockets"] = [
-            {"index": s.index, "address": s.address, "workers": list(s.workers) if s.workers else None, "role": s.role}
+            {"index": s.index, "address": s.address, "workers": list(s.workers) if s.workers else None, "role": s.role,
+             **({"host": s.host} if self.hosts else {})}
             for s in self.sockets
         ]
         data["upstream"] = [{"address": s.nginx_address, "params": list(p)} for s, p in self.upstream_servers]
@@ -570,7 +634,7 @@ class Layout:
                 )
             ports = {self.base_port + i: f"{self.server} socket {i}" for i in range(n)}
             taken = {self.stats_port: "stats_port"} if self.has_stats else {}
-            if self.listen_host in ("127.0.0.1", "0.0.0.0"):
+            if self.listen_host in ("127.0.0.1", "0.0.0.0", *self.hosts):
                 taken[self.listen_port] = "listen"
             for port, what in ports.items():
                 if port in taken:

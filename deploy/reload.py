@@ -58,6 +58,10 @@ def chain_reload(run_dir: Path, timeout: float = 120.0, progress=None) -> Reload
         raise LayoutError("layout", f"{layout.name} runs {layout.server}: chain reload is uWSGI's (its master FIFO); "
                                     f"for a graceful reload send SIGHUP to the pid in {run_dir}/control/"
                                     f"{layout.server}.pid")
+    if layout.hosts:
+        raise LayoutError("hosts", f"{layout.name} runs on {len(layout.hosts)} app hosts: chain-reload each host's "
+                                   "uWSGI on that host, one host at a time (write 'c' to its master FIFO, "
+                                   "hosts/ADDR/control/master.fifo)")
     fifo = run_dir / "control" / "master.fifo"
     stats = layout.stats_address
     try:

@@ -23,9 +23,11 @@ from pathlib import Path
 
 import jinja2
 
-from deploy import nginx_map
-from deploy.appenv import blocked_at, check_readable, run_user_ids
+from deploy import netns, nginx_map
+from deploy.appenv import blocked_at, check_readable, find_uwsgi, run_user_ids
+from deploy.certs import check_tls_dir
 from deploy.errors import LayoutError, RenderError
+from deploy.hosts import SSL_CIPHERS, SSL_PROTOCOLS, plain_allowed, uwsgi_has_ssl
 from deploy.layout import PROJECT_ROOT, THREAD_POOL, UNIX_SOCKET_MODE, Layout
 from deploy.servers import (
     CONFIG_FILES,
@@ -80,6 +82,17 @@ def _env() -> jinja2.Environment:
     return env
 
 
+def pass_target(layout: Layout, upstream: str = "") -> str:
+    """What location / passes to: ``uwsgi_app``, ``suwsgi://uwsgi_app``, ``http://...``, ``https://...``."""
+    upstream = upstream or server_for(layout).upstream
+    return upstream if layout.nginx_scheme == "uwsgi" else f"{layout.nginx_scheme}://{upstream}"
+
+
+def host_file(host: str, name: str) -> str:
+    """Where a rendered app host's file goes, relative to the run dir (hosts/ADDR/uwsgi.ini)."""
+    return f"hosts/{host}/{name}"
+
+
 def render_texts(layout: Layout) -> dict[str, str]:
     env = _env()
     server = server_for(layout)
@@ -88,12 +101,17 @@ def render_texts(layout: Layout) -> dict[str, str]:
         "worker_connections": NGINX_WORKER_CONNECTIONS, "upstream_keepalive_timeout": UPSTREAM_KEEPALIVE_TIMEOUT,
         "peer_idle_timeout": PEER_IDLE_TIMEOUT, "graceful_stop": GRACEFUL_STOP, "sys_prefix": sys.prefix,
         **_file_map_context(layout),
+        "pass_target": pass_target(layout), "ssl_ciphers": SSL_CIPHERS, "ssl_protocols": SSL_PROTOCOLS,
     }
-    return {
-        "nginx.conf": env.get_template("nginx.conf.j2").render(context),
-        **server.render(env, context),
-        "layout.json": json.dumps({"format_version": LAYOUT_JSON_VERSION, **layout.to_dict()}, indent=2) + "\n",
-    }
+    texts = {"nginx.conf": env.get_template("nginx.conf.j2").render(context)}
+    if layout.hosts:  # each host's config, from its own view; the front keeps uwsgi_params
+        for host in layout.hosts:
+            for name, text in server.render(env, context | {"layout": layout.host_layout(host)}).items():
+                texts[host_file(host, name) if name == server.config_file else name] = text
+    else:
+        texts |= server.render(env, context)
+    texts["layout.json"] = json.dumps({"format_version": LAYOUT_JSON_VERSION, **layout.to_dict()}, indent=2) + "\n"
+    return texts
 
 
 def _file_map_context(layout: Layout) -> dict:
@@ -164,7 +182,42 @@ def nginx_summary(conf_path: Path) -> dict:
         "location_headers": [(" ".join(loc["args"]), d["args"]) for loc in find_directives(parsed, "location")
                              for d in loc.get("block", []) if d["directive"] == "proxy_set_header"],
         "worker_processes": workers[0] if workers else "1",
+        "pass_locations": pass_locations(parsed),
     }
+
+
+SSL_DIRECTIVES = ("ssl_certificate", "ssl_certificate_key", "ssl_trusted_certificate", "ssl_verify", "ssl_name",
+                   "ssl_protocols", "ssl_session_reuse", "ssl_server_name")
+
+
+def pass_locations(parsed: list[dict]) -> list[dict]:
+    """Every location that passes requests on (uwsgi_pass, proxy_pass): its path, directive,
+    target, and the uwsgi_ssl_* / proxy_ssl_* settings in force there (its own, else inherited
+    from the enclosing server or http block, as nginx inherits them)."""
+    out: list[dict] = []
+
+    def walk(block: list[dict], inherited: dict, where: str) -> None:
+        here = dict(inherited)
+        for d in block:
+            name = d["directive"]
+            for prefix in ("uwsgi_", "proxy_"):
+                if name.startswith(prefix) and name[len(prefix):] in SSL_DIRECTIVES:
+                    here[name] = d["args"]
+        for d in block:
+            if d["directive"] in ("uwsgi_pass", "proxy_pass"):
+                prefix = d["directive"].split("_")[0] + "_"
+                out.append({"location": where, "directive": d["directive"], "target": d["args"][0],
+                            "ssl": {k[len(prefix):]: v for k, v in here.items() if k.startswith(prefix)}})
+            if d["directive"] in ("http", "server", "location", "if", "limit_except") and "block" in d:
+                walk(d["block"], here, " ".join(d["args"]) if d["directive"] == "location" else where)
+
+    walk(parsed, {}, "")
+    return out
+
+
+def upstream_of(target: str) -> str:
+    """``suwsgi://uwsgi_app`` -> ``uwsgi_app``."""
+    return target.partition("://")[2] if "://" in target else target
 
 
 def _is_loopback(address: str) -> bool:
@@ -175,30 +228,43 @@ def _is_loopback(address: str) -> bool:
         return False
 
 
+def host_facts(layout: Layout, conf_dir: Path, config_file: str = "") -> list[tuple[Layout, object]]:
+    """(the layout an app server runs, its config file read back) per app host: one on a single
+    machine (``config_file``, default the server's own name), else each host's own file under
+    hosts/ADDR/."""
+    server = server_for(layout)
+    if not layout.hosts:
+        return [(layout, server.facts(layout, conf_dir, config_file or server.config_file))]
+    return [(layout.host_layout(h), server.facts(layout.host_layout(h), conf_dir / "hosts" / h)) for h in layout.hosts]
+
+
 def crosscheck(layout: Layout, conf_dir: Path, *, config_file: str = "", nginx_conf: str = "nginx.conf",
                upstream_name: str = "", site: bool = False) -> list[str]:
     """Check the rendered files against each other and the layout; return the problems.
 
     ``config_file``, ``nginx_conf``: the files to read, relative to ``conf_dir`` (default: the
-    server's own config file name, nginx.conf). ``site``: the nginx file is a site that the
-    distribution's nginx.conf includes (a bundle, deploy/bundle.py): the distribution sets
-    nginx's user and runs several workers, so the workers' user is not checked and the upstream
-    needs a zone."""
+    server's own config file name, nginx.conf; with hosts, each host's hosts/ADDR/uwsgi.ini).
+    ``site``: the nginx file is a site that the distribution's nginx.conf includes (a bundle,
+    deploy/bundle.py): the distribution sets nginx's user and runs several workers, so the
+    workers' user is not checked and the upstream needs a zone."""
     server = server_for(layout)
-    facts = server.facts(layout, conf_dir, config_file or server.config_file)  # the server's config, read back
+    per_host = host_facts(layout, conf_dir, config_file)  # the server's config file(s), read back
     nginx = nginx_summary(conf_dir / nginx_conf)
-    problems: list[str] = list(facts.problems)
+    problems: list[str] = [p for _, facts in per_host for p in facts.problems]
 
-    if facts.processes != layout.processes or facts.threads != layout.threads:
-        problems.append(f"{server.config_file} processes/threads differ from layout {layout.name}")
-    sockets = facts.addresses
+    for _, host in per_host:
+        if host.processes != layout.processes or host.threads != layout.threads:
+            problems.append(f"{server.config_file} processes/threads differ from layout {layout.name}")
+    sockets = [a for _, facts in per_host for a in facts.addresses]
+    facts = per_host[0][1]  # what every host's file shares (checked per host where it matters)
 
     # 1. nginx sends only to the server's sockets, reaches every one of them, and speaks its protocol.
     name = upstream_name or server.upstream
     upstream = nginx["upstreams"].get(name)
     if upstream is None:
         return problems + [f"{nginx_conf} has no upstream {name!r}"]
-    for protocol, directive, target in (("uwsgi", "uwsgi_pass", name), ("http", "proxy_pass", f"http://{name}")):
+    target = pass_target(layout, name)
+    for protocol, directive in (("uwsgi", "uwsgi_pass"), ("http", "proxy_pass")):
         want = {target} if protocol == layout.nginx_protocol else set()
         if set(nginx[directive]) != want:
             problems.append(f"{directive} targets {nginx[directive]} instead of "
@@ -213,16 +279,32 @@ def crosscheck(layout: Layout, conf_dir: Path, *, config_file: str = "", nginx_c
             or len(set(backups)) != len(backups) or len(servers) > len(sockets) + len(set(primaries) & set(backups))):
         problems.append(f"nginx upstream servers {servers} != {server.label} sockets {sockets}")
 
-    # 2. No address used twice across nginx listen, the server's sockets and its stats server.
-    addresses = nginx["listens"] + sockets + facts.private
-    dupes = sorted({a for a in addresses if addresses.count(a) > 1})
+    # 2. No address used twice across nginx listen, the server's sockets and its stats server
+    #    (each host has its own loopback: its stats server only clashes with its own sockets).
+    addresses = nginx["listens"] + sockets + ([] if layout.hosts else facts.private)
+    dupes = {a for a in addresses if addresses.count(a) > 1}
+    for _, host in per_host if layout.hosts else ():
+        own = host.addresses + host.private
+        dupes |= {a for a in own if own.count(a) > 1}
     if dupes:
-        problems.append(f"addresses used twice: {dupes}")
+        problems.append(f"addresses used twice: {sorted(dupes)}")
 
-    # 3. The uwsgi protocol can load code (and no server needs more): loopback or 0660 unix sockets only.
-    for address in sockets + facts.private:
-        if not address.startswith("/") and not _is_loopback(address):
-            problems.append(f"{address} is not a loopback address")
+    # 3. The uwsgi protocol can load code (and no server needs more): loopback or 0660 unix
+    #    sockets, or, off loopback, TLS with a client certificate uWSGI requires (see 11).
+    for _, host in per_host:
+        for address in host.private:
+            if not address.startswith("/") and not _is_loopback(address):
+                problems.append(f"{address} is not a loopback address")
+        for address in host.addresses:
+            tls = host.socket_tls.get(address)
+            if address.startswith("/") or plain_allowed(address):
+                continue
+            if address.rpartition(":")[0] in ("", "0.0.0.0", "*"):
+                problems.append(f"{address} is not a loopback address: it binds every interface (bind the host's "
+                                "own address)")
+            elif not tls or not tls.get("required"):
+                problems.append(f"{address} is not a loopback address and takes clients without a certificate "
+                                "(needs ssl-socket = ADDR,CERT,KEY,CIPHERS,!CA)")
     if any(a.startswith("/") for a in sockets) and (facts.unix_mode is None or facts.unix_mode & ~0o660):
         got = "none or unreadable" if facts.unix_mode is None else f"{facts.unix_mode:o}"
         problems.append(f"unix sockets need {MODE_SETTING[server.name]} giving 660 or tighter, got {got}")
@@ -246,14 +328,15 @@ def crosscheck(layout: Layout, conf_dir: Path, *, config_file: str = "", nginx_c
 
     # 6. Started as root: nothing serves requests as root. uWSGI and gunicorn name the user in
     #    their config (granian has no such option: Stack starts it as that user).
-    if layout.drops_privileges:
-        if server.name in ("uwsgi", "gunicorn") and facts.run_as != (layout.user, layout.group):
+    for _, host in per_host:
+        if layout.drops_privileges and server.name in ("uwsgi", "gunicorn") and \
+                host.run_as != (layout.user, layout.group):
             problems.append(f"{server.config_file} must drop to uid/gid {layout.user}/{layout.group}, has "
-                            f"{facts.run_as or 'none'}")
-        if not site and nginx["user"][:1] != [layout.user]:
-            problems.append(f"nginx workers must run as {layout.user}, nginx.conf says {nginx['user'] or 'nothing'}")
-    if facts.run_as and set(facts.run_as) & {"0", "root"}:
-        problems.append(f"{server.config_file} switches to root ({facts.run_as})")
+                            f"{host.run_as or 'none'}")
+        if host.run_as and set(host.run_as) & {"0", "root"}:
+            problems.append(f"{server.config_file} switches to root ({host.run_as})")
+    if layout.drops_privileges and not site and nginx["user"][:1] != [layout.user]:
+        problems.append(f"nginx workers must run as {layout.user}, nginx.conf says {nginx['user'] or 'nothing'}")
 
     # 7. The data set's internal location is internal: clients must not reach it directly.
     internal = nginx["locations"].get("/_internal_files/")
@@ -282,10 +365,15 @@ def crosscheck(layout: Layout, conf_dir: Path, *, config_file: str = "", nginx_c
 
     # 10. The app's environment is what the layout says (for uWSGI once it has read "%%" as "%").
     expected_env = ([("UL_DATA_DIR", layout.data_dir)] if layout.data_dir else []) + list(layout.env)
-    if facts.env != expected_env:
-        problems.append(f"{server.config_file} env lines {facts.env} differ from the layout's {expected_env}")
+    for _, host in per_host:
+        if host.env != expected_env:
+            problems.append(f"{server.config_file} env lines {host.env} differ from the layout's {expected_env}")
 
-    # 11. /nfiles/<id> is nginx's alone: it never reaches the app, opens only files/ + a map value,
+    # 11. TLS: what the layout asks for on both sides, the same in every location that passes
+    #     to the upstream, and certificates that fit (deploy.certs.check_tls_dir).
+    problems += _tls_problems(layout, per_host, nginx, name)
+
+    # 12. /nfiles/<id> is nginx's alone: it never reaches the app, opens only files/ + a map value,
     #     and the map is the data set's with the hash sizes made for it.
     if layout.data_dir:
         problems += _file_map_problems(layout, conf_dir)
@@ -328,6 +416,43 @@ def _file_map_problems(layout: Layout, conf_dir: Path) -> list[str]:
     return problems
 
 
+def _tls_problems(layout: Layout, per_host, nginx: dict, name: str) -> list[str]:
+    problems = []
+    passing = [p for p in nginx["pass_locations"] if upstream_of(p["target"]) == name]
+    # Never mix: one location with the client certificate and one without (or with other TLS
+    # settings) on one upstream would let a resumed session in without the certificate.
+    seen = {(p["target"].partition("://")[0] if "://" in p["target"] else "", tuple(sorted(
+        (k, tuple(v)) for k, v in p["ssl"].items()))) for p in passing}
+    if len(seen) > 1:
+        where = ", ".join(sorted({p["location"] or "(server)" for p in passing}))
+        problems.append(f"locations {where} pass to upstream {name} with different TLS settings (client "
+                        "certificate, verification, scheme): never mix them on one upstream")
+    kind = {"suwsgi": "ssl", "https": "https", "off": "plain"}[layout.uwsgi_tls]
+    for view, host in per_host:
+        files = view.uwsgi_tls_files if kind != "plain" else {}
+        for address in host.addresses:
+            tls = host.socket_tls.get(address, {"kind": "plain"})
+            if tls["kind"] != kind:
+                problems.append(f"{address} is a {tls['kind']} socket but the layout's tls is {layout.uwsgi_tls}")
+            elif kind != "plain" and (tls.get("cert"), tls.get("key"), tls.get("ca"), tls.get("required")) != \
+                    (files["cert"], files["key"], files["ca"], True):
+                problems.append(f"{address}: certificate, key or required client CA differ from the layout's "
+                                f"{files['cert']}, {files['key']}, !{files['ca']}")
+    if layout.uwsgi_tls == "off":
+        return problems
+    files = layout.uwsgi_tls_files
+    expected = {"ssl_certificate": [files["client_cert"]], "ssl_certificate_key": [files["client_key"]],
+                "ssl_trusted_certificate": [files["ca"]], "ssl_verify": ["on"], "ssl_name": [layout.uwsgi_tls_name]}
+    for p in passing:
+        got = {k: p["ssl"].get(k) for k in expected}
+        if got != expected:
+            wrong = next(k for k in expected if got[k] != expected[k])
+            problems.append(f"location {p['location'] or '(server)'}: {p['directive'].split('_')[0]}_{wrong} is "
+                            f"{got[wrong]}, the layout needs {expected[wrong]}")
+    problems += check_tls_dir(layout.uwsgi_tls_dir, layout.app_hosts, layout.uwsgi_tls_name)
+    return problems
+
+
 # The setting that gives a server's unix sockets their mode.
 MODE_SETTING = {"uwsgi": "chmod-socket", "gunicorn": "umask", "granian": "GRANIAN_UDS_PERMISSIONS"}
 
@@ -346,14 +471,16 @@ def _keepalive_problems(nginx: dict, upstream: dict) -> list[str]:
     return problems
 
 
-def nginx_test(conf_dir: Path) -> tuple[bool, str]:
-    """Run ``nginx -t`` on a rendered directory. Returns (ok, output); ("", True) without nginx."""
+def nginx_test(conf_dir: Path, namespace: str = "") -> tuple[bool, str]:
+    """Run ``nginx -t`` on a rendered directory (inside network namespace ``namespace``, where
+    nginx will run: it binds the listen address). Returns (ok, output); ("", True) without nginx."""
     binary = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
     if binary is None:
         return True, ""
     # -p: relative paths resolve inside conf_dir; -e: don't touch the compiled-in /var/log path.
     cmd = [binary, "-t", "-p", f"{conf_dir}/", "-c", str(conf_dir / "nginx.conf"), "-e", "stderr"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30,
+                          preexec_fn=(lambda: netns.enter(namespace)) if namespace else None)
     return proc.returncode == 0, (proc.stdout + proc.stderr).strip()
 
 
@@ -376,42 +503,61 @@ def make_staging(out: Path) -> Path:
         raise LayoutError("out", f"cannot write in {stage_in}: {exc.strerror or exc}") from None
 
 
-def write_layout(layout: Layout, out_dir: Path | str, check_nginx: bool = True) -> RenderResult:
-    """Render, check and install the files for ``layout`` into ``out_dir`` (its run_dir)."""
+def write_layout(layout: Layout, out_dir: Path | str, check_nginx: bool = True, front_netns: str = "") -> RenderResult:
+    """Render, check and install the files for ``layout`` into ``out_dir`` (its run_dir).
+    ``front_netns``: the network namespace nginx will run in (its listen address is checked there)."""
     out = Path(out_dir).resolve()
     if str(out) != layout.run_dir:
         raise RenderError(f"layout run_dir {layout.run_dir} differs from output directory {out}")
+    _check_uwsgi_ssl(layout)
     texts = render_texts(layout)  # pure: fails before anything is written
     staging = make_staging(out)
     try:
+        for directory in run_dirs(layout, staging):
+            for sub in RUN_SUBDIRS:
+                (directory / sub).mkdir(mode=0o750, parents=True)
         for name, text in texts.items():
             (staging / name).write_text(text)
-        for sub in RUN_SUBDIRS:
-            (staging / sub).mkdir(mode=0o750)
         check_reachable(layout, out)
-        _check_listen_address(layout)
+        netns.run_in(front_netns, lambda: _check_listen_address(layout))
         problems = crosscheck(layout, staging)
         if problems:
             raise RenderError("cross-check failed: " + "; ".join(problems))
-        ok, output = nginx_test(staging) if check_nginx else (True, "")
+        ok, output = nginx_test(staging, front_netns) if check_nginx else (True, "")
         if not ok:
             raise RenderError("nginx -t rejected the rendered nginx.conf", details=output)
         if "could not build optimal map_hash" in output:  # the sizes were made for another map
             raise RenderError(f"nginx -t: the map hash sizes do not fit the data set's map; rewrite them with "
                               f"`python -m bench.dataset --root {layout.data_dir} --map-only`", details=output)
         # Drop what nginx -t created in staging (pid file, empty logs, temp dirs).
+        top = {name.split("/")[0] for name in texts}
         for entry in staging.iterdir():
-            if entry.name not in texts and entry.name not in RUN_SUBDIRS:
+            if entry.name not in top and entry.name not in RUN_SUBDIRS:
                 entry.unlink() if entry.is_file() else shutil.rmtree(entry)
         for sub in ("logs", "tmp"):
             shutil.rmtree(staging / sub)
             (staging / sub).mkdir(mode=0o750)
-        staging.chmod(0o750)
+        for directory in run_dirs(layout, staging):
+            directory.chmod(0o750)
         _apply_ownership(layout, staging)
         _install(layout, staging, out, list(texts))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return RenderResult(out_dir=out, files=list(texts), nginx_test=output)
+
+
+def run_dirs(layout: Layout, root: Path) -> list[Path]:
+    """The run directory and, with hosts, each app host's (hosts/ADDR), under ``root``."""
+    return [root, *(root / "hosts" / h for h in layout.hosts)]
+
+
+def _check_uwsgi_ssl(layout: Layout) -> None:
+    if layout.uwsgi_tls == "off" or layout.server != "uwsgi":
+        return
+    binary = find_uwsgi()
+    if binary and not uwsgi_has_ssl(binary):
+        raise RenderError(f"tls: {binary} was built without SSL (no ssl-socket): install libssl-dev "
+                          "(scripts/install-system-deps.sh), then rebuild it: rm -rf .venv && make venv")
 
 
 def _ids(layout: Layout) -> tuple[int, int]:
@@ -426,13 +572,17 @@ def _apply_ownership(layout: Layout, run_dir: Path) -> None:
     if not layout.drops_privileges or not run_dir.exists():
         return
     uid, gid = _ids(layout)
-    os.chown(run_dir, 0, gid)
-    run_dir.chmod(0o750)
-    for sub in RUN_SUBDIRS:
-        path = run_dir / sub
-        path.mkdir(mode=0o750, exist_ok=True)
-        os.chown(path, uid if sub in USER_OWNED_SUBDIRS else 0, gid)
-        path.chmod(0o750)
+    for directory in run_dirs(layout, run_dir):
+        if directory != run_dir:
+            os.chown(directory.parent, 0, gid)
+            directory.parent.chmod(0o750)
+        os.chown(directory, 0, gid)
+        directory.chmod(0o750)
+        for sub in RUN_SUBDIRS:
+            path = directory / sub
+            path.mkdir(mode=0o750, exist_ok=True)
+            os.chown(path, uid if sub in USER_OWNED_SUBDIRS else 0, gid)
+            path.chmod(0o750)
 
 
 def _check_listen_address(layout: Layout) -> None:
@@ -469,8 +619,9 @@ def _install(layout: Layout, staging: Path, out: Path, names: list[str]) -> None
         out.parent.mkdir(parents=True, exist_ok=True)
         os.rename(staging, out)  # atomic: the directory appears complete or not at all
         return
-    for sub in RUN_SUBDIRS:
-        (out / sub).mkdir(mode=0o750, exist_ok=True)
+    for directory in run_dirs(layout, out):
+        for sub in RUN_SUBDIRS:
+            (directory / sub).mkdir(mode=0o750, parents=True, exist_ok=True)
     for name in names:  # each replace is atomic; all were validated before the first one
         os.replace(staging / name, out / name)
     for stale in set(CONFIG_FILES) - set(names):  # another server's config, from an earlier render

@@ -64,6 +64,8 @@ class ServerFacts:
     env: list[tuple[str, str | None]] = field(default_factory=list)  # the app's environment
     run_as: tuple[str, str] | None = None  # user, group the config switches to
     problems: list[str] = field(default_factory=list)  # what only this server can check
+    # address -> {"kind": "ssl" | "https" | "plain", "cert", "key", "ca", "required"} (uWSGI's TLS sockets)
+    socket_tls: dict[str, dict] = field(default_factory=dict)
 
 
 class AppServer:
@@ -98,6 +100,10 @@ class AppServer:
 
     def ready(self, stack: Stack) -> bool:
         raise NotImplementedError
+
+    def member_ready(self, stack: Stack, member) -> bool:
+        """One app host's server is ready (a peer runs on one machine only: the whole stack)."""
+        return self.ready(stack)
 
     def worker_pids(self, stack: Stack) -> dict[int, int]:
         """Worker number (from 1) -> pid."""
@@ -147,6 +153,26 @@ def _int_or_none(text) -> int | None:
         return None
 
 
+# uWSGI options that bind a socket (core/uwsgi.c): each takes the next socket index.
+UWSGI_SOCKET_OPTIONS = {"socket": "plain", "uwsgi-socket": "plain", "http-socket": "plain", "http11-socket": "plain",
+                        "fastcgi-socket": "plain", "scgi-socket": "plain", "raw-socket": "plain",
+                        "shared-socket": "plain", "ssl-socket": "ssl", "suwsgi-socket": "ssl",
+                        "https-socket": "https"}
+
+
+def read_tls_socket(option: str, value: str) -> dict:
+    """What a socket option's value says about TLS: ``ADDR,CERT,KEY[,CIPHERS[,CA]]`` for ssl and
+    https sockets, a ``!`` before CA making the client certificate required (core/uwsgi.c
+    uwsgi_opt_add_ssl_socket)."""
+    kind = UWSGI_SOCKET_OPTIONS[option]
+    if kind == "plain":
+        return {"kind": "plain"}
+    fields = value.split(",", 4)
+    ca = fields[4] if len(fields) == 5 else ""
+    return {"kind": kind, "cert": fields[1] if len(fields) > 1 else "", "key": fields[2] if len(fields) > 2 else "",
+            "ca": ca.removeprefix("!"), "required": ca.startswith("!") and len(ca) > 1}
+
+
 class UWSGI(AppServer):
     name, label, config_file, upstream = "uwsgi", "uWSGI", "uwsgi.ini", "uwsgi_app"
 
@@ -164,7 +190,10 @@ class UWSGI(AppServer):
         values = lambda key: [v for k, v in opts if k == key]  # noqa: E731
         processes = _int_or_none(values("processes")[-1]) if values("processes") else 1
         threads = _int_or_none(values("threads")[0]) if len(values("threads")) == 1 else None
-        sockets = values("socket")
+        # Every option that binds a socket, in order (their order gives the socket indices).
+        bound = [(k, v) for k, v in opts if k in UWSGI_SOCKET_OPTIONS]
+        sockets = [v.split(",")[0] for _, v in bound]
+        tls = {v.split(",")[0]: read_tls_socket(k, v) for k, v in bound}
         problems = self._socket_map_problems(layout, values, processes or 1, sockets)
         engines = values("lock-engine")
         if engines != ([layout.lock_engine] if layout.lock_engine else []):
@@ -180,7 +209,7 @@ class UWSGI(AppServer):
         run_as = (uid[-1] if len(uid) == 1 else "", gid[-1] if len(gid) == 1 else "") if uid or gid else None
         env = [(key, read_uwsgi_ini_value(value)) for key, _, value in (v.partition("=") for v in values("env"))]
         return ServerFacts(processes, threads, sockets, private=values("stats"), unix_mode=unix_mode, env=env,
-                           run_as=run_as, problems=problems)
+                           run_as=run_as, problems=problems, socket_tls=tls)
 
     @staticmethod
     def _socket_map_problems(layout, values, processes, sockets) -> list[str]:
@@ -222,13 +251,16 @@ class UWSGI(AppServer):
         return [uwsgi_binary(), "--ini", str(self.config_path(layout))]
 
     def ready(self, stack):
+        return all(self.member_ready(stack, m) for m in stack.members)
+
+    def member_ready(self, stack, member):
         from deploy.stack import read_stats
 
         try:
-            workers = read_stats(stack.layout.stats_address)["workers"]
+            workers = read_stats(member.layout.stats_address, namespace=member.netns)["workers"]
         except (OSError, ValueError, KeyError):
             return False
-        return len(workers) == stack.layout.processes and all(
+        return len(workers) == member.layout.processes and all(
             w.get("pid", 0) > 0 and w.get("accepting") == 1 for w in workers
         )
 

@@ -1,11 +1,16 @@
-"""Run a rendered layout: one app-server master (uWSGI, gunicorn or granian, + workers) and
-one nginx master (+ workers).
+"""Run a rendered layout: one app-server master (uWSGI, gunicorn or granian, + workers) per
+app host (one on a single machine) and one nginx master (+ workers).
 
-``Stack`` is a context manager that owns both process trees. Readiness is polled (uWSGI's
+``Stack`` is a context manager that owns every process tree. Readiness is polled (uWSGI's
 stats server says every worker is accepting; for a peer, its master has P live workers;
-then nginx answers HTTP through to the app), never slept for. On every exit path both trees
-are stopped: a polite signal, a bounded wait, then SIGKILL to the whole process group.
+then nginx answers HTTP through to the app), never slept for. On every exit path every tree
+is stopped: a polite signal, a bounded wait, then SIGKILL to the whole process group.
 Children also get PR_SET_PDEATHSIG, so they die with us even if we are killed with SIGKILL.
+
+A layout with ``hosts`` runs one uWSGI per host, each from its own directory
+(``run_dir/hosts/ADDR``), and a ``Placement`` says which network namespace each part runs in
+(``deploy.netns``: entered between fork and exec, so the pid and its ownership are unchanged;
+each host's loopback-only stats server is read from inside its namespace).
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ import signal
 import socket
 import subprocess
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from deploy import netns
 from deploy.appenv import find_uwsgi
 from deploy.errors import StackError
 from deploy.layout import Layout
@@ -35,6 +42,41 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
     except OSError:
         pass
     os.setsid()  # own process group, so stop() can signal workers too
+
+
+def _child_setup(namespace: str):
+    """preexec_fn: die with us, own process group, and (if named) enter a network namespace."""
+    if not namespace:
+        return _die_with_parent
+
+    def setup():
+        _die_with_parent()
+        netns.enter(namespace)
+
+    return setup
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which network namespace each part of a stack runs in ("" = this one): the front (nginx)
+    and each app host, by address."""
+
+    front: str = ""
+    hosts: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Member:
+    """One app host's server: its layout (a host's own view with ``hosts``), namespace, process."""
+
+    host: str
+    layout: Layout
+    netns: str = ""
+    proc: subprocess.Popen | None = None
+
+    @property
+    def log(self) -> Path:
+        return Path(self.layout.run_dir) / "logs" / f"{self.layout.server}.log"
 
 
 def uwsgi_binary() -> str:
@@ -58,10 +100,13 @@ def tail(path: Path, lines: int = 20) -> str:
         return f"(no log at {path})"
 
 
-def read_stats(address: str, timeout: float = 2.0) -> dict:
-    """The uWSGI stats server's JSON (it writes one document and closes)."""
+def read_stats(address: str, timeout: float = 2.0, namespace: str = "") -> dict:
+    """The uWSGI stats server's JSON (it writes one document and closes), read from inside
+    ``namespace`` when given."""
     host, _, port = address.rpartition(":")
-    with socket.create_connection((host, int(port)), timeout=timeout) as conn:
+    conn = netns.connect(namespace, host, int(port), timeout) if namespace else \
+        socket.create_connection((host, int(port)), timeout=timeout)
+    with conn:
         chunks = []
         while chunk := conn.recv(65536):
             chunks.append(chunk)
@@ -83,16 +128,35 @@ class Stack:
     context manager. What differs per server (its command, how to drop privileges, when its
     workers are ready, who they are) is its ``deploy.servers.AppServer``; the lifecycle is this."""
 
-    def __init__(self, layout: Layout, start_timeout: float = 30.0, stop_timeout: float = 10.0):
+    def __init__(self, layout: Layout, start_timeout: float = 30.0, stop_timeout: float = 10.0,
+                 placement: Placement | None = None):
         self.layout = layout
         self.server = server_for(layout)
         self.run_dir = Path(layout.run_dir)
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
-        self.app: subprocess.Popen | None = None  # the app server's master
+        self.placement = placement or Placement()
+        if layout.hosts:
+            self.members = [Member(h, layout.host_layout(h), self.placement.hosts.get(h, "")) for h in layout.hosts]
+        else:
+            self.members = [Member("", layout)]
         self.nginx: subprocess.Popen | None = None
-        self.app_log = self.run_dir / "logs" / f"{self.server.name}.log"
         self.nginx_log = self.run_dir / "logs" / "error.log"
+
+    @property
+    def app(self) -> subprocess.Popen | None:
+        """The (first) app server's master."""
+        return self.members[0].proc
+
+    @property
+    def app_log(self) -> Path:
+        return self.members[0].log
+
+    def member(self, host: str) -> Member:
+        found = next((m for m in self.members if m.host == host), None)
+        if found is None:
+            raise StackError(f"{host!r} is not an app host of this stack ({', '.join(m.host for m in self.members)})")
+        return found
 
     # Names from before the peers, when the app server was always uWSGI.
     @property
@@ -118,35 +182,79 @@ class Stack:
 
     def start(self) -> None:
         self.server.check_installed()  # one line saying how to install it, before anything starts
-        (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
-        self.app = self._spawn(self.server.command(self.layout), self.app_log, **self.server.spawn_options(self.layout))
+        for member in self.members:
+            self._start_member(member)
         self._wait(lambda: self.server.ready(self), self.server.label, self.app_log)
         nginx_cmd = [
             nginx_binary(), "-p", f"{self.run_dir}/", "-c", str(self.run_dir / "nginx.conf"),
             "-e", str(self.nginx_log), "-g", "daemon off;",
         ]
-        self.nginx = self._spawn(nginx_cmd, self.run_dir / "logs" / "nginx.out")
+        (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        self.nginx = self._spawn(nginx_cmd, self.run_dir / "logs" / "nginx.out", namespace=self.placement.front)
         self._wait(self._nginx_ready, "nginx", self.nginx_log)
+
+    def _start_member(self, member: Member) -> None:
+        member.log.parent.mkdir(parents=True, exist_ok=True)
+        member.proc = self._spawn(self.server.command(member.layout), member.log, cwd=member.layout.run_dir,
+                                  namespace=member.netns, **self.server.spawn_options(member.layout))
 
     def stop(self) -> None:
         # nginx first, so no new request reaches an app server that is going away.
-        for name in ("nginx", "app"):
-            proc = getattr(self, name)
-            if proc is not None:
-                _terminate_group(proc, self.stop_timeout)
-                setattr(self, name, None)
+        if self.nginx is not None:
+            _terminate_group(self.nginx, self.stop_timeout)
+            self.nginx = None
+        for member in self.members:
+            if member.proc is not None:
+                _terminate_group(member.proc, self.stop_timeout)
+                member.proc = None
 
-    def _spawn(self, cmd: list[str], log_path: Path, **options) -> subprocess.Popen:
+    # --- one host of several: its faults -------------------------------------------------
+
+    def kill_host(self, host: str, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to every process of one host's app server (SIGKILL: the host's uWSGI is
+        gone at once, as when its machine fails; its sockets then refuse connections)."""
+        member = self.member(host)
+        if member.proc is None:
+            return
+        try:
+            os.killpg(member.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        if sig == signal.SIGKILL:
+            member.proc.wait(timeout=self.stop_timeout)
+            member.proc = None
+
+    def start_host(self, host: str) -> None:
+        """Start one host's app server again and poll until its workers accept."""
+        member = self.member(host)
+        if member.proc is not None and member.proc.poll() is None:
+            raise StackError(f"the app server of {host} is still running")
+        self._start_member(member)
+        self._wait(lambda: self.server.member_ready(self, member), f"{self.server.label} on {host}", member.log)
+
+    def host_stats(self) -> dict[str, dict]:
+        """Each app host's uWSGI stats, by host address ("" on a single machine)."""
+        return {m.host: self.stats(m.host) for m in self.members}
+
+    def _spawn(self, cmd: list[str], log_path: Path, cwd: str | Path | None = None, namespace: str = "",
+               **options) -> subprocess.Popen:
         log = open(log_path, "ab")
         try:
             # user/group (a peer started as the run user) are applied before preexec_fn runs,
             # so PDEATHSIG is set after the switch (changing credentials clears it).
             return subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                cwd=self.run_dir, preexec_fn=_die_with_parent, **options,
+                cwd=cwd or self.run_dir, preexec_fn=_child_setup(namespace), **options,
             )
         finally:
             log.close()
+
+    def _processes(self, nginx_log: Path | None = None):
+        """(name, process, log) of every process started so far."""
+        several = len(self.members) > 1
+        for m in self.members:
+            yield (f"{self.server.label} on {m.host}" if several else self.server.label), m.proc, m.log
+        yield "nginx", self.nginx, nginx_log or self.nginx_log
 
     def _wait(self, ready, what: str, log: Path) -> None:
         deadline = time.monotonic() + self.start_timeout
@@ -154,7 +262,7 @@ class Stack:
         while True:
             # Every process started so far: a peer whose workers fail to load the app exits
             # while nginx is being polled (its master was up with P workers a moment before).
-            for name, proc, its_log in ((self.server.label, self.app, self.app_log), ("nginx", self.nginx, log)):
+            for name, proc, its_log in self._processes(log):
                 if proc is not None and proc.poll() is not None:
                     # 40 lines: a peer's master may print its own traceback after the worker's.
                     raise StackError(f"{name} exited with code {proc.returncode} while starting", tail(its_log, 40))
@@ -167,7 +275,8 @@ class Stack:
 
     def _nginx_ready(self) -> bool:
         try:
-            status, _, _ = http_get(self.layout.listen_host, self.layout.listen_port, "/healthz", timeout=5)
+            status, _, _ = netns.run_in(self.placement.front, lambda: http_get(
+                self.layout.listen_host, self.layout.listen_port, "/healthz", timeout=5))
         except OSError:
             return False
         # Any answer from the app proves nginx -> app server works (a user's app may 404 /healthz).
@@ -175,12 +284,14 @@ class Stack:
 
     # --- inspection ---------------------------------------------------------------------
 
-    def stats(self) -> dict:
-        """uWSGI's stats server (per-worker pids, request counts...). Peers have none."""
+    def stats(self, host: str | None = None) -> dict:
+        """uWSGI's stats server (per-worker pids, request counts...) of one app host (default:
+        the first), read inside its namespace. Peers have none."""
         if not self.layout.has_stats:
             raise StackError(f"{self.server.label} has no stats server: use worker_pids() (and count requests "
                              "by the app's X-Worker-Pid header)")
-        return read_stats(self.layout.stats_address)
+        member = self.members[0] if host is None else self.member(host)
+        return read_stats(member.layout.stats_address, namespace=member.netns)
 
     def worker_pids(self) -> dict[int, int]:
         """Worker number (from 1) -> pid. uWSGI: its worker ids; peers: the master's live
@@ -193,12 +304,20 @@ class Stack:
         out = {}
         if self.app is not None:
             out |= {"app": self.app.pid, self.server.name: self.app.pid}
+        for m in self.members[1:]:
+            if m.proc is not None:
+                out[f"{self.server.name}@{m.host}"] = m.proc.pid
         if self.nginx is not None:
             out["nginx"] = self.nginx.pid
         return out
 
+    @property
+    def app_pids(self) -> list[int]:
+        """Every running app server master (one per host)."""
+        return [m.proc.pid for m in self.members if m.proc is not None]
+
     def check_alive(self) -> None:
-        for name, proc, log in ((self.server.label, self.app, self.app_log), ("nginx", self.nginx, self.nginx_log)):
+        for name, proc, log in self._processes():
             if proc is not None and proc.poll() is not None:
                 raise StackError(f"{name} exited unexpectedly with code {proc.returncode}", tail(log))
 

@@ -15,10 +15,13 @@ command -v systemd-nspawn >/dev/null 2>&1 || missing+=(systemd-container)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v logrotate >/dev/null 2>&1 || missing+=(logrotate)  # the bundle's logrotate file, run in a test
+# Network namespaces for the multi-host tests and `bench compare --hosts` (ip netns, veth, bridge).
+command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
 # The venv is built from Debian's python3 (readable by the unprivileged run user);
-# uWSGI compiles against its headers.
+# uWSGI compiles against its headers, and has SSL (ssl-socket, for --uwsgi-tls) only if libssl-dev is
+# installed when pip builds it: this script runs before the venv is made.
 if command -v dpkg-query >/dev/null 2>&1; then
-    for pkg in python3 python3-venv python3-dev gcc make; do
+    for pkg in python3 python3-venv python3-dev gcc make libssl-dev; do
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
     done
 fi

@@ -256,6 +256,7 @@ def test_snapshot_of_a_peer_reads_pids_not_the_stats_server():
     class PeerStack:  # a stand-in: no process behind it
         layout = SimpleNamespace(has_stats=False)
         pids = {"app": 1, "nginx": 1}  # pid 1 exists: tree_cpu_seconds reads it (or 0.0 if not allowed)
+        app_pids = [1]
 
         def stats(self):
             calls.append("stats")

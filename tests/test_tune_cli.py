@@ -72,7 +72,7 @@ def test_a_replay_of_another_kind_is_refused(tmp_path, capsys):
 
 
 def test_steady_scenarios_offered_are_the_demo_mixes():
-    assert kind.record.steady_scenarios() == ["article", "io-heavy", "cpu-heavy"]
+    assert kind.record.steady_scenarios() == ["article", "hello", "io-heavy", "cpu-heavy", "overhead"]
     assert all(SCENARIOS[n].stall is None for n in kind.record.steady_scenarios())
 
 

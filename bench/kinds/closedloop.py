@@ -76,6 +76,7 @@ class Plan:
     inflight_hz: float = 25.0  # stats-server samples per second during each cell; 0 = off
     command: str = ""
     options: dict = field(default_factory=dict)
+    hosts: int = 0  # app hosts, each in its own network namespace (0 = this machine alone)
     # Which app was measured (bench.subject.Subject.record): app, app_dir, virtualenv, demo.
     app: dict = field(default_factory=dict)
 
@@ -118,6 +119,17 @@ def default_layouts(processes: int, threads: int) -> tuple[str, ...]:
     wanted = [f"1x{t}-shared", f"{p}x1-shared", f"{p}x{t}-shared", f"{p}x{t}-thunder", f"{p}x{t}-mapped",
               f"{p}x{t}-gunicorn"]
     return tuple(dict.fromkeys(wanted))  # P=1 or T=1 would repeat a layout
+
+
+def host_shares(before: Snapshot, after: Snapshot) -> dict:
+    """With several app hosts: each host's share of the requests served during the cell
+    (``host1_share``... in the order of the layout's hosts) and the busiest host's share."""
+    served = [max(0, after.hosts[h] - before.hosts.get(h, 0)) for h in after.hosts]
+    total = sum(served)
+    if not total:
+        return {}
+    return {"hosts": len(served), "host_share_max": max(served) / total,
+            **{f"host{i}_share": n / total for i, n in enumerate(served, 1)}}
 
 
 class Runner(Protocol):
@@ -393,8 +405,10 @@ class LiveRunner:
         ``inflight`` record over the load's own window (``bench.observe.inflight_summary``, plus
         the sampler's own CPU seconds). Empty at ``inflight_hz`` 0 or without a stats server."""
         hz = self.inflight_hz
-        # Peer servers (gunicorn, granian) have no stats server (``Layout.has_stats``): nothing to sample.
-        stats = layout.stats_address if hz and getattr(layout, "has_stats", True) else None
+        # Peer servers (gunicorn, granian) have no stats server (``Layout.has_stats``): nothing to sample;
+        # nor across several app hosts (one stats server each: the in-flight record is per stack).
+        stats = layout.stats_address if hz and getattr(layout, "has_stats", True) and \
+            not getattr(layout, "hosts", ()) else None
         sampler = Sampler(stats, interval=1 / hz if hz else 1.0)
         record: dict = {}
         with sampler:
@@ -425,6 +439,7 @@ class LiveRunner:
                 extra["worker_pid_unmatched"] = unmatched  # answers from pids that were no worker we saw
         else:
             workers = {w: max(0, after.workers.get(w, 0) - before.workers.get(w, 0)) for w in after.workers}
+        extra |= host_shares(before, after)
         return Cell(
             layout=spec, concurrency=level, repeat=repeat, scenario=scenario,
             duration_s=run.duration_s, requests=run.requests, rps=run.rps,

@@ -12,9 +12,11 @@ through nginx before anything is timed; either failing exits 2 with nothing writ
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from bench import subject as subj
@@ -26,6 +28,7 @@ from bench.load.traffic import redact_argv
 from bench.options import (
     DEFAULT_DATA_DIR,
     BadArgument,
+    MissingTool,
     command_line,
     dataset_facts,
     float_arg,
@@ -39,6 +42,8 @@ from bench.options import (
 )
 from bench.results import load
 from bench.stack import Lab
+from deploy import netns
+from deploy.certs import make_certs
 from deploy.layout import MAX_PROCESSES, MAX_THREADS, parse_variant
 
 # 6 layouts (5 of uWSGI and gunicorn) x 3 levels x 3 repeats of 4 s, plus starts and warm-ups:
@@ -47,6 +52,16 @@ DEFAULT_DURATION = 4
 # Requests last ~100 ms here: 25 samples a second see each one ~2 times; the cost is measured
 # by scripts/sampler-cost.py (README, "Comparing layouts").
 DEFAULT_INFLIGHT_HZ = 25.0
+MAX_NET_HOSTS = 8
+# With --hosts: what TLS costs on a request that does nothing, and on the article's.
+HOSTS_SCENARIOS = ["overhead", "article"]
+
+
+def hosts_layouts(processes: int, threads: int) -> tuple[str, ...]:
+    """With --hosts: mapped over plain uwsgi (measured only inside the namespaces), over TLS
+    (the default) and over uWSGI's https-socket (the alternative)."""
+    spec = f"{processes}x{threads}-mapped"
+    return (f"{spec}@uwsgi_tls=off", spec, f"{spec}@uwsgi_tls=https")
 
 
 def add_arguments(p) -> None:
@@ -75,6 +90,9 @@ def add_arguments(p) -> None:
     p.add_argument("--data-dir", help="file scenarios: the data set (default build/dataset, created if missing; "
                                       "python -m bench.dataset makes others)")
     p.add_argument("--transport", help="uWSGI sockets: tcp or unix (default tcp)")
+    p.add_argument("--hosts", help=f"run every layout on this many app hosts (1..{MAX_NET_HOSTS}), each in its own "
+                                   "network namespace behind a front namespace, with TLS between them (root); "
+                                   "reports each host's share and what TLS costs (layouts ...@uwsgi_tls=off)")
     p.add_argument("--inflight-hz", help="stats-server samples per second during each cell, for the requests in "
                                          f"flight per worker (default {DEFAULT_INFLIGHT_HZ:g}; 0 = off)")
     subj.add_arguments(p)
@@ -90,7 +108,9 @@ def plan_from_args(args, stored=None, subject: subj.Subject | None = None) -> tu
         subject = subj.from_stored(base) if stored else subj.from_args(args)
     p = int_arg("processes", args.processes, 1, MAX_PROCESSES) if args.processes else base.get("processes", nproc)
     t = int_arg("threads", args.threads, 1, MAX_THREADS) if args.threads else base.get("threads", 4)
-    scenario_arg = args.scenario or ",".join(base.get("scenarios") or subj.default_scenarios(subject))
+    hosts = int_arg("hosts", args.hosts, 1, MAX_NET_HOSTS) if getattr(args, "hosts", None) else base.get("hosts", 0)
+    scenario_arg = args.scenario or ",".join(base.get("scenarios") or (
+        HOSTS_SCENARIOS if hosts and subject.mix is None else subj.default_scenarios(subject)))
     given_names = [x.strip() for x in scenario_arg.split(",") if x.strip()]
     unknown = [n for n in given_names if n not in sc.SCENARIOS and n not in sc.ALIASES]
     if unknown or not given_names:
@@ -103,15 +123,18 @@ def plan_from_args(args, stored=None, subject: subj.Subject | None = None) -> tu
     if args.layouts:
         layouts = split_specs(args.layouts)
     else:
-        layouts = tuple(base.get("layouts") or (family[0] if family else default_layouts(p, t)))
+        layouts = tuple(base.get("layouts") or (family[0] if family else hosts_layouts(p, t) if hosts
+                                                else default_layouts(p, t)))
     if not layouts:
         raise BadArgument("layouts: give at least one PxT-STRATEGY")
-    for spec in layouts:
-        parse_variant(spec, run_dir="/tmp/validate")  # raises LayoutError naming the field
+    options = _layout_options(args, base, names) | subject.layout_options
+    with _validation_options(hosts, options) as checked:
+        for spec in layouts:
+            parse_variant(spec, **checked)  # raises LayoutError naming the field
     if args.concurrency:
         levels = tuple(sorted({int_arg("concurrency", x, 1, 1000) for x in args.concurrency.split(",") if x.strip()}))
     else:
-        levels = tuple(base.get("concurrency") or (family[1] if family else default_levels(p, t)))
+        levels = tuple(base.get("concurrency") or (family[1] if family else default_levels(p * max(1, hosts), t)))
     overrides = {
         "rounds": int_arg("rounds", args.rounds, 0, 20) if args.rounds else None,
         "fib": int_arg("fib", args.fib, 0, 30) if args.fib else None,
@@ -139,9 +162,22 @@ def plan_from_args(args, stored=None, subject: subj.Subject | None = None) -> tu
         duration=duration, warmup=float_arg("warmup", given("warmup", 2), 1, 600), processes=p, threads=t,
         scenarios=names, workload={n: s.to_dict() for n, s in resolved.items()},
         timeout=timeout, inflight_hz=inflight_hz, command=_command(args),
-        options=_layout_options(args, base, names) | subject.layout_options, app=subject.record,
+        options=options, app=subject.record, hosts=hosts,
     )
     return plan, resolved
+
+
+@contextlib.contextmanager
+def _validation_options(hosts: int, options: dict):
+    """What a layout is validated with before anything runs: with --hosts, one stand-in host on
+    loopback and throwaway certificates for it (the real ones are made with the namespaces)."""
+    options = {k: v for k, v in options.items() if k == "transport"}  # the data set may not exist yet
+    if not hosts:
+        yield {"run_dir": "/tmp/validate", **options}
+        return
+    with tempfile.TemporaryDirectory(prefix="ul-validate-") as tmp:
+        uwsgi_tls_dir = make_certs(Path(tmp) / "uwsgi_tls", ["127.0.0.1"]).directory
+        yield {"run_dir": "/tmp/validate", **options, "hosts": ("127.0.0.1",), "uwsgi_tls_dir": str(uwsgi_tls_dir)}
 
 
 def inflight_hz_arg(raw) -> float:
@@ -180,11 +216,14 @@ def run(args) -> int:
     index = None
     if not stored:
         require_tools("wrk")
+        if plan.hosts and netns.unavailable():
+            raise MissingTool(f"--hosts: {netns.unavailable()}")
         for note in subject.notes:
             print(note, flush=True)
-        subj.preflight_app(plan.layouts[0], plan.options)  # before any stack starts
+        # before any stack starts (with --hosts, without the variant: its TLS needs the namespaces' certificates)
+        subj.preflight_app(plan.layouts[0].partition("@")[0] if plan.hosts else plan.layouts[0], plan.options)
         index = prepare_dataset(Path(plan.options["data_dir"])) if "data_dir" in plan.options else None
-    with Lab() as lab, sigterm_interrupts():
+    with Lab(hosts=plan.hosts) as lab, sigterm_interrupts():
         if subject.mix is not None and not stored:
             statuses = subj.preflight_traffic(lab, plan.layouts[0], plan.options, subject.mix, plan.timeout)
             print(f"pre-flight: {len(statuses)} distinct requests answered "

@@ -35,12 +35,14 @@ from pathlib import Path
 from typing import Callable
 
 from bench.environment import capture
+from bench.hostfaults import HOST_EXPERIMENTS
 from bench.kinds.base import RESULTS_NAME, Kind, publish, sigterm_interrupts
 from bench.load.wrk import WrkProcess, WrkRun, run_wrks, write_script
 from bench.observe import Sampler, access_log, error_kinds, nginx_log_lines, nginx_workers
-from bench.options import BadArgument, command_line, prepare_out, require_tools, split_specs
+from bench.options import BadArgument, MissingTool, command_line, int_arg, prepare_out, require_tools, split_specs
 from bench.results import Check, FaultRecord, Results, utc_now
 from bench.stack import Lab
+from deploy import netns
 from deploy.errors import LayoutError, StackError
 from deploy.layout import PROJECT_ROOT, Layout, parse_layout, parse_variant
 from deploy.stack import Stack
@@ -652,8 +654,13 @@ PER_LAYOUT = {
 EXPERIMENTS = (*PER_LAYOUT, "backlog-full")
 
 
-def plan(layouts: list[str], only: list[str] | None = None) -> list[tuple[str, Callable[..., FaultRecord], dict]]:
-    """(name, function, keyword arguments) for every experiment to run, in order."""
+def plan(layouts: list[str], only: list[str] | None = None,
+         hosts: int = 0) -> list[tuple[str, Callable[..., FaultRecord], dict]]:
+    """(name, function, keyword arguments) for every experiment to run, in order. With
+    ``hosts``: the experiments across app hosts (bench.hostfaults), on every layout."""
+    if hosts:
+        return [(name, fn, {"spec": spec}) for spec in layouts for name, fn in HOST_EXPERIMENTS.items()
+                if name in set(only or HOST_EXPERIMENTS)]
     wanted = set(only or EXPERIMENTS)
     steps = []
     for spec in layouts:
@@ -683,6 +690,8 @@ def add_arguments(p) -> None:
     p.add_argument("--try-location", default="",
                    help="experiment only: add these directives to the uwsgi_pass location (e.g. "
                         "'uwsgi_read_timeout 3s'), to measure a proposed template change")
+    p.add_argument("--hosts", help="run the experiments across this many app hosts (2..8), each in its own network "
+                                   f"namespace (root): {', '.join(HOST_EXPERIMENTS)}")
     p.add_argument("--out", help="output directory (default results/<timestamp>-faults)")
 
 
@@ -692,12 +701,19 @@ def resolve_args(args) -> tuple[list[str], list[str]]:
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     if not layouts:
         raise BadArgument("layouts: give at least one layout, e.g. 2x4-mapped")
+    hosts = _hosts(args)
     for spec in layouts:
-        parse_variant(spec, run_dir="/tmp/x")
-    unknown = sorted(set(only) - set(EXPERIMENTS))
+        parse_variant(spec.partition("@")[0] if hosts else spec, run_dir="/tmp/x")
+    allowed = HOST_EXPERIMENTS if hosts else EXPERIMENTS
+    unknown = sorted(set(only) - set(allowed))
     if unknown:
-        raise BadArgument(f"only: unknown experiment {unknown[0]!r}; allowed: {', '.join(EXPERIMENTS)}")
+        raise BadArgument(f"only: unknown experiment {unknown[0]!r}; allowed: {', '.join(allowed)}"
+                          + (" (with --hosts)" if hosts else ""))
     return layouts, only
+
+
+def _hosts(args) -> int:
+    return int_arg("hosts", args.hosts, 2, 8) if getattr(args, "hosts", None) else 0
 
 
 def run_experiment(lab: Lab, name: str, fn: Callable[..., FaultRecord], kwargs: dict,
@@ -716,11 +732,14 @@ def run_experiment(lab: Lab, name: str, fn: Callable[..., FaultRecord], kwargs: 
 
 def run(args) -> int:
     layouts, only = resolve_args(args)
+    hosts = _hosts(args)
     require_tools("wrk")
+    if hosts and netns.unavailable():
+        raise MissingTool(f"--hosts: {netns.unavailable()}")
     out = prepare_out(args.out, suffix="-faults")
     patch = Patch(args.try_server_params, args.try_location) or None
-    steps = plan(layouts, only or None)
-    arguments = {"layouts": layouts, "only": only, "strict": bool(args.strict),
+    steps = plan(layouts, only or None, hosts)
+    arguments = {"layouts": layouts, "only": only, "strict": bool(args.strict), "hosts": hosts,
                  "try_server_params": args.try_server_params, "try_location": args.try_location,
                  "command": command_line("faults", getattr(args, "argv", None))}
     workload = {"experiments": [{"name": name, **kwargs} for name, _, kwargs in steps]}
@@ -734,7 +753,7 @@ def run(args) -> int:
 
     print(f"faults: {len(steps)} experiments on {', '.join(layouts)}; results in {out}", file=sys.stderr, flush=True)
     t0 = time.monotonic()
-    with Lab() as lab, sigterm_interrupts():
+    with Lab(hosts=hosts) as lab, sigterm_interrupts():
         try:
             for name, fn, kwargs in steps:
                 label = " ".join(f"{v}" for v in kwargs.values())

@@ -152,6 +152,8 @@ SCENARIOS = {
                  needs_mix=True),
         Scenario("io-heavy", "mostly waiting on an external API: 5 x (sleep 40 ms + fib(15))", Workload(5, 15, 40)),
         Scenario("cpu-heavy", "mostly CPU: 5 x fib(27), no waiting", Workload(5, 27, 0)),
+        Scenario("overhead", "a request that does almost nothing (1 round, no sleep, fib(0)): what nginx, the "
+                 "protocol and TLS cost per request", Workload(1, 0, 0)),
         Scenario("stall", "the article's mix while T extra clients hit an external API that hangs 3 s",
                  Workload(5, 25, 10), Stall()),
         Scenario("stall-io", "the I/O-heavy mix while T extra clients hit an external API that hangs 3 s",

@@ -34,7 +34,7 @@ from bench.analysis import (
     tail_advice,
     warnings,
 )
-from bench.report import nginx, peers
+from bench.report import hosts, nginx, peers
 from bench.report.memory import memory_lines, memory_markdown, pss_column
 from bench.report.subject import any_non_2xx, is_demo_run, short_workload, status_text, subject_lines, subject_markdown
 from bench.report.text import comment, fmt_interval, fmt_stat, md_kv, md_table, num, pct, plot_lines, pm, table, wrap
@@ -497,6 +497,7 @@ def terminal_lines(results: Results) -> list[str]:
             out += wrap(line, indent="  - ", subsequent="    ")
     out += memory_lines(results)
     out += nginx.nginx_lines(results)
+    out += hosts.host_lines(results)
     out += choice_lines(results)
     out += peers.alternatives_lines(results)
     # The article's verdict needs the article's scenario, on the demo app's own request.
@@ -759,6 +760,7 @@ def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
         out += _md_verdict(results)
     out += peers.alternatives_lines(results, markdown=True)
     out += nginx.nginx_lines(results, markdown=True)
+    out += hosts.host_lines(results, markdown=True)
     out += choice_lines(results, markdown=True)
     out += _md_reproduce(results)
     out += md_kv("Environment", results.environment)

@@ -1,0 +1,319 @@
+"""One nginx over several app hosts, with mutual TLS, in network namespaces on this machine.
+
+Every test gets its own namespaces (``deploy.netns.Net`` via ``bench.stack.Lab(hosts=2)``: a
+front and two app hosts on one bridge, addresses from an unused /24 of 198.18.0.0/15, no route
+out) and its own certificates; real nginx, uWSGI and wrk. The whole module skips with one line
+where namespaces cannot be made (not root, no iproute2); anything else that goes wrong fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.hostfaults import kill_host, kill_worker_on_host, unreachable_host
+from bench.stack import Lab
+from deploy import netns
+from deploy.stack import http_get
+from tests.integration.support import SLOW, concurrently, uwsgi_packet
+
+REASON = netns.unavailable()
+pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def integration(test):
+    return pytest.mark.integration(pytest.mark.timeout(180)(test))
+
+
+@pytest.fixture
+def lab(run_dirs, free_ports):
+    with Lab(new_dir=run_dirs, free_ports=free_ports, hosts=2) as lab:
+        yield lab
+        names = [n.netns for n in lab.net.nodes] if lab._net else []
+    assert not set(names) & set(netns.existing()), "namespaces left behind"
+
+
+def met(record, *targets: str) -> None:
+    print("\n" + record.explain())
+    chosen = [c for c in record.checks if not targets or c.target.startswith(targets)]
+    assert chosen, [c.target for c in record.checks]
+    assert all(c.ok for c in chosen), record.explain()
+
+
+def listening(pid: int) -> set[str]:
+    """TCP addresses listening in the network namespace of ``pid`` (its /proc/PID/net/tcp: psutil
+    reads this namespace's /proc/net). In a host's namespace only its uWSGI runs."""
+    out = set()
+    for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        if state == "0A":  # LISTEN
+            hex_ip, hex_port = local.split(":")
+            ip = socket.inet_ntoa(bytes.fromhex(hex_ip)[::-1])
+            out.add(f"{ip}:{int(hex_port, 16)}")
+    return out
+
+
+@integration
+def test_requests_spread_over_every_worker_of_every_host(lab):
+    with lab.stack("2x2-mapped") as stack:
+        layout = stack.layout
+        front = layout.listen_host
+        assert front == lab.net.front.address and layout.uwsgi_tls == "suwsgi"
+        for member in stack.members:  # each host binds its own address (and its stats server loopback)
+            ports = {s.address for s in layout.host_sockets(member.host)}
+            assert listening(member.proc.pid) == ports | {layout.stats_address}
+        before = {h: {w["id"]: w["requests"] for w in s["workers"]} for h, s in stack.host_stats().items()}
+        path = SLOW.format(ms=200)
+        answers = concurrently(lambda: http_get(front, layout.listen_port, path, timeout=30), [()] * 32)
+        assert [status for status, _, _ in answers] == [200] * 32
+        after = {h: {w["id"]: w["requests"] for w in s["workers"]} for h, s in stack.host_stats().items()}
+    served = {h: {w: after[h][w] - before[h][w] for w in after[h]} for h in after}
+    print(served)
+    assert set(served) == set(layout.hosts)
+    for host, workers in served.items():
+        assert all(n >= 1 for n in workers.values()), f"a worker on {host} served nothing: {served}"
+        assert 0.25 <= sum(workers.values()) / 32 <= 0.75, f"{host} got {sum(workers.values())} of 32: {served}"
+
+
+@integration
+def test_a_client_without_the_certificate_is_refused_by_uwsgi(lab):
+    with lab.stack("1x2-mapped") as stack:
+        host = stack.layout.hosts[0]
+        port = stack.layout.base_port
+        files = stack.layout.uwsgi_tls_files
+        packet = uwsgi_packet({"REQUEST_METHOD": "GET", "PATH_INFO": "/healthz", "REQUEST_URI": "/healthz",
+                               "QUERY_STRING": "", "SERVER_PROTOCOL": "HTTP/1.1", "SERVER_NAME": "x",
+                               "SERVER_PORT": "80", "REMOTE_ADDR": "198.18.0.1", "HTTP_HOST": "x"})
+
+        def ask(with_cert: bool) -> bytes:
+            ctx = ssl.create_default_context(cafile=files["ca"])
+            ctx.check_hostname = True
+            if with_cert:
+                ctx.load_cert_chain(files["client_cert"], files["client_key"])
+            with socket.create_connection((host, port), timeout=10) as raw, \
+                    ctx.wrap_socket(raw, server_hostname=stack.layout.uwsgi_tls_name) as conn:
+                conn.sendall(packet)
+                data = b""
+                while chunk := conn.recv(65536):
+                    data += chunk
+                return data
+
+        assert ask(with_cert=True).startswith(b"HTTP/1.1 200"), "the control: with nginx's certificate"
+        served = sum(w["requests"] for w in stack.stats(host)["workers"])
+        with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)) as refused:
+            ask(with_cert=False)
+        print(f"without a certificate: {refused.value!r}")
+        # plain uwsgi (no TLS at all) gets no answer either
+        with socket.create_connection((host, port), timeout=10) as raw:
+            raw.sendall(packet)
+            raw.settimeout(10)
+            try:
+                reply = raw.recv(65536)
+            except (ConnectionResetError, socket.timeout):
+                reply = b""
+        assert not reply.startswith(b"HTTP/"), reply[:100]
+        assert sum(w["requests"] for w in stack.stats(host)["workers"]) == served, "a request reached the app"
+
+
+@integration
+def test_a_host_killed_under_load_costs_no_get_and_gets_traffic_once_back(lab):
+    # long enough for the host to be probed again once back (fail_timeout 10 s)
+    record = kill_host(lab, "2x4-mapped", duration=16.0, connections=8, down_s=2.5)
+    met(record, "failed GETs at most those in flight", "the other hosts keep serving", "198.")
+
+
+@integration
+def test_an_unreachable_host_is_left_out(lab):
+    record = unreachable_host(lab, "2x2-mapped", duration=8.0, connections=8, down_s=3.0)
+    met(record, "failed GETs at most those in flight", "the other hosts keep serving", "198.")
+    # connect timeouts are paid per socket (max_fails, then one probe per fail_timeout), not per request
+    assert record.figures["slow"] <= 0.05 * record.figures["requests"], record.explain()
+
+
+@integration
+def test_a_respawning_worker_on_a_live_host_is_not_shut_out(lab):
+    met(kill_worker_on_host(lab, "2x4-mapped", duration=6.0, connections=8))
+
+
+NET_SCRIPT = """
+import json, sys, time
+from deploy import netns
+with netns.Net(hosts=1) as net:
+    print(json.dumps({"names": [n.netns for n in net.nodes], "bridge": net.bridge, "id": net.run_id}), flush=True)
+    time.sleep(60)
+"""
+
+
+def _start_net_holder() -> tuple[subprocess.Popen, dict]:
+    proc = subprocess.Popen([sys.executable, "-c", NET_SCRIPT], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert line, "the namespace holder printed nothing"
+    return proc, json.loads(line)
+
+
+def _gone(info: dict) -> bool:
+    return not set(info["names"]) & set(netns.existing()) and not Path(f"/sys/class/net/{info['bridge']}").exists() \
+        and not (netns.STATE_DIR / f"{info['id']}.json").exists()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(60)
+def test_namespaces_are_removed_on_sigterm_and_after_a_crash():
+    proc, info = _start_net_holder()
+    try:
+        assert set(info["names"]) <= set(netns.existing())
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 128 + signal.SIGTERM
+        assert _gone(info), info
+    finally:
+        proc.kill()
+    proc, info = _start_net_holder()  # SIGKILL: nothing can clean up; the next run does, by the state file
+    try:
+        proc.kill()
+        proc.wait(timeout=20)
+        assert set(info["names"]) <= set(netns.existing())
+        deadline = time.monotonic() + 10
+        while info["id"] not in netns.clean_stale() and time.monotonic() < deadline:
+            time.sleep(0.1)  # the dead pid must be reaped before it counts as dead
+        assert _gone(info), info
+    finally:
+        proc.kill()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(60)
+def test_stale_cleanup_touches_only_this_projects_unclaimed_names():
+    import secrets
+
+    run = secrets.token_hex(3)
+    ours, foreign = f"{netns.NS_PREFIX}{run}-h1", f"ulnsx-{run}-h1"
+    for name in (ours, foreign):
+        netns.ip("netns", "add", name)
+    try:
+        assert run in netns.clean_stale()
+        left = netns.ip("netns", "list").stdout
+        assert ours not in left and foreign in left
+    finally:
+        for name in (ours, foreign):
+            netns.ip("netns", "del", name, check=False)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_bench_compare_hosts(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "bench", "compare", "--hosts", "2", "--processes", "1", "--threads", "2",
+           "--layouts", "1x2-mapped@uwsgi_tls=off,1x2-mapped", "--concurrency", "2", "--duration", "1", "--warmup", "1",
+           "--repeats", "1", "--scenario", "overhead", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    cells = json.loads((out / "results.json").read_text())["cells"]
+    assert {c["layout"] for c in cells} == {"1x2-mapped@uwsgi_tls=off", "1x2-mapped"}
+    for cell in cells:
+        assert cell["errors"]["total"] == 0 and cell["requests"] > 0
+        assert cell["extra"]["hosts"] == 2 and set(cell["worker_requests"]) == {"1", "2"}
+        assert abs(cell["extra"]["host1_share"] + cell["extra"]["host2_share"] - 1) < 1e-9
+    report = (out / "report.txt").read_text()
+    assert "== Across 2 app hosts ==" in report and "suwsgi vs off" in report and "not scale" in report
+
+
+# --- bundles across hosts: installed into trial roots, served from the namespaces -----------------
+
+
+def _run_cli(*args: str, namespace: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "deploy", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=180, preexec_fn=(lambda: netns.enter(namespace)) if namespace else None)
+
+
+def _in_netns(name: str):
+    from deploy.stack import _child_setup
+
+    return _child_setup(name)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_bundles_across_hosts_install_and_serve(flask_app, run_dirs, free_ports):
+    """`deploy bundle --hosts` makes a front bundle and one per host; each installs (`deploy
+    install --root`) into its own trial root, uWSGI starts from each host's installed ini inside
+    that host's namespace and nginx from the front's inside the front's: the Flask shop answers
+    through the front, from both hosts, over TLS."""
+    import pwd
+
+    from tests.bundles import make_trial_root
+
+    with netns.Net(hosts=2) as net:
+        certs = run_dirs() / "certs"
+        made = _run_cli("certs", str(certs), "--hosts", ",".join(net.host_addresses))
+        assert made.returncode == 0, made.stderr
+        port = free_ports(1)[0]
+        out = run_dirs() / "bundle"
+        proc = _run_cli("bundle", "2x2-mapped", "--out", str(out), *flask_app.cli_args(), "--uwsgi",
+                        str(Path(sys.prefix) / "bin" / "uwsgi"), "--hosts", ",".join(net.host_addresses),
+                        "--uwsgi-tls-dir", str(certs), "--listen", f"{net.front.address}:{port}")
+        assert proc.returncode == 0, proc.stderr
+        assert sorted(p.name for p in (out / "hosts").iterdir()) == sorted(net.host_addresses)
+        roots = {"front": make_trial_root(run_dirs())}
+        (roots["front"] / "etc/nginx/sites-enabled/default").unlink()
+        www = pwd.getpwnam("www-data")
+        for host in net.host_addresses:
+            roots[host] = root = run_dirs()
+            for d, mode in ((root / "run/shop", 0o711), (root / "var/log/shop", 0o750)):  # as systemd makes them
+                d.mkdir(parents=True)
+                os.chown(d, www.pw_uid, www.pw_gid)
+                d.chmod(mode)
+        for where, bundle in [("front", out / "front"), *((h, out / "hosts" / h) for h in net.host_addresses)]:
+            # on its own machine: the front's nginx -t binds the front's address
+            done = _run_cli("install", str(bundle), "--root", str(roots[where]), namespace=net.node(
+                net.front.address if where == "front" else where).netns)
+            assert done.returncode == 0, done.stdout + done.stderr
+        key = roots[net.host_addresses[0]] / "etc/uwsgi-layouts/shop-tls/host.key"
+        assert (key.stat().st_mode & 0o777, key.stat().st_gid) == (0o640, www.pw_gid)
+        assert (roots["front"] / "etc/nginx/uwsgi-tls/shop/front.key").stat().st_mode & 0o777 == 0o600
+
+        procs = []
+        try:
+            for host in net.host_addresses:
+                log = open(roots[host] / "uwsgi.out", "w")
+                procs.append(subprocess.Popen([str(Path(sys.prefix) / "bin" / "uwsgi"), "--ini",
+                                               str(roots[host] / "etc/uwsgi-layouts/shop.ini")], stdout=log,
+                                              stderr=subprocess.STDOUT, preexec_fn=_in_netns(net.node(host).netns)))
+                log.close()
+            log = open(roots["front"] / "nginx.out", "w")
+            procs.append(subprocess.Popen(["nginx", "-c", str(roots["front"] / "etc/nginx/nginx.conf"), "-e", "stderr",
+                                           "-g", "daemon off;"], stdout=log, stderr=subprocess.STDOUT,
+                                          preexec_fn=_in_netns(net.front.netns)))
+            log.close()
+            deadline = time.monotonic() + 60
+            served = {}
+            while time.monotonic() < deadline and len(served) < 4:
+                assert all(p.poll() is None for p in procs), [(roots[h] / "uwsgi.out").read_text()[-1500:]
+                                                              for h in net.host_addresses]
+                try:
+                    status, headers, body = http_get(net.front.address, port, "/", timeout=10)
+                    if status == 200:
+                        assert body == b"Hello from shop"
+                        served[headers["x-worker-pid"]] = True
+                except OSError:
+                    pass
+                time.sleep(0.05)  # polling until both hosts' workers answer
+            assert len(served) == 4, f"workers seen: {served}"
+        finally:
+            for p in procs:
+                p.send_signal(signal.SIGQUIT)  # both stop on SIGQUIT (the bundle's ini has no die-on-term)
+            for p in procs:
+                try:
+                    p.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait(timeout=10)
