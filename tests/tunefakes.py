@@ -103,9 +103,9 @@ class FakeMeasure:
                     latency_ms=Latency(pct["p50"], pct["p90"], pct["p99"], pct["p999"], hist[-1][0] / 1000),
                     errors=Errors(timeout=f.failed), worker_requests={str(i + 1): n // c.processes
                                                                       for i in range(c.processes)},
-                    cpu_s={"uwsgi": 0.5, "nginx": 0.05, "wrk": 0.02}, unloaded_latency_ms=p50_ms / 2, capacity_rps=0.0,
+                    cpu_s={"app": 0.5, "nginx": 0.05, "wrk": 0.02}, unloaded_latency_ms=p50_ms / 2, capacity_rps=0.0,
                     closed_loop_rps=0.0, efficiency=0.0, extra=extra, histogram=hist,
-                    memory={"uwsgi_pss_mb": round(f.memory_mb, 2), "nginx_pss_mb": 2.5},
+                    memory={"app_pss_mb": round(f.memory_mb, 2), "nginx_pss_mb": 2.5},
                     status={"2xx": max(0, n - f.failed)})
 
 

@@ -29,16 +29,9 @@ MEMORY_TIE_SHARE = 0.02
 
 
 def server_pss(memory: dict) -> float | None:
-    """The app server tree's PSS from a cell's (or group's) memory record, whatever the server
-    is called (``uwsgi_pss_mb``; a peer's own prefix): the ``*_pss_mb`` figure that is neither
-    nginx's nor the per-worker one."""
-    for key in ("uwsgi_pss_mb", "app_pss_mb"):
-        if key in memory:
-            return _value(memory[key])
-    for key, value in memory.items():
-        if key.endswith("_pss_mb") and key not in ("nginx_pss_mb", "worker_pss_mb"):
-            return _value(value)
-    return None
+    """The app server tree's PSS from a cell's (or group's) memory record (``app_pss_mb``, for
+    uWSGI and the peers alike: ``Cell`` renames the keys of older records when it is built)."""
+    return _value(memory["app_pss_mb"]) if "app_pss_mb" in memory else None
 
 
 def _value(x) -> float | None:
