@@ -41,7 +41,7 @@ from bench.paired import (
 )
 from bench.report import terminal_lines
 from bench.report.compare import choice_lines
-from bench.results import Cell, Results, load
+from bench.results import Cell, load
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
