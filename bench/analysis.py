@@ -448,12 +448,25 @@ def memory_stats(cells) -> dict[str, Stat]:
     return out
 
 
+def throughput_scores(groups: list[Group]) -> dict[int, float]:
+    """Per group (by id), the throughput that orders it among the others: the geometric mean over
+    the rounds every group measured (so that two groups' scores agree with their paired ratio),
+    else, without shared rounds (unpaired cells), the median."""
+    shared = set.intersection(*(set(g.per_round.get("rps", {})) for g in groups)) if groups else set()
+    out = {}
+    for g in groups:
+        values = [g.per_round["rps"][r] for r in shared if g.per_round["rps"][r] > 0]
+        out[id(g)] = math.exp(statistics.fmean(math.log(v) for v in values)) if values else g.rps.median
+    return out
+
+
 def ranked_at_level(groups: list[Group]) -> list[Group]:
     """One level's groups, best first. Unbeaten first (no other group had more throughput beyond
-    noise, paired by round), by median throughput; an unbeaten group whose throughput is
-    equivalent to that leader's and whose p99 is better beyond noise goes ahead of it; then the
-    beaten ones, by median throughput."""
-    by_rps = sorted(groups, key=lambda g: (-g.rps.median, g.layout))
+    noise, paired by round), by throughput (``throughput_scores``); an unbeaten group whose
+    throughput is equivalent to that leader's and whose p99 is better beyond noise goes ahead of
+    it; then the beaten ones, by throughput."""
+    score = throughput_scores(groups)
+    by_rps = sorted(groups, key=lambda g: (-score[id(g)], g.layout))
     beaten = {id(g) for g in groups for h in groups if h is not g and compare_groups(h, g, "rps").outcome == "better"}
     unbeaten = [g for g in by_rps if id(g) not in beaten] or by_rps
     leader = unbeaten[0]
