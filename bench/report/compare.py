@@ -42,7 +42,20 @@ from bench.analysis import (
 from bench.report import hosts, nginx, peers
 from bench.report.memory import memory_lines, memory_markdown, pss_column
 from bench.report.subject import any_non_2xx, is_demo_run, short_workload, status_text, subject_lines, subject_markdown
-from bench.report.text import comment, fmt_interval, fmt_stat, md_kv, md_table, num, pct, plot_lines, pm, table, wrap
+from bench.report.text import (
+    comment,
+    fmt_interval,
+    fmt_stat,
+    md_kv,
+    md_table,
+    num,
+    pct,
+    plot_lines,
+    pm,
+    quoted_p99,
+    table,
+    wrap,
+)
 from bench.results import Results
 
 ARTICLE = "article"
@@ -75,14 +88,6 @@ def _level_name(results: Results, level: int) -> str:
 
 def _by_scenario(results: Results) -> dict[str, list[Group]]:
     return {sc: group_cells(results, sc) for sc in results.scenarios}
-
-
-def quoted_p99(g: Group, digits: int | None = None, unit: str = "") -> str:
-    """The p99 a table may quote: pooled (or, for cells without histograms, the median of the
-    repeats' own), only when at least MIN_SLOWER_REQUESTS requests lie above it; else "n/q"."""
-    if not g.p99_quotable:
-        return "n/q"
-    return num(g.p99, digits) + unit
 
 
 def _p99_cell(g: Group) -> str:

@@ -22,7 +22,7 @@ from bench.analysis import (
     alternatives,
 )
 from bench.report.subject import is_demo_run
-from bench.report.text import fmt_interval, fmt_stat, md_table, num, table, wrap
+from bench.report.text import fmt_stat, md_table, num, quoted_p99, quoted_p99_interval, table, wrap
 from bench.results import Results
 
 TARGET_SCENARIO = "article"  # the demo app's request the targets are set for
@@ -50,7 +50,7 @@ def _repeats(*groups: Group) -> int:
 
 
 def _p99(g: Group) -> str:
-    return fmt_interval(g.tails.p99) if g.tails.pooled else fmt_stat(g.latency["p99"], digits=None)
+    return quoted_p99_interval(g)
 
 
 def figure_text(c: Comparison, figure: str, side: str, peer: str) -> str:
@@ -185,8 +185,9 @@ def alternatives_lines(results: Results, markdown: bool = False) -> list[str]:
         if target_applies(results, alt):
             m = alt.target
             head = (f"Target at {m.concurrency} connections{_level(results, m.concurrency)}, the best uWSGI layout "
-                    f"{m.uwsgi.layout} ({num(m.uwsgi.rps.median)} req/s, p99 {num(m.uwsgi.p99)} ms) against the "
-                    f"best peer {m.peer.layout} ({num(m.peer.rps.median)} req/s, p99 {num(m.peer.p99)} ms)")
+                    f"{m.uwsgi.layout} ({num(m.uwsgi.rps.median)} req/s, p99 {quoted_p99(m.uwsgi, unit=' ms')}) "
+                    f"against the best peer {m.peer.layout} ({num(m.peer.rps.median)} req/s, p99 "
+                    f"{quoted_p99(m.peer, unit=' ms')})")
             if markdown:
                 out += ["", head + ":", ""] + md_table(["target", "measured (uWSGI / peer)", "result"],
                                                        target_rows(m), "<<<")
