@@ -28,7 +28,11 @@ from bench.results import STATUS_CLASSES, Diagnosis, register_kind
 # A finding is stated when its figure reaches these (shares of the window's samples).
 PILEUP_FINDING = 0.10  # compare's 2x4-mapped stayed at 0-4% at P and 2P, 2x4-shared at 40-96%
 SATURATED_FINDING = 0.25  # every thread of every worker busy
-QUEUE_FINDING = 0.05  # a listen queue not empty
+# Requests waited in the listen queues this long on average (Little's law: mean queued / throughput)
+# and at least this share of the time they then spent in a worker. Below it a queue is the handoff
+# between the kernel and a free thread: for requests of a millisecond a socket holds one now and then.
+QUEUE_WAIT_MS = 10.0
+QUEUE_WAIT_SHARE = 0.05
 MEMORY_FINDING_MB_PER_H = 10.0
 MEMORY_MIN_RISE_MB = 1.0  # and grown at least this much within the window...
 MEMORY_MIN_SPAN_S = 30.0  # ... over at least this long (shorter windows say little about a leak)
@@ -228,18 +232,23 @@ def diagnose(w: Window) -> Diagnosis:
         slots = w.layout["processes"] * w.layout["threads"]
         window = [s for s in samples if s.inflight]
         totals = [sum(s.inflight.values()) for s in window]
-        # Requests at once: in flight plus waiting in the listen queues. Its 99th percentile, not
-        # its maximum: one thread still closing a request while another reads the next one makes
-        # a momentary extra that no client sent.
+        # Requests at once: in flight, and with the waiting ones in the listen queues. 99th
+        # percentiles, not maxima: one thread still closing a request while another reads the next
+        # one makes a momentary extra that no client sent.
         at_once = sorted(t + sum(q for q, _ in s.sockets.values()) for t, s in zip(totals, window, strict=True))
         inflight |= {"peak": max(totals), "saturated": round(sum(1 for t in totals if t >= slots) / len(totals), 4),
-                     "demand_p99": _percentile(at_once, 0.99)}
+                     "p99": _percentile(sorted(totals), 0.99), "demand_p99": _percentile(at_once, 0.99)}
     observed = w.observed_s if w.observed_s is not None else (samples[-1].t - samples[0].t if samples else 0.0)
     workers = worker_figures(samples, w.first, w.latest)
+    requests = sum(f["requests"] for f in workers.values())
+    queue = queue_figures(samples, w.queue_source, w.kernel_overflows)
+    if samples:
+        queue["mean_queued"] = round(sum(q for s in samples for q, _ in s.sockets.values()) / len(samples), 4)
+        if requests and observed > 0:
+            queue["mean_wait_ms"] = round(1000 * queue["mean_queued"] / (requests / observed), 3)
     record = Diagnosis(
         address=w.address, planned_s=w.planned_s, observed_s=round(observed, 3), hz=w.hz, layout=w.layout,
-        requests=sum(f["requests"] for f in workers.values()), workers=workers, inflight=inflight,
-        queue=queue_figures(samples, w.queue_source, w.kernel_overflows), timeline=timeline_of(samples),
+        requests=requests, workers=workers, inflight=inflight, queue=queue, timeline=timeline_of(samples),
         memory=memory_figures(w.memory, w.memory_kind), access=w.access, ended=w.ended, end_note=w.end_note,
     )
     return replace(record, findings=tuple(f.to_dict() for f in findings(record)))
@@ -305,12 +314,28 @@ def _pct(x: float) -> str:
 
 
 def demand(d: Diagnosis) -> int:
-    """Requests at once the service had to hold: in flight plus queued, 99th percentile of the samples."""
-    return max(1, math.ceil(d.inflight.get("demand_p99", d.inflight.get("peak", 0))))
+    """Requests at once the service had to hold (99th percentile of the samples): in flight, plus
+    the queued ones when requests really waited (else a queue is the handoff to a free thread)."""
+    key = "demand_p99" if queue_matters(d) else "p99"
+    return max(1, math.ceil(d.inflight.get(key, d.inflight.get("peak", 0))))
 
 
 def queue_was_full(d: Diagnosis) -> bool:
     return any(f["backlog"] and f["max"] >= f["backlog"] for f in d.queue.get("sockets", {}).values())
+
+
+def mean_service_ms(d: Diagnosis) -> float | None:
+    """Time in a worker per request, all workers (weighted by their requests)."""
+    timed = [(f["mean_ms"], f["requests"]) for f in d.workers.values() if "mean_ms" in f and f["requests"]]
+    total = sum(n for _, n in timed)
+    return sum(ms * n for ms, n in timed) / total if total else None
+
+
+def queue_matters(d: Diagnosis) -> bool:
+    """A queue filled up, or requests waited in the queues long enough to matter (QUEUE_WAIT_*)."""
+    wait = d.queue.get("mean_wait_ms")
+    service = mean_service_ms(d) or 0.0
+    return queue_was_full(d) or (wait is not None and wait >= max(QUEUE_WAIT_MS, QUEUE_WAIT_SHARE * service))
 
 
 def tune_command(d: Diagnosis) -> str:
@@ -329,8 +354,13 @@ def tune_command(d: Diagnosis) -> str:
     return shlex.join(args)
 
 
+def _num(x: float) -> str:
+    """About three significant figures, never in exponent form (180, 18.2, 0.42)."""
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.1f}" if abs(x) >= 10 else f"{x:.2f}"
+
+
 def _by_worker(d: Diagnosis, key: str, unit: str = "") -> str:
-    parts = [f"worker {w} {f[key]:.0f}{unit}" for w, f in d.workers.items() if f.get(key) is not None]
+    parts = [f"worker {w} {_num(f[key])}{unit}" for w, f in d.workers.items() if f.get(key) is not None]
     return ", ".join(parts)
 
 
@@ -360,21 +390,21 @@ def _pileup(d: Diagnosis, tune: str) -> Finding | None:
 
 
 def _queue(d: Diagnosis, tune: str) -> Finding | None:
-    sockets = d.queue.get("sockets", {})
-    overflows = d.queue.get("kernel_overflows") or 0
-    busy = [(n, f) for n, f in sockets.items()
-            if f["max"] and (f["nonempty"] >= QUEUE_FINDING or (f["backlog"] and f["max"] >= f["backlog"]))]
-    if not busy and not overflows:
+    if not queue_matters(d):
         return None
     parts = []
-    for name, f in sorted(busy, key=lambda nf: -nf[1]["max"]):
+    for name, f in sorted(d.queue["sockets"].items(), key=lambda nf: -nf[1]["max"]):
+        if not f["max"]:
+            continue
         size = f" of {f['backlog']}" if f["backlog"] else ""
         full = " (full: new connections were refused or dropped)" if f["backlog"] and f["max"] >= f["backlog"] else ""
         parts.append(f"{name} reached {f['max']}{size}{full}, not empty {_pct(f['nonempty'])} of the time")
-    text = "the listen queue of " + "; of ".join(parts) if parts else ""
-    if overflows:
-        text += ("; " if text else "") + (f"the kernel dropped {overflows} connection(s) on full TCP listen queues "
-                                          "meanwhile (every socket of this host)")
+    text = "the listen queue of " + "; of ".join(parts)
+    if d.queue.get("mean_wait_ms") is not None:
+        text += f"; requests waited about {_num(d.queue['mean_wait_ms'])} ms there on average"
+    if d.queue.get("kernel_overflows"):
+        text += (f"; the kernel dropped {d.queue['kernel_overflows']} connection(s) on full TCP listen queues "
+                 "meanwhile (every socket of this host)")
     saturated = d.inflight.get("saturated", 0.0)
     slots = d.layout["processes"] * d.layout["threads"]
     at_least = "at least " if queue_was_full(d) else ""  # a full queue turned the rest away unseen
@@ -477,10 +507,13 @@ def findings(d: Diagnosis) -> list[Finding]:
     found += extra
     if not found:
         pile = d.inflight.get("pileup")
+        wait = d.queue.get("mean_wait_ms")
+        queues = "listen queues empty" if not d.queue.get("mean_queued") else \
+            f"about {_num(wait or 0.0)} ms of wait in the listen queues on average"
         found.append(Finding(
             "healthy", f"no problem found in {d.observed_s:.0f} s: {d.requests} requests, pile-up "
                        f"{'n/a' if pile is None else _pct(pile)}, every thread busy "
-                       f"{_pct(d.inflight.get('saturated', 0.0))} of the time, listen queues empty",
+                       f"{_pct(d.inflight.get('saturated', 0.0))} of the time, {queues}",
             f"nothing to change for this traffic; run it again at the peak hour (to size for more: {tune})"))
     return found
 

@@ -135,5 +135,6 @@ def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
             out += ["## Access log", "", access_line(d), ""]
             for title, headers, rows in access_tables(d):
                 if rows:
-                    out += [f"{title[0].upper()}{title[1:]}:", ""] + md_table(headers, rows) + [""]
+                    out += [f"{title[0].upper()}{title[1:]}:", ""]
+                    out += md_table(headers, rows, "<" + ">" * (len(headers) - 1)) + [""]
     return out + md_footer(results, plot_files)
