@@ -175,3 +175,24 @@ def test_bad_input_is_one_line_and_writes_nothing(lab, tmp_path, free_ports):
         proc = doctor("--stats", layout.stats_address, "--access-log", str(tmp_path / "none.log"), "--out", str(out))
         assert proc.returncode == 2 and "access_log: cannot read" in proc.stderr
     assert not out.exists()
+
+
+def test_sigterm_ends_the_window_early_and_keeps_the_figures(lab, tmp_path):
+    out = tmp_path / "doc"
+    with lab.stack("2x4-mapped") as stack:
+        proc = subprocess.Popen([sys.executable, "-m", "bench", "doctor", "--stats", stack.layout.stats_address,
+                                 "--for", "30", "--out", str(out)], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout.readline().startswith("doctor: watching"), proc.stderr.read()
+            time.sleep(1.0)
+            proc.terminate()
+            stdout, stderr = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 130, stderr
+    assert "INTERRUPTED: interrupted at" in stdout and "no traffic in the window" in stdout
+    d = record(out)
+    assert d["ended"] == "interrupted" and 0.5 <= d["observed_s"] < 10
