@@ -15,6 +15,7 @@ import json
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -130,21 +131,28 @@ def test_saturation_with_a_small_backlog_fills_the_queue(lab, tmp_path, transpor
         assert access["status"].get("5xx", {}).get("requests", 0) > 0, "a full unix queue answers 502 at once"
 
 
+@contextmanager
+def watching(stack, out: Path):
+    """doctor on ``stack`` for a 30-s window in its own process, entered once it watches; killed
+    on the way out if it is still running."""
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "doctor", "--stats", stack.layout.stats_address,
+                             "--for", "30", "--out", str(out)], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().startswith("doctor: watching"), proc.stderr.read()
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 def test_a_service_that_stops_mid_window_ends_it_with_the_figures_so_far(lab, tmp_path):
     out = tmp_path / "doc"
-    with lab.stack("2x4-mapped") as stack:
-        proc = subprocess.Popen([sys.executable, "-m", "bench", "doctor", "--stats", stack.layout.stats_address,
-                                 "--for", "30", "--out", str(out)], cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        try:
-            assert proc.stdout.readline().startswith("doctor: watching"), proc.stderr.read()
-            time.sleep(1.5)
-            stack.stop()
-            stdout, stderr = proc.communicate(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+    with lab.stack("2x4-mapped") as stack, watching(stack, out) as proc:
+        time.sleep(1.5)
+        stack.stop()
+        stdout, stderr = proc.communicate(timeout=30)
     print(stdout, stderr)
     assert proc.returncode == 1, stderr
     assert "STOPPED EARLY: the stats server stopped answering at" in stdout
@@ -179,19 +187,10 @@ def test_bad_input_is_one_line_and_writes_nothing(lab, tmp_path, free_ports):
 
 def test_sigterm_ends_the_window_early_and_keeps_the_figures(lab, tmp_path):
     out = tmp_path / "doc"
-    with lab.stack("2x4-mapped") as stack:
-        proc = subprocess.Popen([sys.executable, "-m", "bench", "doctor", "--stats", stack.layout.stats_address,
-                                 "--for", "30", "--out", str(out)], cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        try:
-            assert proc.stdout.readline().startswith("doctor: watching"), proc.stderr.read()
-            time.sleep(1.0)
-            proc.terminate()
-            stdout, stderr = proc.communicate(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+    with lab.stack("2x4-mapped") as stack, watching(stack, out) as proc:
+        time.sleep(1.0)
+        proc.terminate()
+        stdout, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 130, stderr
     assert "INTERRUPTED: interrupted at" in stdout and "no traffic in the window" in stdout
     d = record(out)
