@@ -71,7 +71,6 @@ def layout_of(stats: dict, holdings: dict[int, list[str]] | None, app: dict | No
     processes = len(workers)
     threads = max((len(w.get("cores") or []) for w in workers), default=1) or 1
     names = [str(s["name"]) for s in stats.get("sockets", [])]
-    backlog = {str(s["name"]): int(s.get("max_queue", 0)) for s in stats.get("sockets", [])}
     thunder = any("thunder" in lock for lock in stats.get("locks", []) if isinstance(lock, dict))
     shared_name = "thunder" if thunder else "shared"
     if holdings is not None and len(holdings) == processes:
@@ -102,8 +101,8 @@ def layout_of(stats: dict, holdings: dict[int, list[str]] | None, app: dict | No
             strategy, evidence = "unknown", f"{len(names)} sockets for {processes} workers"
     record = {
         "processes": processes, "threads": threads, "strategy": strategy, "evidence": evidence,
-        "sockets": [{"name": n, "backlog": backlog.get(n, 0), **({"workers": per_socket[n]} if per_socket else {})}
-                    for n in names],
+        # Each socket's backlog is in the queue figures: uWSGI's master fills it in a second after start.
+        "sockets": [{"name": n, **({"workers": per_socket[n]} if per_socket else {})} for n in names],
         "uwsgi": str(stats.get("version", "")), "master_pid": int(stats.get("pid", 0)),
     }
     if app:

@@ -600,7 +600,6 @@ def _diag_layout(value) -> dict:
     for i, s in enumerate(sockets):
         _mapping(s, f"layout.sockets[{i}]")
         _check(isinstance(s.get("name"), str) and s["name"], f"layout.sockets[{i}].name: must be a non-empty string")
-        _count(s.get("backlog", 0), f"layout.sockets[{i}].backlog")
         _numbers_list(s.get("workers", []), f"layout.sockets[{i}].workers", _count)
     return dict(value)
 
@@ -684,8 +683,8 @@ class Diagnosis:
     access log) showed during a window of ``observed_s`` seconds sampled ``hz`` times a second.
 
     ``layout``: processes, threads, ``strategy`` (shared, thunder, mapped, overflow, or a
-    description), ``evidence`` (how the sockets per worker were known), ``sockets`` (name,
-    backlog, the workers holding it); ``requests`` served in the window; ``workers``: per worker
+    description), ``evidence`` (how the sockets per worker were known), ``sockets`` (name, the
+    workers holding it); ``requests`` served in the window; ``workers``: per worker
     id its pid, requests, ``mean_ms`` (time in requests / requests), harakiri, respawns and
     exceptions in the window; ``inflight``: ``Cell.inflight``'s record plus ``peak`` (most
     requests in flight at once, all workers); ``queue``: per socket the longest listen queue,

@@ -217,7 +217,7 @@ def test_strategy_from_the_workers_sockets_or_inferred_from_counts(sockets, hold
     assert layout["evidence"].startswith("the workers' open sockets") == (holdings is not None)
     if strategy == "mapped" and holdings is None:
         assert "map-socket assumed" in layout["evidence"]
-    assert [s["backlog"] for s in layout["sockets"]] == [100] * len(sockets)
+    assert [s["name"] for s in layout["sockets"]] == sockets
 
 
 def test_thunder_lock_is_read_from_the_locks():
