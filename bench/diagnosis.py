@@ -382,7 +382,7 @@ def _pileup(d: Diagnosis, tune: str) -> Finding | None:
     elif strategy in ("mapped", "overflow"):
         text += f". Each worker has its own socket ({strategy}), so nginx chose the busy worker"
         action = ("check the site's upstream: least_conn, and with several nginx workers a shared `zone` (without "
-                  f"it each nginx worker balances on its own counts); then {tune}")
+                  f"it each nginx worker balances on its own counts; deploy's configs have both); then {tune}")
     else:
         action = f"find a layout that spreads requests over the workers: {tune}"
     return Finding("pileup", text, action)
