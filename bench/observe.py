@@ -28,8 +28,8 @@ from typing import Callable
 
 import psutil
 
-from deploy.errors import StackError
-from deploy.stack import Stack, read_stats
+from deploy.model import StackError
+from deploy.run import Stack, read_stats
 
 # --------------------------------------------------------------------------- CPU and requests
 
