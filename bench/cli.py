@@ -15,7 +15,7 @@ from bench.load.wrk import WrkError
 from bench.options import BadArgument, MissingTool
 from bench.results import ResultsError, load
 from deploy.cli import OneLineParser, parse_args
-from deploy.errors import LayoutError, RenderError, StackError
+from deploy.model import LayoutError, RenderError, StackError
 
 EXIT_BAD_INPUT = 2
 BAD_INPUT = (BadArgument, LayoutError, ResultsError, ReplayError, DatasetError, TrafficError)

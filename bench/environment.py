@@ -9,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from deploy.layout import PROJECT_ROOT
+from deploy.machine import PROJECT_ROOT
+from deploy.run import nginx_binary, uwsgi_binary
 
 
 def _first_line(cmd: list[str]) -> str:
@@ -41,8 +42,6 @@ def _git_commit() -> str:
 
 
 def capture() -> dict:
-    from deploy.stack import nginx_binary, uwsgi_binary
-
     return {
         "nproc": os.cpu_count(),
         "cpu_model": _cpu_model(),

@@ -41,9 +41,9 @@ from typing import Callable, NamedTuple
 
 import psutil
 
-from deploy.errors import StackError
-from deploy.stack import Stack
-from deploy.stack import read_stats as read_tcp_stats
+from deploy.model import StackError
+from deploy.run import Stack
+from deploy.run import read_stats as read_tcp_stats
 
 # --------------------------------------------------------------------------- CPU and requests
 
@@ -221,7 +221,7 @@ def is_unix_address(address: str) -> bool:
 
 def read_stats(address: str, timeout: float = 2.0, namespace: str = "") -> dict:
     """The uWSGI stats server's JSON document, read over TCP (``HOST:PORT``, from inside
-    ``namespace`` when given: ``deploy.stack.read_stats``) or a unix socket (a path). It writes
+    ``namespace`` when given: ``deploy.run.read_stats``) or a unix socket (a path). It writes
     one document and closes; reading never writes a byte to it. Raises OSError (nothing there,
     refused, timed out) or ValueError (not JSON, not a stats document)."""
     if not is_unix_address(address):
