@@ -114,11 +114,14 @@ def test_bench_layers_point_one_way():
     """results is the bottom layer; reports never import kinds; kinds never import each other
     except through the registry (kinds/__init__) and the closed-loop machinery they share."""
     assert not {m for m in GRAPH["bench.results"] if m.startswith(("bench", "deploy"))}
+    # doctor's judgement sits beside analysis: it reads observations and records, never loads or runs stacks.
+    assert GRAPH["bench.diagnosis"] <= {"bench.observe", "bench.results"}
     for module, targets in GRAPH.items():
-        if module.startswith(("bench.report", "bench.load", "bench.analysis", "bench.stack", "bench.observe")):
+        if module.startswith(("bench.report", "bench.load", "bench.analysis", "bench.stack", "bench.observe",
+                              "bench.diagnosis")):
             assert not {t for t in targets if t.startswith(("bench.kinds", "bench.cli"))}, module
     shared = {"bench.kinds", "bench.kinds.base", "bench.kinds.closedloop"}
-    for kind in ("compare", "openloop", "faults"):
+    for kind in ("compare", "openloop", "faults", "doctor"):
         others = {t for t in GRAPH[f"bench.kinds.{kind}"] if t.startswith("bench.kinds")} - shared
         assert not others, (kind, others)
 
