@@ -8,7 +8,7 @@ LAYOUT ?= 2x4-mapped
 OUT    ?= build/$(LAYOUT)
 ARGS   ?=
 
-.PHONY: help venv system-deps render run reload faults compare tune tune-accuracy report dataset nginx-scenarios map-scale openloop sampler-cost test test-unit test-integration lint clean
+.PHONY: help venv system-deps render run reload faults compare tune tune-accuracy report dataset nginx-scenarios map-scale openloop sampler-cost doctor doctor-cost test test-unit test-integration lint clean
 
 help:
 	@echo "make compare            compare layouts with wrk until the key comparisons are decided (the main job; --budget auto; ARGS='--budget 8' etc.)"
@@ -25,6 +25,8 @@ help:
 	@echo "make map-scale [ARGS='--counts 10000,1000000 --repeats 3']  nginx's id map: build, start, memory"
 	@echo "make openloop [ARGS='--rates 5,10,15,20']   httperf at fixed rates until replies fall behind (the knee)"
 	@echo "make sampler-cost [ARGS='--pairs 12']       throughput with and without the in-flight sampler, interleaved"
+	@echo "make doctor ARGS='--stats /run/NAME/stats.sock'   diagnose a running uWSGI (60 s window; findings + tune line)"
+	@echo "make doctor-cost [ARGS='--pairs 12']        throughput with and without doctor attached, paired rounds"
 
 # The venv is rebuilt when pyproject.toml changes (uwsgi compiles: ~35 s the first time).
 # It holds the peers too (gunicorn, granian: the `peers` group), which run the app in its own venv.
@@ -81,6 +83,12 @@ openloop: venv system-deps
 
 sampler-cost: venv system-deps
 	$(BIN)/python scripts/sampler-cost.py $(ARGS)
+
+doctor: venv
+	$(BIN)/python -m bench doctor $(ARGS)
+
+doctor-cost: venv system-deps
+	$(BIN)/python scripts/doctor-cost.py $(ARGS)
 
 test: venv system-deps
 	$(BIN)/python -m pytest $(ARGS)

@@ -12,9 +12,10 @@ One pipeline, every experiment kind plugs into it:
        subject.py: the app under test and its traffic (deploy's app options, --request...)
 
     kinds/    compare (closed-loop cells, sweep in closedloop.py), openloop (httperf rate steps),
-              faults (fault experiments), tune (a budgeted search that recommends a layout): the
-              subcommands of ``python -m bench`` (cli.py); options.py holds the argument
-              validators they share.
+              faults (fault experiments), tune (a budgeted search that recommends a layout),
+              doctor (a running uWSGI watched through its stats server; its pure judgement is
+              diagnosis.py, beside analysis.py): the subcommands of ``python -m bench`` (cli.py);
+              options.py holds the argument validators they share.
     tune/     tune's pure logic (space, objective, search, stored record and replay) and its
               accuracy benchmark (``python -m bench.tune.accuracy``).
 

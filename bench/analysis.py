@@ -42,7 +42,7 @@ import numpy as np
 from bench.load.httperf import CLIENT_ERRORS, SERVER_ERRORS
 from bench.paired import DEFAULT_MARGIN, Comparison, Rule, compare_rounds, compare_unpaired
 from bench.results import PERCENTILES, STATUS_CLASSES, Cell, Results
-from deploy.strategies import STRATEGIES
+from deploy.model import STRATEGIES
 
 NOISY_SPREAD = 0.10  # (max - min) / median across repeats above this is flagged
 MIN_REQUESTS_FOR_P99 = 100  # below this a "p99" is the sample's max

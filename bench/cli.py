@@ -1,4 +1,4 @@
-"""``python -m bench compare|openloop|faults|tune|report``: run an experiment kind, or re-render a stored run."""
+"""``python -m bench compare|openloop|faults|tune|doctor|report``: run an experiment kind, or re-render a stored run."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from bench.load.wrk import WrkError
 from bench.options import BadArgument, MissingTool
 from bench.results import ResultsError, load
 from deploy.cli import OneLineParser, parse_args
-from deploy.errors import LayoutError, RenderError, StackError
+from deploy.model import LayoutError, RenderError, StackError
 
 EXIT_BAD_INPUT = 2
 BAD_INPUT = (BadArgument, LayoutError, ResultsError, ReplayError, DatasetError, TrafficError)
@@ -29,8 +29,8 @@ def build_parser() -> OneLineParser:
         kind.add_arguments(sub.add_parser(kind.name, help=kind.help))
     rep = sub.add_parser("report", help="render report.txt, report.md and plots from a stored results.json "
                                         "(any kind, any version this tool reads)")
-    rep.add_argument("results", help="a results.json written by compare, openloop, faults or tune (or an old "
-                                     "openloop.json)")
+    rep.add_argument("results", help="a results.json written by compare, openloop, faults, tune or doctor (or an "
+                                     "old openloop.json)")
     rep.add_argument("--out", help="where to write the report files (default: beside the results file)")
     return parser
 

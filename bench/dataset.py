@@ -15,7 +15,7 @@ is built in a temporary sibling directory and renamed into place: a reader sees 
 data set, no data set, or the complete new one, never half of one. Re-running with the
 same parameters is a no-op when every file is present with its size.
 
-Beside index.json, ``nginx-files.map`` and ``nginx-files.json`` (``deploy.nginx_map``): the
+Beside index.json, ``nginx-files.map`` and ``nginx-files.json`` (``deploy.render.write_map``): the
 same id -> path pairs as an nginx ``map`` include and the hash sizes nginx needs for them, so
 nginx can resolve ids itself (``/nfiles/<id>``). They are written with the data set and
 rewritten whenever it is (or when they are missing or were made from other parameters), so
@@ -48,7 +48,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.files import FILES_SUBDIR, FORMAT_VERSION, INDEX_NAME, valid_id, valid_rel_path
-from deploy import nginx_map
+from deploy.machine import map_is_current, read_map_facts
+from deploy.model import MAP_NAME, MapError, MapFacts
+from deploy.render import write_map as write_nginx_map
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_ROOT = PROJECT_ROOT / "build" / "dataset"
@@ -285,15 +287,15 @@ def map_source(index: Index) -> dict:
     return {"index_format_version": FORMAT_VERSION, **index.params()}
 
 
-def write_map(root: Path, index: Index) -> nginx_map.MapFacts:
+def write_map(root: Path, index: Index) -> MapFacts:
     """The nginx map of ``index`` (and its hash sizes) into ``root``, replacing any there."""
-    return nginx_map.write_map(root, index.files, map_source(index),
+    return write_nginx_map(root, index.files, map_source(index),
                                check=lambda i, rel: valid_id(i) and valid_rel_path(rel))
 
 
 def ensure_map(index: Index) -> bool:
     """Write the data set's nginx map unless a current one is there; True if written."""
-    if nginx_map.map_is_current(index.root, map_source(index)):
+    if map_is_current(index.root, map_source(index)):
         return False
     write_map(index.root, index)
     return True
@@ -543,10 +545,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _print_map(root: Path) -> None:
     try:
-        m = nginx_map.read_map_facts(root).sizing
-        print(f"nginx map: {nginx_map.MAP_NAME}, {m.ids} ids; map_hash_max_size {m.max_size}, "
+        m = read_map_facts(root).sizing
+        print(f"nginx map: {MAP_NAME}, {m.ids} ids; map_hash_max_size {m.max_size}, "
               f"map_hash_bucket_size {m.bucket_size} (a {m.table_size}-bucket table, {_mb(m.hash_bytes)})")
-    except nginx_map.MapError as exc:
+    except MapError as exc:
         print(f"nginx map: unreadable ({exc})")
 
 

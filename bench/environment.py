@@ -18,7 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from deploy.layout import PROJECT_ROOT
+from deploy.machine import PROJECT_ROOT
+from deploy.run import nginx_binary, uwsgi_binary
 
 
 def _first_line(cmd: list[str]) -> str:
@@ -116,8 +117,6 @@ def _steal_at_start(window_s: float = 0.5) -> float | None:
 
 
 def capture() -> dict:
-    from deploy.stack import nginx_binary, uwsgi_binary
-
     return {
         "nproc": os.cpu_count(),
         "cpu_model": _cpu_model(),

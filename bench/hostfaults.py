@@ -13,7 +13,7 @@ figures show requests per host per second around the fault: the failed GETs (bey
 flight on the failed host), the throughput before, during and after, the slowest requests, and
 how soon a host that is back (or a respawned worker) gets traffic again. The layouts' variants
 (``2x4-mapped@max_fails=0``, ``@max_fails=1,fail_timeout=10``...) are how the defaults in
-``deploy.hosts.failure_policy`` were chosen (README "Several hosts").
+``failure_policy`` (deploy/model/hosts.py) were chosen (README "Several hosts").
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from bench.load.wrk import WrkProcess, run_wrks
 from bench.observe import Sampler, access_log, nginx_log_lines
 from bench.results import Check, FaultRecord
 from bench.stack import Lab
-from deploy.errors import StackError
+from deploy.model import StackError
 
 # A request that returns in ~20 ms (as bench.kinds.faults.FAST_GET).
 FAST_GET = "/?rounds=1&fib=10&io_ms=20"

@@ -41,9 +41,9 @@ from bench.environment import capture
 from bench.options import BadArgument, int_arg, prepare_out
 from bench.report.text import fmt_stat, md_table, table
 from bench.stack import Lab
-from deploy.nginx_map import ROUTE_PREFIX
+from deploy.model import ROUTE_PREFIX
 from deploy.render import nginx_test, write_layout
-from deploy.stack import _die_with_parent, _terminate_group, http_get, nginx_binary, tail
+from deploy.run import die_with_parent, http_get, nginx_binary, tail, terminate_group
 
 FORMAT_VERSION = 1
 RESULTS_NAME = "mapscale.json"
@@ -91,7 +91,7 @@ def _start_nginx(layout, hot_path: str) -> tuple[subprocess.Popen, float]:
     with open(run_dir / "logs" / "nginx.out", "ab") as log:
         started = time.monotonic()
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=run_dir,
-                                preexec_fn=_die_with_parent)
+                                preexec_fn=die_with_parent)
     try:
         while True:
             if proc.poll() is not None:
@@ -105,7 +105,7 @@ def _start_nginx(layout, hot_path: str) -> tuple[subprocess.Popen, float]:
                 raise RuntimeError(f"nginx did not answer {hot_path} within {START_TIMEOUT_S:.0f} s")
             time.sleep(POLL_S)  # polling interval
     except BaseException:
-        _terminate_group(proc, STOP_TIMEOUT_S)
+        terminate_group(proc, STOP_TIMEOUT_S)
         raise
 
 
@@ -138,7 +138,7 @@ def measure(lab: Lab, ids: int, repeat: int, workers: int) -> Run:
         try:
             pss, rss, count = _memory(proc.pid)
         finally:
-            _terminate_group(proc, STOP_TIMEOUT_S)
+            terminate_group(proc, STOP_TIMEOUT_S)
         s = facts.sizing
         return Run(ids=ids, repeat=repeat, index_s=index_s, map_s=map_s, map_mb=facts.map_bytes / 1e6,
                    max_size=s.max_size, bucket_size=s.bucket_size, table_size=s.table_size, hash_mb=s.hash_bytes / 1e6,

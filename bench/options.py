@@ -17,7 +17,7 @@ from pathlib import Path
 
 from bench import dataset as ds
 from bench.paired import MarginError, check_margin
-from deploy.layout import PROJECT_ROOT
+from deploy.machine import PROJECT_ROOT
 
 DEFAULT_DATA_DIR = PROJECT_ROOT / "build" / "dataset"
 RESULTS_ROOT = PROJECT_ROOT / "results"

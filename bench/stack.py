@@ -7,14 +7,15 @@ Every experiment kind gets its stacks here:
             ...                                          # started, polled until ready
         # stopped here; and everything the lab handed out is stopped and removed on close
 
-``lab.stack(spec, **options)`` finds free loopback ports (``deploy.ports``), builds the layout
-from the spec and the options (``deploy.layout.parse_variant``: a variant's own ``@option=value``
-wins over ``options``), renders it into its own run directory (``deploy.render.write_layout``:
-cross-checks and ``nginx -t``) and returns a ``deploy.stack.Stack``: used as a context manager it
+``lab.stack(spec, **options)`` finds free loopback ports (``deploy.run.free_consecutive_ports``),
+builds the layout from the spec and the options (``deploy.model.parse_variant``, then
+``deploy.machine.checked``: a variant's own ``@option=value`` wins over ``options``), renders
+it into its own run directory (``deploy.render.write_layout``: cross-checks and ``nginx -t``)
+and returns a ``deploy.run.Stack``: used as a context manager it
 starts uWSGI and nginx, polls until both are ready, and stops them on every exit path. What a
 running stack shows (CPU, per-worker counts, logs) is read by ``bench.observe``.
 
-``Lab(hosts=N)`` runs every stack across network namespaces (``deploy.netns.Net``: N app hosts
+``Lab(hosts=N)`` runs every stack across network namespaces (``deploy.run.Net``: N app hosts
 and a front on one bridge, made on first use and removed on close) with certificates made for
 them in the lab's directory: each layout gets ``hosts``, ``uwsgi_tls_dir`` and a listen address on the
 front (reached from here over the bridge), TLS by default (``@uwsgi_tls=off`` measures plain uwsgi,
@@ -29,12 +30,11 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Protocol
 
-from deploy import netns
-from deploy.certs import make_certs
-from deploy.layout import Layout, parse_variant
-from deploy.ports import free_consecutive_ports
+from deploy.machine import checked
+from deploy.model import Layout, parse_variant
 from deploy.render import write_layout
-from deploy.stack import Placement, Stack
+from deploy.run import Net, Placement, Stack, free_consecutive_ports
+from deploy.ship import make_certs
 
 PORT_RANGE = (20000, 59999)
 START_TIMEOUT_S = 30.0
@@ -81,14 +81,14 @@ class Lab:
         self._own_work_dir = new_dir is None
         self._stacks: list[Stack] = []
         self.hosts = hosts
-        self._net: netns.Net | None = None
+        self._net: Net | None = None
         self._tls_dir: Path | None = None
 
     @property
-    def net(self) -> netns.Net | None:
+    def net(self) -> Net | None:
         """The namespaces (a front and ``hosts`` app hosts), made on first use; None without hosts."""
         if self.hosts and self._net is None:
-            net = netns.Net(hosts=self.hosts)
+            net = Net(hosts=self.hosts)
             net.__enter__()
             self._net = net
             self._tls_dir = make_certs(self.new_dir("certs") / "uwsgi_tls", net.host_addresses).directory
@@ -129,7 +129,7 @@ class Lab:
         options.setdefault("listen", f"127.0.0.1:{ports[n]}")
         options.setdefault("stats_port", ports[n + 1])
         options.setdefault("run_dir", str(self.new_dir(name)))
-        return parse_variant(spec, **options)
+        return checked(parse_variant(spec, **options))
 
     def stack(self, spec: str, patch: ConfPatch | None = None, name: str = "", **options) -> Stack:
         """A rendered (cross-checked, ``nginx -t``'d) stack, not started: use it as a context

@@ -14,17 +14,20 @@ import sys
 import time
 from pathlib import Path
 
-from deploy.appenv import add_app_options, app_options, preflight
-from deploy.bundle import build_bundle, write_bundle, write_host_bundles
-from deploy.certs import DEFAULT_TLS_NAME, make_certs
-from deploy.errors import LayoutError, RenderError, StackError
-from deploy.install import install
-from deploy.layout import PROJECT_ROOT, TRANSPORTS, Layout, parse_variant
-from deploy.reload import chain_reload
+from deploy.machine import PROJECT_ROOT, checked, preflight
+from deploy.model import (
+    DEFAULT_TLS_NAME,
+    STRATEGIES,
+    TRANSPORTS,
+    Layout,
+    LayoutError,
+    RenderError,
+    StackError,
+    parse_variant,
+)
 from deploy.render import write_layout
-from deploy.servers import server_for
-from deploy.stack import Stack
-from deploy.strategies import STRATEGIES
+from deploy.run import Stack, chain_reload, process_for
+from deploy.ship import build_bundle, install, make_certs, write_bundle, write_host_bundles
 
 EXIT_BAD_INPUT = 2
 
@@ -77,8 +80,34 @@ def add_layout_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fail-timeout", help="seconds a failed socket stays down (default 10 with hosts)")
 
 
+def add_app_options(parser: argparse.ArgumentParser) -> None:
+    """The app options every command that starts (or renders) a stack takes."""
+    parser.add_argument("--app", help="WSGI callable as module:callable (default app.wsgi:application)")
+    parser.add_argument("--app-dir", help="directory to import the app from (default: this project)")
+    parser.add_argument("--virtualenv", metavar="DIR",
+                        help="the app's own virtualenv, used by uWSGI (default: this project's); its Python "
+                             "major.minor must be the one our uWSGI runs")
+    parser.add_argument("--env", action="append", metavar="KEY=VALUE",
+                        help="environment variable for the app (repeatable), e.g. DJANGO_SETTINGS_MODULE=shop.settings")
+    parser.add_argument("--static", action="append", metavar="PREFIX=DIR",
+                        help="nginx serves DIR under PREFIX/ itself (repeatable), e.g. /static=/srv/shop/static")
+
+
+def app_options(args: argparse.Namespace) -> dict:
+    """Layout keyword arguments from ``add_app_options``' options (only those given)."""
+    given = {
+        "app": args.app,
+        "app_dir": args.app_dir,
+        "virtualenv": args.virtualenv,
+        "env": tuple(args.env) if args.env else None,
+        "static": tuple(args.static) if args.static else None,
+    }
+    return {key: value for key, value in given.items() if value is not None}
+
+
 def layout_from_args(args, run_dir: Path) -> Layout:
-    return parse_variant(
+    """The layout the options describe, checked against this machine."""
+    return checked(parse_variant(
         args.layout,
         **app_options(args),
         transport=args.transport,
@@ -109,7 +138,7 @@ def layout_from_args(args, run_dir: Path) -> Layout:
         max_fails=args.max_fails,
         fail_timeout=args.fail_timeout,
         run_dir=str(run_dir),
-    )
+    ))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -257,7 +286,7 @@ def cmd_run(args) -> int:
         raise LayoutError("hosts", "`run` serves one machine; with several hosts each runs its own uWSGI: render the "
                                    "files (python -m deploy render ... --hosts) and start hosts/ADDR/uwsgi.ini on each")
     preflight(layout)  # the app imports as the workers will, or exit 2 before anything is written
-    server = server_for(layout)
+    server = process_for(layout)
     server.check_installed()  # a peer missing from our venv: one line saying how to install it (exit 1)
     write_layout(layout, run_dir)
     signal.signal(signal.SIGTERM, _raise_stop)

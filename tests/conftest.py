@@ -19,9 +19,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from deploy.layout import Layout, parse_layout
-from deploy.ports import free_consecutive_ports
-from deploy.strategies import STRATEGIES
+from deploy.machine import checked
+from deploy.model import STRATEGIES, Layout, parse_layout
+from deploy.run import free_consecutive_ports
 from tests.flaskapp import FlaskApp, build_flask_app
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -105,7 +105,7 @@ def make_layout(run_dirs):
         opts.setdefault("stats_port", ports[n + 1])
         if "run_dir" not in opts:
             opts["run_dir"] = str(run_dirs())
-        return parse_layout(spec, **opts)
+        return checked(parse_layout(spec, **opts))
 
     return make
 

@@ -16,11 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from deploy.appenv import add_app_options, app_options, preflight, uwsgi_python, virtualenv_python
-from deploy.errors import LayoutError
-from deploy.layout import layout_from_record, parse_layout
-from deploy.nginx_map import write_map
-from deploy.render import render_texts
+from deploy.cli import add_app_options, app_options
+from deploy.machine import checked, preflight, uwsgi_python, virtualenv_python
+from deploy.model import LayoutError, layout_from_record, parse_layout
+from deploy.render import render_texts, write_map
 from tests import flaskapp
 
 RUN = "/tmp/ul-appenv-test"  # never created: validation must not need it
@@ -28,7 +27,7 @@ RUN = "/tmp/ul-appenv-test"  # never created: validation must not need it
 
 def layout(spec="2x4-mapped", **opts):
     opts.setdefault("run_dir", RUN)
-    return parse_layout(spec, **opts)
+    return checked(parse_layout(spec, **opts))
 
 
 def refused(field: str, **opts) -> str:

@@ -2,7 +2,7 @@
 
 The generated files are parsed back with the tools that read them in production: crossplane
 for the nginx site (inside an http {} block, as Debian's nginx.conf includes it), the uwsgi.ini
-parser of deploy/render.py, and `systemd-analyze verify` for the unit. No server is started
+parser of deploy/render/, and `systemd-analyze verify` for the unit. No server is started
 here (tests/integration/test_bundle_install.py and test_bundle_systemd.py do that).
 """
 
@@ -19,13 +19,12 @@ from pathlib import Path
 import crossplane
 import pytest
 
-from deploy import bundle as bundle_mod
-from deploy.bundle import build_bundle, generated_for, render_bundle, unit_directives, write_bundle
-from deploy.errors import LayoutError
-from deploy.install import relocate
-from deploy.layout import PROJECT_ROOT
+from deploy.machine import PROJECT_ROOT
+from deploy.model import STRATEGIES, LayoutError
+from deploy.model.strategies import Shared
 from deploy.render import find_directives, parse_uwsgi_ini
-from deploy.strategies import STRATEGIES, Shared
+from deploy.ship import build_bundle, generated_for, relocate, render_bundle, unit_directives, write_bundle
+from deploy.ship import bundle as bundle_mod
 from tests.bundles import make_cert, systemd_analyze_verify
 
 SERVER = {"app": "shop:app", "app_dir": "/srv/shop", "virtualenv": "/srv/shop/venv"}

@@ -29,9 +29,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from deploy import cli
-from deploy.render import crosscheck, nginx_test
-from deploy.servers import server_for
-from deploy.strategies import STRATEGIES
+from deploy.model import STRATEGIES
+from deploy.render import crosscheck, nginx_test, server_for
 
 # "error: FIELD: ..." (bad layout input) or argparse's "python -m deploy [render]: error: ...".
 REFUSAL = re.compile(r"^(error: |python -m deploy( render)?: error: )\S")

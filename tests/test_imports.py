@@ -1,5 +1,7 @@
-"""No import cycles in bench/ (static import graph, function-level imports included), no kind
-imports the CLI, and every bench module imports on its own in a fresh interpreter."""
+"""The import graph holds the architecture: no import cycles in bench/ or deploy/ (function-level
+imports included, so none can hide a cycle), bench's layers point one way, deploy's rooms import
+only the rooms before them and only through a room's public names, bench reaches deploy through
+those names only, and every module of both imports alone in a fresh interpreter."""
 
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "bench"
 
 
 def module_name(path: Path) -> str:
@@ -20,22 +21,29 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+MODULES = {module_name(p): p for package in ("bench", "deploy") for p in sorted((ROOT / package).rglob("*.py"))}
 
 
 def resolve(name: str) -> str | None:
-    """The bench module ``name`` stands for (a package's names resolve to the package)."""
+    """The project module ``name`` stands for (a package's names resolve to the package)."""
     while name and name not in MODULES:
         name = name.rpartition(".")[0]
     return name or None
 
 
-def imports(module: str) -> set[str]:
-    """bench modules ``module`` imports anywhere in its source (top level or inside functions)."""
+def import_targets(module: str) -> list[tuple[str, bool]]:
+    """(project module, at top level?) for every import in ``module``'s source, anywhere in it."""
     path = MODULES[module]
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    top_level = {id(node) for node in tree.body}
+    # `if TYPE_CHECKING:` blocks at the top are annotations only: not run, not an edge.
+    typing_only = {id(n) for node in tree.body if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                   for n in ast.walk(node)}
+    out = []
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -47,11 +55,14 @@ def imports(module: str) -> set[str]:
             targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names]
         else:
             continue
-        out.update(t for t in (resolve(x) for x in targets if x.startswith("bench")) if t and t != module)
+        for target in targets:
+            found = resolve(target) if target.startswith(("bench", "deploy")) else None
+            if found and found != module:
+                out.append((found, id(node) in top_level))
     return out
 
 
-GRAPH = {m: imports(m) for m in MODULES}
+GRAPH = {m: {t for t, _ in import_targets(m)} for m in MODULES}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -83,11 +94,15 @@ def test_the_checker_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
     assert resolve("bench.report.terminal_lines") == "bench.report"
     assert "bench.report.plots" in GRAPH["bench.report.exporters"]  # ``from bench.report import plots``
+    assert "deploy.model" in GRAPH["deploy.machine.resolve"]  # ``from deploy.model import Layout``
 
 
-def test_no_import_cycles_in_bench():
+def test_no_import_cycles():
     cycle = find_cycle(GRAPH)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+# --- bench ------------------------------------------------------------------------------------
 
 
 def test_only_the_entry_points_import_the_cli():
@@ -95,26 +110,121 @@ def test_only_the_entry_points_import_the_cli():
     assert importers == ["bench.__main__", "bench.faults"]
 
 
-def test_layers_point_one_way():
+def test_bench_layers_point_one_way():
     """results is the bottom layer; reports never import kinds; kinds never import each other
     except through the registry (kinds/__init__) and the closed-loop machinery they share."""
-    assert not {m for m in GRAPH["bench.results"] if m.startswith("bench")}
+    assert not {m for m in GRAPH["bench.results"] if m.startswith(("bench", "deploy"))}
+    # doctor's judgement sits beside analysis: it reads observations and records, never loads or runs stacks.
+    assert GRAPH["bench.diagnosis"] <= {"bench.observe", "bench.results"}
     for module, targets in GRAPH.items():
-        if module.startswith(("bench.report", "bench.load", "bench.analysis", "bench.stack", "bench.observe")):
+        if module.startswith(("bench.report", "bench.load", "bench.analysis", "bench.stack", "bench.observe",
+                              "bench.diagnosis")):
             assert not {t for t in targets if t.startswith(("bench.kinds", "bench.cli"))}, module
     shared = {"bench.kinds", "bench.kinds.base", "bench.kinds.closedloop"}
-    for kind in ("compare", "openloop", "faults"):
+    for kind in ("compare", "openloop", "faults", "doctor"):
         others = {t for t in GRAPH[f"bench.kinds.{kind}"] if t.startswith("bench.kinds")} - shared
         assert not others, (kind, others)
 
 
-@pytest.mark.timeout(240)
+# --- deploy's rooms ------------------------------------------------------------------------------
+
+# Each room and the rooms it may import (besides itself). cli is on top of all of them.
+ROOMS = {
+    "deploy.model": set(),
+    "deploy.machine": {"deploy.model"},
+    "deploy.render": {"deploy.model", "deploy.machine"},
+    "deploy.run": {"deploy.model", "deploy.machine", "deploy.render"},
+    "deploy.ship": {"deploy.model", "deploy.machine", "deploy.render"},
+    "deploy.cli": {"deploy.model", "deploy.machine", "deploy.render", "deploy.run", "deploy.ship"},
+}
+FACE = {"deploy", "deploy.__main__"}  # the package's face and entry point
+
+
+def room_of(module: str) -> str | None:
+    return next((room for room in ROOMS if module == room or module.startswith(room + ".")), None)
+
+
+def test_every_deploy_module_lives_in_a_room():
+    homeless = sorted(m for m in MODULES if m.startswith("deploy") and m not in FACE and room_of(m) is None)
+    assert not homeless, f"modules outside the rooms {sorted(ROOMS)}: {homeless}"
+
+
+def test_rooms_import_only_the_rooms_before_them_through_their_public_names():
+    wrong = []
+    for module in (m for m in MODULES if room_of(m)):
+        room = room_of(module)
+        for target in GRAPH[module]:
+            other = room_of(target)
+            if other is None or other == room:
+                continue
+            if other not in ROOMS[room]:
+                wrong.append(f"{module} imports {target}: {room} may import only {sorted(ROOMS[room]) or 'nothing'}")
+            elif target != other:
+                wrong.append(f"{module} imports {target}: import {other}'s public names, not its modules")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_deploy_import_hides_inside_a_function():
+    """A function-level import of our own modules is how cycles were dodged: none is left."""
+    hidden = sorted(f"{m} -> {t}" for m in MODULES if m.startswith("deploy")
+                    for t, top in import_targets(m) if not top)
+    assert not hidden, hidden
+
+
+# Modules that would let the model touch the disk, the network or other processes.
+IO_MODULES = {"subprocess", "socket", "shutil", "tempfile", "pwd", "grp", "ctypes", "psutil", "http", "urllib",
+              "sysconfig", "fcntl", "signal", "threading", "jinja2", "crossplane", "cryptography"}
+
+
+def test_the_model_touches_no_disk():
+    for module in (m for m in MODULES if room_of(m) == "deploy.model"):
+        tree = ast.parse(MODULES[module].read_text())
+        names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                 for alias in node.names}
+        names |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                  and node.module and not node.level}
+        assert not names & IO_MODULES, (module, sorted(names & IO_MODULES))
+        # os is imported for os.path's string functions only (normpath), never for the file system.
+        calls = {ast.unparse(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+        io_calls = {c for c in calls if c.startswith("os.") and not c.startswith("os.path.normpath")}
+        io_calls |= {c for c in calls if c.endswith((".resolve", ".exists", ".is_dir", ".is_file", ".read_text",
+                                                      ".read_bytes", ".stat", ".open", ".write_text"))}
+        assert not io_calls, (module, sorted(io_calls))
+
+
+# Which bench modules may use which rooms: the machine to check the user's app options up front,
+# ship for tune's bundle and the certificates of the hosts lab, deploy's CLI for its shared options.
+BENCH_MAY_IMPORT = {"deploy.model", "deploy.machine", "deploy.render", "deploy.run"}
+BENCH_EXTRA = {
+    "deploy.ship": {"bench.kinds.tune", "bench.kinds.compare", "bench.stack"},
+    "deploy.cli": {"bench.cli", "bench.subject"},
+}
+
+
+def test_bench_reaches_deploy_through_the_rooms_public_names():
+    wrong = []
+    for module in (m for m in MODULES if m.startswith("bench")):
+        for target in (t for t in GRAPH[module] if t.startswith("deploy")):
+            allowed = target in BENCH_MAY_IMPORT or module in BENCH_EXTRA.get(target, set())
+            if not allowed:
+                wrong.append(f"{module} imports {target}")
+    assert not wrong, wrong
+
+
+@pytest.mark.timeout(300)
 def test_every_module_imports_alone_in_a_fresh_interpreter():
     def fresh(module: str) -> tuple[str, int, str]:
         proc = subprocess.run([sys.executable, "-c", f"import {module}"], cwd=ROOT, capture_output=True, text=True,
                               timeout=120)
         return module, proc.returncode, proc.stderr[-800:]
 
+    # deploy/run/peer_launch.py runs in the app's interpreter, where our packages are not importable.
+    modules = sorted(m for m in MODULES if m != "deploy.run.peer_launch")
     with ThreadPoolExecutor(max_workers=4) as pool:
-        failed = [r for r in pool.map(fresh, sorted(MODULES)) if r[1] != 0]
+        failed = [r for r in pool.map(fresh, modules) if r[1] != 0]
     assert not failed, failed
+
+
+def test_the_peer_launcher_imports_nothing_of_ours():
+    """It runs in the app's own interpreter, which has none of our packages."""
+    assert not GRAPH["deploy.run.peer_launch"]

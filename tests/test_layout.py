@@ -1,4 +1,5 @@
-"""parse_layout / Layout validation: pure logic, nothing touches the disk or the network."""
+"""parse_layout / Layout validation (pure) and deploy.machine.checked (resolved on this machine): nothing
+is written, nothing listens."""
 
 from __future__ import annotations
 
@@ -9,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from deploy.errors import LayoutError
-from deploy.layout import MAX_PROCESSES, MAX_THREADS, PROJECT_ROOT, UNIX_PATH_MAX, Layout, parse_layout, somaxconn
+from deploy.machine import PROJECT_ROOT, checked, somaxconn
+from deploy.model import MAX_PROCESSES, MAX_THREADS, UNIX_PATH_MAX, Layout, LayoutError, parse_layout, parse_variant
 
 RUN = "/tmp/ul-layout-test"  # never created: validation must not need it
 
 
 def layout(spec="2x4-mapped", **opts):
     opts.setdefault("run_dir", RUN)
-    return parse_layout(spec, **opts)
+    return checked(parse_layout(spec, **opts))
 
 
 def field_of(spec="2x4-mapped", **opts) -> LayoutError:
@@ -85,7 +86,7 @@ def test_layout_is_frozen():
 
 def test_run_dir_is_made_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    lay = parse_layout("1x1-shared", run_dir="rel/dir")
+    lay = checked(parse_layout("1x1-shared", run_dir="rel/dir"))
     assert lay.run_dir == str(tmp_path.resolve() / "rel" / "dir")
 
 
@@ -359,7 +360,6 @@ def test_spec_fields_given_as_options_are_a_layout_error(name):
 
 
 def test_variant_labels_carry_options_for_benchmarks():
-    from deploy.layout import parse_variant
 
     lay = parse_variant("2x4-mapped@aio=threads,sendfile=on,nginx-workers=auto", run_dir="/tmp/ul-variant")
     assert (lay.name, lay.aio, lay.sendfile, lay.nginx_workers) == ("2x4-mapped", "threads", True, "auto")

@@ -14,11 +14,21 @@ from pathlib import Path
 
 import pytest
 
-from deploy import certs, netns
-from deploy.certs import DEFAULT_TLS_NAME, check_tls_dir, host_cert, host_key, make_certs
-from deploy.errors import LayoutError, RenderError
-from deploy.layout import layout_from_record, parse_layout
-from deploy.render import crosscheck, nginx_summary, pass_locations, render_texts, write_layout
+from deploy.machine import check_tls_dir, checked
+from deploy.machine import netns as machine_netns
+from deploy.model import (
+    DEFAULT_TLS_NAME,
+    LayoutError,
+    RenderError,
+    host_cert,
+    host_key,
+    layout_from_record,
+    parse_layout,
+)
+from deploy.render import crosscheck, nginx_summary, parse_nginx, pass_locations, render_texts, write_layout
+from deploy.render import write as render_write
+from deploy.run import netns
+from deploy.ship import build_bundle, certs, generated_for, install, make_certs, unit_directives, write_host_bundles
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HOSTS = ("10.0.0.2", "10.0.0.3")
@@ -30,7 +40,8 @@ def tls_dir(tmp_path_factory) -> Path:
 
 
 def hosts_layout(tmp_run_dir, tls_dir, spec="2x4-mapped", **options):
-    return parse_layout(spec, run_dir=str(tmp_run_dir), hosts=",".join(HOSTS), uwsgi_tls_dir=str(tls_dir), **options)
+    return checked(parse_layout(spec, run_dir=str(tmp_run_dir), hosts=",".join(HOSTS), uwsgi_tls_dir=str(tls_dir),
+                                **options))
 
 
 # --- certificates -----------------------------------------------------------------------------
@@ -148,15 +159,15 @@ def test_hosts_layout_lists_every_socket_of_every_host(tmp_run_dir, tls_dir):
 def test_hosts_layout_refuses_bad_input(tmp_run_dir, tls_dir, options, error):
     options = {"spec": "2x4-mapped", "hosts": ",".join(HOSTS), "uwsgi_tls_dir": str(tls_dir), **options}
     with pytest.raises(LayoutError, match=error):
-        parse_layout(options.pop("spec"), run_dir=str(tmp_run_dir), **options)
+        checked(parse_layout(options.pop("spec"), run_dir=str(tmp_run_dir), **options))
 
 
 def test_plain_uwsgi_off_loopback_only_inside_an_isolated_test_network(tmp_run_dir, tls_dir, monkeypatch):
-    """Plain uwsgi to a non-loopback address is refused, except in a network deploy.netns made in
+    """Plain uwsgi to a non-loopback address is refused, except in a network deploy.run.Net made in
     this very process (the benchmark's namespaces, no route out): the registry is pure logic."""
     with pytest.raises(LayoutError, match="uwsgi_tls: plain uwsgi to 10.0.0.2"):
         hosts_layout(tmp_run_dir, tls_dir, uwsgi_tls="off")
-    monkeypatch.setattr(netns, "_isolated", [ipaddress.IPv4Network("10.0.0.0/24")])
+    monkeypatch.setattr(machine_netns, "_isolated", [ipaddress.IPv4Network("10.0.0.0/24")])
     assert hosts_layout(tmp_run_dir, tls_dir, uwsgi_tls="off").uwsgi_tls == "off"
     assert hosts_layout(tmp_run_dir, tls_dir).uwsgi_tls == "suwsgi"  # the default is still what a real network needs
 
@@ -259,7 +270,6 @@ def test_mixing_is_seen_through_inheritance(tmp_run_dir, tls_dir):
 
 
 def _parse(conf_dir: Path):
-    from deploy.render import parse_nginx
 
     return parse_nginx(conf_dir / "nginx.conf")
 
@@ -270,21 +280,19 @@ def test_render_refuses_tls_with_a_uwsgi_built_without_ssl(tmp_run_dir, tls_dir,
     fake = tmp_path / "uwsgi"
     fake.write_text("#!/bin/sh\necho '    --socket    bind to the specified UNIX/TCP socket'\n")
     fake.chmod(0o755)
-    import deploy.render as render
-
-    monkeypatch.setattr(render, "find_uwsgi", lambda: str(fake))
+    monkeypatch.setattr(render_write, "find_uwsgi", lambda: str(fake))
     layout = hosts_layout(tmp_run_dir / "out", tls_dir)
     with pytest.raises(RenderError, match=r"^tls: .*was built without SSL .* install libssl-dev .* make venv$"):
         write_layout(layout, tmp_run_dir / "out")
     assert not (tmp_run_dir / "out").exists()
-    local = parse_layout("2x4-mapped", run_dir=str(tmp_run_dir / "plain"))  # no TLS: no need for SSL
+    local = checked(parse_layout("2x4-mapped", run_dir=str(tmp_run_dir / "plain")))  # no TLS: no need for SSL
     write_layout(local, tmp_run_dir / "plain")
 
 
 def test_local_tls_on_loopback(tmp_run_dir, tls_dir):
     """TLS without hosts: this machine's loopback sockets, over ssl-socket (what one machine can test)."""
-    layout = parse_layout("2x2-shared", run_dir=str(tmp_run_dir), uwsgi_tls="suwsgi",
-                          uwsgi_tls_dir=str(tls_dir))
+    layout = checked(parse_layout("2x2-shared", run_dir=str(tmp_run_dir), uwsgi_tls="suwsgi",
+                                  uwsgi_tls_dir=str(tls_dir)))
     texts = render_texts(layout)
     assert "ssl-socket = 127.0.0.1:5000," in texts["uwsgi.ini"]
     assert "uwsgi_pass suwsgi://uwsgi_app;" in texts["nginx.conf"]
@@ -313,7 +321,6 @@ SERVER = {"app": "shop:app", "app_dir": "/srv/shop", "virtualenv": "/srv/shop/ve
 
 
 def test_bundle_across_hosts_is_a_front_and_one_bundle_per_host(tmp_path, tls_dir):
-    from deploy.bundle import build_bundle, generated_for, unit_directives, write_host_bundles
 
     front = build_bundle("2x4-mapped", **SERVER, hosts=",".join(HOSTS), uwsgi_tls_dir=str(tls_dir))
     written = write_host_bundles(front, tmp_path / "out")
@@ -350,15 +357,12 @@ def test_bundle_across_hosts_is_a_front_and_one_bundle_per_host(tmp_path, tls_di
     ({"uwsgi_tls_dir": None}, "uwsgi_tls_dir: --uwsgi-tls suwsgi needs the certificates"),
 ])
 def test_bundle_across_hosts_refuses_what_is_not_mutual_tls(tmp_path, tls_dir, options, error):
-    from deploy.bundle import build_bundle
 
     with pytest.raises(LayoutError, match=error):
         build_bundle("2x4-mapped", **SERVER, **{"hosts": ",".join(HOSTS), "uwsgi_tls_dir": str(tls_dir), **options})
 
 
 def test_host_bundle_installs_without_nginx_and_the_front_without_uwsgi(tmp_path, tls_dir):
-    from deploy.bundle import build_bundle, write_host_bundles
-    from deploy.install import install
 
     write_host_bundles(build_bundle("2x4-mapped", **SERVER, hosts=",".join(HOSTS), uwsgi_tls_dir=str(tls_dir)),
                        tmp_path / "out")
@@ -376,7 +380,6 @@ def test_host_bundle_installs_without_nginx_and_the_front_without_uwsgi(tmp_path
 def test_host_unit_passes_systemd_analyze_verify(tmp_path, tls_dir):
     import shutil as sh
 
-    from deploy.bundle import build_bundle, write_host_bundles
     from tests.bundles import systemd_analyze_verify
 
     analyze = sh.which("systemd-analyze")

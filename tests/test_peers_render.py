@@ -19,10 +19,11 @@ import crossplane
 import pytest
 
 from deploy import cli
-from deploy.layout import layout_from_record, parse_variant
-from deploy.render import crosscheck, nginx_test, render_texts, write_layout
-from deploy.servers import LAUNCHER, SERVERS, Granian, server_for
-from deploy.strategies import STRATEGIES
+from deploy.machine import python as machine_python
+from deploy.model import STRATEGIES, layout_from_record, parse_variant
+from deploy.render import SERVERS, Granian, crosscheck, nginx_test, render_texts, server_for, write_layout
+from deploy.run import LAUNCHER
+from deploy.run.peer_launch import SERVER_PACKAGES
 
 # (id, variant, options): every peer shape the integration tests start, and unix transport.
 PEERS = [
@@ -256,7 +257,7 @@ def test_a_peer_that_is_not_installed_gives_one_line_saying_how_to_install_it(ca
     # venv without the `peers` group. The real lookup (importlib's PathFinder) runs.
     empty = tmp_run_dir / "empty-site"
     empty.mkdir()
-    monkeypatch.setattr(SERVERS[peer], "search_path", [str(empty)])
+    monkeypatch.setattr(machine_python, "PEER_SEARCH_PATH", [str(empty)])
     run_dir = tmp_run_dir / "run"
     ports = free_ports(2)
     rc = cli.main(["run", f"2x2-{peer}", "--run-dir", str(run_dir), "--base-port", str(ports[0]),
@@ -275,7 +276,6 @@ def test_a_peer_that_is_not_installed_gives_one_line_saying_how_to_install_it(ca
 
 
 def test_launcher_requirements_match_the_installed_metadata():
-    from deploy.peer_launch import SERVER_PACKAGES
 
     top_level = importlib.metadata.packages_distributions()
     for peer, (package, requires) in SERVER_PACKAGES.items():

@@ -17,11 +17,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from deploy import render
-from deploy.errors import LayoutError, RenderError
-from deploy.layout import parse_layout
+from deploy.machine import checked
+from deploy.model import STRATEGIES, LayoutError, RenderError, parse_layout
 from deploy.render import crosscheck, nginx_test, parse_uwsgi_ini, render_texts, write_layout
-from deploy.strategies import STRATEGIES
+from deploy.render import write as render
 
 # This file checks uWSGI's files; the peers' (gunicorn.conf.py, granian.env) are in tests/test_peers_render.py.
 UWSGI_STRATEGIES = sorted(name for name, s in STRATEGIES.items() if s.server == "uwsgi")
@@ -525,10 +524,10 @@ def test_property_render_is_consistent(args):
         event(f"rejected: {want_error}" if want_error else f"rendered {strategy}/{transport}")
         if want_error:
             with pytest.raises(LayoutError) as info:
-                parse_layout(f"{p}x{t}-{strategy}", **opts)
+                checked(parse_layout(f"{p}x{t}-{strategy}", **opts))
             assert info.value.field == want_error
             return
-        layout = parse_layout(f"{p}x{t}-{strategy}", **opts)
+        layout = checked(parse_layout(f"{p}x{t}-{strategy}", **opts))
         write_layout(layout, run_dir, check_nginx=False)
         out = Path(run_dir)
         assert crosscheck(layout, out) == []

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.errors import LayoutError
+from deploy.model import LayoutError
 from deploy.render import crosscheck, find_directives, parse_nginx, write_layout
 
 

@@ -30,8 +30,8 @@ from bench.load.traffic import (
     redact_argv,
     write_mix_script,
 )
-from deploy.errors import LayoutError
-from deploy.layout import DEFAULT_APP, PROJECT_ROOT
+from deploy.machine import PROJECT_ROOT
+from deploy.model import DEFAULT_APP, LayoutError
 
 # --- request lines ------------------------------------------------------------------------------
 

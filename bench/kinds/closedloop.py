@@ -61,7 +61,7 @@ from bench.observe import (
 )
 from bench.results import Cell, Results, utc_now
 from bench.stack import Lab, dir_name
-from deploy.layout import Layout
+from deploy.model import Layout
 
 
 @dataclass(frozen=True)

@@ -55,9 +55,10 @@ from bench.options import (
 )
 from bench.results import load
 from bench.stack import Lab
-from deploy import netns
-from deploy.certs import make_certs
-from deploy.layout import MAX_PROCESSES, MAX_THREADS, parse_variant
+from deploy.machine import checked
+from deploy.model import MAX_PROCESSES, MAX_THREADS, parse_variant
+from deploy.run import unavailable as netns_unavailable
+from deploy.ship import make_certs
 
 # 6 layouts (5 of uWSGI and gunicorn) x 3 levels x 3 repeats of 3 s, plus starts and 1-s warm-ups:
 # about 4 minutes on 2 cores, which leaves a 5-minute budget (make compare) a minute for the
@@ -153,9 +154,9 @@ def plan_from_args(args, stored=None, subject: subj.Subject | None = None) -> tu
     if not layouts:
         raise BadArgument("layouts: give at least one PxT-STRATEGY")
     options = _layout_options(args, base, names) | subject.layout_options
-    with _validation_options(hosts, options) as checked:
+    with _validation_options(hosts, options) as validation:
         for spec in layouts:
-            parse_variant(spec, **checked)  # raises LayoutError naming the field
+            checked(parse_variant(spec, **validation))  # raises LayoutError naming the field
     if args.concurrency:
         levels = tuple(sorted({int_arg("concurrency", x, 1, 1000) for x in args.concurrency.split(",") if x.strip()}))
     else:
@@ -265,8 +266,8 @@ def run(args) -> int:
     index = None
     if not stored:
         require_tools("wrk")
-        if plan.hosts and netns.unavailable():
-            raise MissingTool(f"--hosts: {netns.unavailable()}")
+        if plan.hosts and netns_unavailable():
+            raise MissingTool(f"--hosts: {netns_unavailable()}")
         for note in subject.notes:
             print(note, flush=True)
         # before any stack starts (with --hosts, without the variant: its TLS needs the namespaces' certificates)

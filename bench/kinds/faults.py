@@ -42,10 +42,10 @@ from bench.observe import Sampler, access_log, error_kinds, nginx_log_lines, ngi
 from bench.options import BadArgument, MissingTool, command_line, int_arg, prepare_out, require_tools, split_specs
 from bench.results import Check, FaultRecord, Results, utc_now
 from bench.stack import Lab
-from deploy import netns
-from deploy.errors import LayoutError, StackError
-from deploy.layout import PROJECT_ROOT, Layout, parse_layout, parse_variant
-from deploy.stack import Stack
+from deploy.machine import PROJECT_ROOT
+from deploy.model import Layout, LayoutError, StackError, parse_layout, parse_variant
+from deploy.run import Stack, tail
+from deploy.run import unavailable as netns_unavailable
 
 DEFAULT_LAYOUTS = ("2x4-mapped", "2x4-shared")
 FAULT_APP = PROJECT_ROOT / "app" / "faults.py"
@@ -637,7 +637,6 @@ def wait_respawned(stack: Stack, old: dict[int, int], wid: int, timeout: float =
 
 
 def stack_tail(stack: Stack) -> str:
-    from deploy.stack import tail
 
     return tail(stack.uwsgi_log, 15)
 
@@ -734,8 +733,8 @@ def run(args) -> int:
     layouts, only = resolve_args(args)
     hosts = _hosts(args)
     require_tools("wrk")
-    if hosts and netns.unavailable():
-        raise MissingTool(f"--hosts: {netns.unavailable()}")
+    if hosts and netns_unavailable():
+        raise MissingTool(f"--hosts: {netns_unavailable()}")
     out = prepare_out(args.out, suffix="-faults")
     patch = Patch(args.try_server_params, args.try_location) or None
     steps = plan(layouts, only or None, hosts)

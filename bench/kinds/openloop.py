@@ -52,7 +52,7 @@ from bench.options import (
 from bench.report.openloop import step_line
 from bench.results import Results, Step, utc_now
 from bench.stack import Lab, dir_name
-from deploy.layout import parse_variant
+from deploy.model import parse_variant
 
 DEFAULT_PATH = "/?rounds=5&fib=25&io_ms=10"  # the article's request
 DEFAULT_RATES = (5, 10, 15, 20, 25, 30, 40)

@@ -11,7 +11,7 @@ runs on a live measure: each block one stack from ``bench.stack.Lab`` measured b
 timed). Cells are saved to ``results.json`` (kind ``tune``, ``bench.tune.record``) after every
 block; the report is ``bench.report.tune``. With a recommendation, ``DIR/recommended/`` holds the
 chosen layout rendered as ``deploy render`` would (same app options, cross-checks, ``nginx -t``),
-and for a uWSGI layout the production bundle (``deploy.bundle``) in ``recommended/bundle/``.
+and for a uWSGI layout the production bundle (``deploy.ship``) in ``recommended/bundle/``.
 
 Exit codes: 0 a recommendation, 3 no layout meets the objective (the closest is shown), 2 bad
 input (one line, nothing written), 1 a stack or tool failed, 130 interrupted (cells so far saved).
@@ -56,13 +56,11 @@ from bench.tune import record
 from bench.tune.objective import Objective
 from bench.tune.search import Event, Inputs, Outcome, Settings, TapeClock, minimum_budget_s, run_search
 from bench.tune.space import DEFAULT_STRATEGIES, DEFAULT_THREADS, candidate_space, prune_static
-from deploy.appenv import find_uwsgi
-from deploy.bundle import build_bundle, write_bundle
-from deploy.errors import LayoutError
-from deploy.layout import MAX_PROCESSES, MAX_THREADS, PROJECT_ROOT, parse_variant
-from deploy.render import check_reachable, write_layout
-from deploy.stack import http_get
-from deploy.strategies import STRATEGIES
+from deploy.machine import PROJECT_ROOT, check_reachable, checked, find_uwsgi
+from deploy.model import MAX_PROCESSES, MAX_THREADS, STRATEGIES, LayoutError, parse_variant
+from deploy.render import write_layout
+from deploy.run import http_get
+from deploy.ship import build_bundle, write_bundle
 
 EXIT_NO_LAYOUT = 3
 DEFAULT_BUDGET_MIN = 10.0
@@ -196,7 +194,7 @@ def config_from_args(args, stored: Results | None = None) -> Config:
     options = {"transport": transport} | subject.layout_options
     if not stored:
         for strategy in strategies:  # every strategy takes these options (raises LayoutError naming the field)
-            parse_variant(f"1x1-{strategy}", run_dir=subj.VALIDATE_RUN_DIR, **options)
+            checked(parse_variant(f"1x1-{strategy}", run_dir=subj.VALIDATE_RUN_DIR, **options))
     arguments = {
         "command": _command(args), "concurrency": concurrency, "p99_ms": p99, "memory_mb": memory,
         "budget_min": budget_min, "strategies": list(strategies), "max_processes": max_p, "threads": list(threads),
@@ -281,7 +279,7 @@ def lab_options(lab: Lab, options: dict) -> dict:
     target = where / f"{STALL_MODULE}.py"
     shutil.copyfile(STALL_APP, target)
     target.chmod(0o644)
-    probe = parse_variant("1x1-shared", run_dir=subj.VALIDATE_RUN_DIR, **options)
+    probe = checked(parse_variant("1x1-shared", run_dir=subj.VALIDATE_RUN_DIR, **options))
     env = (*options.get("env", ()), f"UL_TUNE_APP={probe.app}", f"UL_TUNE_APP_DIR={probe.app_dir}")
     return {**options, "app": f"{STALL_MODULE}:application", "app_dir": str(where), "env": env}
 
@@ -406,7 +404,7 @@ def write_recommended(out: Path, spec: str, options: dict) -> dict:
     the bundle beside it when it is a uWSGI layout, and RUN.md saying how to use them. Returns
     what the results record (``arguments.tune.recommended``)."""
     where = (out / RECOMMENDED).resolve()
-    layout = parse_variant(spec, run_dir=str(where), **options)
+    layout = checked(parse_variant(spec, run_dir=str(where), **options))
     result = write_layout(layout, where)
     bundle, note = bundle_for(spec, options)
     serve = run_command(spec, options, where)
@@ -448,7 +446,7 @@ def run(args) -> int:
     # The recommended files go to out/recommended: the run user must reach it, or the run would
     # fail at its very end.
     where = (out_path / RECOMMENDED).absolute()
-    check_reachable(parse_variant(first, run_dir=str(where), **config.options), where)
+    check_reachable(checked(parse_variant(first, run_dir=str(where), **config.options)), where)
     if stored is None:
         require_tools("wrk")
         subj.preflight_app(first, config.options)  # before any stack starts

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from app.files import ROUTE_PREFIX, STATIC_PREFIX
 from bench.dataset import Index
-from deploy.nginx_map import ROUTE_PREFIX as NGINX_ROUTE_PREFIX
+from deploy.model import ROUTE_PREFIX as NGINX_ROUTE_PREFIX
 
 RANDOM_FILES_LUA = Path(__file__).resolve().parent / "lua" / "random_files.lua"
 MODES = ("accel", "app", "static", "nginx", "hot")

@@ -4,7 +4,7 @@
     markdown_lines(results, plot_files)  report.md, embedding the plots
 
 Both dispatch on ``results.kind`` through ``RENDERERS``: ``compare`` (with the nginx
-scenarios' sections of ``nginx``), ``openloop``, ``faults`` and ``tune`` each render in their own module.
+scenarios' sections of ``nginx``), ``openloop``, ``faults``, ``tune`` and ``doctor`` each render in their own module.
 ``text`` holds the formatting helpers every section shares; ``plots`` draws each kind's PNGs
 from stored JSON; ``exporters`` writes every format (txt, md, png) behind one interface.
 A new kind adds its module and one ``RENDERERS`` entry (and its plots to ``plots.PLOTS``).
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from bench.report import compare, faults, openloop, tune
+from bench.report import compare, doctor, faults, openloop, tune
 from bench.results import Results, ResultsError
 
 
@@ -30,6 +30,7 @@ RENDERERS: dict[str, Renderer] = {
     "openloop": Renderer(openloop.terminal_lines, openloop.markdown_lines),
     "faults": Renderer(faults.terminal_lines, faults.markdown_lines),
     "tune": Renderer(tune.terminal_lines, tune.markdown_lines),
+    "doctor": Renderer(doctor.terminal_lines, doctor.markdown_lines),
 }
 
 

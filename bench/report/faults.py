@@ -6,7 +6,7 @@ Functions of a ``Results`` of kind ``faults`` (or of its records) that RETURN li
 
 from __future__ import annotations
 
-from bench.report.text import comment, md_kv, md_table, plot_lines
+from bench.report.text import comment, md_footer, md_table
 from bench.results import FaultRecord, Results
 
 COLUMNS = ("experiment", "layout", "load held", "faults", "sent", "failed", "data lost", "targets")
@@ -74,9 +74,4 @@ def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
         out += [f"### {r.name} on {r.layout}", ""]
         out += [f"- [{'x' if c.ok else ' '}] {c.target}: {c.measured}" for c in r.checks]
         out += [f"- note: {n}" for n in r.notes] + [""]
-    command = results.arguments.get("command")
-    if command:
-        out += ["## How to reproduce", "", "```sh", command, "```", ""]
-    out += md_kv("Environment", results.environment)
-    out += md_kv("Arguments", results.arguments, skip=("command",))
-    return out + plot_lines(plot_files)
+    return out + md_footer(results, plot_files)

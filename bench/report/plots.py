@@ -409,6 +409,38 @@ def plot_tune(results: Results, path: Path | str) -> list[Path]:
         plt.close(fig)
 
 
+def plot_timeline(results: Results, path: Path | str) -> list[Path]:
+    """Doctor's window: requests in flight per worker (stacked, with the thread count each worker
+    has as a line) and the requests waiting in the listen queues (all sockets), over time."""
+    d = results.diagnoses[0]
+    tl = d.timeline
+    if not tl.get("t"):
+        return []
+    fig, (ax_in, ax_q) = plt.subplots(2, 1, figsize=(FIGSIZE[0] * 1.3, FIGSIZE[1]), sharex=True,
+                                      gridspec_kw={"height_ratios": [3, 1]})
+    try:
+        workers = sorted(tl["inflight"], key=int)
+        ax_in.stackplot(tl["t"], *[tl["inflight"][w] for w in workers], labels=[f"worker {w}" for w in workers],
+                        step="post", alpha=0.8)
+        slots = d.layout["processes"] * d.layout["threads"]
+        ax_in.axhline(slots, color="red", linestyle="--", linewidth=1, label=f"{slots} threads in all")
+        ax_in.set_ylabel("requests in flight")
+        pile = d.inflight.get("pileup")
+        ax_in.set_title(f"{d.address}: {d.layout['processes']}x{d.layout['threads']} {d.layout['strategy']}, "
+                        f"{d.observed_s:.0f} s at {d.hz:g} reads/s; pile-up {'n/a' if pile is None else f'{pile:.0%}'}"
+                        f", every thread busy {d.inflight.get('saturated', 0.0):.0%}", fontsize=11)
+        ax_in.legend(fontsize=8, loc="upper right", ncol=min(4, len(workers) + 1))
+        ax_in.grid(True, alpha=0.3)
+        ax_q.step(tl["t"], tl["queue"], where="post", color="black")
+        ax_q.set_ylabel("in listen\nqueues")
+        ax_q.set_xlabel("seconds into the window")
+        ax_q.set_ylim(0, max(1, *tl["queue"]) * 1.1)
+        ax_q.grid(True, alpha=0.3)
+        return [_save(fig, Path(path))]
+    finally:
+        plt.close(fig)
+
+
 # Results kind -> file stem -> plot function; the order is the order of the plots in the Markdown report.
 PLOTS: dict[str, dict[str, Callable[[Results, Path], list[Path]]]] = {
     "compare": {"throughput": plot_throughput, "p99": plot_p99, "worker-share": plot_worker_share,
@@ -416,6 +448,7 @@ PLOTS: dict[str, dict[str, Callable[[Results, Path], list[Path]]]] = {
     "openloop": {"reply-rate": plot_reply_rate},
     "faults": {},
     "tune": {"p99-throughput": plot_tune},
+    "doctor": {"timeline": plot_timeline},
 }
 
 
@@ -426,6 +459,8 @@ def plot_file_names(results: Results) -> list[str]:
         return [f"{stem}.png" for stem in stems] if results.steps else []
     if results.kind == "tune":
         return [f"{stem}.png" for stem in stems] if results.cells else []
+    if results.kind == "doctor":
+        return [f"{stem}.png" for stem in stems] if results.diagnoses and results.diagnoses[0].timeline else []
     stems = [stem for stem in stems if stem != "memory" or any(c.memory for c in results.cells)]
     return [p.name for stem in stems for sc, p in scenario_paths(results, Path(f"{stem}.png"))
             if stem != "inflight" or has_inflight(results, sc)]

@@ -132,6 +132,15 @@ def md_kv(title: str, data: dict, skip: tuple[str, ...] = ()) -> list[str]:
 
 
 
+def md_footer(results: Results, plot_files: list[str]) -> list[str]:
+    """A report's end: the command that reproduces the run, the environment, the other arguments, the plots."""
+    command = results.arguments.get("command")
+    out = ["## How to reproduce", "", "```sh", command, "```", ""] if command else []
+    out += md_kv("Environment", results.environment)
+    out += md_kv("Arguments", results.arguments, skip=("command",))
+    return out + plot_lines(plot_files)
+
+
 def plot_lines(plot_files: list[str]) -> list[str]:
     """A Markdown "Plots" section embedding ``plot_files`` (paths relative to the report)."""
     if not plot_files:

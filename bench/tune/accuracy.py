@@ -60,7 +60,7 @@ from bench.tune.space import (
     candidate_space,
     one_process_twin,
 )
-from deploy.layout import PROJECT_ROOT
+from deploy.machine import PROJECT_ROOT
 
 # The I/O-heavy mix mostly sleeps: its p99 holds still under CPU load from other users of the
 # machine (about 210 ms with enough threads, 400+ when requests queue), so a limit there is

@@ -28,7 +28,7 @@ from bench.results import Cell, Results, ResultsError, register_kind
 from bench.tune.objective import Objective
 from bench.tune.search import Block, Inputs, Outcome, Settings, Stopped, run_search
 from bench.tune.space import candidate_space
-from deploy.strategies import STRATEGIES
+from deploy.model import STRATEGIES
 
 TUNE_VERSION = 1
 STALL = "stall"

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from deploy.strategies import STRATEGIES
+from deploy.model import STRATEGIES
 
 DEFAULT_THREADS = (1, 2, 4, 8, 16, 32)
 DEFAULT_STRATEGIES = ("mapped", "shared")

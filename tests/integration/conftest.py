@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from deploy.render import write_layout
-from deploy.stack import Stack
+from deploy.run import Stack
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from deploy.stack import http_get, read_stats
+from deploy.run import http_get, read_stats
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SLOW = "/?rounds=1&fib=0&io_ms={ms}"

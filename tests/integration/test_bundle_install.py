@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.stack import nginx_binary
+from deploy.run import nginx_binary
 from tests.bundles import make_cert, make_trial_root, tree_state
 from tests.integration.support import REPO_ROOT
 

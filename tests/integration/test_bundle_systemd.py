@@ -30,6 +30,10 @@ HOST = "shop.example.com"
 PY = str(Path(sys.prefix) / "bin" / "python")
 STATS = ("import json, socket; s = socket.socket(socket.AF_UNIX); s.connect('/run/shop/stats.sock'); "
          "print(json.dumps([w['pid'] for w in json.loads(s.makefile().read())['workers']]))")
+# doctor on the installed unit: its unix stats socket and nginx's log of the site, under wrk through TLS.
+DOCTOR = (f"wrk -t1 -c4 -d5s -H 'Host: {HOST}' https://127.0.0.1:8443/ >/tmp/wrk.out 2>&1 & sleep 1; "
+          f"{PY} -m bench doctor --stats /run/shop/stats.sock --for 2 --access-log /var/log/nginx/shop.access.log "
+          "--out /tmp/doctor; rc=$?; wait; exit $rc")
 
 
 def make_bundle(out: Path, flask_app, cert: Path, key: Path, spec: str) -> Path:
@@ -66,6 +70,28 @@ def install(c: Container, bundle: str) -> str:
     proc = c.run(PY, "-m", "deploy", "install", bundle, check=False, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
+
+
+def check_doctor(c: Container, flask_app) -> None:
+    """`bench doctor` reads the unit's layout, load and memory through /run/shop/stats.sock (as
+    root: the workers' descriptors and PSS are readable) and the site's combined log."""
+    proc = c.run("sh", "-c", DOCTOR, check=False, timeout=90)
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 processes x 4 threads, one socket per worker (map-socket)" in proc.stdout
+    d = json.loads(c.run("cat", "/tmp/doctor/results.json").stdout)["diagnoses"][0]
+    layout = d["layout"]
+    assert (layout["strategy"], layout["config"]) == ("mapped", "/etc/uwsgi-layouts/shop.ini")
+    assert [(s["name"], s["workers"]) for s in layout["sockets"]] == [
+        ("/run/shop/uwsgi-0.sock", [1]), ("/run/shop/uwsgi-1.sock", [2])]
+    assert layout["app"] == {"app": flask_app.app, "app_dir": "/srv/shop", "virtualenv": "/srv/shop/venv"}
+    assert d["requests"] > 0 and d["memory"]["kind"] == "pss"
+    assert d["queue"]["source"].startswith("unix sockets: the kernel")
+    assert all(q["backlog"] > 0 for q in d["queue"]["sockets"].values()), d["queue"]
+    access = d["access"]
+    assert access["used"] > 0 and access["formats"] == {"combined": access["used"]} and access["timing"] == "none"
+    assert access["status"]["2xx"]["requests"] > 0
+    assert "--app-dir /srv/shop --virtualenv /srv/shop/venv --access-log /var/log/nginx/shop.access.log" in proc.stdout
 
 
 def test_the_unit_under_systemd_starts_serves_reloads_and_stops(flask_app, run_dirs, tmp_path, record_property):
@@ -113,6 +139,8 @@ def test_the_unit_under_systemd_starts_serves_reloads_and_stops(flask_app, run_d
                         f"{HOST}:8443:127.0.0.1", "-o", "/dev/null", "-w", "%{http_version}",
                         f"https://{HOST}:8443/").stdout
         assert version == "2", "HTTP/2 over TLS (ALPN)"
+
+        check_doctor(c, flask_app)
 
         # systemctl reload = chain reload: every worker replaced, requests answered throughout.
         before = worker_pids(c)

@@ -29,7 +29,7 @@ from bench.kinds.faults import (
 from bench.report.faults import format_table
 from bench.results import Check, FaultRecord
 from bench.stack import Lab
-from deploy.layout import PROJECT_ROOT
+from deploy.machine import PROJECT_ROOT
 
 
 def integration(test):

@@ -17,7 +17,7 @@ import socket
 import pytest
 
 from bench.dataset import file_bytes, make_dataset
-from deploy.nginx_map import read_map_facts
+from deploy.machine import read_map_facts
 from deploy.render import nginx_test
 from tests.integration.support import settled_requests, via_nginx
 

@@ -1,6 +1,6 @@
 """One nginx over several app hosts, with mutual TLS, in network namespaces on this machine.
 
-Every test gets its own namespaces (``deploy.netns.Net`` via ``bench.stack.Lab(hosts=2)``: a
+Every test gets its own namespaces (``deploy.run.Net`` via ``bench.stack.Lab(hosts=2)``: a
 front and two app hosts on one bridge, addresses from an unused /24 of 198.18.0.0/15, no route
 out) and its own certificates; real nginx, uWSGI and wrk. The whole module skips with one line
 where namespaces cannot be made (not root, no iproute2); anything else that goes wrong fails.
@@ -22,8 +22,8 @@ import pytest
 
 from bench.hostfaults import kill_host, kill_worker_on_host, unreachable_host
 from bench.stack import Lab
-from deploy import netns
-from deploy.stack import http_get
+from deploy.machine import enter
+from deploy.run import child_setup, http_get, netns
 from tests.integration.support import SLOW, concurrently, uwsgi_packet
 
 REASON = netns.unavailable()
@@ -147,7 +147,7 @@ def test_a_respawning_worker_on_a_live_host_is_not_shut_out(lab):
 
 NET_SCRIPT = """
 import json, sys, time
-from deploy import netns
+from deploy.run import netns
 with netns.Net(hosts=1) as net:
     print(json.dumps({"names": [n.netns for n in net.nodes], "bridge": net.bridge, "id": net.run_id}), flush=True)
     time.sleep(60)
@@ -232,13 +232,11 @@ def test_bench_compare_hosts(tmp_path):
 
 def _run_cli(*args: str, namespace: str = "") -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "deploy", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=180, preexec_fn=(lambda: netns.enter(namespace)) if namespace else None)
+                          timeout=180, preexec_fn=(lambda: enter(namespace)) if namespace else None)
 
 
 def _in_netns(name: str):
-    from deploy.stack import _child_setup
-
-    return _child_setup(name)
+    return child_setup(name)
 
 
 @pytest.mark.integration

@@ -23,9 +23,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from deploy.errors import StackError
+from deploy.model import StackError
 from deploy.render import write_layout
-from deploy.stack import Stack, http_get
+from deploy.run import Stack, http_get
 from tests.integration.support import (
     FAST,
     concurrently,

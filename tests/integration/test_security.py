@@ -27,8 +27,8 @@ from urllib.parse import quote
 import psutil
 import pytest
 
+from deploy.model import STRATEGIES
 from deploy.render import crosscheck, nginx_summary, write_layout
-from deploy.strategies import STRATEGIES
 from tests.integration.support import FAST, uwsgi_packet, via_nginx
 
 UWSGI_STRATEGIES = [name for name, s in STRATEGIES.items() if s.server == "uwsgi"]  # peers: test_peers.py

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy.errors import StackError
+from deploy.model import StackError
 from deploy.render import write_layout
-from deploy.stack import Stack, http_get, read_stats
+from deploy.run import Stack, http_get, read_stats
 from tests.integration.support import (
     FAST,
     SLOW,

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.stack import read_stats
+from deploy.machine import uwsgi_python
+from deploy.run import read_stats
 from tests import flaskapp
 from tests.integration.support import (
     REPO_ROOT,
@@ -225,7 +226,6 @@ def test_reload_preflight_uses_the_virtualenv_and_env(flask_app, start_stack, ru
 
 def bad_cases(flask_app: flaskapp.FlaskApp, scratch: Path) -> dict[str, tuple[list[str], str, str]]:
     """name -> (run options, field, words the line must hold)."""
-    from deploy.appenv import uwsgi_python
 
     ours = uwsgi_python()[0]
     venv, how, theirs = flaskapp.other_version_venv(scratch / "venv-other", ours)

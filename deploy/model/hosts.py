@@ -5,28 +5,26 @@ Every app host runs the same PxT layout, bound to its own address (never all int
 front's upstream lists every socket of every host. The uwsgi protocol can make uWSGI load and
 run code (UWSGI_FILE and friends; 2.0 has no switch to turn that off), so a socket that is not
 on loopback speaks TLS with a client certificate uWSGI requires (``ssl-socket = ...,!ca``;
-nginx ``uwsgi_pass suwsgi://`` with its certificate, ``deploy.certs``). The only exception is
-an address inside an isolated test network this very process made (``deploy.netns``: no
+nginx ``uwsgi_pass suwsgi://`` with its certificate, ``deploy.ship.certs``). The only exception is
+an address inside an isolated test network this very process made (``deploy.run.netns``: no
 route out, no NAT), where the benchmark measures what TLS costs against plain sockets.
 
-``resolve(layout, set_)`` validates and fills the Layout fields ``hosts``, ``uwsgi_tls``,
+``validate(layout, set_)`` validates and fills the Layout fields ``hosts``, ``uwsgi_tls``,
 ``uwsgi_tls_dir``, ``uwsgi_tls_name``, ``max_fails``, ``fail_timeout``, ``retries`` and
 ``connect_timeout`` (their defaults depend on where the sockets are: see ``failure_policy``).
+Pure: whether plain uwsgi may reach an address off loopback (only inside an isolated test
+network this process made) and whether the certificates exist are deploy.machine's checks.
+The certificates' file names and the name nginx verifies are here, for every room that names
+them (deploy.ship.certs makes them, deploy.machine checks them, the templates point at them).
 """
 
 from __future__ import annotations
 
 import ipaddress
-import os
-import subprocess
-from functools import lru_cache
-from pathlib import Path
-from typing import TYPE_CHECKING
+import re
 
-from deploy.errors import LayoutError
-
-if TYPE_CHECKING:
-    from deploy.layout import Layout
+from deploy.model.errors import LayoutError
+from deploy.model.fields import config_path, int_in
 
 # off: plain uwsgi (loopback or unix only); suwsgi: uwsgi over TLS, client certificate
 # required; https: uWSGI's https-socket and nginx proxy_pass https:// (the measured alternative).
@@ -38,6 +36,29 @@ LOOPBACK = "127.0.0.1"
 # ssl-socket's value); TLS 1.3 suites are OpenSSL's defaults.
 SSL_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 SSL_PROTOCOLS = "TLSv1.2 TLSv1.3"  # nginx 1.22's default for upstreams stops at TLSv1.2
+
+# The certificates (python -m deploy certs): a CA, nginx's client certificate, one per host.
+CA_CERT, CA_KEY = "ca.crt", "ca.key"
+CLIENT_CERT, CLIENT_KEY = "front.crt", "front.key"
+# The name every host certificate carries and nginx verifies (uwsgi_ssl_name). `.internal` is
+# reserved for private use (ICANN, 2024), so it never resolves to someone else's machine.
+DEFAULT_TLS_NAME = "app.uwsgi.internal"
+NAME_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+def host_cert(addr: str) -> str:
+    return f"host-{addr}.crt"
+
+
+def host_key(addr: str) -> str:
+    return f"host-{addr}.key"
+
+
+def check_name(raw, field_name: str = "name") -> str:
+    name = str(raw or "").strip().lower()
+    if not NAME_RE.match(name):
+        raise LayoutError(field_name, f"expected a DNS name such as {DEFAULT_TLS_NAME}, got {raw!r}")
+    return name
 
 
 def parse_hosts(raw, field_name: str = "hosts") -> tuple[str, ...]:
@@ -70,27 +91,7 @@ def is_loopback(address: str) -> bool:
         return False
 
 
-def plain_allowed(address: str) -> bool:
-    """May nginx speak plain uwsgi to this host (or HOST:PORT)? Loopback, or an address in an
-    isolated network this process made (deploy.netns), nowhere else."""
-    from deploy.netns import is_isolated
-
-    host = address.rpartition(":")[0] if address.count(":") == 1 else address
-    return is_loopback(host) or is_isolated(host)
-
-
-@lru_cache(maxsize=None)
-def uwsgi_has_ssl(binary: str) -> bool:
-    """Was this uWSGI built with SSL (libssl-dev present when pip compiled it)? Its --help lists
-    ssl-socket only then."""
-    try:
-        out = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return "--ssl-socket" in out
-
-
-def failure_policy(layout: Layout) -> tuple[int, int, int, int]:
+def failure_policy(layout) -> tuple[int, int, int, int]:
     """Default (max_fails, fail_timeout s, retries, connect_timeout s) for where the layout's
     sockets are.
 
@@ -114,10 +115,9 @@ def failure_policy(layout: Layout) -> tuple[int, int, int, int]:
     return layout.threads + 1, 10, min(16, len(layout.socket_plans)), 1
 
 
-def resolve(layout: Layout, set_) -> None:
-    """Validate and fill the host and TLS fields of ``layout`` (``set_(name, value)``)."""
-    from deploy.certs import CA_CERT, CLIENT_CERT, CLIENT_KEY, check_name, host_cert, host_key
-
+def validate(layout, set_) -> None:
+    """Validate and fill the host and TLS fields of ``layout``, the Layout being made (``set_(name,
+    value)``; layout.py imports this module, so it is not named here)."""
     hosts = parse_hosts(layout.hosts)
     set_("hosts", hosts)
     tls = str(layout.uwsgi_tls or "").strip().lower()
@@ -134,38 +134,31 @@ def resolve(layout: Layout, set_) -> None:
                                     f"(e.g. {layout.processes}x{layout.threads}-mapped)")
         if layout.transport != "tcp":
             raise LayoutError("transport", f"{what} need --transport tcp (each host binds its own address)")
-    if tls == "off":
-        exposed = next((a for a in addresses if not plain_allowed(a)), None)
-        if exposed:
-            raise LayoutError("uwsgi_tls", f"plain uwsgi to {exposed} would let anyone who reaches it make uWSGI "
-                                           "load and run code (UWSGI_FILE...): use --uwsgi-tls suwsgi with "
-                                           "--uwsgi-tls-dir (python -m deploy certs DIR --hosts ...)")
     set_("uwsgi_tls_name", check_name(layout.uwsgi_tls_name, "uwsgi_tls_name"))
     if tls != "off":
         if not layout.uwsgi_tls_dir:
             raise LayoutError("uwsgi_tls_dir", f"--uwsgi-tls {tls} needs the certificates: make them with python -m "
                                                f"deploy certs DIR --hosts {','.join(addresses)} and pass "
                                                "--uwsgi-tls-dir DIR")
-        from deploy.layout import _config_path
-
-        text = _config_path("uwsgi_tls_dir", str(layout.uwsgi_tls_dir), nginx=True)
-        directory = Path(os.path.expanduser(text)).resolve()
-        _config_path("uwsgi_tls_dir", str(directory), nginx=True)
-        if "," in str(directory):  # ends a field of uWSGI's ssl-socket value
-            raise LayoutError("uwsgi_tls_dir", f"{str(directory)!r} contains ',', which uWSGI's ssl-socket value "
-                                               "cannot hold; use another directory")
-        needed = [CA_CERT, CLIENT_CERT, CLIENT_KEY] + [f for a in addresses for f in (host_cert(a), host_key(a))]
-        missing = next((f for f in needed if not (directory / f).is_file()), None)
-        if missing:
-            raise LayoutError("uwsgi_tls_dir", f"{directory / missing} is missing: make it with python -m deploy "
-                                               f"certs {directory} --hosts {','.join(addresses)}")
-        set_("uwsgi_tls_dir", str(directory))
+        set_("uwsgi_tls_dir", tls_dir_text(str(layout.uwsgi_tls_dir)))
     else:
         set_("uwsgi_tls_dir", "")
     max_fails, fail_timeout, retries, connect_timeout = failure_policy(layout)
-    from deploy.layout import _int_in
-
     for name, default, low, high in (("max_fails", max_fails, 0, 1000), ("fail_timeout", fail_timeout, 1, 3600),
                                      ("retries", retries, 0, 16), ("connect_timeout", connect_timeout, 1, 60)):
         raw = getattr(layout, name)
-        set_(name, default if raw in ("", None) else _int_in(name, raw, low, high))
+        set_(name, default if raw in ("", None) else int_in(name, raw, low, high))
+
+
+def tls_dir_text(directory: str) -> str:
+    """The certificates' directory as uwsgi.ini's ssl-socket value and nginx.conf can hold it."""
+    config_path("uwsgi_tls_dir", directory, nginx=True)
+    if "," in directory:  # ends a field of uWSGI's ssl-socket value
+        raise LayoutError("uwsgi_tls_dir", f"{directory!r} contains ',', which uWSGI's ssl-socket value "
+                                           "cannot hold; use another directory")
+    return directory
+
+
+def certificate_files(addresses) -> list[str]:
+    """The files of ``deploy certs`` a layout's configs name: the CA, nginx's pair, each host's pair."""
+    return [CA_CERT, CLIENT_CERT, CLIENT_KEY] + [f for a in addresses for f in (host_cert(a), host_key(a))]

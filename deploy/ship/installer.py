@@ -35,18 +35,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy.appenv import linked_python, preflight, virtualenv_python
-from deploy.bundle import (
-    BUNDLE_JSON,
-    BUNDLE_JSON_VERSION,
-    NAME_RE,
-    bundle_files,
-    generated_for,
-    site_link,
-    system_paths,
-)
-from deploy.errors import LayoutError, RenderError, StackError
-from deploy.layout import UNIX_PATH_MAX
+from deploy.machine import linked_python, preflight, virtualenv_python
+from deploy.model import UNIX_PATH_MAX, LayoutError, RenderError, StackError
+from deploy.ship.bundle import BUNDLE_JSON, BUNDLE_JSON_VERSION, NAME_RE, bundle_files, site_link, system_paths
+from deploy.ship.files import generated_for
 
 # Where packages put their units: a bundle must not shadow one (NAME=nginx would).
 PACKAGE_UNIT_DIRS = ("/lib/systemd/system", "/usr/lib/systemd/system", "/run/systemd/system")
@@ -215,7 +207,7 @@ def check_machine(record: dict, root: Path, app_check: bool = True) -> None:
     preflight(types.SimpleNamespace(
         app=server["app"], app_dir=server["app_dir"], virtualenv=server["virtualenv"], env=pairs("env"),
         static=pairs("static"), data_dir="", user=server["user"], drops_privileges=os.geteuid() == 0,
-        server="uwsgi",  # a bundle runs uWSGI (deploy/bundle.py refuses peers)
+        server="uwsgi",  # a bundle runs uWSGI (deploy/ship/bundle.py refuses peers)
     ))
 
 

@@ -1,46 +1,31 @@
-"""App servers: uWSGI and its peers (gunicorn, granian), run behind the same nginx.
+"""App servers' configs: uWSGI and its peers (gunicorn, granian) behind the same nginx.
 
 A strategy names its server (``Strategy.server``); ``server_for(layout)`` returns the
-``AppServer`` that
-
-* renders the server's config file(s) from the layout (``render``), and reads them back for
-  render's cross-checks (``facts``: render checks files, not the model);
-* builds the command ``Stack`` starts and how (``command``, ``spawn_options``), and says when
-  its workers are up (``ready``) and who they are (``worker_pids``).
-
-The lifecycle (process group, PDEATHSIG, SIGTERM then SIGKILL, readiness by polling, nginx)
-is ``deploy.stack.Stack``'s, one for all servers.
+``ServerConfig`` that renders the server's config file(s) from the layout (``render``) and
+reads them back for render's cross-checks (``facts``: render checks files, not the model).
+Starting and watching the server is ``deploy.run``'s (``deploy.run.servers``).
 
 Peers run in the app's own interpreter (its virtualenv's ``bin/python``, as uWSGI's
-``virtualenv =``) through ``deploy/peer_launch.py``, which takes only the server's packages
-from our venv. Started as root, Stack starts a peer as the run user (uWSGI switches itself
-after binding); the peers bind loopback ports above 1024 or unix sockets in a directory that
-user owns, so they never need root.
+``virtualenv =``) through ``deploy/run/peer_launch.py``, which takes only the server's
+packages from our venv; gunicorn.conf.py and granian.env are what it hands them.
 """
 
 from __future__ import annotations
 
 import ast
-import importlib.machinery
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import psutil
-
-from deploy.errors import StackError
+from deploy.render.templates import TEMPLATES_DIR
 
 if TYPE_CHECKING:
     import jinja2
 
-    from deploy.layout import Layout
-    from deploy.stack import Stack
+    from deploy.model import Layout
 
-LAUNCHER = Path(__file__).resolve().parent / "peer_launch.py"
-INSTALL_PEERS = "run `make venv` (pip install -e '.[peers]')"
 # nginx.conf's events { worker_connections }: the most connections one nginx worker opens.
 NGINX_WORKER_CONNECTIONS = 768
 # nginx closes an idle upstream connection after this many seconds: before the peers close
@@ -68,7 +53,7 @@ class ServerFacts:
     socket_tls: dict[str, dict] = field(default_factory=dict)
 
 
-class AppServer:
+class ServerConfig:
     name = ""
     label = ""  # as people write it: uWSGI, gunicorn, granian
     config_file = ""
@@ -88,27 +73,6 @@ class AppServer:
     def config_path(self, layout: Layout) -> Path:
         return Path(layout.run_dir) / self.config_file
 
-    def check_installed(self) -> None:
-        """Raise StackError with one line saying how to install the server, if it is missing."""
-
-    def command(self, layout: Layout) -> list[str]:
-        raise NotImplementedError
-
-    def spawn_options(self, layout: Layout) -> dict:
-        """Extra subprocess.Popen arguments (user, group...)."""
-        return {}
-
-    def ready(self, stack: Stack) -> bool:
-        raise NotImplementedError
-
-    def member_ready(self, stack: Stack, member) -> bool:
-        """One app host's server is ready (a peer runs on one machine only: the whole stack)."""
-        return self.ready(stack)
-
-    def worker_pids(self, stack: Stack) -> dict[int, int]:
-        """Worker number (from 1) -> pid."""
-        raise NotImplementedError
-
     def deadline_why(self, layout: Layout) -> str:
         """What kills a request that runs longer than layout.harakiri (the failover comments)."""
         raise NotImplementedError
@@ -117,15 +81,8 @@ class AppServer:
 # --- uWSGI ----------------------------------------------------------------------------------------
 
 
-def uwsgi_ini_value(value: str) -> str:
-    """``value`` as uwsgi.ini must spell it: uWSGI reads ``%%`` as ``%`` and any other ``%x``
-    as a magic variable (core/utils.c magic_sub), so every ``%`` is doubled. The sequences no
-    escape protects ($(, @(, %() are refused by Layout."""
-    return value.replace("%", "%%")
-
-
 def read_uwsgi_ini_value(raw: str) -> str | None:
-    """What uWSGI makes of an ini value written by ``uwsgi_ini_value``; None when a lone ``%``
+    """What uWSGI makes of an ini value written by ``templates.uwsgi_ini_value``; None when a lone ``%``
     would be eaten as a magic variable."""
     return raw.replace("%%", "%") if re.fullmatch(r"(?:[^%]|%%)*", raw) else None
 
@@ -173,15 +130,13 @@ def read_tls_socket(option: str, value: str) -> dict:
             "ca": ca.removeprefix("!"), "required": ca.startswith("!") and len(ca) > 1}
 
 
-class UWSGI(AppServer):
+class UWSGI(ServerConfig):
     name, label, config_file, upstream = "uwsgi", "uWSGI", "uwsgi.ini", "uwsgi_app"
 
     def files(self, layout):
         return ["uwsgi.ini", "uwsgi_params"]
 
     def render(self, env, context):
-        from deploy.render import TEMPLATES_DIR
-
         return {"uwsgi.ini": env.get_template("uwsgi.ini.j2").render(context),
                 "uwsgi_params": (TEMPLATES_DIR / "uwsgi_params").read_text()}
 
@@ -245,39 +200,12 @@ class UWSGI(AppServer):
                 problems.append("strategy needs exactly one socket per worker and one worker per socket")
         return problems
 
-    def command(self, layout):
-        from deploy.stack import uwsgi_binary
-
-        return [uwsgi_binary(), "--ini", str(self.config_path(layout))]
-
-    def ready(self, stack):
-        return all(self.member_ready(stack, m) for m in stack.members)
-
-    def member_ready(self, stack, member):
-        from deploy.stack import read_stats
-
-        try:
-            workers = read_stats(member.layout.stats_address, namespace=member.netns)["workers"]
-        except (OSError, ValueError, KeyError):
-            return False
-        return len(workers) == member.layout.processes and all(
-            w.get("pid", 0) > 0 and w.get("accepting") == 1 for w in workers
-        )
-
-    def worker_pids(self, stack):
-        return {w["id"]: w["pid"] for w in stack.stats()["workers"]}
-
     def deadline_why(self, layout):
         return ("uWSGI's harakiri kills the worker (its deadline is in whole seconds, so the kill lands "
                 f"between {layout.harakiri - 1} and {layout.harakiri + 1} s after the start)")
 
 
 # --- peers: gunicorn and granian ------------------------------------------------------------------
-
-
-def python_for(layout: Layout) -> str:
-    """The interpreter a peer runs the app with: the app's virtualenv's, else ours."""
-    return str(Path(layout.virtualenv) / "bin" / "python") if layout.virtualenv else sys.executable
 
 
 def _literal_assignments(text: str) -> dict[str, object]:
@@ -297,71 +225,10 @@ def _literal_assignments(text: str) -> dict[str, object]:
     return found
 
 
-class Peer(AppServer):
+class Peer(ServerConfig):
     package = ""
-    # Top-level packages the server imports besides its own (deploy/peer_launch.py SERVER_PACKAGES).
+    # Top-level packages the server imports besides its own (deploy/run/peer_launch.py SERVER_PACKAGES).
     requires: tuple[str, ...] = ()
-    # Where to look for the server's package: None = this interpreter's sys.path.
-    search_path: list[str] | None = None
-
-    def package_dir(self) -> Path | None:
-        """The installed package's directory in our venv, or None if it is not installed."""
-        spec = importlib.machinery.PathFinder.find_spec(self.package, self.search_path)
-        if spec is None or not spec.submodule_search_locations:
-            return None
-        return Path(list(spec.submodule_search_locations)[0])
-
-    def check_installed(self):
-        if self.package_dir() is None:
-            raise StackError(f"{self.name} is not installed in {sys.prefix}: {INSTALL_PEERS}")
-
-    def site(self) -> Path:
-        self.check_installed()
-        return self.package_dir().parent
-
-    def spawn_options(self, layout):
-        # Started as root: the whole server (master included) runs as the run user, with that
-        # user's groups only. It never needs root: loopback ports above 1024, or unix sockets
-        # in sockets/, which that user owns (deploy/render.py _apply_ownership).
-        if not layout.drops_privileges:
-            return {}
-        from deploy.appenv import run_user_ids
-
-        uid, gid, _ = run_user_ids(layout.user)
-        return {"user": uid, "group": gid, "extra_groups": os.getgrouplist(layout.user, gid)}
-
-    def command(self, layout):
-        return [python_for(layout), str(LAUNCHER), self.name, str(self.site()), str(self.config_path(layout))]
-
-    def _workers(self, stack) -> list[psutil.Process]:
-        """The master's live children, oldest first."""
-        if stack.app is None:
-            return []
-        try:
-            children = psutil.Process(stack.app.pid).children()
-        except psutil.Error:
-            return []
-        alive = []
-        for child in children:
-            try:
-                if child.status() != psutil.STATUS_ZOMBIE:
-                    alive.append((child.create_time(), child.pid, child))
-            except psutil.Error:  # gone meanwhile
-                continue
-        return [child for *_, child in sorted(alive, key=lambda entry: entry[:2])]
-
-    def ready(self, stack):
-        # No stats server: the master is up with P live workers, each of which has loaded the
-        # app (as far as the server lets us see it). nginx answering /healthz through to the
-        # app is Stack's second check.
-        workers = self._workers(stack)
-        return len(workers) == stack.layout.processes and all(self.worker_ready(stack.layout, w) for w in workers)
-
-    def worker_ready(self, layout, worker: psutil.Process) -> bool:
-        return True
-
-    def worker_pids(self, stack):
-        return {i + 1: p.pid for i, p in enumerate(self._workers(stack))}
 
 
 class Gunicorn(Peer):
@@ -373,8 +240,6 @@ class Gunicorn(Peer):
     def render(self, env, context):
         texts = super().render(env, context)
         if context["layout"].nginx_protocol == "uwsgi":
-            from deploy.render import TEMPLATES_DIR
-
             texts["uwsgi_params"] = (TEMPLATES_DIR / "uwsgi_params").read_text()
         return texts
 
@@ -384,9 +249,6 @@ class Gunicorn(Peer):
     def ready_file(self, layout, pid: int) -> Path:
         """Written by a worker once it has loaded the app (gunicorn.conf.py post_worker_init)."""
         return Path(layout.run_dir) / "control" / f"gunicorn-worker-{pid}.ready"
-
-    def worker_ready(self, layout, worker):
-        return self.ready_file(layout, worker.pid).exists()
 
     def facts(self, layout, conf_dir, config_file=""):
         text = (conf_dir / (config_file or self.config_file)).read_text()
@@ -428,20 +290,6 @@ class Granian(Peer):
     name, label, config_file, upstream, package = "granian", "granian", "granian.env", "granian_app", "granian"
     requires = ("click",)
 
-    def command(self, layout):
-        return [*super().command(layout), layout.app]
-
-    def worker_ready(self, layout, worker):
-        # Over TCP (on Linux) each worker binds its own SO_REUSEPORT listener once it has loaded
-        # the app; a unix socket is the master's, shared: nothing more to see there.
-        if layout.transport != "tcp":
-            return True
-        try:
-            return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == layout.base_port
-                       for c in worker.net_connections(kind="tcp"))
-        except psutil.Error:
-            return False
-
     @staticmethod
     def backpressure(layout) -> int:
         """Every connection nginx can open to it: backpressure counts connections, not requests,
@@ -451,7 +299,7 @@ class Granian(Peer):
 
     @staticmethod
     def read_env_file(text: str) -> dict[str, str]:
-        """As deploy/peer_launch.py load_env_file reads it."""
+        """As deploy/run/peer_launch.py load_env_file reads it."""
         out = {}
         for line in text.splitlines():
             if line.strip() and not line.lstrip().startswith("#"):
@@ -486,10 +334,10 @@ class Granian(Peer):
                 "keeps its blocking thread until it ends")
 
 
-SERVERS: dict[str, AppServer] = {s.name: s for s in (UWSGI(), Gunicorn(), Granian())}
+SERVERS: dict[str, ServerConfig] = {s.name: s for s in (UWSGI(), Gunicorn(), Granian())}
 # Every config file any server writes: a re-render for another server removes the stale ones.
 CONFIG_FILES = ("uwsgi.ini", "uwsgi_params", "gunicorn.conf.py", "granian.env")
 
 
-def server_for(layout: Layout) -> AppServer:
+def server_for(layout: Layout) -> ServerConfig:
     return SERVERS[layout.server]

@@ -3,7 +3,7 @@
 uWSGI's chain reload (``c`` on the master FIFO, lazy-apps only) stops one worker
 gracefully, spawns its replacement, waits until it accepts, then moves to the next.
 Under ``need-app`` a replacement whose app fails to load would take the whole instance
-down, so the new code first goes through the same pre-flight as ``run`` (deploy/appenv.py:
+down, so the new code first goes through the same pre-flight as ``run`` (deploy.machine:
 a fresh interpreter with the virtualenv, paths, env and user recorded in layout.json); if
 that fails, the chain is never started, the old workers keep serving, and the command
 exits 2 (bad input: the code to deploy) with the app's own exception line.
@@ -18,10 +18,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy.appenv import preflight
-from deploy.errors import LayoutError, StackError
-from deploy.layout import layout_from_record
-from deploy.stack import read_stats, tail
+from deploy.machine import checked, preflight
+from deploy.model import LayoutError, StackError, layout_from_record
+from deploy.run.processes import read_stats, tail
 
 
 @dataclass
@@ -53,7 +52,7 @@ def _workers(stats_address: str) -> dict[int, dict]:
 def chain_reload(run_dir: Path, timeout: float = 120.0, progress=None) -> ReloadResult:
     """Chain-reload the stack running in ``run_dir``. New code that does not import (the
     pre-flight, as at start) raises LayoutError (bad input, exit 2) before anything is touched."""
-    layout = layout_from_record(load_run_layout(run_dir))
+    layout = checked(layout_from_record(load_run_layout(run_dir)))
     if layout.server != "uwsgi":
         raise LayoutError("layout", f"{layout.name} runs {layout.server}: chain reload is uWSGI's (its master FIFO); "
                                     f"for a graceful reload send SIGHUP to the pid in {run_dir}/control/"

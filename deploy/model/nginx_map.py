@@ -1,6 +1,7 @@
 """The id -> path map nginx resolves file ids with (``/nfiles/<id>``), and its hash sizes.
 
-``write_map(root, files, source)`` writes two files beside a data set's ``index.json``:
+A data set holds two files beside its ``index.json`` (``deploy.render.write_map`` writes them,
+``deploy.machine.read_map_facts`` reads them back; this module is their pure part):
 
 - ``nginx-files.map``: one ``<id> <path relative to files/>;`` line per file, included inside
   nginx.conf's ``map $nfile_id $nfile_path { default ""; include ...; }``;
@@ -39,11 +40,7 @@ numpy does the replay (a bincount per tried size); it is only imported when sizi
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 MAP_NAME = "nginx-files.map"
 FACTS_NAME = "nginx-files.json"
@@ -266,54 +263,3 @@ def map_text(files: dict[str, str], check=None) -> str:
             raise MapError(f"id {str(file_id)[:20]!r} or its path is not a plain token")
         lines.append(f"{file_id} {rel};")
     return "\n".join(lines) + "\n"
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="ascii") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # nginx (its master, or a test's unprivileged user) reads it
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_map(root: Path, files: dict[str, str], source: dict, check=None) -> MapFacts:
-    """Write ``root/nginx-files.map`` and then ``root/nginx-files.json`` (each replaced atomically)."""
-    root = Path(root)
-    sizing = size_hash(list(files))
-    text = map_text(files, check)
-    _write_atomic(root / MAP_NAME, text)
-    facts = MapFacts(sizing=sizing, map_bytes=len(text.encode("ascii")), source=dict(source))
-    _write_atomic(root / FACTS_NAME, json.dumps(facts.to_json(), indent=1) + "\n")
-    return facts
-
-
-def read_map_facts(root: Path) -> MapFacts:
-    """The map facts of the data set at ``root``; MapError (one line) if missing or inconsistent."""
-    root = Path(root)
-    try:
-        data = json.loads((root / FACTS_NAME).read_text(encoding="utf-8"))
-    except OSError:
-        raise MapError(f"no {FACTS_NAME} in {root}") from None
-    except ValueError:
-        raise MapError(f"{FACTS_NAME}: not valid JSON") from None
-    facts = MapFacts.from_json(data)
-    try:
-        size = (root / MAP_NAME).stat().st_size
-    except OSError:
-        raise MapError(f"no {MAP_NAME} in {root}") from None
-    if size != facts.map_bytes:
-        raise MapError(f"{MAP_NAME} is {size} bytes but {FACTS_NAME} describes {facts.map_bytes}: "
-                       "they were not written together")
-    return facts
-
-
-def map_is_current(root: Path, source: dict) -> bool:
-    """True if ``root`` holds a consistent map made from ``source``."""
-    try:
-        return read_map_facts(root).source == source
-    except MapError:
-        return False

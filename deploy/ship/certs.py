@@ -16,8 +16,7 @@ written 0600 (the nginx master and the uWSGI master read them as root, before ei
 privileges). Nothing is overwritten without ``force``; an existing CA is reused, so hosts can
 be added later. Files are written to a temporary directory first and moved into place.
 
-``check_tls_dir`` reads the files back for render's cross-check: they exist, chain to the CA,
-carry the names and usages the configs rely on, and keys match and are private.
+``deploy.machine.check_tls_dir`` reads the files back for render's cross-check.
 """
 
 from __future__ import annotations
@@ -26,39 +25,27 @@ import datetime
 import ipaddress
 import json
 import os
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from deploy.errors import LayoutError
-from deploy.hosts import parse_hosts
+from deploy.model import (
+    CA_CERT,
+    CA_KEY,
+    CLIENT_CERT,
+    CLIENT_KEY,
+    DEFAULT_TLS_NAME,
+    LayoutError,
+    check_name,
+    host_cert,
+    host_key,
+    parse_hosts,
+)
 
-CA_CERT, CA_KEY = "ca.crt", "ca.key"
-CLIENT_CERT, CLIENT_KEY = "front.crt", "front.key"
 MANIFEST = "certs.json"
 MANIFEST_VERSION = 1
-# The name every host certificate carries and nginx verifies (uwsgi_ssl_name). `.internal` is
-# reserved for private use (ICANN, 2024), so it never resolves to someone else's machine.
-DEFAULT_TLS_NAME = "app.uwsgi.internal"
 CA_DAYS, LEAF_DAYS = 3650, 825
-NAME_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-
-
-def host_cert(addr: str) -> str:
-    return f"host-{addr}.crt"
-
-
-def host_key(addr: str) -> str:
-    return f"host-{addr}.key"
-
-
-def check_name(raw, field_name: str = "name") -> str:
-    name = str(raw or "").strip().lower()
-    if not NAME_RE.match(name):
-        raise LayoutError(field_name, f"expected a DNS name such as {DEFAULT_TLS_NAME}, got {raw!r}")
-    return name
 
 
 # --- making them ----------------------------------------------------------------------------
@@ -226,74 +213,3 @@ def _read_manifest(directory: Path) -> dict:
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
-
-
-# --- reading them back (render's cross-check) -------------------------------------------------
-
-
-def check_tls_dir(directory: str, hosts: tuple[str, ...], name: str) -> list[str]:
-    """Problems with the certificates a layout's files name (empty = usable): each exists and
-    parses, chains to ca.crt, is valid now, has the usage its side needs (server for hosts,
-    client for the front), the host certificates carry ``name`` and their address, each key
-    matches its certificate and is readable by its owner only."""
-    from cryptography import x509
-    from cryptography.exceptions import InvalidSignature
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.x509.oid import ExtendedKeyUsageOID
-
-    base = Path(directory)
-    problems: list[str] = []
-
-    def load(fname: str, kind: str):
-        path = base / fname
-        try:
-            data = path.read_bytes()
-            if kind == "key":
-                mode = path.stat().st_mode & 0o777
-                if mode & 0o077:
-                    problems.append(f"{path} is mode {mode:o}: a private key must be 0600")
-                return serialization.load_pem_private_key(data, password=None)
-            return x509.load_pem_x509_certificate(data)
-        except (OSError, ValueError) as exc:
-            problems.append(f"{path}: {getattr(exc, 'strerror', None) or exc} (make them with python -m deploy "
-                            f"certs {directory} --hosts ...)")
-            return None
-
-    ca = load(CA_CERT, "cert")
-    if ca is None:
-        return problems
-    now = _now()
-    pairs = [(CLIENT_CERT, CLIENT_KEY, ExtendedKeyUsageOID.CLIENT_AUTH, None)]
-    pairs += [(host_cert(a), host_key(a), ExtendedKeyUsageOID.SERVER_AUTH, a) for a in hosts]
-    for cert_name, key_name, usage, addr in pairs:
-        cert, key = load(cert_name, "cert"), load(key_name, "key")
-        if cert is None or key is None:
-            continue
-        try:
-            cert.verify_directly_issued_by(ca)
-        except (InvalidSignature, ValueError, TypeError):
-            problems.append(f"{cert_name} is not signed by {CA_CERT}")
-        if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
-            problems.append(f"{cert_name} is not valid now (valid {cert.not_valid_before_utc:%Y-%m-%d} to "
-                            f"{cert.not_valid_after_utc:%Y-%m-%d})")
-        if cert.public_key().public_numbers() != key.public_key().public_numbers():
-            problems.append(f"{key_name} is not the key of {cert_name}")
-        try:
-            usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
-            if usage not in usages:
-                problems.append(f"{cert_name} lacks the {usage._name} usage")
-        except x509.ExtensionNotFound:
-            pass  # no EKU: any usage
-        if addr is None:
-            continue
-        try:
-            san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-            dns, ips = san.get_values_for_type(x509.DNSName), [str(i) for i in san.get_values_for_type(x509.IPAddress)]
-        except x509.ExtensionNotFound:
-            dns, ips = [], []
-        if name not in dns:
-            problems.append(f"{cert_name} does not carry the name {name!r} nginx verifies (uwsgi_ssl_name); it has "
-                            f"{dns or 'none'}: remake it with --name {name}")
-        if addr not in ips:
-            problems.append(f"{cert_name} does not carry its address {addr}")
-    return problems

@@ -9,51 +9,23 @@ Children also get PR_SET_PDEATHSIG, so they die with us even if we are killed wi
 
 A layout with ``hosts`` runs one uWSGI per host, each from its own directory
 (``run_dir/hosts/ADDR``), and a ``Placement`` says which network namespace each part runs in
-(``deploy.netns``: entered between fork and exec, so the pid and its ownership are unchanged;
+(``deploy.run.netns``; ``deploy.machine`` enters one between fork and exec, so the pid and its ownership are unchanged;
 each host's loopback-only stats server is read from inside its namespace).
 """
 
 from __future__ import annotations
 
-import ctypes
-import http.client
-import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy import netns
-from deploy.appenv import find_uwsgi
-from deploy.errors import StackError
-from deploy.layout import Layout
-from deploy.servers import server_for
-
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass
-    os.setsid()  # own process group, so stop() can signal workers too
-
-
-def _child_setup(namespace: str):
-    """preexec_fn: die with us, own process group, and (if named) enter a network namespace."""
-    if not namespace:
-        return _die_with_parent
-
-    def setup():
-        _die_with_parent()
-        netns.enter(namespace)
-
-    return setup
+from deploy.machine import run_in
+from deploy.model import Layout, StackError
+from deploy.run.processes import child_setup, http_get, nginx_binary, read_stats, tail, terminate_group
+from deploy.run.servers import Member, process_for
 
 
 @dataclass(frozen=True)
@@ -65,73 +37,16 @@ class Placement:
     hosts: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass
-class Member:
-    """One app host's server: its layout (a host's own view with ``hosts``), namespace, process."""
-
-    host: str
-    layout: Layout
-    netns: str = ""
-    proc: subprocess.Popen | None = None
-
-    @property
-    def log(self) -> Path:
-        return Path(self.layout.run_dir) / "logs" / f"{self.layout.server}.log"
-
-
-def uwsgi_binary() -> str:
-    found = find_uwsgi()
-    if not found:
-        raise StackError("uwsgi is not installed: run `make venv` (pip install uwsgi)")
-    return found
-
-
-def nginx_binary() -> str:
-    found = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
-    if not found:
-        raise StackError("nginx is not installed: run scripts/install-system-deps.sh (apt-get install nginx)")
-    return found
-
-
-def tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return f"(no log at {path})"
-
-
-def read_stats(address: str, timeout: float = 2.0, namespace: str = "") -> dict:
-    """The uWSGI stats server's JSON (it writes one document and closes), read from inside
-    ``namespace`` when given."""
-    host, _, port = address.rpartition(":")
-    conn = netns.connect(namespace, host, int(port), timeout) if namespace else \
-        socket.create_connection((host, int(port)), timeout=timeout)
-    with conn:
-        chunks = []
-        while chunk := conn.recv(65536):
-            chunks.append(chunk)
-    return json.loads(b"".join(chunks).decode("utf-8", "replace"))
-
-
-def http_get(host: str, port: int, path: str, timeout: float = 5.0) -> tuple[int, dict, bytes]:
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        conn.request("GET", path)
-        resp = conn.getresponse()
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
-    finally:
-        conn.close()
-
-
 class Stack:
     """One app server (``layout.server``: uWSGI, gunicorn or granian) and one nginx, as a
     context manager. What differs per server (its command, how to drop privileges, when its
-    workers are ready, who they are) is its ``deploy.servers.AppServer``; the lifecycle is this."""
+    workers are ready, who they are) is its ``deploy.run.servers.ServerProcess``; the lifecycle
+    is this."""
 
     def __init__(self, layout: Layout, start_timeout: float = 30.0, stop_timeout: float = 10.0,
                  placement: Placement | None = None):
         self.layout = layout
-        self.server = server_for(layout)
+        self.server = process_for(layout)
         self.run_dir = Path(layout.run_dir)
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
@@ -184,7 +99,7 @@ class Stack:
         self.server.check_installed()  # one line saying how to install it, before anything starts
         for member in self.members:
             self._start_member(member)
-        self._wait(lambda: self.server.ready(self), self.server.label, self.app_log)
+        self._wait(lambda: self.server.ready(self.members), self.server.label, self.app_log)
         nginx_cmd = [
             nginx_binary(), "-p", f"{self.run_dir}/", "-c", str(self.run_dir / "nginx.conf"),
             "-e", str(self.nginx_log), "-g", "daemon off;",
@@ -201,11 +116,11 @@ class Stack:
     def stop(self) -> None:
         # nginx first, so no new request reaches an app server that is going away.
         if self.nginx is not None:
-            _terminate_group(self.nginx, self.stop_timeout)
+            terminate_group(self.nginx, self.stop_timeout)
             self.nginx = None
         for member in self.members:
             if member.proc is not None:
-                _terminate_group(member.proc, self.stop_timeout)
+                terminate_group(member.proc, self.stop_timeout)
                 member.proc = None
 
     # --- one host of several: its faults -------------------------------------------------
@@ -230,7 +145,7 @@ class Stack:
         if member.proc is not None and member.proc.poll() is None:
             raise StackError(f"the app server of {host} is still running")
         self._start_member(member)
-        self._wait(lambda: self.server.member_ready(self, member), f"{self.server.label} on {host}", member.log)
+        self._wait(lambda: self.server.member_ready(member), f"{self.server.label} on {host}", member.log)
 
     def host_stats(self) -> dict[str, dict]:
         """Each app host's uWSGI stats, by host address ("" on a single machine)."""
@@ -244,7 +159,7 @@ class Stack:
             # so PDEATHSIG is set after the switch (changing credentials clears it).
             return subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                cwd=cwd or self.run_dir, preexec_fn=_child_setup(namespace), **options,
+                cwd=cwd or self.run_dir, preexec_fn=child_setup(namespace), **options,
             )
         finally:
             log.close()
@@ -275,7 +190,7 @@ class Stack:
 
     def _nginx_ready(self) -> bool:
         try:
-            status, _, _ = netns.run_in(self.placement.front, lambda: http_get(
+            status, _, _ = run_in(self.placement.front, lambda: http_get(
                 self.layout.listen_host, self.layout.listen_port, "/healthz", timeout=5))
         except OSError:
             return False
@@ -296,7 +211,7 @@ class Stack:
     def worker_pids(self) -> dict[int, int]:
         """Worker number (from 1) -> pid. uWSGI: its worker ids; peers: the master's live
         children in the order they started (a respawned worker takes the last number)."""
-        return self.server.worker_pids(self)
+        return self.server.worker_pids(self.members)
 
     @property
     def pids(self) -> dict[str, int]:
@@ -320,23 +235,3 @@ class Stack:
         for name, proc, log in self._processes():
             if proc is not None and proc.poll() is not None:
                 raise StackError(f"{name} exited unexpectedly with code {proc.returncode}", tail(log))
-
-
-def _terminate_group(proc: subprocess.Popen, timeout: float) -> None:
-    """SIGTERM the master (nginx: fast shutdown; uWSGI die-on-term: stop; gunicorn, granian:
-    graceful stop), then SIGKILL the group."""
-    if proc.poll() is None:
-        try:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pass
-    # The master may be gone while a worker lingers: the group catches both.
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        pass

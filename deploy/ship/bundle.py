@@ -9,7 +9,7 @@
     tls/NAME.crt, tls/NAME.key       -> /etc/ssl/certs/NAME.crt, /etc/ssl/private/NAME.key (with TLS)
     INSTALL.md, bundle.json          (not installed: the commands for this bundle; what install reads)
 
-With ``--hosts A,B`` (app hosts behind one front, deploy/hosts.py) it writes one bundle for the
+With ``--hosts A,B`` (app hosts behind one front, deploy/model/hosts.py) it writes one bundle for the
 front and one per app host (``write_host_bundles``): ``front/`` holds the site (its upstream
 lists every socket of every host, over TLS with nginx's client certificate, in
 /etc/nginx/uwsgi-tls/NAME/), ``hosts/ADDR/`` the uwsgi.ini (ssl-sockets bound to ADDR, the
@@ -18,7 +18,7 @@ installed with ``deploy install`` on its machine; all of them are cross-checked 
 
 A bundle depends on nothing of the machine it is rendered on: the app's directory, virtualenv,
 uWSGI binary and static directories are paths on the *server*, checked for shape here and for
-existence by ``deploy install`` on the server (deploy/install.py), which also runs the app's
+existence by ``deploy install`` on the server (deploy/ship/install.py), which also runs the app's
 pre-flight import there. The topology (processes x threads x strategy, failover, timeouts)
 comes from the same ``Layout`` the lab renders, and the files are cross-checked with the lab's
 ``render.crosscheck`` before the bundle directory appears.
@@ -27,22 +27,29 @@ comes from the same ``Layout`` the lab renders, and the files are cross-checked 
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
-import pwd
 import re
-import shutil
 import ssl
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from deploy.errors import LayoutError, RenderError
-from deploy.hosts import SSL_CIPHERS, SSL_PROTOCOLS
-from deploy.layout import APP_RE, DEFAULT_APP, Layout, Socket, parse_env, parse_layout, parse_static
-from deploy.render import TEMPLATES_DIR, _env, crosscheck, make_staging, parse_uwsgi_ini
-from deploy.servers import server_for
-from deploy.strategies import STRATEGIES
+from deploy.machine import check_hosts
+from deploy.model import (
+    APP_RE,
+    CA_CERT,
+    CLIENT_CERT,
+    CLIENT_KEY,
+    DEFAULT_APP,
+    STRATEGIES,
+    Layout,
+    LayoutError,
+    Socket,
+    host_cert,
+    host_key,
+    parse_env,
+    parse_layout,
+    parse_static,
+)
 
 BUNDLE_JSON = "bundle.json"
 BUNDLE_JSON_VERSION = 1
@@ -72,13 +79,6 @@ SYSTEM_DIRS = ("/etc", "/run", "/var/log", "/proc", "/sys", "/dev", "/boot")
 TMP_DIRS = ("/tmp", "/var/tmp")  # PrivateTmp= hides them from the service
 HOME_DIRS = ("/home", "/root", "/run/user")  # ProtectHome= hides them
 
-# Mozilla's "intermediate" profile (ssl-config.mozilla.org, guidelines 6.0) for nginx 1.22 with
-# OpenSSL 3.0 (Debian 12): X25519MLKEM768 needs OpenSSL 3.5, so it is left out of the curves.
-TLS_PROTOCOLS = "TLSv1.2 TLSv1.3"
-TLS_CURVES = "X25519:prime256v1:secp384r1"
-TLS_CIPHERS = ("ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:"
-               "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305")
-HSTS_MAX_AGE = 63072000
 
 
 def _under(path: str, roots: tuple[str, ...]) -> str:
@@ -236,7 +236,7 @@ class Bundle:
     server = property(lambda self: self.layout.server)
     nginx_protocol = property(lambda self: self.layout.nginx_protocol)
     has_stats = property(lambda self: self.layout.has_stats)
-    # Across app hosts (deploy/hosts.py): the failure policy and TLS between nginx and uWSGI.
+    # Across app hosts (deploy/model/hosts.py): the failure policy and TLS between nginx and uWSGI.
     hosts = property(lambda self: self.layout.hosts)
     app_hosts = property(lambda self: self.layout.app_hosts)
     socket_plans = property(lambda self: self.layout.socket_plans)
@@ -388,9 +388,10 @@ def system_paths(name: str) -> tuple[str, ...]:
 def _topology(spec: str, name: str, options: dict) -> Layout:
     """The lab's Layout for processes x threads x strategy and the uWSGI/nginx tuning options. Its
     lab-only fields (run dir, listen, stats port, user) never reach a bundle file: they get values
-    that always validate and cannot collide with the sockets."""
+    that always validate and cannot collide with the sockets. Across hosts, the certificates are
+    read from this machine (``_across_hosts`` copies them into the bundle)."""
     transport = options.get("transport") or ("tcp" if options.get("hosts") else "unix")
-    probe = parse_layout(spec, transport="unix", run_dir=f"/run/{name}", user=pwd.getpwuid(os.geteuid()).pw_name)
+    probe = parse_layout(spec, transport="unix", run_dir=f"/run/{name}")
     count = len(probe.sockets)
     base = options.get("base_port") or 5000
     try:
@@ -398,9 +399,10 @@ def _topology(spec: str, name: str, options: dict) -> Layout:
     except ValueError:
         first = 5000  # parse_layout names the bad value below
     spare = [p for p in (1, 2, 65534, 65535) if not first <= p < first + count][:2]
-    return parse_layout(spec, transport=transport, base_port=base, listen=f"127.0.0.1:{spare[0]}",
-                        stats_port=spare[1], run_dir=f"/run/{name}", user=pwd.getpwuid(os.geteuid()).pw_name,
-                        **{k: v for k, v in options.items() if k not in ("transport", "base_port")})
+    layout = parse_layout(spec, transport=transport, base_port=base, listen=f"127.0.0.1:{spare[0]}",
+                          stats_port=spare[1], run_dir=f"/run/{name}",
+                          **{k: v for k, v in options.items() if k not in ("transport", "base_port")})
+    return replace(layout, uwsgi_tls_dir=check_hosts(layout))
 
 
 def uwsgi_server(strategy) -> str:
@@ -467,14 +469,12 @@ def build_bundle(spec: str, *, app=None, app_dir=None, virtualenv=None, env=None
 
 def _across_hosts(layout: Layout) -> dict:
     """With hosts: the front's role and the PEM texts of the TLS between front and hosts (read
-    from the layout's uwsgi_tls_dir, which deploy.hosts checked). A bundle ships suwsgi only."""
+    from the layout's uwsgi_tls_dir, which ``_topology`` checked). A bundle ships suwsgi only."""
     if not layout.hosts:
         return {}
     if layout.uwsgi_tls != "suwsgi":
         raise LayoutError("uwsgi_tls", f"a bundle across hosts speaks suwsgi to them, not {layout.uwsgi_tls} "
                                        "(https was measured no better: README, Several hosts)")
-    from deploy.certs import CA_CERT, CLIENT_CERT, CLIENT_KEY, host_cert, host_key
-
     base = Path(layout.uwsgi_tls_dir)
     names = {"ca.crt": CA_CERT, "front.crt": CLIENT_CERT, "front.key": CLIENT_KEY}
     for h in layout.hosts:
@@ -486,296 +486,3 @@ def _across_hosts(layout: Layout) -> dict:
 def host_bundles(front: Bundle) -> list[Bundle]:
     """One bundle per app host of a front bundle (uWSGI bound to that host, its certificate)."""
     return [front.host_layout(h) for h in front.layout.hosts]
-
-
-# --- rendering ---------------------------------------------------------------------------------
-
-
-def outdent(text: str, width: int = 4) -> str:
-    """Remove ``width`` leading spaces from every line: the lab's partials are indented for a
-    server {} inside http {}, a site's server {} is at the top of its file."""
-    prefix = " " * width
-    return "\n".join(line[width:] if line.startswith(prefix) else line for line in text.split("\n"))
-
-
-def render_bundle(bundle: Bundle) -> dict[str, str]:
-    """Bundle-relative path -> text, every file with the generated header."""
-    env = _env()
-    env.filters["outdent"] = outdent
-    context = {
-        "layout": bundle, "bundle": bundle, "server": server_for(bundle.layout), "unix_mode": "660",
-        "files": bundle.files(),
-        "site_link": site_link(bundle.name), "conf_dir": UWSGI_CONF_DIR,
-        "tls_protocols": TLS_PROTOCOLS, "tls_curves": TLS_CURVES, "tls_ciphers": TLS_CIPHERS,
-        "hsts_max_age": HSTS_MAX_AGE, "ssl_ciphers": SSL_CIPHERS, "ssl_protocols": SSL_PROTOCOLS,
-    }
-    name = bundle.name
-    texts = {}
-    if bundle.role != "host":
-        texts[f"nginx/sites-available/{name}.conf"] = env.get_template("bundle/site.conf.j2").render(context)
-    if bundle.role != "front":
-        texts |= {
-            f"uwsgi/{name}.ini": env.get_template("bundle/uwsgi.ini.j2").render(context),
-            f"systemd/{name}.service": env.get_template("bundle/unit.service.j2").render(context),
-            f"logrotate/{name}": env.get_template("bundle/logrotate.j2").render(context),
-        }
-    header = env.get_template("bundle/pem_header.j2").render(context)
-    if bundle.tls and bundle.role != "host":
-        texts[f"tls/{name}.crt"] = header + bundle.tls_cert.lstrip()
-        texts[f"tls/{name}.key"] = header + bundle.tls_key.lstrip()
-    pem = dict(bundle.uwsgi_tls_pem)
-    wanted = {"front": ("ca.crt", "front.crt", "front.key"),
-              "host": ("ca.crt", f"{bundle.host}/host.crt", f"{bundle.host}/host.key")}.get(bundle.role, ())
-    for key in wanted:
-        texts[f"uwsgi-tls/{key.rpartition('/')[2]}"] = header + pem[key].lstrip()
-    texts["INSTALL.md"] = env.get_template("bundle/INSTALL.md.j2").render(context)
-    texts[BUNDLE_JSON] = json.dumps(bundle_record(bundle), indent=2) + "\n"
-    return texts
-
-
-def bundle_record(bundle: Bundle) -> dict:
-    """bundle.json: what `deploy install` needs besides the files (names, the app's server paths)."""
-    return {
-        "format_version": BUNDLE_JSON_VERSION,
-        "generated_by": "python -m deploy bundle",
-        "name": bundle.name,
-        "layout": bundle.layout.name,
-        "tls": bundle.tls,
-        **({"role": bundle.role, "host": bundle.host, "hosts": list(bundle.layout.hosts)} if bundle.role else {}),
-        "server_names": list(bundle.server_names),
-        "unit": bundle.unit,
-        "run_dir": bundle.run_dir,
-        "log_dir": bundle.log_dir,
-        "server": {
-            "user": bundle.user, "group": bundle.group, "nginx_group": bundle.nginx_group,
-            "uwsgi": bundle.uwsgi, "app": bundle.app, "app_dir": bundle.app_dir, "virtualenv": bundle.virtualenv,
-            "env": [list(kv) for kv in bundle.env], "static": [list(kv) for kv in bundle.static],
-            "writable": list(bundle.writable), "sockets": [s.address for s in bundle.sockets],
-        },
-        "files": [{"path": f.path, "target": f.target, "mode": f"{f.mode:04o}", "group": f.group}
-                  for f in bundle.files()],
-        "links": [dict(zip(("link", "target"), site_link(bundle.name), strict=True))],
-    }
-
-
-# --- checks on the rendered files --------------------------------------------------------------
-
-# Directives of the main and events contexts: a site included inside http {} must hold none.
-MAIN_CONTEXT = {"http", "events", "user", "worker_processes", "pid", "error_log", "include", "stream", "mail",
-                "load_module", "worker_rlimit_nofile", "daemon", "master_process"}
-
-
-def unit_directives(text: str) -> list[tuple[str, str, str]]:
-    """(section, key, value) of a systemd unit file, in order."""
-    out, section = [], ""
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#;":
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1]
-            continue
-        key, _, value = line.partition("=")
-        out.append((section, key.strip(), value.strip()))
-    return out
-
-
-def check_bundle(bundle: Bundle, staging: Path) -> list[str]:
-    """Cross-check the rendered bundle in ``staging``: the lab's checks (upstream == sockets, the
-    mapping, loopback and 0660 only, balancer, UWSGI_* params, static aliases, env) on the site
-    as Debian's nginx.conf includes it, plus what only a bundle has. Returns the problems."""
-    name = bundle.name
-    site = staging / f"nginx/sites-available/{name}.conf"
-    problems = _crosscheck_site(bundle, site, {"": staging / f"uwsgi/{name}.ini"})
-    if problems and problems[0].startswith("the site does not parse"):
-        return problems
-    return problems + _site_checks(bundle, site) + _service_checks(bundle, staging)
-
-
-def check_host_bundles(front: Bundle, front_dir: Path, host_dirs: dict[str, Path]) -> list[str]:
-    """The front's site against every host's uwsgi.ini (the lab's cross-checks, TLS included),
-    then what only a bundle has: the site's, and each host's ini and unit."""
-    name = front.name
-    site = front_dir / f"nginx/sites-available/{name}.conf"
-    problems = _crosscheck_site(front, site, {h: d / f"uwsgi/{name}.ini" for h, d in host_dirs.items()})
-    if problems and problems[0].startswith("the site does not parse"):
-        return problems
-    problems += _site_checks(front, site)
-    for host, directory in host_dirs.items():
-        problems += [f"{host}: {p}" for p in _service_checks(front.host_layout(host), directory)]
-    return problems
-
-
-def _crosscheck_site(bundle: Bundle, site: Path, inis: dict[str, Path]) -> list[str]:
-    """render.crosscheck on the site as Debian's nginx.conf includes it (inside http {}, with
-    uwsgi_params next to nginx.conf), against uWSGI's ini (``inis[""]``) or each host's."""
-    check = Path(tempfile.mkdtemp(prefix=".check-", dir=site.parent))
-    try:
-        shutil.copy(TEMPLATES_DIR / "uwsgi_params", check / "uwsgi_params")
-        (check / "nginx.conf").write_text(f"events {{}}\nhttp {{\n    include {site};\n}}\n")
-        for host, ini in inis.items():
-            target = check / "hosts" / host / "uwsgi.ini" if host else check / "uwsgi.ini"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(ini, target)
-        try:
-            return crosscheck(bundle, check, nginx_conf="nginx.conf", upstream_name=bundle.upstream_name, site=True)
-        except RenderError as exc:
-            return [f"the site does not parse inside http {{}}: {exc}"]
-    finally:
-        shutil.rmtree(check, ignore_errors=True)
-
-
-def _site_checks(bundle: Bundle, site: Path) -> list[str]:
-    import crossplane
-
-    problems = []
-    alone = crossplane.parse(str(site), single=True, check_ctx=False, catch_errors=False)["config"][0]["parsed"]
-    top = sorted({d["directive"] for d in alone} - {"upstream", "server"})
-    if top:
-        problems.append(f"the site file has {top} at its top level: only upstream and server blocks belong there")
-    parsed = parse_nginx_site(site)
-    passes = [d for d in _walk(parsed) if d["directive"] == "uwsgi_pass"]
-    if not passes:
-        problems.append("the site never passes a request to uWSGI")
-    params = {d["args"][0]: " ".join(d["args"][1:]) for d in _walk(parsed) if d["directive"] == "uwsgi_param"}
-    for key, value in {"HTTP_HOST": "$host", "HTTP_X_FORWARDED_PROTO": "$scheme"}.items():
-        if params.get(key) != value:
-            problems.append(f"uwsgi_param {key} is {params.get(key)!r}, not {value}")
-    return problems
-
-
-def _service_checks(bundle: Bundle, staging: Path) -> list[str]:
-    """uwsgi.ini and the unit: how systemd starts, stops and reloads uWSGI, where it writes."""
-    name = bundle.name
-    ini = f"uwsgi/{name}.ini"
-    problems = []
-    opts = parse_uwsgi_ini((staging / ini).read_text())
-    keys = [k for k, _ in opts]
-    values = lambda key: [v for k, v in opts if k == key]  # noqa: E731
-    unit = unit_directives((staging / f"systemd/{name}.service").read_text())
-    unit_value = lambda key: [v for _, k, v in unit if k == key]  # noqa: E731
-    # uWSGI 2.0 swaps SIGTERM and SIGQUIT under die-on-term (core/master.c): systemd's SIGQUIT
-    # would then be a brutal reload, and `systemctl stop` would wait for the SIGKILL.
-    if unit_value("KillSignal") != ["SIGQUIT"] or "die-on-term" in keys:
-        problems.append("the unit must stop uWSGI with KillSignal=SIGQUIT and uwsgi.ini must not set die-on-term")
-    for key in ("pidfile", "master-fifo", "stats", "logto"):
-        where = bundle.log_dir if key == "logto" else bundle.run_dir
-        if [v.rpartition("/")[0] for v in values(key)] != [where]:
-            problems.append(f"uwsgi.ini {key} {values(key)} is not in {where}")
-    if bundle.transport == "unix" and any(not s.startswith(bundle.run_dir + "/") for s in values("socket")):
-        problems.append(f"unix sockets {values('socket')} are not all in {bundle.run_dir}")
-    if values("chown-socket") and values("chown-socket") != [f"{bundle.user}:{bundle.nginx_group}"]:
-        problems.append(f"chown-socket {values('chown-socket')} is not {bundle.user}:{bundle.nginx_group}")
-    expected_unit = {
-        "Type": ["notify"], "NotifyAccess": ["all"], "User": [bundle.user], "Group": [bundle.group],
-        "RuntimeDirectory": [name], "LogsDirectory": [name], "Restart": ["on-failure"],
-        "ExecStart": [f"{bundle.uwsgi} --ini {UWSGI_CONF_DIR}/{name}.ini"],
-        "ExecReload": [f"/bin/sh -c 'echo c > {bundle.run_dir}/master.fifo'"],
-    }
-    for key, expected in expected_unit.items():
-        if unit_value(key) != expected:
-            problems.append(f"the unit's {key}= is {unit_value(key)}, not {expected}")
-    if values("master-fifo") != [f"{bundle.run_dir}/master.fifo"]:
-        problems.append("ExecReload writes to a master FIFO uwsgi.ini does not create")
-    return problems
-
-
-
-
-def parse_nginx_site(site: Path) -> list[dict]:
-    import crossplane
-
-    return crossplane.parse(str(site), single=True, check_ctx=False, catch_errors=False)["config"][0]["parsed"]
-
-
-def _walk(block: list[dict]):
-    for d in block:
-        yield d
-        yield from _walk(d.get("block", []))
-
-
-# --- writing -----------------------------------------------------------------------------------
-
-
-def check_out_dir(out: Path) -> None:
-    """--out must be new or empty: a bundle is never merged into older files."""
-    try:
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):
-            raise LayoutError("out", f"{out} is not an empty directory: give a new one (a bundle never mixes with "
-                                     "older files)")
-    except PermissionError:
-        raise LayoutError("out", f"{out} cannot be read") from None
-
-
-def _write_texts(directory: Path, texts: dict[str, str]) -> None:
-    for rel, text in texts.items():
-        path = directory / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if rel.endswith(".key") else 0o644)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-
-
-def write_host_bundles(front: Bundle, out_dir: Path | str) -> dict[str, list[str]]:
-    """A bundle across hosts: ``out_dir/front`` and ``out_dir/hosts/ADDR`` for each app host,
-    rendered and cross-checked together; nothing appears in ``out_dir`` unless every check
-    passed. Returns each bundle's directory (relative to ``out_dir``) and its file names."""
-    out = Path(out_dir).absolute()
-    check_out_dir(out)
-    hosts = host_bundles(front)
-    rendered = {"front": render_bundle(front), **{f"hosts/{b.host}": render_bundle(b) for b in hosts}}
-    staging = make_staging(out)
-    try:
-        for rel, texts in rendered.items():
-            _write_texts(staging / rel, texts)
-        problems = check_host_bundles(front, staging / "front", {b.host: staging / "hosts" / b.host for b in hosts})
-        if problems:
-            raise RenderError("cross-check failed: " + "; ".join(problems))
-        for path in [staging, *staging.rglob("*")]:  # keys and the app's environment: the owner's alone
-            if path.is_dir():
-                path.chmod(0o700)
-        if out.exists():
-            out.rmdir()
-        else:
-            out.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return {rel: sorted(texts) for rel, texts in rendered.items()}
-
-
-def write_bundle(bundle: Bundle, out_dir: Path | str) -> list[str]:
-    """Render, check and move the bundle into ``out_dir`` (new or empty). Returns the file names.
-    Nothing appears in ``out_dir`` unless every check passed."""
-    out = Path(out_dir).absolute()
-    check_out_dir(out)
-    texts = render_bundle(bundle)  # pure: fails before anything is written
-    staging = make_staging(out)
-    try:
-        _write_texts(staging, texts)
-        problems = check_bundle(bundle, staging)
-        if problems:
-            raise RenderError("cross-check failed: " + "; ".join(problems))
-        # The bundle may hold a private key and the app's environment: its owner's alone.
-        staging.chmod(0o700)
-        if out.exists():
-            out.rmdir()  # empty (checked above); rename() cannot replace it with a non-empty one
-        else:
-            out.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return sorted(texts)
-
-
-# --- reading a bundle back (deploy install) -------------------------------------------------------
-
-HEADER_RE = re.compile(r"^(?:[#;] |<!-- )?Generated for bundle ([a-z0-9_-]+) \(layout [^)]*\) by "
-                       r"`python -m deploy bundle`: do not edit\.")
-
-
-def generated_for(text: str) -> str | None:
-    """The bundle a file was generated for (its first line), or None."""
-    first = text.split("\n", 1)[0]
-    match = HEADER_RE.match(first)
-    return match[1] if match else None

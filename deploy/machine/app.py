@@ -1,191 +1,29 @@
-"""The app's environment at run time: the Python our uWSGI embeds, what the run user can
-read, and the pre-flight import; plus the app options every command shares.
+"""The pre-flight: does the app import here, as the workers will run it?
 
 ``preflight(layout)`` imports ``module:callable`` in a fresh interpreter set up as uWSGI's
 workers will be (the layout's virtualenv, paths, env and user), so a broken app fails with its
 own exception line before anything starts, instead of uWSGI's "callable not found" deep in
-uwsgi.log. ``add_app_options`` / ``app_options`` give every command the same options; the
-fields themselves (virtualenv, env, static) are validated by ``Layout`` (deploy/layout.py).
-
-Why the version check: uWSGI's python plugin is linked against one libpython; with
-``virtualenv =`` it takes the venv's ``bin/python`` as program name, so Python looks for the
-venv's packages in ``lib/pythonX.Y`` of *its own* X.Y: a venv of another version loads nothing.
+uwsgi.log. It is the last check against this machine before anything is written or started.
 """
 
 from __future__ import annotations
 
-import argparse
-import grp
 import json
 import os
-import pwd
-import re
-import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
-from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from deploy.errors import LayoutError
+from deploy.machine.users import check_readable, run_user_ids
+from deploy.model import LayoutError
 
 if TYPE_CHECKING:
-    from deploy.layout import Layout
+    from deploy.model import Layout
 
 PREFLIGHT_TIMEOUT = 30.0
 PREFLIGHT_MARK = "\x1eul-preflight "
-
-
-# --- the Python our uWSGI runs --------------------------------------------------------------
-
-
-def find_uwsgi() -> str | None:
-    """The uwsgi binary the stack starts: the one pip put beside this interpreter, else PATH's."""
-    beside_python = Path(sys.executable).parent / "uwsgi"
-    return str(beside_python) if beside_python.exists() else shutil.which("uwsgi")
-
-
-@lru_cache(maxsize=None)
-def uwsgi_python() -> tuple[tuple[int, int], str]:
-    """(major, minor) of the Python our uWSGI embeds, and how that was determined.
-
-    pip compiles uWSGI against the interpreter that installs it and links that libpython
-    (e.g. ``libpython3.11.so.1.0``, a DT_NEEDED entry of the binary): read that name. A
-    statically linked build names none; then it is this interpreter, whose venv holds it.
-    """
-    binary = find_uwsgi()
-    linked = linked_python(binary) if binary else None
-    if linked:
-        return linked, f"{binary} links libpython{linked[0]}.{linked[1]}"
-    version = sys.version_info[:2]
-    return (version[0], version[1]), f"pip built {binary or 'uwsgi'} with {sys.executable}"
-
-
-def server_python(server: str) -> tuple[tuple[int, int], str]:
-    """(major, minor) of the Python the app server runs the app with, and how that was determined.
-    uWSGI embeds one libpython; gunicorn and granian are packages of our venv, imported into the
-    app's own interpreter (deploy/servers.py), so that interpreter must be our venv's Python
-    (granian is compiled for it)."""
-    if server == "uwsgi":
-        return uwsgi_python()
-    version = sys.version_info[:2]
-    return (version[0], version[1]), f"pip installed our {server} for {sys.executable}"
-
-
-def linked_python(binary: str) -> tuple[int, int] | None:
-    """(major, minor) of the libpython a uWSGI binary links (its DT_NEEDED name), or None
-    (statically linked, or unreadable)."""
-    try:
-        match = re.search(rb"libpython(\d+)\.(\d+)", Path(binary).read_bytes())
-    except OSError:
-        return None
-    return (int(match[1]), int(match[2])) if match else None
-
-
-def virtualenv_python(venv: Path) -> tuple[int, int] | None:
-    """(major, minor) a virtualenv was made with: pyvenv.cfg's ``version`` (venv) or
-    ``version_info`` (virtualenv, uv), else what its bin/python says."""
-    try:
-        text = (venv / "pyvenv.cfg").read_text(errors="replace")
-    except OSError:
-        text = ""
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip().lower() in ("version", "version_info"):
-            match = re.match(r"\s*(\d+)\.(\d+)", value)
-            if match:
-                return int(match[1]), int(match[2])
-    try:
-        out = subprocess.run([str(venv / "bin" / "python"), "-c", "import sys; print(*sys.version_info[:2])"],
-                             capture_output=True, text=True, timeout=30).stdout.split()
-        return int(out[0]), int(out[1])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return None
-
-
-# --- can the run user read it? ----------------------------------------------------------------
-
-
-def blocked_at(path: Path, uid: int, gids: set[int], need_read: bool) -> Path | None:
-    """The first directory on the way to ``path`` that user ``uid`` cannot pass (or read)."""
-    for step in [*reversed(path.parents), path]:
-        if not step.exists():
-            return None
-        st = step.stat()
-        bits = 6 if st.st_uid == uid else 3 if st.st_gid in gids else 0
-        perm = (st.st_mode >> bits) & 0o7
-        wanted = 0o5 if (need_read and step == path) else 0o1
-        if perm & wanted != wanted:
-            return step
-    return None
-
-
-def run_user_ids(user: str) -> tuple[int, int, set[int]]:
-    """uid, primary gid and every group id of ``user`` (uWSGI calls initgroups when it drops)."""
-    entry = pwd.getpwnam(user)
-    gids = {entry.pw_gid, *(g.gr_gid for g in grp.getgrall() if user in g.gr_mem)}
-    return entry.pw_uid, entry.pw_gid, gids
-
-
-def _venv_base_stdlib(venv: Path) -> Path | None:
-    """The standard library a venv's workers load: under pyvenv.cfg's ``home`` (its base Python)."""
-    try:
-        text = (venv / "pyvenv.cfg").read_text(errors="replace")
-    except OSError:
-        return None
-    home = next((v.strip() for k, _, v in (line.partition("=") for line in text.splitlines())
-                 if k.strip() == "home"), "")
-    version = virtualenv_python(venv)
-    if not home or version is None:
-        return None
-    stdlib = Path(home).parent / "lib" / f"python{version[0]}.{version[1]}"
-    return stdlib if stdlib.is_dir() else None
-
-
-def check_readable(layout: Layout) -> None:
-    """Under root, the run user must read the app, its virtualenv (and the Python that venv was
-    made from), Python's standard library, every static directory and a peer's package, or the
-    server dies right after dropping privileges (and nginx answers 403 for static files)."""
-    if not layout.drops_privileges:
-        return
-    uid, _, gids = run_user_ids(layout.user)
-    needed: list[tuple[str, str, Path]] = [
-        ("app_dir", "app dir", Path(layout.app_dir)),
-        ("user", "Python standard library", Path(sysconfig.get_paths()["stdlib"])),
-    ]
-    if layout.data_dir:
-        needed.append(("data_dir", "data set", Path(layout.data_dir) / "files"))
-    if layout.virtualenv:
-        venv = Path(layout.virtualenv)
-        needed.append(("virtualenv", "virtualenv", venv))
-        base = _venv_base_stdlib(venv)
-        if base is not None:
-            needed.append(("virtualenv", "standard library of the virtualenv's base Python", base))
-    needed += [("static", f"static directory for {prefix}/", Path(d)) for prefix, d in layout.static]
-    if layout.server != "uwsgi":  # a peer imports its own package from our venv (deploy/peer_launch.py)
-        from deploy.servers import server_for
-
-        package = server_for(layout).package_dir()
-        if package is not None:
-            needed.append(("user", f"{layout.server} package of our venv", package))
-    for field_name, what, path in needed:
-        blocked = blocked_at(path.resolve(), uid, gids, need_read=True)
-        if blocked is None:
-            continue
-        mode = f"{blocked} is mode {blocked.stat().st_mode & 0o777:o}"
-        if field_name == "user":
-            fix = "build the venv from a system Python (make venv PYTHON=/usr/bin/python3) or pass --user"
-        elif field_name == "virtualenv":
-            fix = f"make it readable (chmod o+rx {blocked}), build it from a system Python such as /usr/bin/python3, " \
-                  "or pass --user"
-        else:
-            fix = f"move it where {layout.user} can read it (e.g. under /srv), make it readable (chmod o+rx " \
-                  f"{blocked}), or pass --user with a user who can"
-        server = "uWSGI" if layout.server == "uwsgi" else layout.server
-        raise LayoutError(field_name, f"{server} and nginx would run as {layout.user}, who cannot read the {what} at "
-                                      f"{path} ({mode}): {fix}")
 
 
 # --- pre-flight -----------------------------------------------------------------------------------
@@ -398,31 +236,3 @@ def _raise_for(layout: Layout, result: dict | None, err: bytes, returncode: int,
         raise LayoutError("app", f"{app} is a {result['type']} ({_one_line(result['value'], 60)}), not a callable "
                                  "WSGI application")
     raise LayoutError("app", f"pre-flight of {app} gave an unknown answer {kind!r}")
-
-
-# --- command-line options -------------------------------------------------------------------------
-
-
-def add_app_options(parser: argparse.ArgumentParser) -> None:
-    """The app options every command that starts (or renders) a stack takes."""
-    parser.add_argument("--app", help="WSGI callable as module:callable (default app.wsgi:application)")
-    parser.add_argument("--app-dir", help="directory to import the app from (default: this project)")
-    parser.add_argument("--virtualenv", metavar="DIR",
-                        help="the app's own virtualenv, used by uWSGI (default: this project's); its Python "
-                             "major.minor must be the one our uWSGI runs")
-    parser.add_argument("--env", action="append", metavar="KEY=VALUE",
-                        help="environment variable for the app (repeatable), e.g. DJANGO_SETTINGS_MODULE=shop.settings")
-    parser.add_argument("--static", action="append", metavar="PREFIX=DIR",
-                        help="nginx serves DIR under PREFIX/ itself (repeatable), e.g. /static=/srv/shop/static")
-
-
-def app_options(args: argparse.Namespace) -> dict:
-    """Layout keyword arguments from ``add_app_options``' options (only those given)."""
-    given = {
-        "app": args.app,
-        "app_dir": args.app_dir,
-        "virtualenv": args.virtualenv,
-        "env": tuple(args.env) if args.env else None,
-        "static": tuple(args.static) if args.static else None,
-    }
-    return {key: value for key, value in given.items() if value is not None}

@@ -3,7 +3,7 @@
     APP_PYTHON peer_launch.py gunicorn SITE RUN_DIR/gunicorn.conf.py
     APP_PYTHON peer_launch.py granian  SITE RUN_DIR/granian.env MODULE:CALLABLE
 
-``deploy.servers`` runs this file with the app's virtualenv's ``bin/python`` (as uWSGI's
+``deploy.run.servers`` runs this file with the app's virtualenv's ``bin/python`` (as uWSGI's
 ``virtualenv =`` does), so the app imports its own packages, as the pre-flight saw them. The
 server itself is a package of *our* venv: SITE is the site-packages directory it lives in.
 Only the server's own packages are taken from there (nothing else of our venv leaks into the

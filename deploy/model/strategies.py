@@ -1,8 +1,8 @@
 """Socket strategies: which server runs the app, how its workers get requests, and how nginx
 balances them.
 
-A strategy names its app server (uWSGI, or a peer: gunicorn, granian; deploy/servers.py says
-how each is configured, started and checked) and decides two lists:
+A strategy names its app server (uWSGI, or a peer: gunicorn, granian; deploy/render/servers.py says
+how each is configured and read back, deploy/run/servers.py how it is started and watched) and decides two lists:
   * the server's sockets, each with the workers that accept on it (None = every worker);
   * the nginx upstream servers, one per socket nginx should use, with their parameters.
 Addresses (TCP port or unix path) come from the layout, so a strategy never deals with them.
@@ -12,6 +12,8 @@ Adding a strategy = one class here + registering it in STRATEGIES; the templates
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from deploy.model.errors import LayoutError
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,7 @@ class Strategy:
     # The program that runs the app: one of SERVERS.
     server: str = "uwsgi"
     # Layout options only this kind of strategy takes (e.g. ``2x4-gunicorn@reuse_port=on``);
-    # deploy/layout.py refuses them on any other strategy.
+    # deploy/model/layout.py refuses them on any other strategy.
     options: frozenset[str] = frozenset()
     # Extra uWSGI options: (key, value, why) triples rendered verbatim.
     uwsgi_options: tuple[tuple[str, str, str], ...] = ()
@@ -143,8 +145,6 @@ STRATEGIES: dict[str, Strategy] = {
 
 
 def get_strategy(name: str) -> Strategy:
-    from deploy.errors import LayoutError
-
     try:
         return STRATEGIES[name]
     except KeyError:

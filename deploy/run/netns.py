@@ -14,18 +14,13 @@ is open) kills whatever still runs in the namespaces and removes them, the bridg
 A run that died harder (SIGKILL) leaves its state file; the next ``Net`` removes exactly the
 names recorded there once that pid is gone (``clean_stale``), nothing else.
 
-Processes are started inside a namespace by ``setns`` between fork and exec (``enter``: the
-pid stays the program's own, owned by the caller as any other: process group, PDEATHSIG), and
-sockets are opened inside one from a short-lived thread (``connect``: a thread's network
-namespace is its own), which is how each host's loopback-only stats server is read.
-``is_isolated(addr)`` says whether an address belongs to a network this process made: only
-there may deploy.hosts allow plain uwsgi off loopback (to measure what TLS costs).
+While a ``Net`` is open its subnet is marked isolated (``deploy.machine``: the only place
+plain uwsgi may go off loopback); stepping into its namespaces is ``deploy.machine``'s too.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import fcntl
 import ipaddress
@@ -43,32 +38,22 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
+from deploy.machine import NETNS_DIR, mark_isolated, unmark_isolated
+from deploy.run.stack import Placement
+
 STATE_DIR = Path("/run/ul-netns")
-NETNS_DIR = Path("/run/netns")
 RANGE = ipaddress.IPv4Network("198.18.0.0/15")
 NS_PREFIX = "ulns-"
 BRIDGE_PREFIX = "ulbr"
 VETH_PREFIX = "ulv"
-CLONE_NEWNET = 0x40000000
 GATEWAY_HOST, FRONT_HOST, FIRST_APP_HOST = 1, 2, 11
 MAX_HOSTS = 64
-
-_isolated: list[ipaddress.IPv4Network] = []
-_isolated_lock = threading.Lock()
 
 
 class NetnsError(RuntimeError):
     """A namespace could not be made or used."""
-
-
-def is_isolated(address: str) -> bool:
-    """True when ``address`` is inside a network a live ``Net`` of this process made."""
-    try:
-        addr = ipaddress.IPv4Address(address)
-    except ValueError:
-        return False
-    with _isolated_lock:
-        return any(addr in net for net in _isolated)
 
 
 def ip_binary() -> str | None:
@@ -99,54 +84,6 @@ def ip(*args: str, check: bool = True, json_out: bool = False):
     if json_out:
         return json.loads(proc.stdout or "[]")
     return proc
-
-
-# --- entering a namespace ----------------------------------------------------------------------
-
-
-def _setns(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        if ctypes.CDLL("libc.so.6", use_errno=True).setns(fd, CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"setns({path}): {os.strerror(err)}")
-    finally:
-        os.close(fd)
-
-
-def enter(name: str) -> None:
-    """Move the calling thread (a child between fork and exec, or a throwaway thread) into
-    network namespace ``name``."""
-    _setns(str(NETNS_DIR / name))
-
-
-def run_in(name: str, fn, timeout: float = 30.0):
-    """``fn()`` in a fresh thread inside namespace ``name`` (a thread's namespace is its own; the
-    thread ends with the call, so nothing else ever runs there). Returns its value or raises."""
-    if not name:
-        return fn()
-    out: dict = {}
-
-    def target():
-        try:
-            enter(name)
-            out["value"] = fn()
-        except BaseException as exc:  # handed to the caller
-            out["error"] = exc
-
-    thread = threading.Thread(target=target, name=f"netns-{name}", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        raise TimeoutError(f"no answer inside {name} within {timeout:.0f} s")
-    if "error" in out:
-        raise out["error"]
-    return out["value"]
-
-
-def connect(name: str, host: str, port: int, timeout: float = 5.0) -> socket.socket:
-    """A TCP connection opened inside namespace ``name`` ("" = here); it stays there."""
-    return run_in(name, lambda: socket.create_connection((host, port), timeout=timeout), timeout=timeout + 5)
 
 
 # --- the topology ------------------------------------------------------------------------------
@@ -186,8 +123,6 @@ def free_subnet(in_use: list[ipaddress.IPv4Network], rng: random.Random) -> ipad
 
 def _alive(pid: int, started: float) -> bool:
     try:
-        import psutil
-
         return abs(psutil.Process(pid).create_time() - started) < 1.0
     except Exception:  # noqa: BLE001  (gone, or no such pid: not alive either way)
         return False
@@ -296,9 +231,7 @@ class Net:
     def host_addresses(self) -> tuple[str, ...]:
         return tuple(n.address for n in self.app_hosts)
 
-    def placement(self):
-        from deploy.stack import Placement
-
+    def placement(self) -> Placement:
         return Placement(front=self.front.netns, hosts={n.address: n.netns for n in self.app_hosts})
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -339,8 +272,7 @@ class Net:
             ip("link", "add", self.bridge, "type", "bridge")
             ip("addr", "add", f"{self.gateway}/{self.subnet.prefixlen}", "dev", self.bridge)
             ip("link", "set", self.bridge, "up")
-        with _isolated_lock:
-            _isolated.append(self.subnet)
+        mark_isolated(self.subnet)
         for node in planned:
             ip("netns", "add", node.netns)
             ip("link", "add", node.veth, "type", "veth", "peer", "name", "eth0", "netns", node.netns)
@@ -371,8 +303,6 @@ class Net:
                     time.sleep(0.05)  # polling interval while the link comes up
 
     def _write_state(self, namespaces: list[str]) -> None:
-        import psutil
-
         self._state = STATE_DIR / f"{self.run_id}.json"
         state = {"id": self.run_id, "pid": os.getpid(), "started": psutil.Process().create_time(),
                  "namespaces": namespaces, "bridge": self.bridge, "subnet": str(self.subnet)}
@@ -389,9 +319,7 @@ class Net:
             _teardown(state["namespaces"], state["bridge"])
             self._state.unlink(missing_ok=True)
             self._state = None
-        with _isolated_lock:
-            if self.subnet in _isolated:
-                _isolated.remove(self.subnet)
+        unmark_isolated(self.subnet)
         self.front, self.app_hosts = None, []
         if self._previous_sigterm is not None:
             signal.signal(signal.SIGTERM, self._previous_sigterm)

@@ -1,0 +1,51 @@
+"""``checked(layout)``: a layout as it runs on this machine, or LayoutError naming the field.
+
+The model validated what the layout says; this resolves and checks what it names here: the
+app directory (default: this project's demo app), the kernel's backlog cap, the run user (under
+root www-data, else whoever runs us), the data set and its map, the run directory, the
+virtualenv and the Python version our server runs, the static directories, and across hosts
+the certificates (and plain uwsgi off loopback only inside a network this process isolated).
+It returns a new Layout with those values resolved and ``run_as`` attached; checking a checked
+layout again gives the same layout.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from deploy.machine.certificates import resolve_tls_dir
+from deploy.machine.datasets import check_data_dir
+from deploy.machine.netns import plain_allowed
+from deploy.machine.network import check_backlog
+from deploy.machine.paths import PROJECT_ROOT, existing_dir, resolved, static_dirs
+from deploy.machine.python import check_virtualenv, default_virtualenv
+from deploy.machine.users import group_of, resolve_user
+from deploy.model import Layout, LayoutError, RunAs, config_path
+
+
+def checked(layout: Layout) -> Layout:
+    app_dir = existing_dir("app_dir", layout.app_dir or str(PROJECT_ROOT))
+    check_backlog(layout.backlog)
+    user = resolve_user(layout.user)
+    data_dir = check_data_dir(layout.data_dir) if layout.data_dir else ""
+    run_dir = config_path("run_dir", str(resolved(layout.run_dir)), nginx=layout.transport == "unix")
+    virtualenv = check_virtualenv(layout.virtualenv, layout.server) if layout.virtualenv else default_virtualenv()
+    static = static_dirs(layout.static)
+    tls_dir = check_hosts(layout)
+    return replace(layout, app_dir=app_dir, user=user, data_dir=data_dir, run_dir=run_dir, virtualenv=virtualenv,
+                   static=static, uwsgi_tls_dir=tls_dir, run_as=RunAs(group=group_of(user), as_root=os.geteuid() == 0))
+
+
+def check_hosts(layout: Layout) -> str:
+    """Plain uwsgi reaches loopback only (or an isolated network this process made); TLS needs
+    its certificates here. Returns the certificates' directory, resolved ("" without TLS)."""
+    addresses = layout.app_hosts if layout.transport == "tcp" else ()
+    if layout.uwsgi_tls == "off":
+        exposed = next((a for a in addresses if not plain_allowed(a)), None)
+        if exposed:
+            raise LayoutError("uwsgi_tls", f"plain uwsgi to {exposed} would let anyone who reaches it make uWSGI "
+                                           "load and run code (UWSGI_FILE...): use --uwsgi-tls suwsgi with "
+                                           "--uwsgi-tls-dir (python -m deploy certs DIR --hosts ...)")
+        return ""
+    return resolve_tls_dir(layout.uwsgi_tls_dir, addresses)

@@ -1,0 +1,192 @@
+"""What ``doctor`` costs the service it watches: throughput with and without it attached, in pairs.
+
+One stack (default 2x4-mapped, the article's mix, 2P connections) stays up. Each pair is two
+cells, doctor detached and attached, in ABBA order (off on, on off, off on, ...) so a drifting
+machine hits both alike. A cell is measured exactly as ``compare`` measures one
+(``LiveRunner.measure``, compare's own sampler off in both), only doctor differs: for an
+"attached" cell ``python -m bench doctor --stats ADDRESS --for D+2`` runs as a user runs it, in
+its own process, and the cell starts once it prints that it is watching. Prints each pair, the
+per-pair throughput ratio attached / detached, their geometric mean with a 95% bootstrap
+interval (pairs resampled), and the verdict against the issue's budget (at most 2% of
+throughput): within it only when the whole interval is above 0.98, over it only when the whole
+interval is below, else undecided (measure more pairs). Saves every cell as a compare results
+file (scenarios ``article-doctor-off`` / ``article-doctor-on``) that ``python -m bench report``
+renders, and each attached doctor's own output under ``doctor/``.
+
+    .venv/bin/python scripts/doctor-cost.py [--pairs 12] [--duration 10] [--hz 25] [--transport tcp] [--out DIR]
+
+Run it alone on a quiet machine: its figures are ratios of a few percent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import resource
+import shlex
+import statistics
+import subprocess
+import sys
+import threading
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.environment import capture  # noqa: E402
+from bench.kinds.base import RESULTS_NAME, sigterm_interrupts  # noqa: E402
+from bench.kinds.closedloop import LiveRunner  # noqa: E402
+from bench.load import scenarios as sc  # noqa: E402
+from bench.load.wrk import run_wrks  # noqa: E402
+from bench.options import prepare_out, require_tools  # noqa: E402
+from bench.results import Results, utc_now  # noqa: E402
+from bench.stack import Lab, dir_name  # noqa: E402
+
+BUDGET = 0.98  # attached / detached throughput, at least (the issue: at most 2% of throughput)
+MIN_PAIRS = 8  # fewer pairs make no interval worth a verdict
+START_TIMEOUT_S = 30.0
+BOOTSTRAP = 2000
+SEED = 20261124
+
+
+class Attached:
+    """``python -m bench doctor`` on the stack's stats server for one cell, in its own process:
+    entered once it prints that it is watching; left once it has exited (its CPU is then known)."""
+
+    def __init__(self, stats: str, seconds: float, hz: float, out: Path):
+        self.cmd = [sys.executable, "-m", "bench", "doctor", "--stats", stats, "--for", str(math.ceil(seconds)),
+                    "--hz", f"{hz:g}", "--out", str(out)]
+        self.proc: subprocess.Popen | None = None
+        self.cpu_s = 0.0
+        self.output = ""
+
+    def __enter__(self) -> "Attached":
+        self.before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        first: list[str] = []
+        reader = threading.Thread(target=lambda: first.append(self.proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(START_TIMEOUT_S)
+        if not first or not first[0].startswith("doctor: watching"):
+            self.stop()
+            raise RuntimeError(f"doctor did not start watching within {START_TIMEOUT_S:g} s: {''.join(first)}"
+                               f"{self.output}")
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+        if self.proc:
+            self.output += self.proc.communicate()[0] or ""
+
+    def __exit__(self, *exc) -> None:
+        try:
+            rest, _ = self.proc.communicate(timeout=START_TIMEOUT_S + 60)
+            self.output += rest or ""
+        finally:
+            self.stop()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.cpu_s = (after.ru_utime - self.before.ru_utime) + (after.ru_stime - self.before.ru_stime)
+        if exc[0] is None and self.proc.returncode != 0:
+            raise RuntimeError(f"doctor exited with {self.proc.returncode}:\n{self.output[-2000:]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--layout", default="2x4-mapped")
+    p.add_argument("--scenario", default="article")
+    p.add_argument("--concurrency", type=int, default=0, help="default: 2P")
+    p.add_argument("--duration", type=float, default=10.0)
+    p.add_argument("--pairs", type=int, default=12)
+    p.add_argument("--hz", type=float, default=25.0, help="doctor's reads per second")
+    p.add_argument("--transport", default="tcp", choices=("tcp", "unix"))
+    p.add_argument("--out")
+    args = p.parse_args(argv)
+    require_tools("wrk")
+    processes, threads = (int(x) for x in args.layout.split("-")[0].split("x"))
+    level = args.concurrency or 2 * processes
+    scenario = sc.SCENARIOS[args.scenario].resolved(threads)
+    out = prepare_out(args.out, "-doctor-cost")
+    labels = {False: f"{args.scenario}-doctor-off", True: f"{args.scenario}-doctor-on"}
+    cells, doctor_cpu = [], []
+    load_before = os.getloadavg()
+    with Lab() as lab, sigterm_interrupts():
+        runner = LiveRunner(lab, out / "raw", {args.scenario: scenario}, args.duration, 2.0, 10.0)
+        runner.inflight_hz = 0.0  # compare's own sampler off in both arms: only doctor differs
+        with lab.stack(args.layout, name=dir_name(args.layout), transport=args.transport) as stack:
+            (probe,), _ = run_wrks(runner.main_load(stack.layout, scenario, 1, 2.0))  # warm-up + unloaded latency
+            for pair in range(1, args.pairs + 1):
+                for attached in ((False, True) if pair % 2 else (True, False)):
+                    doctor = Attached(stack.layout.stats_address, args.duration + 2, args.hz,
+                                      out / "doctor" / f"pair-{pair}") if attached else nullcontext()
+                    with doctor:
+                        cell = runner.measure(stack, stack.layout, scenario, level, pair, probe.latency_ms.p50,
+                                              label=args.layout)
+                    if attached:
+                        doctor_cpu.append(doctor.cpu_s)
+                    stack.check_alive()
+                    cells.append(dataclasses.replace(cell, scenario=labels[attached]))
+                    print(f"pair {pair} doctor {'attached' if attached else 'detached'}: {cell.rps:.2f} req/s"
+                          + (f", doctor process CPU {doctor_cpu[-1]:.2f} s" if attached else ""), flush=True)
+    command = "python scripts/doctor-cost.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    results = Results(environment={**capture(), "loadavg_at_end": list(os.getloadavg())}, cells=tuple(cells),
+                      created=utc_now(), workload={label: scenario.to_dict() for label in labels.values()},
+                      arguments={"layouts": [args.layout], "concurrency": [level], "repeats": args.pairs,
+                                 "duration": args.duration, "processes": processes, "threads": threads,
+                                 "doctor_hz": args.hz, "transport": args.transport, "command": command})
+    results.save(out / RESULTS_NAME)
+    for line in summary(cells, labels[False], labels[True], doctor_cpu, args.duration, load_before):
+        print(line)
+    print(f"wrote {out / RESULTS_NAME}")
+    return 0
+
+
+def geometric_interval(ratios: list[float]) -> tuple[float, float, float]:
+    """The geometric mean of per-pair ratios and its 95% bootstrap interval (pairs resampled, seeded)."""
+    logs = np.log(np.asarray(ratios, dtype=float))
+    draws = np.random.default_rng(SEED).integers(0, len(logs), size=(BOOTSTRAP, len(logs)))
+    means = logs[draws].mean(axis=1)
+    return (float(np.exp(logs.mean())), float(np.exp(np.quantile(means, 0.025))),
+            float(np.exp(np.quantile(means, 0.975))))
+
+
+def summary(cells, off_label: str, on_label: str, doctor_cpu: list[float], duration: float,
+            load_before: tuple[float, ...]) -> list[str]:
+    by = {(c.scenario, c.repeat): c for c in cells}
+    pairs = sorted({c.repeat for c in cells})
+    ratios = [by[(on_label, r)].rps / by[(off_label, r)].rps for r in pairs
+              if (on_label, r) in by and (off_label, r) in by and by[(off_label, r)].rps]
+    if not ratios:
+        return ["no complete pair: nothing to compare"]
+    off = [c.rps for c in cells if c.scenario == off_label]
+    mean, low, high = geometric_interval(ratios)
+    if len(ratios) < MIN_PAIRS:
+        verdict = f"undecided: {len(ratios)} pairs are too few for an interval (at least {MIN_PAIRS})"
+    elif low >= BUDGET:
+        verdict = f"within the 2% budget: the whole interval is above {BUDGET}"
+    elif high < BUDGET:
+        verdict = f"over the 2% budget: the whole interval is below {BUDGET}"
+    else:
+        verdict = (f"undecided: the interval straddles {BUDGET}; measure more pairs (--pairs {2 * len(ratios)}) or "
+                   "on a quieter machine")
+    noise = (max(off) - min(off)) / statistics.median(off) if len(off) > 1 else 0.0
+    return [
+        "attached / detached per pair: " + " ".join(f"{r:.3f}" for r in ratios),
+        f"geometric mean {mean:.3f} (95% bootstrap interval {low:.3f}-{high:.3f}) over {len(ratios)} pairs: "
+        f"throughput {mean - 1:+.1%} with doctor attached",
+        f"verdict: {verdict}",
+        f"machine meanwhile: detached cells spread {noise:.0%} (high - low) / median; load average "
+        f"{load_before[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at the end",
+        f"doctor's whole process (start, {duration + 2:g}-s window, report and plot) used "
+        f"{statistics.median(doctor_cpu):.2f} CPU-s per attached cell (median)" if doctor_cpu else "",
+    ]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

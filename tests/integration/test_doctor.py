@@ -1,0 +1,197 @@
+"""`python -m bench doctor` against real nginx + uWSGI stacks under real wrk load.
+
+Each stack comes from ``bench.stack.Lab`` (in this test's run directories: the leak check covers
+them) and is loaded by wrk through nginx for a few seconds; doctor runs as a user runs it (the
+CLI, in its own process) for 2-3 s of that load, and its results.json is read back. The
+figures that decide (pile-up share, queue length) are the sampler's, so each test can fail
+both ways: 2x4-shared at 2P must pile up, 2x4-mapped must not, an idle stack must show no
+traffic, a small backlog under saturation must fill. The bundle under systemd (unix stats
+socket): test_bundle_systemd.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from bench.load.wrk import WrkProcess
+from bench.observe import Sampler
+from bench.stack import Lab
+from tests.integration.support import REPO_ROOT, SLOW
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+ARTICLE = "/?rounds=5&fib=25&io_ms=10"  # the article's request: ~100 ms, half of it holding the GIL
+
+
+@pytest.fixture
+def lab(run_dirs, free_ports):
+    with Lab(new_dir=run_dirs, free_ports=free_ports) as lab:
+        yield lab
+
+
+def doctor(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bench", "doctor", *args], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def record(out: Path) -> dict:
+    return json.loads((out / "results.json").read_text())["diagnoses"][0]
+
+
+def names(diagnosis: dict) -> list[str]:
+    return [f["name"] for f in diagnosis["findings"]]
+
+
+def flowing(stack, at_least: int = 4) -> None:
+    """Block until the stack has served ``at_least`` more requests (wrk is under way)."""
+    with Sampler(stack.layout.stats_address, interval=0.05) as sampler:
+        sampler.wait_flowing(at_least, timeout=15)
+
+
+def watch_under_load(stack, out: Path, connections: int, path: str = ARTICLE, for_s: int = 3,
+                     *extra: str) -> subprocess.CompletedProcess:
+    load = WrkProcess(stack.layout.url.rstrip("/") + path, connections, for_s + 4, timeout_s=10)
+    try:
+        flowing(stack)
+        proc = doctor("--stats", stack.layout.stats_address, "--for", str(for_s), "--out", str(out), *extra)
+    finally:
+        load.stop()
+    print(proc.stdout, proc.stderr)
+    return proc
+
+
+def test_shared_socket_at_2p_piles_up(lab, tmp_path):
+    with lab.stack("2x4-shared") as stack:
+        proc = watch_under_load(stack, tmp_path / "doc", connections=4)
+    assert proc.returncode == 0, proc.stderr
+    d = record(tmp_path / "doc")
+    assert (d["layout"]["processes"], d["layout"]["threads"], d["layout"]["strategy"]) == (2, 4, "shared")
+    assert d["layout"]["evidence"].startswith("the workers' open sockets")
+    assert d["requests"] > 0 and d["inflight"]["samples"] >= 50
+    assert d["inflight"]["pileup"] >= 0.10, d["inflight"]
+    assert names(d)[0] == "pileup", d["findings"]
+    assert "share one socket (shared)" in proc.stdout
+    assert "python -m bench tune --concurrency" in proc.stdout and "--app app.wsgi:application" in proc.stdout
+    assert {w: f["requests"] > 0 for w, f in d["workers"].items()} == {"1": True, "2": True}
+    assert all(f.get("mean_ms", 0) > 50 for f in d["workers"].values()), d["workers"]  # ~100 ms requests
+    assert d["memory"]["kind"] == "pss" and set(d["memory"]["workers"]) == {"1", "2"}
+    assert {p.name for p in (tmp_path / "doc").iterdir()} == {"results.json", "report.txt", "report.md",
+                                                             "timeline.png"}
+
+
+def test_mapped_sockets_at_2p_do_not_pile_up(lab, tmp_path):
+    with lab.stack("2x4-mapped") as stack:
+        proc = watch_under_load(stack, tmp_path / "doc", connections=4)
+    assert proc.returncode == 0, proc.stderr
+    d = record(tmp_path / "doc")
+    assert d["layout"]["strategy"] == "mapped"
+    assert [s["workers"] for s in d["layout"]["sockets"]] == [[1], [2]], "read from each worker's descriptors"
+    assert d["requests"] > 0 and d["inflight"]["peak"] >= 2
+    assert d["inflight"]["pileup"] < 0.10, d["inflight"]
+    assert "pileup" not in names(d), d["findings"]
+
+
+def test_idle_stack_says_no_traffic(lab, tmp_path):
+    with lab.stack("2x4-mapped") as stack:
+        proc = doctor("--stats", stack.layout.stats_address, "--for", "2", "--out", str(tmp_path / "doc"))
+    assert proc.returncode == 0, proc.stderr
+    assert "no traffic in the window" in proc.stdout
+    d = record(tmp_path / "doc")
+    assert names(d) == ["idle"] and d["requests"] == 0
+    assert 1.5 <= d["observed_s"] <= 3.0 and d["inflight"]["samples"] >= 30  # 25 reads/s for 2 s
+
+
+@pytest.mark.parametrize("transport", ["tcp", "unix"])
+def test_saturation_with_a_small_backlog_fills_the_queue(lab, tmp_path, transport):
+    """2 workers x 2 threads, backlog 4, 24 connections of 200 ms: every thread busy and the
+    queue full. TCP: uWSGI's master reports the queue; unix: the kernel (sock_diag) does."""
+    with lab.stack("2x2-shared", backlog=4, transport=transport, access_log=True) as stack:
+        log = Path(stack.layout.run_dir) / "logs" / "access.log"
+        proc = watch_under_load(stack, tmp_path / "doc", 24, SLOW.format(ms=200), 3, "--access-log", str(log))
+    assert proc.returncode == 0, proc.stderr
+    d = record(tmp_path / "doc")
+    (name, queue), = d["queue"]["sockets"].items()
+    assert queue["backlog"] == 4 and queue["max"] >= 4, d["queue"]
+    assert d["inflight"]["saturated"] >= 0.25
+    assert names(d)[0] == "queue", d["findings"]
+    assert "under-provisioned for the observed peak of at least" in d["findings"][0]["text"]
+    access = d["access"]
+    assert access["used"] > 0 and access["formats"] == {"upstreams": access["used"]}
+    assert access["timing"] == "upstream" and access["status"]["2xx"]["requests"] > 0
+    assert set(access["upstreams"]) <= {name, f"unix:{name}"}, (access["upstreams"], name)
+    if transport == "unix":
+        assert d["queue"]["source"].startswith("unix sockets: the kernel")
+        assert access["status"].get("5xx", {}).get("requests", 0) > 0, "a full unix queue answers 502 at once"
+
+
+@contextmanager
+def watching(stack, out: Path):
+    """doctor on ``stack`` for a 30-s window in its own process, entered once it watches; killed
+    on the way out if it is still running."""
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "doctor", "--stats", stack.layout.stats_address,
+                             "--for", "30", "--out", str(out)], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().startswith("doctor: watching"), proc.stderr.read()
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def test_a_service_that_stops_mid_window_ends_it_with_the_figures_so_far(lab, tmp_path):
+    out = tmp_path / "doc"
+    with lab.stack("2x4-mapped") as stack, watching(stack, out) as proc:
+        time.sleep(1.5)
+        stack.stop()
+        stdout, stderr = proc.communicate(timeout=30)
+    print(stdout, stderr)
+    assert proc.returncode == 1, stderr
+    assert "STOPPED EARLY: the stats server stopped answering at" in stdout
+    d = record(out)
+    assert d["ended"] == "stopped" and 1.0 <= d["observed_s"] < 10, d["observed_s"]
+    assert "connection refused" in d["end_note"].lower()
+
+
+def test_bad_input_is_one_line_and_writes_nothing(lab, tmp_path, free_ports):
+    out = tmp_path / "doc"
+    with lab.stack("1x1-mapped") as stack:
+        layout = stack.layout
+        cases = {
+            # nginx speaks HTTP and waits for a request: no document comes
+            layout.listen: "is not a uWSGI stats server (no document within 2 s)",
+            # uWSGI's own socket waits for a uwsgi packet: the same
+            layout.sockets[0].address: "is not a uWSGI stats server",
+            f"127.0.0.1:{free_ports(1)[0]}": "no stats server at",
+            str(tmp_path / "none.sock"): "no stats server at",
+        }
+        for address, expected in cases.items():
+            proc = doctor("--stats", address, "--for", "2", "--out", str(out))
+            assert proc.returncode == 2 and proc.stdout == "", (address, proc.stdout, proc.stderr)
+            assert proc.stderr.count("\n") == 1 and expected in proc.stderr, (address, proc.stderr)
+        for option, value in (("--for", "0"), ("--for", "3601"), ("--hz", "0"), ("--hz", "500")):
+            proc = doctor("--stats", layout.stats_address, option, value, "--out", str(out))
+            assert proc.returncode == 2 and proc.stderr.startswith(f"error: {option[2:]}:"), proc.stderr
+        proc = doctor("--stats", layout.stats_address, "--access-log", str(tmp_path / "none.log"), "--out", str(out))
+        assert proc.returncode == 2 and "access_log: cannot read" in proc.stderr
+    assert not out.exists()
+
+
+def test_sigterm_ends_the_window_early_and_keeps_the_figures(lab, tmp_path):
+    out = tmp_path / "doc"
+    with lab.stack("2x4-mapped") as stack, watching(stack, out) as proc:
+        time.sleep(1.0)
+        proc.terminate()
+        stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    assert "INTERRUPTED: interrupted at" in stdout and "no traffic in the window" in stdout
+    d = record(out)
+    assert d["ended"] == "interrupted" and 0.5 <= d["observed_s"] < 10
