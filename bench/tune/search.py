@@ -422,7 +422,7 @@ class Search:
                 self.drop(e.spec, f"stage {stage}", "misses the objective: " + "; ".join(e.sure_misses))
             else:
                 alive.append(e)
-        # The decision's order: the best, then those tied with it (within noise) by the tie rule
+        # The decision's order: the chosen, then those equivalent to the leader by the tie rule
         # (less memory, fewer processes), then the rest by rank: a cut keeps what a tie would choose.
         decision = decide(alive) if alive else None
         ranked = list(decision.order) if decision else []
