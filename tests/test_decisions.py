@@ -274,9 +274,8 @@ def test_the_budget_bounds_the_rounds():
     runner = FakeRunner(model, clock, plan, noise=0.2)  # very noisy: nothing settles
     results = run_sweep(plan, runner, {}, until=Until(plan.budget_min * 60, clock))
     assert clock.t <= plan.budget_min * 60 - 10 + 1e-6
-    assert results.arguments["until_decided"]["stop"] in ("the budget ended",
-                                                           f"the fixed maximum of {results.arguments['max_rounds']} "
-                                                           "rounds")
+    stop, most = results.arguments["until_decided"]["stop"], results.arguments["max_rounds"]
+    assert stop.startswith("the budget ended") or stop == f"the fixed maximum of {most} rounds"
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -359,3 +358,12 @@ def test_a_goal_without_a_steady_scenario_cannot_be_checked():
     text = " ".join(" ".join(choice_lines(stall_only)).split())
     assert "The goal cannot be checked: run with a steady scenario too" in text
     assert "No layout meets the goal here" not in text
+
+
+def test_a_budget_the_planned_rounds_used_up_adds_nothing_and_says_so():
+    model = {(x, lv): (10, 300) for x in ("2x4-shared", "2x4-mapped", "2x4-thunder") for lv in (2, 4)}
+    plan, clock = plan_of(budget_min=1.0), FakeClock()  # the planned rounds alone take longer
+    runner = FakeRunner(model, clock, plan, noise=0.2)
+    results = run_sweep(plan, runner, {}, until=Until(plan.budget_min * 60, clock))
+    assert len(runner.blocks) == 9 and results.arguments["max_rounds"] == 3
+    assert results.arguments["until_decided"]["stop"] == "the budget ended with the planned rounds"

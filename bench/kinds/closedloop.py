@@ -313,7 +313,8 @@ def _until_decided(plan: Plan, until: Until, snapshot, block, overhead_s: float,
             why = "every key comparison settled"
             break
         if rounds >= max_rounds:
-            why = f"the fixed maximum of {max_rounds} rounds"
+            why = (f"the fixed maximum of {max_rounds} rounds" if max_rounds > plan.repeats or until.budget_s is None
+                   else "the budget ended with the planned rounds")
             break
         if until.budget_s is None:
             if rounds + 1 not in until.stored_rounds:
