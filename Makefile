@@ -11,7 +11,7 @@ ARGS   ?=
 .PHONY: help venv system-deps render run reload faults compare tune tune-accuracy report dataset nginx-scenarios map-scale openloop sampler-cost doctor doctor-cost test test-unit test-integration lint clean
 
 help:
-	@echo "make compare            compare layouts with wrk (the main job; ARGS='--duration 10' etc.)"
+	@echo "make compare            compare layouts with wrk until the key comparisons are decided (the main job; --budget auto; ARGS='--budget 8' etc.)"
 	@echo "make tune [ARGS='--p99-ms 250 --budget 10']  recommend a layout from a budgeted search + its configs"
 	@echo "make tune-accuracy [ARGS='--mixes article']   tune against an exhaustive grid (about an hour)"
 	@echo "make test               unit + integration tests (real nginx, uWSGI, gunicorn, granian, wrk)"
@@ -53,8 +53,10 @@ reload: venv
 faults: venv system-deps
 	$(BIN)/python -m bench faults $(ARGS)
 
+# --budget auto: the planned rounds' estimate x 1.3, at least 5 min (about 5 min on 2 cores), then
+# rounds of the key comparisons still undecided; a --budget in ARGS comes later and wins.
 compare: venv system-deps
-	$(BIN)/python -m bench compare $(ARGS)
+	$(BIN)/python -m bench compare --budget auto $(ARGS)
 
 tune: venv system-deps
 	$(BIN)/python -m bench tune $(ARGS)

@@ -17,12 +17,15 @@ layouts' replicates are paired by repeat number (repeats are interleaved: repeat
 layout ran under the same machine drift), which is what the ratio's interval uses. Everything is
 seeded: the same file gives the same intervals.
 
-Comparisons (``compare``, ``compare_groups``): "better" / "worse" when the two intervals do not
-overlap, else "within noise", with the ratio and its interval. Throughput's interval is the
-repeats' low–high range. Files without histograms (written before them) fall back to per-cell
-figures: the median of the repeats' p99 with its low–high range (``Tails.pooled`` False).
-``tune`` should use ``group_cells`` and ``compare_groups`` (or ``pooled_tails``/``compare`` on
-its own cells).
+Comparisons (``compare_groups``, the one function every decision calls: the verdict, the best
+per level, the alternatives, the layout choice and tune): paired by round (``bench.paired``):
+the per-round ratios of throughput, or of each round's p99, with their interval, and one of
+"better", "worse", "equivalent" (within the margin) or "undecided". Cells that record no round
+(older files) are compared unpaired, conservatively, and reports say so. The margin and the
+looks of the stopping rule come from the run's arguments (``rule_of``). The pooled p99 with its
+bootstrap interval is what tables quote (only when at least ``MIN_SLOWER_REQUESTS`` requests lie
+above it); files without histograms fall back to per-cell figures: the median of the repeats'
+p99 with its low–high range (``Tails.pooled`` False).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bench.load.httperf import CLIENT_ERRORS, SERVER_ERRORS
+from bench.paired import DEFAULT_MARGIN, Comparison, Rule, compare_rounds, compare_unpaired
 from bench.results import PERCENTILES, STATUS_CLASSES, Cell, Results
 from deploy.model import STRATEGIES
 
@@ -230,47 +234,6 @@ def pooled_tails(cells: list[Cell]) -> Tails:
                   tuple(c.latency_ms.p99 for c in cells))
 
 
-@dataclass(frozen=True)
-class Comparison:
-    """One figure of a group against another's: ``ratio`` = first / second, its interval, and
-    the outcome for the first: "better" / "worse" when their intervals do not overlap, else
-    "within noise" (no winner declared)."""
-
-    figure: str  # "rps", "p50", "p99"
-    outcome: str
-    ratio: float
-    low: float
-    high: float
-
-    @property
-    def decided(self) -> bool:
-        return self.outcome != "within noise"
-
-    def text(self) -> str:
-        """``"0.61x (0.52–0.70)"``."""
-        return f"{self.ratio:.2f}x ({self.low:.2f}–{self.high:.2f})"
-
-
-def ratio_interval(a: Interval, b: Interval, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """The interval of a / b from paired replicates; without them (or unpaired), the
-    conservative a.low / b.high .. a.high / b.low."""
-    ra, rb = a.replicates, b.replicates
-    if ra is not None and rb is not None and len(ra) == len(rb) and len(ra) and (rb > 0).all():
-        return _bounds(ra / rb, confidence)
-    return (a.low / b.high if b.high else 0.0, a.high / b.low if b.low else float("inf"))
-
-
-def compare(a: Interval, b: Interval, higher_is_better: bool, figure: str = "") -> Comparison:
-    """``a`` against ``b``: "within noise" when their intervals overlap, else better or worse."""
-    ratio = a.value / b.value if b.value else 0.0
-    low, high = ratio_interval(a, b)
-    if a.overlaps(b):
-        outcome = "within noise"
-    else:
-        outcome = "better" if (a.value > b.value) == higher_is_better else "worse"
-    return Comparison(figure, outcome, ratio, low, high)
-
-
 # --- requests in flight per worker (the mechanism) -------------------------------------------
 
 
@@ -307,7 +270,7 @@ def inflight_of(cells: list[Cell]) -> Inflight | None:
 
 @dataclass(frozen=True)
 class Group:
-    """One (scenario, layout, concurrency) over its repeats."""
+    """One (scenario, layout, concurrency) over its repeats (rounds)."""
 
     scenario: str
     layout: str
@@ -329,6 +292,11 @@ class Group:
     status: dict[str, int] = field(default_factory=dict)
     # Memory figures (cell.memory keys) over repeats; "worker_pss_mb" is each cell's mean per worker.
     memory: dict[str, Stat] = field(default_factory=dict)
+    # Per figure ("rps", "p50", "p99"): round -> that round's value (empty when the cells record
+    # no round), and the values in repeat order (what an unpaired comparison uses).
+    per_round: dict[str, dict[int, float]] = field(default_factory=dict, compare=False)
+    per_repeat: dict[str, tuple[float, ...]] = field(default_factory=dict, compare=False)
+    rule: Rule = field(default_factory=Rule, compare=False)  # how comparisons with it are judged
 
     def interval(self, figure: str) -> Interval:
         """"rps", "p50" or "p99" with its interval."""
@@ -337,9 +305,26 @@ class Group:
         return getattr(self.tails, figure)
 
     @property
+    def paired(self) -> bool:
+        """Every cell records its round: comparisons with this group can be paired."""
+        return bool(self.per_round.get("rps")) and len(self.per_round["rps"]) == self.rps.n
+
+    @property
+    def rounds(self) -> tuple[int, ...]:
+        return tuple(sorted(self.per_round.get("rps", {})))
+
+    @property
     def p99(self) -> float:
-        """The p99 comparisons use: pooled when the cells have histograms, else the median."""
+        """The p99 tables quote: pooled when the cells have histograms, else the median."""
         return self.tails.p99.value
+
+    @property
+    def p99_quotable(self) -> bool:
+        """At least MIN_SLOWER_REQUESTS requests lie above the p99: pooled ones, or (cells without
+        histograms) each cell's own, which needs 100 x that many requests per cell."""
+        if self.tails.pooled:
+            return self.tails.slower >= MIN_SLOWER_REQUESTS
+        return self.min_cell_requests >= requests_for_p99()
 
     @property
     def non_2xx(self) -> int:
@@ -351,19 +336,44 @@ class Group:
         return [name for name, stat in figures.items() if stat.noisy]
 
 
+def rule_of(results: Results) -> Rule:
+    """The run's rule for comparisons: its equivalence margin (``--margin``) and, when it measured
+    until decided (``--budget``), the looks of the stopping rule: the first after the planned
+    repeats, the last at the fixed maximum of rounds it set before its first extra round."""
+    a = results.arguments
+    margin = a.get("margin", DEFAULT_MARGIN)
+    repeats = a.get("repeats") if isinstance(a.get("repeats"), int) else 0
+    last = a.get("max_rounds") if isinstance(a.get("max_rounds"), int) else 0
+    return Rule(margin=margin, first=repeats, last=last)
+
+
 def group_cells(results: Results, scenario: str | None = None) -> list[Group]:
     out = []
+    rule = rule_of(results)
     scenarios = results.scenarios if scenario is None else [scenario]
     for sc in scenarios:
         for layout in results.layouts:
             for level in results.levels:
                 cells = [c for c in results.cells if c.scenario == sc and c.layout == layout and c.concurrency == level]
                 if cells:
-                    out.append(group_of(cells))
+                    out.append(group_of(cells, rule))
     return out
 
 
-def group_of(cells: list[Cell]) -> Group:
+def cell_p99(cell: Cell) -> float:
+    """A cell's own p99 in ms: from its histogram when it has one (the requests wrk measured),
+    else wrk's figure."""
+    return percentile_of(cell.histogram, TAIL_QUANTILES["p99"]) / 1000 if cell.histogram else cell.latency_ms.p99
+
+
+def cell_p50(cell: Cell) -> float:
+    return percentile_of(cell.histogram, TAIL_QUANTILES["p50"]) / 1000 if cell.histogram else cell.latency_ms.p50
+
+
+FIGURES = {"rps": lambda c: c.rps, "p50": cell_p50, "p99": cell_p99}
+
+
+def group_of(cells: list[Cell], rule: Rule | None = None) -> Group:
     """One group from its cells: the repeats of one (scenario, layout, concurrency)."""
     cells = sorted(cells, key=lambda c: c.repeat)
     first = cells[0]
@@ -376,6 +386,8 @@ def group_of(cells: list[Cell]) -> Group:
     total = sum(pooled.values())
     cpu = [1000 * sum(c.cpu_s.values()) / c.requests for c in cells if c.requests]
     extra_keys = sorted({k for c in cells for k, v in c.extra.items() if isinstance(v, (int, float))})
+    rounds = [c.round for c in cells]
+    paired = all(rounds) and len(set(rounds)) == len(rounds)
     return Group(
         scenario=first.scenario,
         layout=first.layout,
@@ -398,17 +410,23 @@ def group_of(cells: list[Cell]) -> Group:
         inflight=inflight_of(cells),
         status=sum_status(cells),
         memory=memory_stats(cells),
+        per_round={name: ({c.round: f(c) for c in cells} if paired else {}) for name, f in FIGURES.items()},
+        per_repeat={name: tuple(f(c) for c in cells) for name, f in FIGURES.items()},
+        rule=rule or Rule(),
     )
 
 
 def compare_groups(a: Group, b: Group, figure: str = "p99") -> Comparison:
-    """Group ``a`` against ``b`` on "rps" (higher is better), "p50" or "p99" (lower is better):
-    better / worse / within noise, with the ratio a / b and its interval. What tune should call."""
-    if figure not in ("rps", "p50", "p99"):
+    """Group ``a`` against ``b`` on "rps" (higher is better), "p50" or "p99" (lower is better),
+    paired by round (``bench.paired``): better, worse, equivalent or undecided, with the ratio
+    a / b and its interval. Unpaired (and conservative) only when either group's cells record no
+    round. The one comparison every decision uses, tune's included."""
+    if figure not in FIGURES:
         raise ValueError(f"figure: must be rps, p50 or p99, got {figure!r}")
-    if figure != "rps" and a.tails.pooled != b.tails.pooled:  # like with like: both per-cell
-        return compare(a.tails.per_cell[figure], b.tails.per_cell[figure], higher_is_better=False, figure=figure)
-    return compare(a.interval(figure), b.interval(figure), higher_is_better=figure == "rps", figure=figure)
+    higher = figure == "rps"
+    if a.paired and b.paired:
+        return compare_rounds(a.per_round[figure], b.per_round[figure], higher, figure, a.rule)
+    return compare_unpaired(list(a.per_repeat[figure]), list(b.per_repeat[figure]), higher, figure, a.rule)
 
 
 def sum_status(cells) -> dict[str, int]:
@@ -430,61 +448,111 @@ def memory_stats(cells) -> dict[str, Stat]:
     return out
 
 
-def best_per_level(groups: list[Group]) -> dict[int, Group]:
-    """Per concurrency: highest median throughput; ties (within 2%) go to the lower p99."""
-    best: dict[int, Group] = {}
+def throughput_scores(groups: list[Group]) -> dict[int, float]:
+    """Per group (by id), the throughput that orders it among the others: the geometric mean over
+    the rounds every group measured (so that two groups' scores agree with their paired ratio),
+    else, without shared rounds (unpaired cells), the median."""
+    shared = set.intersection(*(set(g.per_round.get("rps", {})) for g in groups)) if groups else set()
+    out = {}
     for g in groups:
-        cur = best.get(g.concurrency)
-        if cur is None:
-            best[g.concurrency] = g
-            continue
-        if g.rps.median > cur.rps.median * 1.02 or (
-            g.rps.median >= cur.rps.median * 0.98 and g.latency["p99"].median < cur.latency["p99"].median
-        ):
-            best[g.concurrency] = g
-    return dict(sorted(best.items()))
+        values = [g.per_round["rps"][r] for r in shared if g.per_round["rps"][r] > 0]
+        out[id(g)] = math.exp(statistics.fmean(math.log(v) for v in values)) if values else g.rps.median
+    return out
+
+
+def ranked_at_level(groups: list[Group]) -> list[Group]:
+    """One level's groups, best first. Unbeaten first (no other group had more throughput beyond
+    noise, paired by round), by throughput (``throughput_scores``); an unbeaten group whose
+    throughput is equivalent to that leader's and whose p99 is better beyond noise goes ahead of
+    it; then the beaten ones, by throughput."""
+    score = throughput_scores(groups)
+    by_rps = sorted(groups, key=lambda g: (-score[id(g)], g.layout))
+    beaten = {id(g) for g in groups for h in groups if h is not g and compare_groups(h, g, "rps").outcome == "better"}
+    unbeaten = [g for g in by_rps if id(g) not in beaten] or by_rps
+    leader = unbeaten[0]
+    for g in unbeaten[1:]:
+        if compare_groups(g, leader, "rps").outcome == "equivalent" and \
+                compare_groups(g, leader, "p99").outcome == "better":
+            leader = g
+            break
+    rest = [g for g in by_rps if g is not leader]
+    return [leader] + [g for g in rest if id(g) not in beaten] + [g for g in rest if id(g) in beaten]
+
+
+def best_per_level(groups: list[Group]) -> dict[int, Group]:
+    """Per concurrency, the first of ``ranked_at_level``."""
+    levels = sorted({g.concurrency for g in groups})
+    return {lv: ranked_at_level([g for g in groups if g.concurrency == lv])[0] for lv in levels}
+
+
+@dataclass(frozen=True)
+class BestAtLevel:
+    """The best layout at one level against the runner-up (the next in ``ranked_at_level``): a
+    key comparison, the one a budgeted compare measures until it is settled."""
+
+    best: Group
+    runner_up: Group | None
+
+    @property
+    def rps(self) -> Comparison | None:
+        return compare_groups(self.best, self.runner_up, "rps") if self.runner_up is not None else None
+
+    @property
+    def settled(self) -> bool:
+        return self.runner_up is None or self.rps.settled
+
+
+def best_and_runner_up(groups: list[Group]) -> dict[int, BestAtLevel]:
+    out = {}
+    for lv in sorted({g.concurrency for g in groups}):
+        ranked = ranked_at_level([g for g in groups if g.concurrency == lv])
+        out[lv] = BestAtLevel(ranked[0], ranked[1] if len(ranked) > 1 else None)
+    return out
 
 
 @dataclass(frozen=True)
 class ClaimAtLevel:
+    """mapped against shared at one level, on throughput and p99, each a paired comparison."""
+
     concurrency: int
     shared: Group
     mapped: Group
 
     @property
-    def rps_ratio(self) -> float:
-        return self.mapped.rps.median / self.shared.rps.median if self.shared.rps.median else 0.0
-
-    @property
-    def p99_ratio(self) -> float:
-        s = self.shared.latency["p99"].median
-        return self.mapped.latency["p99"].median / s if s else 0.0
-
-    @property
-    def claim_holds(self) -> bool:
-        """The article's claim, directionally (medians): more throughput AND a lower p99."""
-        return self.rps_ratio > 1.0 and self.p99_ratio < 1.0
-
-    @property
     def rps(self) -> Comparison:
-        """mapped vs shared throughput, with intervals."""
+        """mapped vs shared throughput, paired by round."""
         return compare_groups(self.mapped, self.shared, "rps")
 
     @property
     def p99(self) -> Comparison:
-        """mapped vs shared p99 (pooled when the cells have histograms), with intervals."""
+        """mapped vs shared p99 (each round's own), paired by round."""
         return compare_groups(self.mapped, self.shared, "p99")
 
     @property
+    def rps_ratio(self) -> float:
+        return self.rps.ratio
+
+    @property
+    def p99_ratio(self) -> float:
+        return self.p99.ratio
+
+    @property
     def outcome(self) -> str:
-        """"holds" (more throughput and a lower p99, both beyond noise), "fails" (either one
-        worse beyond noise) or "within noise" (no winner declared)."""
-        rps, p99 = self.rps, self.p99
-        if rps.outcome == "worse" or p99.outcome == "worse":
+        """"holds" (more throughput and a lower p99, both beyond noise), "fails" (either one worse
+        beyond noise), "no difference" (neither worse, one equivalent: no advantage to claim) or
+        "undecided" (measure more)."""
+        outcomes = (self.rps.outcome, self.p99.outcome)
+        if "worse" in outcomes:
             return "fails"
-        if rps.outcome == "better" and p99.outcome == "better":
+        if outcomes == ("better", "better"):
             return "holds"
-        return "within noise"
+        if "equivalent" in outcomes and "undecided" not in outcomes:
+            return "no difference"
+        return "undecided"
+
+    @property
+    def settled(self) -> bool:
+        return self.outcome != "undecided"
 
     @property
     def targets(self) -> dict[str, bool]:
@@ -504,13 +572,14 @@ class Verdict:
     @property
     def reproduced(self) -> bool:
         # Both P and 2P must have been measured: half a check is not a reproduction; and each
-        # must be beyond noise: a ratio whose intervals overlap declares no winner.
+        # must be beyond noise on both figures.
         return bool(self.levels) and not self.missing and all(lv.outcome == "holds" for lv in self.levels)
 
     @property
-    def within_noise(self) -> bool:
-        """Not reproduced, but no level failed either: some ratio is within noise."""
-        return (bool(self.levels) and not self.reproduced and all(lv.outcome != "fails" for lv in self.levels))
+    def undecided(self) -> bool:
+        """Not reproduced, and no level contradicts the claim: some comparison is undecided."""
+        return (bool(self.levels) and not self.reproduced
+                and all(lv.outcome in ("holds", "undecided") for lv in self.levels))
 
     @property
     def targets_met(self) -> bool:
@@ -538,6 +607,75 @@ def article_verdict(results: Results, scenario: str = "article") -> Verdict:
     return Verdict(levels, missing=missing)
 
 
+# --- the key comparisons: what a budgeted compare measures until settled ----------------------
+
+
+@dataclass(frozen=True)
+class KeyComparison:
+    """One comparison a run exists to decide: the article verdict's pair at P or 2P (throughput
+    and p99), or the best layout at a level against the runner-up (throughput). ``settled``:
+    decided or equivalent (no more rounds needed); ``thin``: a p99 of either group rests on fewer
+    than MIN_SLOWER_REQUESTS requests above it (more rounds would let it be quoted)."""
+
+    kind: str  # "verdict" or "best"
+    scenario: str
+    level: int
+    groups: tuple[Group, Group]
+    comparisons: tuple[Comparison, ...]
+    settled: bool
+
+    @property
+    def layouts(self) -> tuple[str, str]:
+        return self.groups[0].layout, self.groups[1].layout
+
+    @property
+    def rounds(self) -> int:
+        return min(len(g.rounds) or g.rps.n for g in self.groups)
+
+    @property
+    def thin(self) -> bool:
+        return any(not g.p99_quotable for g in self.groups)
+
+    @property
+    def name(self) -> str:
+        a, b = self.layouts
+        return f"{a} vs {b} at {self.level} connections ({self.scenario})"
+
+
+def key_comparisons(results: Results) -> list[KeyComparison]:
+    """The verdict's pairs (demo runs with the article scenario) first, then, per scenario and
+    level, the best layout against the runner-up (a pair already listed is not listed twice)."""
+    out: list[KeyComparison] = []
+    seen: set[tuple] = set()
+    demo = (results.arguments.get("app") or {}).get("demo", True)
+    if demo and "article" in results.scenarios:
+        for lv in article_verdict(results).levels:
+            out.append(KeyComparison("verdict", "article", lv.concurrency, (lv.mapped, lv.shared), (lv.rps, lv.p99),
+                                     lv.settled))
+            seen.add(("article", lv.concurrency, frozenset((lv.mapped.layout, lv.shared.layout))))
+    for sc in results.scenarios:
+        for level, b in best_and_runner_up(group_cells(results, sc)).items():
+            if b.runner_up is None or (sc, level, frozenset((b.best.layout, b.runner_up.layout))) in seen:
+                continue
+            out.append(KeyComparison("best", sc, level, (b.best, b.runner_up), (b.rps,), b.settled))
+    return out
+
+
+def extension_blocks(keys: list[KeyComparison], thin_too: bool = False, every: bool = False
+                     ) -> dict[str, dict[str, list[int]]]:
+    """What one more round measures: layout -> scenario -> levels, for every unsettled key
+    comparison (with ``thin_too``, also those whose p99 cannot be quoted yet; ``every``: all)."""
+    out: dict[str, dict[str, list[int]]] = {}
+    for k in keys:
+        if not every and k.settled and not (thin_too and k.thin):
+            continue
+        for layout in k.layouts:
+            levels = out.setdefault(layout, {}).setdefault(k.scenario, [])
+            if k.level not in levels:
+                levels.append(k.level)
+    return {layout: {sc: sorted(lv) for sc, lv in scs.items()} for layout, scs in out.items()}
+
+
 def requests_for_p99(slower: int = MIN_SLOWER_REQUESTS) -> int:
     """Pooled requests for ``slower`` of them to lie above the p99 (1% of the requests)."""
     return slower * 100
@@ -557,9 +695,46 @@ def tail_advice(g: Group, duration: float | None = None) -> str:
     return text
 
 
+LOAD_CAUTION_SHARE = 0.5  # a load average above half the cores: other work shared them
+STEAL_CAUTION = 0.05  # more than 5% of CPU time stolen by the hypervisor
+
+
+def _numbers(values) -> list[float]:
+    return [float(x) for x in values if isinstance(x, (int, float)) and not isinstance(x, bool)]
+
+
+def machine_cautions(environment: dict) -> list[str]:
+    """Cautions from the machine's load while the run measured (``bench.environment.Machine``):
+    a load average above half the cores, CPU steal above 5%. [] when the run recorded neither."""
+    nproc = environment.get("nproc")
+    samples = (environment.get("machine") or {}).get("samples") or []
+    start = environment.get("loadavg_at_start") or [None]
+    loads = _numbers([start[0], *(s.get("loadavg_1m") for s in samples)])
+    steals = _numbers([environment.get("steal_at_start"), *(s.get("steal") for s in samples)])
+    out = []
+    if isinstance(nproc, int) and nproc and loads and max(loads) > LOAD_CAUTION_SHARE * nproc:
+        out.append(f"the machine was busy: load average up to {max(loads):.1f} on {nproc} cores (median "
+                   f"{statistics.median(loads):.1f}; above {LOAD_CAUTION_SHARE * nproc:g}, half the cores, other work "
+                   "shared them): paired rounds cancel slow drift, not bursts within a round; rerun on a quieter "
+                   "machine before deciding on a few percent.")
+    if steals and max(steals) > STEAL_CAUTION:
+        out.append(f"the hypervisor stole up to {max(steals):.0%} of the CPU time during the run (above "
+                   f"{STEAL_CAUTION:.0%}): a neighbour on the host took cores this VM was given; figures may move "
+                   "with it.")
+    return out
+
+
+def unpaired_note(results: Results) -> str:
+    """One line when the cells record no round (written before rounds were), else ""."""
+    if results.cells and not any(c.round for c in results.cells):
+        return ("this file records no rounds (written before they were): comparisons are unpaired, with "
+                "conservative intervals (every cross ratio of the repeats)")
+    return ""
+
+
 def warnings(results: Results) -> list[str]:
     """Advice the reader should act on, pyperf style: what is wrong and what to do."""
-    out = []
+    out = machine_cautions(results.environment)
     groups = group_cells(results)
     noisy = [g for g in groups if g.noisy_figures]
     if noisy:
@@ -603,16 +778,21 @@ GOAL_RPS_OF_MAPPED = 0.95  # "the mapped layout's steady-state throughput", with
 
 @dataclass(frozen=True)
 class Choice:
-    """How one layout fares across every scenario of a run."""
+    """How one layout fares across every scenario of a run. Each half of the goal is a paired
+    comparison against a threshold: met when the ratio's whole interval is on the right side of
+    it, missed when the whole interval is on the wrong side, undecided otherwise."""
 
     layout: str
     p99_vs_best: dict[str, float]  # scenario -> worst (over levels) healthy p99 / best layout's p99
     worst_where: str  # "stall at 8 connections"
-    steady_rps_vs_mapped: float | None  # worst over steady levels; None without a mapped layout
+    steady_rps_vs_mapped: float | None  # worst over steady levels; None when it cannot be computed
     stalled_p99_ms: dict[str, float]  # stall scenario -> median over levels of the stalled requests' p99
-    # Where the p99 is over the slack AND worse than the best beyond noise ("stall at 8 connections").
+    # Where the p99 is over the slack beyond noise (the whole interval above it): "stall at 8 connections".
     p99_misses: tuple[str, ...] = ()
-    rps_within_noise: bool = False  # the worst steady throughput ratio is within noise of mapped's
+    p99_unsure: tuple[str, ...] = ()  # where the interval straddles the slack
+    rps_miss: bool = False  # some steady level's throughput ratio to mapped is below the goal beyond noise
+    rps_unsure: bool = False  # ... or its interval straddles it
+    missing: str = ""  # why the throughput half cannot be checked ("" when it can)
 
     @property
     def worst_p99_ratio(self) -> float:
@@ -620,15 +800,16 @@ class Choice:
 
     @property
     def goal(self) -> str:
-        """"meets" (within both slacks everywhere), "no" (a miss beyond noise: the intervals do
-        not overlap the best's or mapped's) or "within noise" (every miss overlaps: no verdict)."""
-        p99_over = self.worst_p99_ratio > GOAL_P99_SLACK
-        if self.steady_rps_vs_mapped is None:
+        """"meets" (both halves met beyond noise), "no" (a half missed beyond noise), "cannot be
+        checked" (the throughput half has no inputs: no steady scenario or no mapped layout, and
+        nothing missed), or "undecided" (some interval straddles a threshold: measure more)."""
+        if self.p99_misses or self.rps_miss:
             return "no"
-        rps_short = self.steady_rps_vs_mapped < GOAL_RPS_OF_MAPPED
-        if (p99_over and self.p99_misses) or (rps_short and not self.rps_within_noise):
-            return "no"
-        return "within noise" if p99_over or rps_short else "meets"
+        if self.missing:
+            return "cannot be checked"
+        if self.p99_unsure or self.rps_unsure:
+            return "undecided"
+        return "meets"
 
     @property
     def meets_goal(self) -> bool:
@@ -645,19 +826,33 @@ def steady_scenarios(results: Results) -> list[str]:
     return out
 
 
+def against(c: Comparison, threshold: float, at_most: bool) -> str:
+    """A ratio's interval against a threshold: "met", "missed" or "unsure" (it straddles it)."""
+    if c.method == "too few rounds" or (c.method != "unpaired" and c.rounds < 3):
+        return "unsure"
+    low_ok, high_ok = (c.high <= threshold, c.low <= threshold) if at_most else (c.low >= threshold,
+                                                                                  c.high >= threshold)
+    return "met" if low_ok else "unsure" if high_ok else "missed"
+
+
 def layout_choice(results: Results) -> list[Choice]:
     groups = group_cells(results)
     by = {(g.scenario, g.layout, g.concurrency): g for g in groups}
     p, t = results.arguments.get("processes"), results.arguments.get("threads")
     mapped = f"{p}x{t}-mapped"
     steady = steady_scenarios(results)
+    missing = ""
+    if not steady:
+        missing = "run with a steady scenario too (e.g. --scenario article,stall)"
+    elif not any(g.layout == mapped for g in groups if g.scenario in steady):
+        missing = f"run with {mapped} too"
     out = []
     for layout in results.layouts:
         ratios: dict[str, float] = {}
         worst, where = 0.0, ""
         stalled: dict[str, float] = {}
-        rps_ratios: list[tuple[float, bool]] = []  # (ratio to mapped, within noise)
-        misses = []
+        rps: list[tuple[float, str]] = []  # (ratio to mapped, against the goal)
+        misses, unsure = [], []
         for sc in results.scenarios:
             for level in results.levels:
                 g = by.get((sc, layout, level))
@@ -665,23 +860,26 @@ def layout_choice(results: Results) -> list[Choice]:
                     continue
                 peers = [x for x in groups if x.scenario == sc and x.concurrency == level]
                 best_group = min(peers, key=lambda x: x.p99)
-                best = best_group.p99
-                ratio = g.p99 / best if best else 0.0
+                c = compare_groups(g, best_group, "p99") if g is not best_group else None
+                ratio = c.ratio if c is not None else 1.0
                 ratios[sc] = max(ratios.get(sc, 0.0), ratio)
                 if ratio > worst:
                     worst, where = ratio, f"{sc} at {level} connections"
-                if ratio > GOAL_P99_SLACK and compare_groups(g, best_group, "p99").decided:
-                    misses.append(f"{sc} at {level} connections")
+                state = against(c, GOAL_P99_SLACK, at_most=True) if c is not None else "met"
+                (misses if state == "missed" else unsure if state == "unsure" else []).append(
+                    f"{sc} at {level} connections")
                 m = by.get((sc, mapped, level))
-                if sc in steady and m is not None and m.rps.median:
-                    rps_ratios.append((g.rps.median / m.rps.median, not compare_groups(g, m, "rps").decided))
+                if sc in steady and m is not None:
+                    cm = compare_groups(g, m, "rps") if g is not m else None
+                    rps.append((cm.ratio if cm else 1.0, against(cm, GOAL_RPS_OF_MAPPED, at_most=False)
+                                if cm else "met"))
             stall_p99 = [by[(sc, layout, lv)].extra["stalled_p99_ms"].median for lv in results.levels
                          if (sc, layout, lv) in by and "stalled_p99_ms" in by[(sc, layout, lv)].extra]
             if stall_p99:
                 stalled[sc] = statistics.median(stall_p99)
-        low_rps = min(rps_ratios) if rps_ratios else None
-        out.append(Choice(layout, ratios, where, low_rps[0] if low_rps else None, stalled, tuple(misses),
-                          bool(low_rps and low_rps[1])))
+        out.append(Choice(layout, ratios, where, min(r for r, _ in rps) if rps else None, stalled, tuple(misses),
+                          tuple(unsure), any(s == "missed" for _, s in rps), any(s == "unsure" for _, s in rps),
+                          missing if not rps else ""))
     return out
 
 

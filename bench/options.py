@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from bench import dataset as ds
+from bench.paired import MarginError, check_margin
 from deploy.machine import PROJECT_ROOT
 
 DEFAULT_DATA_DIR = PROJECT_ROOT / "build" / "dataset"
@@ -52,6 +53,18 @@ def float_arg(field: str, raw, low: float, high: float) -> float:
     if not low <= value <= high:
         raise BadArgument(f"{field}: must be a number in {low:g}..{high:g}, got {value:g}")
     return value
+
+
+def margin_arg(raw) -> float:
+    """The equivalence margin of paired comparisons: a share in (0, 0.5)."""
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise BadArgument(f"margin: must be a share in (0, 0.5), e.g. 0.05 for ±5%, got {raw!r}") from None
+    try:
+        return check_margin(value)
+    except MarginError as exc:
+        raise BadArgument(str(exc)) from None
 
 
 def on_off(field: str, raw) -> bool:

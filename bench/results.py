@@ -40,7 +40,11 @@ not change):
                  0.01); other keys allowed when they hold numbers >= 0 (``interval_ms``,
                  ``threads``, ``full``, ``sampler_cpu_s``); every share in 0..1;
 - ``histogram``: wrk's latency histogram, ``[[latency_us, count], ...]``: latencies numbers >= 0
-                 in strictly ascending order, counts integers > 0.
+                 in strictly ascending order, counts integers > 0;
+- ``round``:     the interleaved round the cell ran in (an integer >= 1): cells of different layouts
+                 with the same scenario, concurrency and round ran one after the other on the same
+                 machine state, and ``bench.paired`` compares them as a pair. Cells written before
+                 rounds were recorded have none (0): they are compared unpaired, and reports say so.
 
 Server-neutral names. Since the peers (gunicorn, granian) run in the same cells as uWSGI, the
 app server's figures are named for their role, not for uWSGI: ``cpu_s["app"]`` and
@@ -188,6 +192,11 @@ def _histogram(value) -> tuple[tuple[float, int], ...]:
     return tuple(out)
 
 
+def _round(value) -> int:
+    _check(_is_count(value), f"round: must be an integer >= 1 (0 when not recorded), got {value!r}")
+    return value
+
+
 # --------------------------------------------------------------------------- closed loop (cells)
 
 
@@ -249,7 +258,7 @@ def server_neutral(field_name: str, value):
 
 # Optional Cell fields (see the module docstring): validator, and written only when non-empty.
 CELL_OPTIONAL: dict[str, Callable] = {"status": _status, "memory": _memory, "inflight": _inflight,
-                                      "histogram": _histogram}
+                                      "histogram": _histogram, "round": _round}
 
 
 @dataclass(frozen=True)
@@ -284,6 +293,7 @@ class Cell:
     memory: dict = field(default_factory=dict)
     inflight: dict = field(default_factory=dict)
     histogram: tuple = ()
+    round: int = 0  # the interleaved round (0: not recorded, an older file)
 
     def __post_init__(self):
         _check(isinstance(self.layout, str) and self.layout != "", "layout: must be a non-empty string")

@@ -67,7 +67,7 @@ def synthetic_cell(rng, scenario: str, layout: str, level: int, repeat: int) -> 
                                      "max": float(ms[-1])},
                 errors={}, worker_requests={"1": n // 2, "2": n - n // 2}, cpu_s={"app": 1.0, "nginx": 0.1},
                 unloaded_latency_ms=MEDIAN_US[scenario] / 1000, capacity_rps=2 * rps, closed_loop_rps=2 * rps,
-                efficiency=0.5, histogram=hist,
+                efficiency=0.5, histogram=hist, round=repeat,
                 memory={"app_pss_mb": 30.0 if peer else 22.0, "nginx_pss_mb": 2.5},
                 inflight={} if peer else {"samples": 50, "pileup": 0.1, "threads": 4,
                                           "workers": {"1": {"0": 0.5, "1": 0.5}, "2": {"0": 0.5, "1": 0.5}}})
@@ -108,12 +108,15 @@ def test_best_uwsgi_layout_against_each_peer_at_p_and_2p(results):
     assert {m.uwsgi.layout for m in alt.matchups} == {"2x4-mapped"}
     by = {(m.concurrency, m.peer.layout): m for m in alt.matchups}
     gunicorn, granian = by[(4, "2x4-gunicorn")], by[(4, "2x4-granian")]
-    assert gunicorn.rps.outcome == "better" and gunicorn.rps.ratio == pytest.approx(20 / 16)
+    # the geometric mean of the per-round ratios 19/15, 20/16, 21/17
+    assert gunicorn.rps.outcome == "better"
+    assert gunicorn.rps.ratio == pytest.approx((19 * 20 * 21 / 15 / 16 / 17) ** (1 / 3))
     assert gunicorn.p99.outcome == "better" and gunicorn.p99.ratio < 0.8
-    assert granian.rps.outcome == "within noise" and granian.p99.outcome == "within noise"
+    assert granian.rps.outcome == "equivalent" and granian.p99.outcome == "undecided"
     # The target pits the best uWSGI layout against the best peer (highest throughput): granian.
     assert alt.target.peer.layout == "2x4-granian" and alt.target.concurrency == 4
-    assert alt.layout_spread.ratio == pytest.approx(20 / 14) and alt.worst_uwsgi.layout == "2x4-shared"
+    assert alt.layout_spread.ratio == pytest.approx((19 * 20 * 21 / 13 / 14 / 15) ** (1 / 3))
+    assert alt.worst_uwsgi.layout == "2x4-shared"
     hello = alternatives(results, "hello")
     assert hello.target.peer.layout == "2x4-gunicorn" and hello.target.rps.outcome == "worse"
 
@@ -124,8 +127,9 @@ def test_section_says_who_is_ahead_and_by_how_much(results):
     # uWSGI ahead beyond noise, with the margin:
     assert ("2x4-gunicorn: at 2 connections (P) the best uWSGI layout, 2x4-mapped, had 1.25x (1.24–1.27) its "
             "throughput (uWSGI ahead by 25%)") in text
-    # within noise: no winner named
-    assert "2x4-granian: at 2 connections (P)" in text and "its throughput (within noise)" in text
+    # equivalent, and undecided: no winner named
+    assert "2x4-granian: at 2 connections (P)" in text and "its throughput (equivalent within ±5%)" in text
+    assert "its p99 (undecided)" in text
     # a peer ahead: the sentence starts with it and says by how much
     assert "2x4-gunicorn is ahead on throughput at 2 and 4 connections and on p99 at 2 and 4 connections" in text
     assert "(2x4-gunicorn ahead by 46%)" in text
@@ -145,7 +149,7 @@ def test_target_pass_and_miss_with_the_margin(results):
     alt = alternatives(results, "article")
     rows = {r[0]: r for r in target_rows(alt.target)}
     rps = rows["throughput >= 1.05x the best peer's"]
-    assert rps[2] == "MISS (short by 0.02x)" and rps[1].endswith("within noise")
+    assert rps[2] == "MISS (short by 0.02x)" and rps[1].endswith("equivalent")
     assert rows["p99 <= 0.85x the best peer's"][2].startswith("MISS (over by")
     # Without granian the best peer is gunicorn: both targets pass, with their margins.
     no_granian = peer_results(["2x4-shared", "2x4-mapped", "2x4-gunicorn"], scenarios=("article",))
@@ -170,7 +174,7 @@ def test_markdown_section_has_spreads_and_sits_after_the_verdict(results):
     section = md[md.index("## Against the alternatives"):md.index("## How to reproduce")]
     assert "### Scenario: article" in section and "### Scenario: hello" in section
     assert "| 4 (2P) | 2x4-gunicorn | 16.0 (15.0–17.0) ~ |" in section  # the peer's median and range
-    assert "1.25x (1.24–1.27): uWSGI" in section and "within noise" in section
+    assert "1.25x (1.24–1.27): uWSGI" in section and "equivalent" in section and "undecided" in section
     assert "| throughput >= 1.05x the best peer's |" in section
 
 
@@ -182,11 +186,12 @@ def test_no_section_without_peers_or_without_uwsgi():
         assert "alternatives" not in "\n".join(terminal_lines(r)).lower()
 
 
-def test_one_repeat_names_no_throughput_winner():
-    one = peer_results(scenarios=("article",))
-    one = dataclasses.replace(one, cells=tuple(c for c in one.cells if c.repeat == 1))
-    text = text_of(alternatives_lines(one))
-    assert "one repeat: no interval, no winner" in text and "uWSGI ahead by" not in text
+def test_too_few_rounds_name_no_winner():
+    for rounds in (1, 2):
+        few = peer_results(scenarios=("article",))
+        few = dataclasses.replace(few, cells=tuple(c for c in few.cells if c.repeat <= rounds))
+        text = text_of(alternatives_lines(few))
+        assert "too few rounds: no interval, no winner" in text and "uWSGI ahead by" not in text
 
 
 def test_terminal_report_of_a_run_with_peers(results):

@@ -22,9 +22,7 @@ from hypothesis import strategies as st
 
 from bench.analysis import (
     MIN_SLOWER_REQUESTS,
-    Interval,
     bootstrap_percentiles,
-    compare,
     compare_groups,
     group_cells,
     percentile_of,
@@ -100,43 +98,17 @@ def test_drifting_repeats_widen_the_interval():
     assert width(drifting) > 1.5 * width(steady)
 
 
-# ------------------------------------------------------------------------------ within noise
+# ------------------------------------------------------------------------------ comparisons (paired by round)
 
 
-def interval(value, low, high, reps=None) -> Interval:
-    return Interval(value, low, high, "pooled", None if reps is None else np.asarray(reps, dtype=float))
-
-
-def test_overlapping_intervals_are_within_noise():
-    a, b = interval(100, 90, 110), interval(105, 95, 120)
-    c = compare(a, b, higher_is_better=False, figure="p99")
-    assert c.outcome == "within noise" and not c.decided
-    assert c.ratio == pytest.approx(100 / 105)
-    assert c.low == pytest.approx(90 / 120) and c.high == pytest.approx(110 / 95)  # unpaired: conservative
-
-
-def test_disjoint_intervals_declare_a_direction():
-    fast, slow = interval(100, 90, 110), interval(200, 180, 230)
-    assert compare(fast, slow, higher_is_better=False).outcome == "better"
-    assert compare(slow, fast, higher_is_better=False).outcome == "worse"
-    assert compare(slow, fast, higher_is_better=True).outcome == "better"  # e.g. throughput
-
-
-def test_ratio_interval_uses_paired_replicates():
-    a = interval(100, 90, 110, reps=[90, 100, 110, 100])
-    b = interval(200, 180, 220, reps=[180, 200, 220, 200])  # drifts with a: ratio always 0.5
-    c = compare(a, b, higher_is_better=False)
-    assert (c.low, c.high) == pytest.approx((0.5, 0.5)) and c.text() == "0.50x (0.50–0.50)"
-
-
-def synthetic_cell(layout, repeat, hist, rps=10.0, scenario="article", level=4) -> Cell:
+def synthetic_cell(layout, repeat, hist, rps=10.0, scenario="article", level=4, paired=True) -> Cell:
     n = sum(c for _, c in hist)
     p = {k: percentile_of(hist, bp) / 1000 for k, bp in (("p50", 5000), ("p90", 9000), ("p99", 9900),
                                                          ("p999", 9990))}
     return Cell(layout=layout, concurrency=level, repeat=repeat, scenario=scenario, duration_s=n / rps, requests=n,
                 rps=rps, latency_ms={**p, "max": hist[-1][0] / 1000}, errors={}, worker_requests={"1": n},
                 cpu_s={"uwsgi": 1.0}, unloaded_latency_ms=100.0, capacity_rps=20.0, closed_loop_rps=20.0,
-                efficiency=0.5, histogram=hist)
+                efficiency=0.5, histogram=hist, round=repeat if paired else 0)
 
 
 def test_compare_groups_on_pooled_tails():
@@ -148,9 +120,9 @@ def test_compare_groups_on_pooled_tails():
     g = {x.layout: x for x in group_cells(r)}
     assert g["fast"].tails.pooled and g["fast"].tails.requests == 1200
     assert compare_groups(g["fast"], g["slow"], "p99").outcome == "better"
-    assert compare_groups(g["fast"], g["twin"], "p99").outcome == "within noise"
+    assert compare_groups(g["fast"], g["twin"], "p99").outcome == "undecided"  # the same shape: no winner
     rps = compare_groups(g["fast"], g["slow"], "rps")
-    assert rps.outcome == "better" and rps.ratio == pytest.approx(10 / 8)
+    assert rps.outcome == "better" and rps.ratio == pytest.approx(10 / 8) and rps.paired
     with pytest.raises(ValueError, match="figure"):
         compare_groups(g["fast"], g["slow"], "p90")
 
@@ -372,8 +344,12 @@ def test_terminal_report_shows_pooled_tails_and_pileup(tails_results):
     row = next(line for line in lines if line.startswith("2x4-mapped ") and f"({p99.low:.0f}–{p99.high:.0f})" in line)
     assert f"{p99.value:.0f} ({p99.low:.0f}–{p99.high:.0f})" in row and "0% (0–1)" in row
     assert any(line.startswith("2x1-shared ") and " n/a " in line for line in lines)
-    # every figure printed before is still printed: the per-cell p99 median with its spread
-    assert re.search(rf"^2x4-mapped\s.*\s{g.latency['p99'].median:.0f} ±\d+%", text, flags=re.MULTILINE)
+    # the table's p99 column quotes the pooled p99 where 10 requests or more lie above it, else n/q
+    assert re.search(rf"^2x4-mapped\s+13\.3 ±\d+%\s+\d+\s+\d+\s+{p99.value:.0f}\s+n/q", text, flags=re.MULTILINE)
+    thin = next(x for x in group_cells(tails_results) if (x.scenario, x.layout, x.concurrency) == ("article",
+                                                                                              "2x4-mapped", 2))
+    assert not thin.p99_quotable and re.search(r"^2x4-mapped\s+13\.1 ±\d+%\s+\d+\s+\d+\s+n/q", text,
+                                                flags=re.MULTILINE)
     assert "tails are per-cell" not in text
 
 
@@ -389,26 +365,26 @@ def test_mechanism_sentences_are_read_from_the_figures(tails_results):
                               f"{shared.inflight.pileup.median:.0%}")
     assert "less pile-up, shorter tail" in article
     stall = mechanism_sentence(tails_results, "stall", by["stall"])
-    assert "pile-up was about the same" in stall and "within noise" in stall
+    assert "pile-up was about the same" in stall and "is undecided" in stall
     # flip the figures: the sentence follows them
     swapped = replace(tails_results, cells=tuple(
         replace(c, inflight={**c.inflight, "pileup": 0.5}) if c.layout == "2x4-mapped" and c.scenario == "article"
         else c for c in tails_results.cells))
     flipped = mechanism_sentence(swapped, "article", [g for g in group_cells(swapped) if g.scenario == "article"])
     assert re.match(r"article, \d connections \(2?P\): 2x4-mapped piled requests up 50%", flipped)
-    assert "yet 2x4-shared's pooled p99 was" in flipped and "does not explain" in flipped
+    assert "yet 2x4-shared's p99 was" in flipped and "does not explain" in flipped
 
 
-def test_verdict_within_noise_declares_no_winner(tails_results):
+def test_verdict_undecided_declares_no_winner(tails_results):
     from bench.report.compare import verdict_lines
 
-    # the stall cells relabelled as the article: mapped and shared are within noise there
+    # the stall cells relabelled as the article: mapped and shared are undecided there
     stall_as_article = replace(tails_results, cells=tuple(replace(c, scenario="article") for c in tails_results.cells
                                                           if c.scenario == "stall"))
     lines = verdict_lines(stall_as_article)
     text = " ".join(line.strip() for line in lines)
-    assert lines[0].startswith("Verdict: within noise.")
-    assert "within noise (" in text and "no winner declared" in text and "claim holds" not in text
+    assert lines[0].startswith("Verdict: undecided.")
+    assert "undecided (" in text and "no winner declared" in text and "claim holds" not in text
     assert verdict_lines(tails_results)[0].startswith("Verdict: reproduced.")
 
 
@@ -446,14 +422,14 @@ def test_inflight_plot_is_drawn_from_stored_json(tails_results, tmp_path):
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written)
 
 
-def test_layout_choice_declares_no_verdict_on_a_miss_within_noise(tails_results):
+def test_layout_choice_declares_no_verdict_where_an_interval_straddles_the_slack(tails_results):
     from bench.analysis import layout_choice
     from bench.report.compare import choice_lines
 
     mapped = next(c for c in layout_choice(tails_results) if c.layout == "2x4-mapped")
-    assert mapped.worst_p99_ratio > 1.10 and not mapped.p99_misses
-    assert mapped.goal == "within noise" and not mapped.meets_goal
-    assert "No layout meets the goal beyond noise; within noise of it" in " ".join(choice_lines(tails_results))
+    assert mapped.p99_unsure == ("stall at 2 connections",) and not mapped.p99_misses
+    assert mapped.goal == "undecided" and not mapped.meets_goal
+    assert "No layout meets the goal beyond noise; undecided" in " ".join(choice_lines(tails_results))
     shared = next(c for c in layout_choice(tails_results) if c.layout == "2x4-shared")
     assert "article at 4 connections" in shared.p99_misses and not shared.meets_goal
 
@@ -490,14 +466,16 @@ def test_compare_replay_keeps_tails_and_inflight(tmp_path, capsys):
     assert load(old / "results.json").arguments["inflight_hz"] == 0
 
 
-def test_a_pooled_group_against_a_per_cell_one_compares_per_cell_figures():
+def test_a_group_with_histograms_against_one_without_compares_each_rounds_p99():
     rng = np.random.default_rng(13)
     pooled = [synthetic_cell("a", r, lognormal_histogram(rng, 300)) for r in (1, 2, 3)]
     plain = [replace(synthetic_cell("b", r, lognormal_histogram(rng, 300, 2.0)), histogram=()) for r in (1, 2, 3)]
     r = Results(environment={}, arguments={}, workload={}, cells=tuple(pooled + plain))
     a, b = group_cells(r)
     c = compare_groups(a, b, "p99")
-    assert c.ratio == pytest.approx(a.tails.per_cell["p99"].value / b.tails.p99.value) and c.outcome == "better"
+    # each round: a's p99 read from its histogram, b's from wrk's own figure; their ratios paired
+    ratios = [percentile_of(x.histogram, 9900) / 1000 / y.latency_ms.p99 for x, y in zip(pooled, plain, strict=True)]
+    assert c.ratio == pytest.approx(math.prod(ratios) ** (1 / 3)) and c.outcome == "better" and c.rounds == 3
 
 
 def test_cells_of_servers_without_a_stats_server_record_no_inflight(tmp_path):

@@ -106,7 +106,7 @@ class FakeMeasure:
                     cpu_s={"app": 0.5, "nginx": 0.05, "wrk": 0.02}, unloaded_latency_ms=p50_ms / 2, capacity_rps=0.0,
                     closed_loop_rps=0.0, efficiency=0.0, extra=extra, histogram=hist,
                     memory={"app_pss_mb": round(f.memory_mb, 2), "nginx_pss_mb": 2.5},
-                    status={"2xx": max(0, n - f.failed)})
+                    status={"2xx": max(0, n - f.failed)}, round=repeat)
 
 
 def tune_args(**given) -> argparse.Namespace:

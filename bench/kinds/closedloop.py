@@ -1,10 +1,12 @@
 """Closed-loop cells: the sweep and the runners that measure or replay its cells.
 
-The sweep decides which layouts, which levels, in which order: repeats are interleaved
-(A B C, A B C, ...) so that drift of a noisy machine hits every layout alike, with a progress
-line (ETA) and a partial save after every block. A runner does the measuring:
-``LiveRunner`` for real, ``ReplayRunner`` to rerun this logic on stored cells without timing
-anything. ``compare`` runs a sweep; ``tune`` will run its own plans through the same runners.
+The sweep decides which layouts, which levels, in which order: repeats are interleaved (A B C, A
+B C, ...) so that drift of a noisy machine hits every layout alike, with a progress line (ETA)
+and a partial save after every block. Repeat r of every layout runs in round r, and each cell
+records it (``Cell.round``): the pairs every comparison is made of (``bench.paired``). A runner
+does the measuring: ``LiveRunner`` for real, ``ReplayRunner`` to rerun this logic on stored
+cells without timing anything. ``compare`` runs a sweep; ``tune`` will run its own plans through
+the same runners.
 
 ``LiveRunner.run_block`` starts one layout's stack once (``bench.stack.Lab``), warms it up,
 loads it at each level (``bench.load.wrk``) and stops it. The app server is uWSGI or a peer
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from bench import dataset as ds
+from bench.analysis import extension_blocks, key_comparisons
 from bench.load.files import RANDOM_FILES_LUA, request_paths, weighted_paths, write_lines
 from bench.load.scenarios import Scenario
 from bench.load.traffic import Mix, write_mix_script
@@ -79,6 +82,8 @@ class Plan:
     hosts: int = 0  # app hosts, each in its own network namespace (0 = this machine alone)
     # Which app was measured (bench.subject.Subject.record): app, app_dir, virtualenv, demo.
     app: dict = field(default_factory=dict)
+    margin: float = 0.05  # equivalence margin of every comparison (bench.paired)
+    budget_min: float | None = None  # measure until decided within this many minutes (None: the planned rounds)
 
     @property
     def blocks(self) -> list[tuple[int, str]]:
@@ -90,9 +95,8 @@ class Plan:
         return len(self.blocks) * len(self.concurrency) * len(self.scenarios)
 
     def estimate_seconds(self, per_block_overhead: float = 2.5) -> float:
-        per_cell = self.duration + 0.3
-        warmups = len(self.blocks) * len(self.scenarios) * self.warmup
-        return len(self.blocks) * per_block_overhead + warmups + self.cell_count * per_cell
+        return len(self.blocks) * block_seconds(per_block_overhead, self.warmup, self.duration, len(self.scenarios),
+                                                len(self.concurrency))
 
     def arguments(self) -> dict:
         data = asdict(self)
@@ -101,6 +105,11 @@ class Plan:
             data[key] = list(data[key])
         data["scenario"] = self.scenarios[0]
         return data
+
+
+def block_seconds(overhead_s: float, warmup_s: float, duration_s: float, scenarios: int, levels: int) -> float:
+    """What one block takes: stack start and stop, a warm-up per scenario, a cell per scenario and level."""
+    return overhead_s + scenarios * (warmup_s + levels * (duration_s + 0.3))
 
 
 def default_levels(processes: int, threads: int) -> tuple[int, ...]:
@@ -179,8 +188,12 @@ class Progress:
         return (self.clock() - self.start) / self.done * left
 
     def line(self, cell: Cell) -> str:
-        eta = self.eta_seconds()
         scenario = f"{cell.scenario} " if len(self.plan.scenarios) > 1 else ""
+        if self.done > self.plan.cell_count:  # a round added until decided: no plan to count down
+            return (f"[round {cell.round}, until decided] {scenario}{cell.layout} c={cell.concurrency}: "
+                    f"{cell.rps:.1f} req/s, p99 {cell.latency_ms.p99:.0f} ms, {cell.errors.total} errors"
+                    f"{_non_2xx(cell)}")
+        eta = self.eta_seconds()
         return (f"[{self.done}/{self.plan.cell_count}] {scenario}{cell.layout} c={cell.concurrency} "
                 f"repeat {cell.repeat}/"
                 f"{self.plan.repeats}: {cell.rps:.1f} req/s, p99 {cell.latency_ms.p99:.0f} ms, "
@@ -191,7 +204,7 @@ class Progress:
         self.done += 1
         text = self.line(cell)
         if self.tty:
-            self.stream.write("\r\033[K" + text + ("\n" if self.done == self.plan.cell_count else ""))
+            self.stream.write("\r\033[K" + text + ("\n" if self.done >= self.plan.cell_count else ""))
         else:
             self.stream.write(text + "\n")
         self.stream.flush()
@@ -203,26 +216,121 @@ def _non_2xx(cell: Cell) -> str:
     return ", " + " ".join(other) if other else ""
 
 
+MAX_ROUNDS = 12  # the most rounds a comparison may reach by measuring until decided
+RESERVE_S = 10.0  # of a budget, kept for writing the results and reports
+
+
+@dataclass
+class Until:
+    """Measuring until decided (``--budget``): after the planned rounds, more interleaved rounds
+    of the layouts in key comparisons (``analysis.key_comparisons``) that are not settled, until
+    each is, or the budget or the fixed maximum of rounds ends. ``budget_s`` None: a replay, which
+    takes the stored run's rounds (``stored_rounds``) and its fixed maximum (``max_rounds``)."""
+
+    budget_s: float | None
+    clock: Callable[[], float]  # seconds since the run started
+    reserve_s: float = RESERVE_S
+    max_rounds: int = 0  # replay: the stored run's
+    stored_rounds: frozenset[int] = frozenset()
+
+    def left_s(self) -> float:
+        return (self.budget_s or 0.0) - self.reserve_s - self.clock()
+
+
 def run_sweep(plan: Plan, runner: Runner, environment: dict, save=None, progress=None,
-              kind: str = "compare") -> Results:
-    """Run every block in interleaved order; ``save(results)`` after each block keeps
-    what was measured if the run is interrupted."""
+              kind: str = "compare", until: Until | None = None, on_block: Callable[[], None] | None = None
+              ) -> Results:
+    """Run every block in interleaved order; ``save(results)`` after each block keeps what was
+    measured if the run is interrupted (``on_block()`` first: e.g. a sample of the machine's load).
+    With ``until``, then measure until decided (``Until``)."""
     cells: list[Cell] = []
     created = utc_now()
+    more: dict = {}  # what measuring until decided adds to the arguments
+    seconds: list[float] = []  # each planned block's wall time
 
     def snapshot(complete: bool) -> Results:
-        args = plan.arguments() | {"complete": complete}
+        args = plan.arguments() | more | {"complete": complete}
         return Results(environment=environment, arguments=args, workload=plan.workload,
                        cells=tuple(cells), created=created, kind=kind)
 
-    for repeat, spec in plan.blocks:
-        cells.extend(runner.run_block(spec, repeat, list(plan.concurrency), list(plan.scenarios), on_cell=progress))
+    def block(spec: str, repeat: int, levels: list[int], scenarios: list[str]) -> None:
+        start = time.monotonic()
+        cells.extend(runner.run_block(spec, repeat, levels, scenarios, on_cell=progress))
+        seconds.append(time.monotonic() - start)
+        if on_block:
+            on_block()
         if save:
             save(snapshot(complete=False))
+
+    for repeat, spec in plan.blocks:
+        block(spec, repeat, list(plan.concurrency), list(plan.scenarios))
+    if until is not None:
+        overhead = _overhead(seconds, plan) if until.budget_s is not None else 0.0
+        _until_decided(plan, until, snapshot, block, overhead, more)
     results = snapshot(complete=True)
     if save:
         save(results)
     return results
+
+
+def _overhead(seconds: list[float], plan: Plan) -> float:
+    """A block's fixed cost (stack start and stop, reads), from the planned blocks' wall times."""
+    load = block_seconds(0.0, plan.warmup, plan.duration, len(plan.scenarios), len(plan.concurrency))
+    fixed = sorted(max(0.5, s - load) for s in seconds)
+    return fixed[len(fixed) // 2] if fixed else 2.5
+
+
+def round_seconds(blocks: dict[str, dict[str, list[int]]], plan: Plan, overhead_s: float) -> float:
+    """What one added round of ``blocks`` (layout -> scenario -> levels) takes."""
+    return sum(block_seconds(overhead_s, plan.warmup, plan.duration, len(scs), len({lv for x in scs.values()
+                                                                                     for lv in x}))
+               for scs in blocks.values())
+
+
+def _until_decided(plan: Plan, until: Until, snapshot, block, overhead_s: float, more: dict) -> None:
+    """Add rounds after the planned ones; what the arguments record about them goes into ``more``
+    at once (a partial save holds it too): ``max_rounds`` and ``until_decided``."""
+    keys = key_comparisons(snapshot(False))
+    if until.budget_s is None:
+        max_rounds = until.max_rounds or plan.repeats
+    else:
+        # The stopping rule's fixed maximum, set before the first look from what the budget holds
+        # if every key comparison needed more rounds: the looks it allows share the error.
+        per_round = round_seconds(extension_blocks(keys, every=True), plan, overhead_s)
+        fit = int(until.left_s() // per_round) if per_round > 0 else 0
+        max_rounds = max(plan.repeats, min(MAX_ROUNDS, plan.repeats + fit))
+    state: dict = {"rounds": [], "settled_at": {}, "stop": ""}
+    more.update({"max_rounds": max_rounds, "until_decided": state})
+    rounds = plan.repeats
+    # The first look (the planned rounds) is judged with the same rule as every later one.
+    keys = key_comparisons(snapshot(False))
+    while True:
+        for k in keys:
+            if k.settled and k.name not in state["settled_at"]:
+                state["settled_at"][k.name] = k.rounds
+        blocks = extension_blocks(keys) or extension_blocks(keys, thin_too=True)  # settled: thin tails next
+        if not blocks:
+            why = "every key comparison settled"
+            break
+        if rounds >= max_rounds:
+            why = (f"the fixed maximum of {max_rounds} rounds" if max_rounds > plan.repeats or until.budget_s is None
+                   else "the budget ended with the planned rounds")
+            break
+        if until.budget_s is None:
+            if rounds + 1 not in until.stored_rounds:
+                why = "the stored run measured no more rounds"
+                break
+        elif round_seconds(blocks, plan, overhead_s) > until.left_s():
+            why = "the budget ended"
+            break
+        rounds += 1
+        for spec in [x for x in plan.layouts if x in blocks]:
+            scenarios = [sc for sc in plan.scenarios if sc in blocks[spec]]
+            levels = sorted({lv for sc in scenarios for lv in blocks[spec][sc]})
+            block(spec, rounds, levels, scenarios)
+        state["rounds"].append({"round": rounds, "layouts": blocks})
+        keys = key_comparisons(snapshot(False))
+    state["stop"] = why
 
 
 class LiveRunner:
@@ -445,7 +553,7 @@ class LiveRunner:
             duration_s=run.duration_s, requests=run.requests, rps=run.rps,
             latency_ms=run.latency_ms, errors=run.errors, worker_requests=workers, cpu_s=cpu,
             unloaded_latency_ms=unloaded_ms, capacity_rps=capacity, closed_loop_rps=closed_loop,
-            efficiency=run.rps / bound if bound else 0.0, raw_output=raw_name, extra=extra, **optional,
+            efficiency=run.rps / bound if bound else 0.0, raw_output=raw_name, extra=extra, round=repeat, **optional,
         )
 
     def _save_raw(self, name: str, text: str) -> str:

@@ -14,15 +14,27 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from bench import subject as subj
-from bench.environment import capture
+from bench.environment import Machine, capture
 from bench.kinds.base import RESULTS_NAME, Kind, publish, sigterm_interrupts
-from bench.kinds.closedloop import LiveRunner, Plan, Progress, ReplayRunner, default_layouts, default_levels, run_sweep
+from bench.kinds.closedloop import (
+    RESERVE_S,
+    LiveRunner,
+    Plan,
+    Progress,
+    ReplayRunner,
+    Until,
+    default_layouts,
+    default_levels,
+    run_sweep,
+)
 from bench.load import scenarios as sc
 from bench.load.traffic import redact_argv
 from bench.options import (
@@ -33,6 +45,7 @@ from bench.options import (
     dataset_facts,
     float_arg,
     int_arg,
+    margin_arg,
     on_off,
     prepare_dataset,
     prepare_out,
@@ -47,9 +60,14 @@ from deploy.model import MAX_PROCESSES, MAX_THREADS, parse_variant
 from deploy.run import unavailable as netns_unavailable
 from deploy.ship import make_certs
 
-# 6 layouts (5 of uWSGI and gunicorn) x 3 levels x 3 repeats of 4 s, plus starts and warm-ups:
-# about 5 minutes on 2 cores (5 s cells with the sixth layout took about 6).
-DEFAULT_DURATION = 4
+# 6 layouts (5 of uWSGI and gunicorn) x 3 levels x 3 repeats of 3 s, plus starts and 1-s warm-ups:
+# about 4 minutes on 2 cores, which leaves a 5-minute budget (make compare) a minute for the
+# rounds that measure the key comparisons until decided.
+DEFAULT_DURATION = 3
+DEFAULT_WARMUP = 1
+DEFAULT_REPEATS = 3
+AUTO_BUDGET_MIN = 5.0  # --budget auto: at least this, or the planned rounds' estimate x AUTO_BUDGET_SHARE
+AUTO_BUDGET_SHARE = 1.3
 # Requests last ~100 ms here: 25 samples a second see each one ~2 times; the cost is measured
 # by scripts/sampler-cost.py (README, "Comparing layouts").
 DEFAULT_INFLIGHT_HZ = 25.0
@@ -72,8 +90,15 @@ def add_arguments(p) -> None:
                                      "PxT-shared, PxT-thunder, PxT-mapped, PxT-gunicorn)")
     p.add_argument("--concurrency", help="comma-separated connection counts (default: P, 2P, ... P*T)")
     p.add_argument("--duration", help=f"seconds of load per cell (default {DEFAULT_DURATION})")
-    p.add_argument("--warmup", help="seconds of one-connection warm-up per stack start (default 2)")
-    p.add_argument("--repeats", help="interleaved repeats of every layout (default 3)")
+    p.add_argument("--warmup", help=f"seconds of one-connection warm-up per stack start (default {DEFAULT_WARMUP})")
+    p.add_argument("--repeats", help=f"interleaved repeats (rounds) of every layout (default {DEFAULT_REPEATS})")
+    p.add_argument("--budget", help="minutes for the whole run, or auto (the planned rounds' estimate x "
+                                    f"{AUTO_BUDGET_SHARE:g}, at least {AUTO_BUDGET_MIN:g}; make compare's default): "
+                                    "after the planned rounds, add rounds of the key comparisons still undecided "
+                                    "until each is decided or equivalent, or the budget ends (default: the planned "
+                                    "rounds only)")
+    p.add_argument("--margin", help="equivalence margin of every comparison: two layouts are equivalent when the "
+                                    "whole interval of their paired ratio lies within ±MARGIN (default 0.05)")
     p.add_argument("--timeout", help="wrk's per-request timeout in seconds (default 10)")
     p.add_argument("--scenario",
                    help=f"named request mix, or several comma-separated: {', '.join(sc.SCENARIOS)} (default: "
@@ -158,14 +183,37 @@ def plan_from_args(args, stored=None, subject: subj.Subject | None = None) -> tu
     timeout = float_arg("timeout", given("timeout", 10), 1, 600)
     # A replayed file without the option was measured without the sampler.
     inflight_hz = inflight_hz_arg(given("inflight_hz", 0 if stored else DEFAULT_INFLIGHT_HZ))
+    # A replayed file without a warm-up recorded ran with the old default of 2 s.
+    warmup = float_arg("warmup", given("warmup", 2 if stored else DEFAULT_WARMUP), 1, 600)
     plan = Plan(
-        layouts=layouts, concurrency=levels, repeats=int_arg("repeats", given("repeats", 3), 1, 100),
-        duration=duration, warmup=float_arg("warmup", given("warmup", 2), 1, 600), processes=p, threads=t,
+        layouts=layouts, concurrency=levels, repeats=int_arg("repeats", given("repeats", DEFAULT_REPEATS), 1, 100),
+        duration=duration, warmup=warmup, processes=p, threads=t,
         scenarios=names, workload={n: s.to_dict() for n, s in resolved.items()},
         timeout=timeout, inflight_hz=inflight_hz, command=_command(args),
         options=options, app=subject.record, hosts=hosts,
+        margin=margin_arg(args.margin) if getattr(args, "margin", None) else base.get("margin", 0.05),
     )
-    return plan, resolved
+    if stored:
+        return dataclasses.replace(plan, budget_min=base.get("budget_min")), resolved
+    return dataclasses.replace(plan, budget_min=budget_arg(getattr(args, "budget", None), plan)), resolved
+
+
+def budget_arg(raw, plan: Plan) -> float | None:
+    """--budget in minutes (None: the planned rounds only); "auto" from the plan. Below what the
+    planned rounds need: BadArgument naming the minimum."""
+    if raw is None:
+        return None
+    estimate = plan.estimate_seconds() + RESERVE_S
+    if str(raw).strip().lower() == "auto":
+        return round(max(AUTO_BUDGET_MIN * 60, AUTO_BUDGET_SHARE * estimate) / 60, 1)
+    minutes = float_arg("budget", raw, 0.1, 1440)
+    if minutes * 60 < estimate:
+        least = math.ceil(estimate / 6) / 10
+        raise BadArgument(f"budget: {minutes:g} min is less than the planned rounds need: about {least:g} min "
+                          f"({len(plan.layouts)} layouts x {len(plan.concurrency)} levels x {plan.repeats} repeats of "
+                          f"{plan.duration:g} s, stack starts, warm-ups and {RESERVE_S:g} s to write the results); "
+                          f"give --budget {least:g} or more, or fewer --layouts, --repeats or a shorter --duration")
+    return minutes
 
 
 @contextlib.contextmanager
@@ -209,6 +257,7 @@ def _layout_options(args, base: dict, names) -> dict:
 
 
 def run(args) -> int:
+    started = time.monotonic()
     stored = load(args.replay) if args.replay else None
     subject = subj.from_stored(stored.arguments) if stored else subj.from_args(args)
     plan, scenarios = plan_from_args(args, stored, subject)
@@ -236,17 +285,28 @@ def run(args) -> int:
               f"{list(plan.concurrency)} x {plan.repeats} repeats x scenarios {', '.join(plan.scenarios)}, "
               f"{plan.duration:g} s per cell; about {est / 60:.1f} min; results in {out}", flush=True)
         results_path = out / RESULTS_NAME
+        until = None
+        on_block = None
         if stored:
             runner, environment = ReplayRunner(stored), stored.environment | {"replayed_from": str(args.replay)}
+            if plan.budget_min is not None:
+                until = Until(None, lambda: 0.0, max_rounds=stored.arguments.get("max_rounds") or plan.repeats,
+                              stored_rounds=frozenset(c.round for c in stored.cells))
         else:
             runner = LiveRunner(lab, out / "raw", scenarios, plan.duration, plan.warmup, plan.timeout,
                                 layout_options=plan.options, inflight_hz=plan.inflight_hz)
             environment = capture()
             if index is not None:
                 environment["dataset"] = dataset_facts(index)
+            machine = Machine()
+            on_block = lambda: environment.update(machine=machine.sample() and machine.record())  # noqa: E731
+            if plan.budget_min is not None:
+                print(f"budget: {plan.budget_min:g} min; after the planned rounds, the key comparisons still "
+                      f"undecided get more rounds (equivalent within ±{plan.margin:.0%})", flush=True)
+                until = Until(plan.budget_min * 60, lambda: time.monotonic() - started)
         try:
             results = run_sweep(plan, runner, environment, save=lambda r: r.save(results_path),
-                                progress=Progress(plan))
+                                progress=Progress(plan), until=until, on_block=on_block)
         except KeyboardInterrupt:
             print(f"\ninterrupted: the cells measured so far are in {results_path}", file=sys.stderr)
             return 130

@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 
 from bench import subject as subj
-from bench.environment import capture
+from bench.environment import Machine, capture
 from bench.kinds.base import RESULTS_NAME, Kind, publish, sigterm_interrupts
 from bench.kinds.closedloop import LiveRunner
 from bench.load import scenarios as sc
@@ -44,6 +44,7 @@ from bench.options import (
     command_line,
     float_arg,
     int_arg,
+    margin_arg,
     prepare_out,
     require_tools,
     timestamp_dir,
@@ -98,6 +99,8 @@ def add_arguments(p) -> None:
                                       "article; your app: --request...)")
     p.add_argument("--transport", help="uWSGI sockets in the lab and the recommended files: tcp or unix (default tcp)")
     p.add_argument("--timeout", help="wrk's per-request timeout in seconds (default 10)")
+    p.add_argument("--margin", help="equivalence margin: two candidates whose paired throughput ratio lies wholly "
+                                    "within ±MARGIN are tied, and the tie rule decides (default 0.05)")
     subj.add_arguments(p)
     p.add_argument("--out", help="output directory (default results/<timestamp>-tune)")
     p.add_argument("--replay", metavar="RESULTS_JSON",
@@ -170,8 +173,10 @@ def config_from_args(args, stored: Results | None = None) -> Config:
     timeout = float(given("timeout", lambda x: float_arg("timeout", x, 1, 600), 10.0))
     transport = given("transport", transport_arg, "tcp")
     steady = _steady(args, base, subject)
-    settings = Settings(budget_s=budget_min * 60, warmup_s=WARMUP_S) if not stored else \
-        Settings.from_dict({**base["tune"]["settings"], "budget_s": budget_min * 60})
+    margin = margin_arg(args.margin) if getattr(args, "margin", None) is not None else None
+    settings = Settings(budget_s=budget_min * 60, warmup_s=WARMUP_S, tie_band=margin or Settings.tie_band) \
+        if not stored else Settings.from_dict({**base["tune"]["settings"], "budget_s": budget_min * 60,
+                                               **({"tie_band": margin} if margin else {})})
     objective = Objective(concurrency, p99, memory, stall_share, stall_ms, record.server_label(list(strategies)))
     space = candidate_space(max_p, threads, strategies)
     # The pilot's P is the measured machine's nproc (a replay elsewhere takes the same decisions).
@@ -196,7 +201,7 @@ def config_from_args(args, stored: Results | None = None) -> Config:
         "scenario": steady.name, "scenarios": [steady.name] + ([record.STALL] if stall_share else []),
         "stall_share": stall_share, "stall_ms": stall_ms, "warmup": WARMUP_S, "timeout": timeout,
         "transport": transport, "nproc": base.get("nproc", nproc), "options": options, "app": subject.record,
-        "lab_middleware": bool(stall_share and not subject.demo),
+        "lab_middleware": bool(stall_share and not subject.demo), "margin": settings.tie_band,
     }
     return Config(inputs, subject, steady, options, arguments, timeout, bool(stall_share and not subject.demo))
 
@@ -459,10 +464,12 @@ def run(args) -> int:
         out = prepare_out(str(out_path))
         results_path = out / RESULTS_NAME
         print(header(config, stored, out, args.replay), flush=True)
+        machine = None
         if stored is None:
             measure = LiveMeasure(lab, out / "raw", config, options)
             recording = RecordingMeasure(measure)
             environment, search_clock = capture(), clock
+            machine = Machine()
         else:
             recording = RecordingMeasure(record.ReplayMeasure(stored))
             environment = stored.environment | {"replayed_from": str(args.replay)}
@@ -472,6 +479,9 @@ def run(args) -> int:
 
         def save(outcome: Outcome, complete: bool = False, recommended: dict | None = None,
                  wall_s: float | None = None) -> Results:
+            if machine is not None and not complete:  # after a block: how busy the machine was
+                machine.sample()
+                environment["machine"] = machine.record()
             workload = recording.inner.workload if stored is None else stored.workload
             reads = clock.reads if stored is None else list(stored.arguments["tune"]["clock"])
             results = snapshot(config, outcome, recording.cells, reads, environment, workload, created, complete,

@@ -26,18 +26,36 @@ from bench.analysis import (
     Group,
     Verdict,
     article_verdict,
+    best_and_runner_up,
     best_per_level,
     compare_groups,
     group_cells,
+    key_comparisons,
     layout_choice,
+    requests_for_p99,
+    rule_of,
     steady_scenarios,
     tail_advice,
+    unpaired_note,
     warnings,
 )
 from bench.report import hosts, nginx, peers
 from bench.report.memory import memory_lines, memory_markdown, pss_column
 from bench.report.subject import any_non_2xx, is_demo_run, short_workload, status_text, subject_lines, subject_markdown
-from bench.report.text import comment, fmt_interval, fmt_stat, md_kv, md_table, num, pct, plot_lines, pm, table, wrap
+from bench.report.text import (
+    comment,
+    fmt_interval,
+    fmt_stat,
+    md_kv,
+    md_table,
+    num,
+    pct,
+    plot_lines,
+    pm,
+    quoted_p99,
+    table,
+    wrap,
+)
 from bench.results import Results
 
 ARTICLE = "article"
@@ -72,18 +90,28 @@ def _by_scenario(results: Results) -> dict[str, list[Group]]:
     return {sc: group_cells(results, sc) for sc in results.scenarios}
 
 
+def _p99_cell(g: Group) -> str:
+    """The table's p99: pooled where the cells hold histograms, else the median of the repeats' own
+    with its spread; "n/q" (not quoted) when fewer than MIN_SLOWER_REQUESTS requests lie above it."""
+    if not g.p99_quotable:
+        return "n/q"
+    return num(g.p99) if g.tails.pooled else pm(g.latency["p99"])
+
+
+def _p999_cell(g: Group, text: str) -> str:
+    """p99.9 (the repeats' own): quoted only from cells of 10,000 requests (10 above it)."""
+    return text if g.min_cell_requests >= 10 * requests_for_p99() else "n/q"
+
+
 def _best_line(best: Group, groups: list[Group]) -> str:
-    """``best at N connections: LAYOUT (...)``, with a caution when the runner-up is within noise."""
+    """``best at N connections: LAYOUT (...); against the runner-up ...``: the paired comparison
+    with the next layout (``analysis.ranked_at_level``)."""
     text = (f"best at {best.concurrency} connections: {best.layout} "
-            f"({num(best.rps.median)} req/s, p99 {num(best.latency['p99'].median)} ms)")
-    others = [g for g in groups if g.concurrency == best.concurrency and g.layout != best.layout]
-    if others:
-        runner = max(others, key=lambda g: g.rps.median)
-        if best.rps.n > 1 and runner.rps.high >= best.rps.low:
-            text += f"; {runner.layout} is within noise (throughput ranges overlap"
-            p99 = compare_groups(runner, best, "p99")
-            text += (", p99 intervals too)" if not p99.decided else
-                     f"; its {_p99_kind(runner)} p99 is {p99.text()} of the best's: {p99.outcome})")
+            f"({num(best.rps.median)} req/s, p99 {quoted_p99(best, unit=' ms')})")
+    b = best_and_runner_up([g for g in groups if g.concurrency == best.concurrency])[best.concurrency]
+    if b.runner_up is not None:
+        c = b.rps
+        text += f"; against {b.runner_up.layout}, throughput {c.describe()}"
     return text
 
 
@@ -119,8 +147,8 @@ def _checks(lv: ClaimAtLevel) -> list[_Check]:
             measured = f"{lv.rps_ratio:.2f}x ({num(m.rps.median)} vs {num(s.rps.median)} req/s)"
             miss = f"short by {_by(TARGET_RPS_RATIO - lv.rps_ratio)}x"
         elif label.startswith("p99"):
-            measured = (f"{lv.p99_ratio:.2f}x ({num(m.latency['p99'].median)} vs "
-                        f"{num(s.latency['p99'].median)} ms)")
+            measured = (f"{lv.p99_ratio:.2f}x ({quoted_p99(m)} vs {quoted_p99(s)} ms)" if m.p99_quotable and
+                        s.p99_quotable else f"{lv.p99_ratio:.2f}x (the p99s themselves n/q)")
             miss = f"over by {_by(lv.p99_ratio - TARGET_P99_RATIO)}x"
         elif label.startswith("efficiency"):
             measured = f"{m.efficiency.median:.2f} ({m.layout})"
@@ -134,48 +162,42 @@ def _checks(lv: ClaimAtLevel) -> list[_Check]:
     return out
 
 
-def _pooled_note(lv: ClaimAtLevel) -> str:
-    """The p99 ratio from the pooled histograms with its interval, beside the medians' ratio."""
-    if not (lv.mapped.tails.pooled and lv.shared.tails.pooled):
-        return ""
-    return f"pooled p99 {lv.p99.text()} ({CONFIDENCE:.0%} interval): {lv.p99.outcome}"
+def _paired_note(lv: ClaimAtLevel) -> str:
+    """Both paired comparisons with their intervals and how they were judged."""
+    return f"paired by round: throughput {lv.rps.describe()}; p99 {lv.p99.describe()}"
 
 
 def _cautions(lv: ClaimAtLevel) -> list[str]:
-    """Why a ratio may not be trusted: noisy figures, or ranges across repeats that overlap."""
+    """Why a figure may not be trusted: noisy groups, an undecided comparison, a thin tail."""
     m, s = lv.mapped, lv.shared
     out = []
     for g in (m, s):
         if g.noisy_figures:
             out.append(f"{g.layout} is noisy here ({', '.join(g.noisy_figures)})")
-    if m.rps.n > 1 and s.rps.n > 1 and m.rps.low <= s.rps.high and s.rps.low <= m.rps.high:
-        out.append(f"throughput ranges overlap ({m.rps.low:.1f}–{m.rps.high:.1f} vs {s.rps.low:.1f}–{s.rps.high:.1f})")
-    mp, sp = m.latency["p99"], s.latency["p99"]
-    if mp.n > 1 and sp.n > 1 and mp.low <= sp.high and sp.low <= mp.high:
-        out.append(f"p99 ranges overlap ({num(mp.low)}–{num(mp.high)} vs {num(sp.low)}–{num(sp.high)} ms)")
-    if m.tails.pooled and s.tails.pooled and m.tails.p99.overlaps(s.tails.p99):
-        out.append(f"pooled p99 intervals overlap ({fmt_interval(m.tails.p99)} vs {fmt_interval(s.tails.p99)} ms)")
+    for name, c in (("throughput", lv.rps), ("p99", lv.p99)):
+        if c.outcome == "undecided":
+            out.append(f"{name} undecided after {c.rounds} paired round{'s' if c.rounds != 1 else ''}: measure "
+                       "more (--budget, or more --repeats)")
     for g in (m, s):
-        if g.tails.thin:
+        if not g.p99_quotable and g.tails.pooled:
             out.append(f"{g.layout}: {tail_advice(g)}")
     return out
 
 
 def _claim_text(lv: ClaimAtLevel) -> str:
-    if lv.outcome == "within noise":
-        noisy = [f"{name} {c.text()}" for name, c in (("throughput", lv.rps), ("p99", lv.p99)) if not c.decided]
-        return "within noise (" + ", ".join(noisy) + ": intervals overlap, no winner declared)"
-    if lv.claim_holds and lv.outcome == "holds":
+    if lv.outcome == "holds":
         return "claim holds"
+    if lv.outcome == "undecided":
+        open_ = [f"{name} {c.text()}" for name, c in (("throughput", lv.rps), ("p99", lv.p99))
+                 if c.outcome == "undecided"]
+        return "undecided (" + ", ".join(open_) + ": the interval straddles 1 or the margin, no winner declared)"
     why = []
-    if lv.rps_ratio <= 1.0:
-        why.append(f"throughput {lv.rps_ratio:.2f}x is not above 1")
-    if lv.p99_ratio >= 1.0:
-        why.append(f"p99 {lv.p99_ratio:.2f}x is not below 1")
     for name, c in (("throughput", lv.rps), ("p99", lv.p99)):
         if c.outcome == "worse":
             why.append(f"{name} {c.text()} worse beyond noise")
-    return "claim fails (" + ", ".join(dict.fromkeys(why)) + ")"
+        elif c.outcome == "equivalent":
+            why.append(f"{name} {c.text()} equivalent (within ±{c.margin:.0%})")
+    return ("claim fails (" if lv.outcome == "fails" else "no difference to claim (") + ", ".join(why) + ")"
 
 
 def _and(items: list[str]) -> str:
@@ -199,12 +221,12 @@ CLAIM = ("The article's claim: one socket per worker with nginx least_conn beats
 
 
 def _outcome(v: Verdict) -> str:
-    """"reproduced", "not reproduced", "within noise" or "cannot be checked"."""
+    """"reproduced", "not reproduced", "undecided" or "cannot be checked"."""
     if not v.levels:
         return "cannot be checked"
     if v.reproduced:
         return "reproduced"
-    return "within noise" if v.within_noise and not v.missing else "not reproduced"
+    return "undecided" if v.undecided and not v.missing else "not reproduced"
 
 
 def _headline(results: Results, v: Verdict) -> str:
@@ -217,16 +239,17 @@ def _headline(results: Results, v: Verdict) -> str:
         where = _and([f"{lv.concurrency}{_level_name(results, lv.concurrency)}" for lv in v.levels])
         text = (f"{mapped} (one socket per worker + least_conn) beat {shared} (one shared socket) at {where} "
                 f"connections: throughput {_and([f'{lv.rps_ratio:.2f}x' for lv in v.levels])}, p99 "
-                f"{_and([f'{lv.p99_ratio:.2f}x' for lv in v.levels])} of {shared} (medians of {n} repeats).")
+                f"{_and([f'{lv.p99_ratio:.2f}x' for lv in v.levels])} of {shared} (paired over {n} rounds).")
     else:
         failed = [lv for lv in v.levels if lv.outcome != "holds"]
         held = [lv for lv in v.levels if lv.outcome == "holds"]
         text = "; ".join(
             f"at {lv.concurrency} connections {mapped} had {lv.rps_ratio:.2f}x the throughput and "
             f"{lv.p99_ratio:.2f}x the p99 of {shared}"
-            + (" (within noise: intervals overlap)" if lv.outcome == "within noise" else "") for lv in failed)
+            + {"undecided": " (undecided: an interval straddles 1)", "no difference": " (no difference beyond the "
+               "margin)", "fails": " (worse beyond noise)"}.get(lv.outcome, "") for lv in failed)
         if text:
-            text = text[0].upper() + text[1:] + f" (medians of {n} repeats)."
+            text = text[0].upper() + text[1:] + f" (paired over {n} rounds)."
         if held:
             text += (" " if text else "") + (
                 f"The claim held at {_and([str(lv.concurrency) for lv in held])} connections "
@@ -236,7 +259,7 @@ def _headline(results: Results, v: Verdict) -> str:
     if v.missing:
         text += f" Not checked: {v.missing}."
     if any(_cautions(lv) for lv in v.levels):
-        text += " Some of these figures are noisy or overlap across repeats: see the cautions."
+        text += " Some of these figures are noisy, undecided or rest on thin tails: see the cautions."
     return text
 
 
@@ -266,12 +289,54 @@ def verdict_lines(results: Results) -> list[str]:
                         f"{_level_name(results, lv.concurrency)}: {_claim_text(lv)}"))
         rows = [[c.label, c.measured, c.result] for c in _checks(lv)]
         out.extend("  " + x for x in table(["target", "measured", "result"], rows, "<<<"))
-        if _pooled_note(lv):
-            out.extend(wrap(_pooled_note(lv), indent="  "))
+        out.extend(wrap(_paired_note(lv), indent="  "))
         for caution in _cautions(lv):
             out.extend(wrap(f"caution: {caution}", indent="  "))
     out.append("")
     out.extend(wrap(_targets_summary(v)))
+    return out
+
+
+# --------------------------------------------------------------------------- the key comparisons
+
+
+def decision_lines(results: Results, markdown: bool = False) -> list[str]:
+    """The key comparisons (``analysis.key_comparisons``): each with its paired outcomes, the rounds
+    it took to settle (or that it stayed undecided), and, for a run measured until decided, how
+    many rounds were added and why it stopped."""
+    keys = key_comparisons(results)
+    if not keys:
+        return []
+    rule = rule_of(results)
+    state = results.arguments.get("until_decided") or {}
+    settled_at = state.get("settled_at") or {}
+    items = []
+    for k in keys:
+        figures = "; ".join(f"{'throughput' if c.figure == 'rps' else c.figure} {c.describe()}"
+                            for c in k.comparisons)
+        if k.settled:
+            when = settled_at.get(k.name, k.rounds)
+            end = f"settled after {when} round{'s' if when != 1 else ''}"
+            end += f", {k.rounds} measured" if k.rounds != when else ""
+        else:
+            end = f"still undecided after {k.rounds} round{'s' if k.rounds != 1 else ''}"
+        thin = f"; its pooled p99s n/q (fewer than {MIN_SLOWER_REQUESTS} requests above)" if k.thin else ""
+        items.append(f"{'verdict' if k.kind == 'verdict' else 'best vs runner-up'}: {k.name}: {figures} "
+                     f"[{end}{thin}]")
+    head = f"Decisions, paired by round ({rule.words()})."
+    if "max_rounds" in results.arguments and state:
+        added = [r["round"] for r in state.get("rounds", [])]
+        head += (f" Measured until decided within {results.arguments.get('budget_min', 0):g} min: "
+                 + (f"{len(added)} round{'s' if len(added) != 1 else ''} added (rounds {added[0]}–{added[-1]})"
+                    if added else "no round added") + f"; stopped: {state.get('stop') or 'interrupted'}.")
+    undecided = [k.name for k in keys if not k.settled]
+    if undecided:
+        head += f" Undecided: {len(undecided)} of {len(keys)}: measure more (a larger --budget or more --repeats)."
+    if markdown:
+        return ["## Decisions", "", head, ""] + [f"- {x}" for x in items] + [""]
+    out = ["", "decisions:"] + wrap(head, indent="  ", subsequent="  ")
+    for x in items:
+        out += wrap(x, indent="  - ", subsequent="    ")
     return out
 
 
@@ -284,8 +349,8 @@ def _terminal_table(groups: list[Group]) -> list[str]:
     rows = []
     for g in groups:
         rows.append([
-            g.layout, pm(g.rps), num(g.latency["p50"].median), num(g.latency["p90"].median), pm(g.latency["p99"]),
-            num(g.latency["p999"].median), num(g.latency["max"].median), str(g.errors),
+            g.layout, pm(g.rps), num(g.latency["p50"].median), num(g.latency["p90"].median), _p99_cell(g),
+            _p999_cell(g, num(g.latency["p999"].median)), num(g.latency["max"].median), str(g.errors),
             f"{g.efficiency.median:.2f}", f"{g.cv.median:.2f}" if g.cv.n else "n/a", num(g.cpu_ms_per_request.median),
             " ".join(g.noisy_figures),
         ])
@@ -308,10 +373,10 @@ def _terminal_table(groups: list[Group]) -> list[str]:
 
 TAILS_NOTE = (f"pooled: p50/p99 of the repeats' requests together ({CONFIDENCE:.0%} bootstrap interval: repeats, "
               "then requests, resampled); >p99: pooled requests slower than that p99 (! = fewer than "
-              f"{MIN_SLOWER_REQUESTS}: the p99 is close to the slowest request); pile-up: share of time some uWSGI "
-              "worker held 2 or more requests in flight while another held at least 2 fewer (n/a: one worker "
-              "or one thread each; blank: no stats server to sample, as for gunicorn and granian); full: share of "
-              "time some worker had every thread busy")
+              f"{MIN_SLOWER_REQUESTS}: the p99 would be the slowest few requests, so it is not quoted: n/q); "
+              "pile-up: share of time some uWSGI worker held 2 or more requests in flight while another held at "
+              "least 2 fewer (n/a: one worker or one thread each; blank: no stats server to sample, as for "
+              "gunicorn and granian); full: share of time some worker had every thread busy")
 PER_CELL_NOTE = ("tails are per-cell here: these cells carry no latency histograms (written before them, or "
                  "wrk's histogram walk was skipped), so p99 is the median of the repeats' own p99, each close "
                  "to its cell's slowest request")
@@ -335,7 +400,8 @@ def _tails_rows(groups: list[Group]) -> list[list[str]]:
     rows = []
     for g in groups:
         t = g.tails
-        rows.append([g.layout, num(t.p50.value) if t.pooled else "", fmt_interval(t.p99) if t.pooled else "",
+        rows.append([g.layout, num(t.p50.value) if t.pooled else "",
+                     (fmt_interval(t.p99) if g.p99_quotable else "n/q") if t.pooled else "",
                      (f"{t.slower}" + ("!" if t.thin else "")) if t.pooled else "", _pileup(g),
                      pct(g.inflight.full.median) if g.inflight else ""])
     return rows
@@ -386,15 +452,17 @@ def mechanism_sentence(results: Results, scenario: str, groups: list[Group]) -> 
             text += (f"{hi.layout} piled requests up {pct(a)} of the time (a worker held 2+ more in flight than "
                      f"another while it had idle threads), {lo.layout} {pct(b)}")
         p99, rps = compare_groups(lo, hi, "p99"), compare_groups(lo, hi, "rps")
-        kind = "pooled p99" if lo.tails.pooled and hi.tails.pooled else "median p99"
+        kind = "p99" if p99.paired else "p99 (unpaired)"
         if p99.outcome == "better":
             text += (f"; {lo.layout}'s {kind} was {p99.text()} of {hi.layout}'s and its throughput "
                      f"{rps.ratio:.2f}x" + ("." if same else ": less pile-up, shorter tail."))
         elif p99.outcome == "worse":
             text += (f"; yet {lo.layout}'s {kind} was {p99.text()} of {hi.layout}'s (worse beyond noise)"
                      + ("." if same else ": the pile-up does not explain the tail here."))
+        elif p99.outcome == "equivalent":
+            text += f"; the {kind}s of {lo.layout} and {hi.layout} are equivalent: {p99.text()}."
         else:
-            text += f"; the {kind}s of {lo.layout} and {hi.layout} are within noise of each other: {p99.text()}."
+            text += f"; {lo.layout}'s {kind} against {hi.layout}'s is undecided: {p99.text()}."
         text += (f" Some worker had all its threads busy {pct(hi.inflight.full.median)} of the time in "
                  f"{hi.layout}, {pct(lo.inflight.full.median)} in {lo.layout}.")
     layouts = {g.layout for g in groups if g.inflight}
@@ -473,9 +541,13 @@ def terminal_lines(results: Results) -> list[str]:
     out += subject_lines(results)
     if not results.cells:
         return out + ["no cells in this results file: nothing was measured."]
-    out.extend(wrap("medians across repeats; ±: half the low–high range, % of the median; latency in ms; "
-                     "eff.: throughput / min(capacity, closed-loop bound); worker CV: spread of requests across "
-                     f"workers (0 = even); noisy: spread above {NOISY_SPREAD:.0%}", subsequent=""))
+    out.extend(wrap("medians across repeats; ±: half the low–high range, % of the median; latency in ms; p99: "
+                     f"pooled over the repeats, n/q (not quoted) when fewer than {MIN_SLOWER_REQUESTS} requests lie "
+                     "above it; eff.: throughput / min(capacity, closed-loop bound); worker CV: spread of requests "
+                     f"across workers (0 = even); noisy: spread above {NOISY_SPREAD:.0%}", subsequent=""))
+    note = unpaired_note(results)
+    if note:
+        out.extend(wrap(f"note: {note}."))
     if _has_tails_or_inflight(all_groups):
         out.extend(wrap(TAILS_NOTE, subsequent=""))
     if any(not g.tails.pooled for g in all_groups):
@@ -498,6 +570,7 @@ def terminal_lines(results: Results) -> list[str]:
     out += memory_lines(results)
     out += nginx.nginx_lines(results)
     out += hosts.host_lines(results)
+    out += decision_lines(results) if not nginx.only_nginx(results) else []
     out += choice_lines(results)
     out += peers.alternatives_lines(results)
     # The article's verdict needs the article's scenario, on the demo app's own request.
@@ -534,22 +607,31 @@ def choice_lines(results: Results, markdown: bool = False) -> list[str]:
                     + [f"{c.steady_rps_vs_mapped:.2f}x" if c.steady_rps_vs_mapped is not None else "n/a"]
                     + [num(c.stalled_p99_ms[sc]) if sc in c.stalled_p99_ms else "" for sc in stall]
                     + [c.goal])
-    goal = (f"rps/mapped: steady-state throughput / {p}x{t}-mapped's; stalled p99 in ms. "
-            f"Goal: healthy p99 within {GOAL_P99_SLACK - 1:.0%} of the best layout in every scenario and level, and "
-            f"at least {GOAL_RPS_OF_MAPPED:.0%} of the mapped layout's steady-state throughput "
-            "(worst level shown; medians of repeats, p99 pooled over them where the cells hold histograms); "
-            "a miss whose interval overlaps the best's is within noise: no verdict for that layout.")
+    goal = (f"p99/best: healthy p99 / the best layout's, paired by round (worst level); rps/mapped: steady-state "
+            f"throughput / {p}x{t}-mapped's, paired (worst level); stalled p99 in ms. Goal: healthy p99 within "
+            f"{GOAL_P99_SLACK - 1:.0%} of the best layout in every scenario and level, and at least "
+            f"{GOAL_RPS_OF_MAPPED:.0%} of the mapped layout's steady-state throughput. Each half is met when the "
+            "ratio's whole interval is on the right side of its threshold, missed when it is wholly on the wrong "
+            "side, undecided otherwise; it cannot be checked when its inputs were not measured.")
     winners = [c for c in choices if c.meets_goal]
-    undecided = [c for c in choices if c.goal == "within noise"]
+    undecided = [c for c in choices if c.goal == "undecided"]
+    unchecked = [c for c in choices if c.goal == "cannot be checked"]
     if winners:
         verdict = "Meets the goal: " + ", ".join(f"{c.layout} (worst p99 {c.worst_p99_ratio:.2f}x of the best, "
                                                  f"at {c.worst_where})" for c in winners) + "."
         if undecided:
-            verdict += " Within noise of it: " + ", ".join(c.layout for c in undecided) + "."
+            verdict += " Undecided: " + ", ".join(c.layout for c in undecided) + "."
+    elif unchecked:
+        best = min(unchecked, key=lambda c: c.worst_p99_ratio)
+        verdict = (f"The goal cannot be checked: {unchecked[0].missing} (its throughput half needs the mapped "
+                   f"layout's steady-state throughput). By healthy p99 alone, {best.layout} is closest to the best "
+                   f"everywhere (worst {best.worst_p99_ratio:.2f}x, at {best.worst_where})"
+                   + (f"; missed beyond noise by {', '.join(c.layout for c in choices if c.goal == 'no')}"
+                      if any(c.goal == "no" for c in choices) else "") + ".")
     elif undecided:
-        verdict = ("No layout meets the goal beyond noise; within noise of it (every miss overlaps the best's "
-                   "interval): " + ", ".join(f"{c.layout} (worst p99 {c.worst_p99_ratio:.2f}x, at {c.worst_where})"
-                                             for c in undecided) + ".")
+        verdict = ("No layout meets the goal beyond noise; undecided (an interval straddles a threshold: measure "
+                   "more): " + ", ".join(f"{c.layout} (worst p99 {c.worst_p99_ratio:.2f}x, at {c.worst_where})"
+                                         for c in undecided) + ".")
     elif choices:
         close = min(choices, key=lambda c: (c.worst_p99_ratio, -(c.steady_rps_vs_mapped or 0)))
         verdict = (f"No layout meets the goal here; closest: {close.layout}, whose worst healthy p99 is "
@@ -562,9 +644,9 @@ def choice_lines(results: Results, markdown: bool = False) -> list[str]:
         if groups:
             worst_level = max(g.concurrency for g in groups)
             at = [g for g in groups if g.concurrency == worst_level]
-            best = min(at, key=lambda g: g.latency["p99"].median)
+            best = min(at, key=lambda g: g.p99)
             per_scenario.append(f"{sc}: lowest healthy p99 at {worst_level} connections is {best.layout} "
-                                f"({num(best.latency['p99'].median)} ms, {num(best.rps.median)} req/s)")
+                                f"({quoted_p99(best, unit=' ms')}, {num(best.rps.median)} req/s)")
     if markdown:
         return (["## Choosing a layout: steady state and stalls", "", goal, ""] + md_table(headers, rows)
                 + ["", f"**{verdict}**", ""] + [f"- {x}" for x in per_scenario] + [""])
@@ -590,11 +672,11 @@ def _md_verdict(results: Results) -> list[str]:
     headers = ["connections", "claim"] + [c.label for c in _checks(v.levels[0])]
     rows = []
     for lv in v.levels:
-        pooled = _pooled_note(lv)
-        rows.append([f"{lv.concurrency}{_level_name(results, lv.concurrency)}", _claim_text(lv)]
-                    + [c.measured + (f"; {pooled}" if pooled and c.label.startswith("p99") else "")
-                       + f": {'pass' if c.ok else '**' + c.result + '**'}" for c in _checks(lv)])
-    out += [f"{mapped} vs {shared}, medians across repeats:", ""] + md_table(headers, rows) + [""]
+        rows.append([f"{lv.concurrency}{_level_name(results, lv.concurrency)}",
+                     f"{_claim_text(lv)}; {_paired_note(lv)}"]
+                    + [c.measured + f": {'pass' if c.ok else '**' + c.result + '**'}" for c in _checks(lv)])
+    out += [f"{mapped} vs {shared}, ratios paired by round (geometric mean of the per-round ratios):", ""] \
+        + md_table(headers, rows) + [""]
     cautions = [f"at {lv.concurrency} connections: {c}" for lv in v.levels for c in _cautions(lv)]
     if cautions:
         out += ["Cautions:", ""] + [f"- {c}" for c in cautions] + [""]
@@ -623,13 +705,17 @@ def _md_level_table(groups: list[Group], best: Group | None) -> list[str]:
     rows = []
     for g in groups:
         name = f"**{g.layout}**" if best is not None and g.layout == best.layout else g.layout
+        latency = {p: fmt_stat(g.latency[p], digits=None) for p, _ in LATENCY_COLUMNS}
+        latency["p99"] = fmt_stat(g.latency["p99"], digits=None) if g.p99_quotable and not g.tails.pooled else \
+            num(g.p99) if g.p99_quotable else "n/q"
+        latency["p999"] = _p999_cell(g, latency["p999"])
         rows.append([
-            name, fmt_stat(g.rps), *(fmt_stat(g.latency[p], digits=None) for p, _ in LATENCY_COLUMNS),
+            name, fmt_stat(g.rps), *latency.values(),
             f"{g.errors} of {g.requests}" if g.errors else "0", fmt_stat(g.efficiency, digits=2),
             fmt_stat(g.cv, digits=2, mark_noisy=False), fmt_stat(g.cpu_ms_per_request, digits=None),
             *(fmt_stat(g.extra[k], digits=None) if k in g.extra else "" for k in keys),
-            *(([fmt_interval(g.tails.p99), f"{g.tails.slower}" + (" ⚠" if g.tails.thin else "")]
-               if g.tails.pooled else ["", ""]) if pooled else []),
+            *(([fmt_interval(g.tails.p99) if g.p99_quotable else "n/q", f"{g.tails.slower}"
+                + (" ⚠" if g.tails.thin else "")] if g.tails.pooled else ["", ""]) if pooled else []),
             *([_pileup(g)] if inflight else []),
             "⚠ " + ", ".join("req/s" if f == "rps" else f for f in g.noisy_figures) if g.noisy_figures else "",
         ])
@@ -758,6 +844,11 @@ def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
     out += subject_markdown(results)
     if not nginx.only_nginx(results) and is_demo_run(results):
         out += _md_verdict(results)
+    if not nginx.only_nginx(results):
+        out += decision_lines(results, markdown=True)
+    note = unpaired_note(results)
+    if note:
+        out += [f"> Note: {note[0].upper()}{note[1:]}.", ""]
     out += peers.alternatives_lines(results, markdown=True)
     out += nginx.nginx_lines(results, markdown=True)
     out += hosts.host_lines(results, markdown=True)

@@ -1,13 +1,13 @@
 """The compare report's "against the alternatives" section: the best uWSGI layout against each
 peer (gunicorn, granian) at P and 2P connections, from ``bench.analysis.alternatives``.
 
-Every ratio is uWSGI / peer from ``compare_groups``: throughput (median of repeats, interval from
-the repeats' range) and p99 (pooled over repeats with a bootstrap interval where the cells hold
-histograms); where the intervals overlap the section says "within noise" and names no winner.
-Where a peer wins, it says by how much. For the demo app's article request it checks the
-issue's target at 2P (the best uWSGI layout against the best peer) and prints pass or MISS with
-the margin, as the article verdict does; per scenario, one sentence says whether the choice of
-layout or of server moved throughput more. Lines only; nothing prints.
+Every ratio is uWSGI / peer from ``compare_groups``, paired by round: throughput and each
+round's p99, with the interval of their per-round ratios; "equivalent" within the margin,
+"undecided" where the interval straddles 1 (no winner named). Where a peer wins, it says by how
+much. For the demo app's article request it checks the issue's target at 2P (the best uWSGI
+layout against the best peer) and prints pass or MISS with the margin, as the article verdict
+does; per scenario, one sentence says whether the choice of layout or of server moved throughput
+more. Lines only; nothing prints.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from bench.analysis import (
     alternatives,
 )
 from bench.report.subject import is_demo_run
-from bench.report.text import fmt_interval, fmt_stat, md_table, num, table, wrap
+from bench.report.text import fmt_stat, md_table, num, quoted_p99, quoted_p99_interval, table, wrap
 from bench.results import Results
 
 TARGET_SCENARIO = "article"  # the demo app's request the targets are set for
-NOTE = ("Ratios are the best uWSGI layout's figure over the peer's (the best: highest median throughput "
-        "at that level), with their 95% intervals: throughput from the repeats' low–high range, p99 pooled "
-        "over the repeats (bootstrap) where the cells hold histograms, else the median of the repeats' own p99. "
-        "Where the two intervals overlap the outcome is \"within noise\": no winner.")
+NOTE = ("Ratios are the best uWSGI layout's figure over the peer's (the best at that level: not beaten on "
+        "throughput beyond noise, then the highest median), paired by round: the geometric mean of the per-round "
+        "ratios of throughput and of each round's p99, with their interval (the range of 3 rounds, a t interval "
+        "from 4). Equivalent: the interval lies within the margin; undecided: it straddles 1: no winner.")
 
 
 def _level(results: Results, level: int) -> str:
@@ -38,11 +38,11 @@ def _level(results: Results, level: int) -> str:
 
 
 def _side(c: Comparison, figure: str, repeats: int) -> str:
-    """Who is ahead beyond noise: "uWSGI", "peer", "within noise", or "one repeat" (throughput
-    from a single repeat has no range, hence no interval to judge noise by)."""
-    if figure == "rps" and repeats < 2:
-        return "one repeat"
-    return {"better": "uWSGI", "worse": "peer"}.get(c.outcome, "within noise")
+    """Who is ahead beyond noise: "uWSGI", "peer", "equivalent", "undecided", or "too few rounds"
+    (fewer than 3 paired rounds: no interval to judge by)."""
+    if c.method == "too few rounds":
+        return "too few rounds"
+    return {"better": "uWSGI", "worse": "peer"}.get(c.outcome, c.outcome)
 
 
 def _repeats(*groups: Group) -> int:
@@ -50,7 +50,7 @@ def _repeats(*groups: Group) -> int:
 
 
 def _p99(g: Group) -> str:
-    return fmt_interval(g.tails.p99) if g.tails.pooled else fmt_stat(g.latency["p99"], digits=None)
+    return quoted_p99_interval(g)
 
 
 def figure_text(c: Comparison, figure: str, side: str, peer: str) -> str:
@@ -63,10 +63,12 @@ def figure_text(c: Comparison, figure: str, side: str, peer: str) -> str:
             by = f"{peer} ahead by {1 / c.ratio - 1:.0%}" if c.ratio else f"{peer} ahead"
         else:
             by = f"{peer}'s tail {1 - 1 / c.ratio:.0%} shorter" if c.ratio else f"{peer}'s tail shorter"
-    elif side == "one repeat":
-        by = "one repeat: no interval, no winner"
+    elif side == "too few rounds":
+        by = "too few rounds: no interval, no winner"
+    elif side == "equivalent":
+        by = f"equivalent within ±{c.margin:.0%}"
     else:
-        by = "within noise"
+        by = "undecided"
     return f"{c.text()} {what} ({by})"
 
 
@@ -97,13 +99,8 @@ def what_matters(results: Results, alt: Alternatives) -> str:
     level = alt.levels[-1]
     best = max((m for m in alt.matchups if m.concurrency == level), key=lambda m: m.peer.rps.median)
     layout, server = alt.layout_spread, best.rps
-    if _repeats(best.uwsgi, alt.worst_uwsgi, best.peer) < 2:
-        noise = {id(layout): False, id(server): False}
-        say = "one repeat: no interval"
-    else:
-        noise = {id(layout): layout.decided, id(server): server.decided}
-        say = ""
-    word = lambda c: say or ("beyond noise" if noise[id(c)] else "within noise")  # noqa: E731
+    noise = {id(layout): layout.decided, id(server): server.decided}
+    word = lambda c: "beyond noise" if c.decided else c.outcome  # noqa: E731
     text = (f"{alt.scenario}, {level} connections{_level(results, level)}: the choice of uWSGI layout moved "
             f"throughput {layout.text()} (best {best.uwsgi.layout} / worst {alt.worst_uwsgi.layout}: "
             f"{word(layout)}), the choice of server {server.text()} (best uWSGI / best peer {best.peer.layout}: "
@@ -188,8 +185,9 @@ def alternatives_lines(results: Results, markdown: bool = False) -> list[str]:
         if target_applies(results, alt):
             m = alt.target
             head = (f"Target at {m.concurrency} connections{_level(results, m.concurrency)}, the best uWSGI layout "
-                    f"{m.uwsgi.layout} ({num(m.uwsgi.rps.median)} req/s, p99 {num(m.uwsgi.p99)} ms) against the "
-                    f"best peer {m.peer.layout} ({num(m.peer.rps.median)} req/s, p99 {num(m.peer.p99)} ms)")
+                    f"{m.uwsgi.layout} ({num(m.uwsgi.rps.median)} req/s, p99 {quoted_p99(m.uwsgi, unit=' ms')}) "
+                    f"against the best peer {m.peer.layout} ({num(m.peer.rps.median)} req/s, p99 "
+                    f"{quoted_p99(m.peer, unit=' ms')})")
             if markdown:
                 out += ["", head + ":", ""] + md_table(["target", "measured (uWSGI / peer)", "result"],
                                                        target_rows(m), "<<<")

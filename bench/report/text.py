@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import textwrap
 
-from bench.analysis import Interval, Stat
+from bench.analysis import Group, Interval, Stat
 from bench.results import Results
 
 WIDTH = 100  # terminal lines are wrapped/kept to this many columns
@@ -60,6 +60,21 @@ def fmt_interval(interval: Interval, digits: int | None = None) -> str:
     if interval.low != interval.high:
         text += f" ({num(interval.low, digits)}–{num(interval.high, digits)})"
     return text
+
+
+def quoted_p99(g: Group, digits: int | None = None, unit: str = "") -> str:
+    """The p99 a report may quote: pooled (or, for cells without histograms, the median of the
+    repeats' own), only when at least MIN_SLOWER_REQUESTS requests lie above it; else "n/q"."""
+    if not g.p99_quotable:
+        return "n/q"
+    return num(g.p99, digits) + unit
+
+
+def quoted_p99_interval(g: Group) -> str:
+    """The pooled p99 with its interval where it may be quoted, else "n/q"."""
+    if not g.p99_quotable:
+        return "n/q"
+    return fmt_interval(g.tails.p99) if g.tails.pooled else fmt_stat(g.latency["p99"], digits=None)
 
 
 def pct(share: float | None) -> str:

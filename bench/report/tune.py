@@ -9,7 +9,7 @@ the same lines. Functions return lines; nothing prints.
 
 from __future__ import annotations
 
-from bench.analysis import NOISY_SPREAD
+from bench.analysis import NOISY_SPREAD, machine_cautions
 from bench.report.subject import subject_lines, subject_markdown
 from bench.report.text import fmt_interval, md_table, num, plot_lines, table, wrap
 from bench.results import Results
@@ -24,9 +24,14 @@ RULES = {
     "duplicate": ("duplicates", "with one process, the same stack as the one in parentheses"),
     "memory": ("memory", "predicted over the limit from the fitted cost of a process and a thread"),
 }
-POINT_NOTE = ("The objective uses each candidate's pooled p99 (its repeats' latency histograms pooled); the 95% "
-              "interval is shown beside it, and a p99 whose interval straddles the limit is marked borderline. "
-              "Screening drops a candidate only when its whole interval is above the limit.")
+POINT_NOTE = ("Candidates are compared on paired rounds (every stage measures them in lockstep rounds): the "
+              "per-round ratios of their throughput, judged better, worse, equivalent (within the margin) or "
+              "undecided. A candidate another one beat is never recommended; the tie rule applies only among "
+              "equivalent ones; a candidate whose throughput swings across rounds far more than the others' is "
+              "flagged and does not lead on its median alone. The objective uses each candidate's pooled p99 (its "
+              "repeats' latency histograms pooled); the 95% interval is shown beside it, and a p99 whose interval "
+              "straddles the limit is marked borderline. Screening drops a candidate only when its whole interval "
+              "is above the limit.")
 
 
 def _mmss(seconds: float) -> str:
@@ -179,8 +184,19 @@ def recommended_lines(results: Results) -> list[str]:
 
 
 def tune_warnings(results: Results, outcome: Outcome) -> list[str]:
-    out = []
+    out = machine_cautions(results.environment)
     chosen = outcome.chosen
+    d = outcome.decision
+    for spec in (d.unsteady if d is not None else ()):
+        e = outcome.evaluations[spec]
+        others = [x.spread for x in d.order if x.spec != spec and x.repeats >= 3]
+        median = sorted(others)[len(others) // 2] if others else 0.0
+        fate = ("chosen anyway: it beat the others beyond noise" if chosen is not None and chosen.spec == spec else
+                "not recommended over steadier candidates it did not beat beyond noise")
+        out.append(f"{spec} is unsteady: its throughput spread {e.spread:.0%} across its {e.repeats} rounds "
+                   f"({num(e.steady.rps.low)}–{num(e.steady.rps.high)} req/s), far wider than the other finalists' "
+                   f"(median {median:.0%}); {fate}. A layout that swings like this under the same load (a shared "
+                   "socket's pile-up shows up so) is worth a longer look before you deploy it.")
     env = results.environment
     load = ""
     if env.get("loadavg_at_start"):

@@ -10,22 +10,37 @@ Objective: the highest throughput at the production concurrency N, subject to
     and workers), median over the repeats;
   * no failed request: wrk's errors (connect, read, write, timeout), answers other than 2xx, and
     failed stalled requests all disqualify.
-Ties: candidates whose throughput is within noise of the best (``bench.analysis.compare_groups``:
-their intervals overlap) are tied; the tie goes to less memory (within max(1 MB, 2%)), then
-fewer processes, then fewer threads, then the higher median throughput.
+Deciding (``decide``), on pairs: two candidates are compared through the per-round ratios of
+their throughput (``bench.analysis.compare_groups``: interleaved rounds are pairs), which says
+"better", "worse", "equivalent" (within the margin, ±5% by default) or "undecided".
+  * a candidate another one beat beyond noise is never recommended over it ("beaten");
+  * among the rest, the highest median throughput leads, unless it is *unsteady* (its throughput
+    spread across rounds more than twice the median spread of the others, and above 10%): then
+    the steadiest-ranked candidate it did not beat leads instead, and the unsteady one is
+    flagged (a layout that swings is not what users want to deploy; a shared socket's pile-up
+    shows up exactly as such swings). An unsteady candidate that beat the others beyond noise
+    is still chosen, and flagged;
+  * the tie rule applies only among candidates *equivalent* to the leader: less memory (within
+    max(1 MB, 2%)), then fewer processes, then fewer threads, then the higher median throughput.
+    A candidate merely undecided against the leader is not tied with it: it loses to the leader
+    on the median, and the report says the comparison stayed undecided.
 Pure functions of ``Group``s: nothing is timed here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, field
 
-from bench.analysis import Comparison, Group, Interval, compare_groups, group_of
+from bench.analysis import NOISY_SPREAD, Comparison, Group, Interval, compare_groups, group_of
+from bench.paired import Rule
 from bench.results import Cell
 from bench.tune.space import Candidate
 
 MEMORY_TIE_MB = 1.0
 MEMORY_TIE_SHARE = 0.02
+UNSTEADY_FACTOR = 2.0  # a spread across rounds above this many times the others' median (and above 10%)
+UNSTEADY_MIN_ROUNDS = 3
 
 
 def server_pss(memory: dict) -> float | None:
@@ -62,8 +77,8 @@ class Objective:
         if self.stall_share:
             text += (f", also while {self.stall_share:.0%} of requests stall {self.stall_ms} ms (healthy requests' "
                      "p99 and no errors under the stall)")
-        return (text + "; no failed or non-2xx requests; ties (throughput within noise) go to less memory, then "
-                "fewer processes")
+        return (text + "; no failed or non-2xx requests; a candidate beaten on paired rounds is never chosen; "
+                "ties (throughput equivalent) go to less memory, then fewer processes")
 
 
 @dataclass(frozen=True)
@@ -100,12 +115,18 @@ class Evaluation:
     def repeats(self) -> int:
         return self.steady.rps.n
 
+    @property
+    def spread(self) -> float:
+        """Its throughput's (high - low) / median across its rounds."""
+        return self.steady.rps.spread
 
-def evaluate(candidate: Candidate, steady_cells: list[Cell], stall_cells: list[Cell], objective: Objective
-             ) -> Evaluation:
-    """``candidate`` judged on its cells at the concurrency: steady ones, and under the stall (if any)."""
-    steady = group_of(steady_cells)
-    stall = group_of(stall_cells) if stall_cells else None
+
+def evaluate(candidate: Candidate, steady_cells: list[Cell], stall_cells: list[Cell], objective: Objective,
+             rule: Rule | None = None) -> Evaluation:
+    """``candidate`` judged on its cells at the concurrency: steady ones, and under the stall (if any).
+    ``rule``: how its comparisons are judged (the margin and the search's looks)."""
+    steady = group_of(steady_cells, rule)
+    stall = group_of(stall_cells, rule) if stall_cells else None
     stalled_errors = sum(int(c.extra.get("stalled_errors", 0)) for c in stall_cells)
     misses: list[str] = []
     sure: list[str] = []
@@ -159,16 +180,21 @@ def memory_tolerance(mb: float) -> float:
 @dataclass(frozen=True)
 class Decision:
     """The choice among evaluated finalists. ``chosen`` None: none meets the objective
-    (``closest`` is the nearest miss). ``tied``: the candidates within noise of the best
-    throughput. ``runner_up`` and ``why``: the next best and why it lost."""
+    (``closest`` is the nearest miss). ``leader``: the highest median throughput among those that
+    meet (the fastest); ``head``: the candidate the tie rule starts from (not beaten, steady);
+    ``tied``: ``head`` and those equivalent to it; ``runner_up`` and ``why``: the next best and why
+    it lost; ``beaten``: spec -> the spec that beat it beyond noise; ``unsteady``: flagged specs."""
 
     chosen: Evaluation | None
     closest: Evaluation | None
     tied: tuple[Evaluation, ...]
-    leader: Evaluation | None  # the highest median throughput among those that meet
+    leader: Evaluation | None
     runner_up: Evaluation | None
     why: str
     order: tuple[Evaluation, ...]  # every finalist, best first
+    head: Evaluation | None = None
+    beaten: dict[str, str] = field(default_factory=dict)
+    unsteady: tuple[str, ...] = ()
 
 
 def tie_key(e: Evaluation, least_memory: float) -> tuple:
@@ -179,44 +205,78 @@ def tie_key(e: Evaluation, least_memory: float) -> tuple:
             e.spec)
 
 
+def unsteady(e: Evaluation, others: list[Evaluation]) -> bool:
+    """Its throughput spread across rounds is far wider than the others': above UNSTEADY_FACTOR x
+    their median spread and above NOISY_SPREAD (each with at least UNSTEADY_MIN_ROUNDS rounds)."""
+    if e.repeats < UNSTEADY_MIN_ROUNDS:
+        return False
+    spreads = [o.spread for o in others if o is not e and o.repeats >= UNSTEADY_MIN_ROUNDS]
+    return bool(spreads) and e.spread > max(NOISY_SPREAD, UNSTEADY_FACTOR * statistics.median(spreads))
+
+
 def decide(evaluations: list[Evaluation]) -> Decision:
     ranked = by_rank(evaluations)
     meets = [e for e in ranked if e.meets]
     if not meets:
         closest = ranked[0] if ranked else None
         return Decision(None, closest, (), None, None, "no candidate meets the objective", tuple(ranked))
-    leader = meets[0]
-    tied = [leader] + [e for e in meets[1:] if rps_comparison(e, leader).outcome == "within noise"]
+    beaten: dict[str, str] = {}
+    for e in meets:
+        beater = next((f for f in meets if f is not e and rps_comparison(f, e).outcome == "better"), None)
+        if beater is not None:
+            beaten[e.spec] = beater.spec
+    contenders = [e for e in meets if e.spec not in beaten] or meets
+    flagged = tuple(e.spec for e in meets if unsteady(e, meets))
+    steady = [e for e in contenders if e.spec not in flagged]
+    head = steady[0] if steady else contenders[0]
+    tied = [head] + [e for e in contenders if e is not head and e.spec not in flagged
+                     and rps_comparison(e, head).outcome == "equivalent"]
     least = min((e.memory_mb for e in tied if e.memory_mb is not None), default=0.0)
     tied.sort(key=lambda e: tie_key(e, least))
     chosen = tied[0]
-    rest = [e for e in tied[1:]] + [e for e in ranked if e not in tied]
-    order = (chosen, *rest)
+    rest = tied[1:] + [e for e in contenders if e not in tied] + [e for e in meets if e not in contenders] + \
+        [e for e in ranked if not e.meets]
     runner_up = rest[0] if rest else None
-    return Decision(chosen, chosen, tuple(tied), leader, runner_up, why_lost(runner_up, chosen, tied, least)
-                    if runner_up else "no other candidate reached the last stage", order)
+    decision = Decision(chosen, chosen, tuple(tied), meets[0], runner_up, "", (chosen, *rest), head, beaten, flagged)
+    why = why_lost(runner_up, decision) if runner_up else "no other candidate reached the last stage"
+    return Decision(chosen, chosen, tuple(tied), meets[0], runner_up, why, (chosen, *rest), head, beaten, flagged)
 
 
 def rps_comparison(a: Evaluation, b: Evaluation) -> Comparison:
     return compare_groups(a.steady, b.steady, "rps")
 
 
-def why_lost(loser: Evaluation, chosen: Evaluation, tied: list[Evaluation], least: float) -> str:
-    """One line: why ``loser`` was not chosen over ``chosen``."""
+def why_lost(loser: Evaluation, decision: Decision) -> str:
+    """One line: why ``loser`` was not chosen over ``decision.chosen``."""
+    chosen, tied = decision.chosen, list(decision.tied)
     if not loser.meets:
         return "misses the objective: " + "; ".join(loser.misses)
     ratio = rps_comparison(loser, chosen)
+    if loser.spec in decision.beaten:
+        by = decision.beaten[loser.spec]
+        against = ratio if by == chosen.spec else None
+        return (f"lower throughput beyond noise: {against.describe()} of {chosen.spec}'s" if against is not None else
+                f"lower throughput beyond noise than {by} (paired rounds), which the choice did not lose to")
+    if loser.spec in decision.unsteady:
+        spreads = [e.spread for e in decision.order if e is not loser and e.repeats >= UNSTEADY_MIN_ROUNDS]
+        others = f" (the others' median {statistics.median(spreads):.0%})" if spreads else ""
+        return (f"unsteady: its throughput spread {loser.spread:.0%} across its {loser.repeats} rounds, far wider "
+                f"than the others'{others}; not recommended over {chosen.spec}, which it did not beat beyond noise "
+                f"({ratio.describe()})")
     if loser not in tied:
-        return f"lower throughput beyond noise: {ratio.text()} of {chosen.spec}'s"
+        return (f"not beaten, but not equivalent either: {ratio.describe()} of {chosen.spec}'s; {chosen.spec} "
+                + ("has the higher median throughput" if loser.rps.value <= decision.head.rps.value else
+                   "is steadier") + " (more rounds may separate them: a larger --budget)")
+    least = min((t.memory_mb for t in tied if t.memory_mb is not None), default=0.0)
     mem_l, mem_c = loser.memory_mb, chosen.memory_mb
     if mem_l is not None and mem_c is not None and mem_l > least + memory_tolerance(least):
-        return (f"tied on throughput ({ratio.text()}, within noise) and uses more memory: {mem_l:.1f} vs "
+        return (f"equivalent on throughput ({ratio.describe()}) and uses more memory: {mem_l:.1f} vs "
                 f"{mem_c:.1f} MB")
     if loser.candidate.processes > chosen.candidate.processes:
-        return (f"tied on throughput ({ratio.text()}, within noise) and memory (within "
+        return (f"equivalent on throughput ({ratio.describe()}) and memory (within "
                 f"{memory_tolerance(least):.1f} MB), with more processes: {loser.candidate.processes} vs "
                 f"{chosen.candidate.processes}")
     if loser.candidate.threads > chosen.candidate.threads:
-        return (f"tied on throughput ({ratio.text()}), memory and processes, with more threads: "
+        return (f"equivalent on throughput ({ratio.describe()}), memory and processes, with more threads: "
                 f"{loser.candidate.threads} vs {chosen.candidate.threads}")
-    return f"tied on throughput ({ratio.text()}), memory, processes and threads; lower median throughput"
+    return f"equivalent on throughput ({ratio.describe()}), memory, processes and threads; lower median throughput"

@@ -16,9 +16,13 @@ Stages (each block = one stack start, a warm-up, one cell per scenario at the co
    cell beside each steady one when a stall is asked for. The best ``finalists`` go on.
 3. final: rounds of one more cell each (interleaved), until one of the early stops, the round
    limit or the budget: the leader is ahead of every other finalist beyond noise ("decided"),
-   or every ratio to the leader lies within +-tie_band ("cannot be told apart": the tie rule
-   picks less memory, then fewer processes), or nothing left can meet the objective.
-   The decision (``objective.decide``) pools every cell of each finalist.
+   or every other finalist is beaten or equivalent to it within +-tie_band, the equivalence
+   margin ("cannot be told apart": the tie rule picks less memory, then fewer processes), or
+   nothing left can meet the objective. The decision (``objective.decide``) takes every round of
+   each finalist; comparisons are paired by round (every stage measures its candidates in
+   lockstep rounds: stage 1 is round 1, each stage-2 and stage-3 round one more), and judged by
+   ``rule()``: the margin, and the looks of stage 3 (the rounds after stage 2 up to the most
+   stage 3 may run) sharing the error as ``bench.paired`` explains.
 
 Budget: a block's cost is estimated as a fixed part (stack start and stop, reads; re-estimated
 from the blocks measured: the median of the last eight) plus the warm-up and the load of each
@@ -39,8 +43,19 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Protocol
 
 from bench.analysis import fit_memory
+from bench.paired import Rule
 from bench.results import Cell
-from bench.tune.objective import Decision, Evaluation, Objective, by_rank, decide, evaluate, rps_comparison, server_pss
+from bench.tune.objective import (
+    Decision,
+    Evaluation,
+    Objective,
+    by_rank,
+    decide,
+    evaluate,
+    rps_comparison,
+    server_pss,
+    why_lost,
+)
 from bench.tune.space import Candidate, MemoryModel, Pruned, memory_probes, memory_prune, prune_static
 
 STAGES = {1: "screen", 2: "narrow", 3: "final"}
@@ -70,6 +85,12 @@ class Settings:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def rule(self) -> Rule:
+        """How the search judges its comparisons: ``tie_band`` is the equivalence margin; the looks
+        run from the end of stage 2 (1 + narrow_repeats rounds) to the most stage 3 may add."""
+        first = 1 + self.narrow_repeats
+        return Rule(margin=self.tie_band, first=first, last=first + self.max_rounds)
 
     @classmethod
     def from_dict(cls, data: dict) -> "Settings":
@@ -263,7 +284,8 @@ class Search:
 
     def evaluate(self, c: Candidate) -> Evaluation:
         mine = self.cells[c.spec]
-        return evaluate(c, mine.get(self.inputs.steady, []), mine.get(self.inputs.stall, []), self.objective)
+        return evaluate(c, mine.get(self.inputs.steady, []), mine.get(self.inputs.stall, []), self.objective,
+                        self.settings.rule())
 
     def report(self, stage: int, done: int, total: int, block: Block, stage_eta_s: float) -> None:
         if not self.progress:
@@ -400,7 +422,7 @@ class Search:
                 self.drop(e.spec, f"stage {stage}", "misses the objective: " + "; ".join(e.sure_misses))
             else:
                 alive.append(e)
-        # The decision's order: the best, then those tied with it (within noise) by the tie rule
+        # The decision's order: the chosen, then those equivalent to the leader by the tie rule
         # (less memory, fewer processes), then the rest by rank: a cut keeps what a tie would choose.
         decision = decide(alive) if alive else None
         ranked = list(decision.order) if decision else []
@@ -413,9 +435,9 @@ class Search:
         for i, e in enumerate(ranked[n:], start=n + 1):
             last = ranked[n - 1]
             if e in decision.tied:
-                why = (f"tied on throughput with {leader.spec}, the fastest (within noise), and the tie rule puts "
+                why = (f"equivalent on throughput to {decision.head.spec} (paired rounds), and the tie rule puts "
                        f"less memory and fewer processes first: {_figures(e)}, {_mb(e)}; {n} went on (the "
-                       f"cheapest tied ones and the fastest; #{n - 1}: {ranked[max(0, n - 2)].spec}, "
+                       f"cheapest equivalent ones and the fastest; #{n - 1}: {ranked[max(0, n - 2)].spec}, "
                        f"{_mb(ranked[max(0, n - 2)])})")
             else:
                 why = (f"rank {i} of {len(ranked)}: {_figures(e)}; the top {n} went on (#{n}: {last.spec}, "
@@ -477,19 +499,21 @@ class Search:
             return "no finalist meets the objective, and none is within noise of it"
         if len(evals) == 1:
             return f"{evals[0].spec} is the only candidate left"
-        leader = by_rank(meets)[0]
+        decision = decide(meets)
+        leader = decision.head
         others = [e for e in evals if e is not leader and (e.meets or e.borderline)]
         if not others:
             return f"only {leader.spec} meets the objective"
         if leader.borderline:
             return ""
-        comparisons = [rps_comparison(e, leader) for e in others]
+        # A finalist another one beat beyond noise can no longer be chosen: nothing to measure for it.
+        comparisons = [rps_comparison(e, leader) for e in others if e.spec not in decision.beaten]
         if all(c.outcome == "worse" for c in comparisons):
             return f"decided: {leader.spec} is ahead of every other finalist beyond noise"
         band = self.settings.tie_band
-        if all(c.outcome == "worse" or (1 - band <= c.low and c.high <= 1 + band) for c in comparisons):
-            return (f"the leaders cannot be told apart: every throughput ratio to {leader.spec} lies within "
-                    f"±{band:.0%}")
+        if all(c.outcome in ("worse", "equivalent") for c in comparisons):
+            return (f"the leaders cannot be told apart: every throughput ratio to {leader.spec} not beaten beyond "
+                    f"noise lies within ±{band:.0%}")
         return ""
 
     def final(self, narrowed: list[Candidate]) -> None:
@@ -558,10 +582,7 @@ class Search:
 
 
 def _lost(e: Evaluation, decision: Decision) -> str:
-    from bench.tune.objective import why_lost
-
-    least = min((t.memory_mb for t in decision.tied if t.memory_mb is not None), default=0.0)
-    return why_lost(e, decision.chosen, list(decision.tied), least)
+    return why_lost(e, decision)
 
 
 def _figures(e: Evaluation) -> str:

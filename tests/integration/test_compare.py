@@ -10,6 +10,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -153,3 +154,30 @@ def test_peers_in_the_same_cells_as_uwsgi(tmp_path):
     md = (out / "report.md").read_text()
     assert "## Against the alternatives" in md and "| 4 (2P) | 2x2-granian |" in md
     assert "against the alternatives" in proc.stdout
+
+
+def test_compare_with_a_budget_adds_rounds_of_undecided_key_comparisons_only(tmp_path):
+    """--budget: the planned rounds, then rounds of the layouts in key comparisons still
+    undecided (the best at each level against the runner-up), within the budget. Checks the
+    record and the bounds, never which layout won."""
+    out = tmp_path / "run"
+    start = time.monotonic()
+    proc = compare(out, "--layouts", "2x2-shared,2x2-mapped,1x2-shared", "--concurrency", "2", "--duration", "1",
+                   "--repeats", "3", "--budget", "1.5", "--inflight-hz", "0")
+    wall = time.monotonic() - start
+    data = json.loads((out / "results.json").read_text())
+    a, cells = data["arguments"], data["cells"]
+    state = a["until_decided"]
+    assert a["budget_min"] == 1.5 and a["margin"] == 0.05 and 3 <= a["max_rounds"] <= 12
+    assert state["stop"] in ("every key comparison settled", "the budget ended", "the budget ended with the planned "
+                             "rounds", f"the fixed maximum of {a['max_rounds']} rounds")
+    assert all(c["round"] == c["repeat"] for c in cells) and {c["round"] for c in cells if c["round"] <= 3} == {1, 2, 3}
+    planned = [c for c in cells if c["round"] <= 3]
+    assert len(planned) == 9  # every layout in every planned round
+    for added in state["rounds"]:  # only the layouts of undecided key comparisons, and never all three
+        here = {c["layout"] for c in cells if c["round"] == added["round"]}
+        assert here == set(added["layouts"]) and len(here) == 2
+    assert wall <= 1.5 * 60 * 1.1 + 20  # the budget, kept (and the report written)
+    samples = data["environment"]["machine"]["samples"]
+    assert len(samples) == 9 + 2 * len(state["rounds"]) and all("loadavg_1m" in s for s in samples)
+    assert "decisions:" in proc.stdout and "Measured until decided within 1.5 min" in proc.stdout

@@ -1,0 +1,369 @@
+"""Decisions from paired rounds, as pure logic: the paired comparison (``bench.paired``), its
+stopping rule under repeated looks, measuring until decided (``run_sweep`` with ``Until``) on a
+fake runner and a fake clock, the machine's evidence, and what cannot be checked.
+
+Everything here is SYNTHETIC: per-round ratios drawn from known distributions (so the truth is
+known), cells made up by ``FakeRunner`` from a model of each layout, a clock that advances by what
+a live block would take. Nothing is measured, nothing is started.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench import cli as bench_cli
+from bench.analysis import (
+    compare_groups,
+    group_cells,
+    key_comparisons,
+    layout_choice,
+    machine_cautions,
+    rule_of,
+    unpaired_note,
+)
+from bench.environment import Machine, steal_share
+from bench.kinds.closedloop import Plan, ReplayRunner, Until, block_seconds, run_sweep
+from bench.load.wrk import compress
+from bench.paired import (
+    Rule,
+    check_margin,
+    compare_rounds,
+    compare_unpaired,
+    judge_ratios,
+    outcome_of,
+    t_quantile,
+)
+from bench.report import terminal_lines
+from bench.report.compare import choice_lines
+from bench.results import Cell, load
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+# ------------------------------------------------------------------------------ the interval
+
+
+def test_t_quantiles_match_the_tables():
+    assert t_quantile(0.025, 2) == pytest.approx(4.303, abs=1e-3)
+    assert t_quantile(0.025, 5) == pytest.approx(2.571, abs=1e-3)
+    assert t_quantile(0.025, 10) == pytest.approx(2.228, abs=1e-3)
+    assert t_quantile(0.005, 4) == pytest.approx(4.604, abs=1e-3)
+    assert t_quantile(0.025, 10_000) == pytest.approx(1.960, abs=1e-3)
+    with pytest.raises(ValueError):
+        t_quantile(0.7, 3)
+
+
+def test_three_rounds_are_judged_by_their_range():
+    c = judge_ratios([1.25, 3.04, 1.43], higher_is_better=True, figure="rps")
+    assert (c.method, c.rounds, c.low, c.high, c.outcome) == ("range", 3, 1.25, 3.04, "better")
+    assert c.level == 0.75  # the range misses the median ratio with probability 2 x (1/2)^3
+    assert c.ratio == pytest.approx((1.25 * 3.04 * 1.43) ** (1 / 3))
+    assert c.describe() == "1.76x (1.25–3.04; range of 3 rounds, 75%): better"
+    assert judge_ratios([0.9, 1.2, 1.1], True).outcome == "undecided"
+    assert judge_ratios([0.97, 1.02, 1.04], True).outcome == "equivalent"
+    assert judge_ratios([0.7, 0.8, 0.75], False, "p99").outcome == "better"  # a lower p99 is better
+    assert judge_ratios([1.02, 1.04, 1.03], True).outcome == "equivalent"  # excludes 1 but inside the margin
+
+
+def test_four_rounds_and_more_use_t_on_the_log_ratios():
+    values = [1.10, 1.20, 1.15, 1.12, 1.18]
+    c = judge_ratios(values, True)
+    logs = np.log(values)
+    half = t_quantile(0.025, 4) * logs.std(ddof=1) / math.sqrt(5)
+    assert c.method == "t" and c.level == 0.95
+    assert (c.low, c.high) == pytest.approx((math.exp(logs.mean() - half), math.exp(logs.mean() + half)))
+    # an outlier round widens the interval instead of deciding
+    assert judge_ratios([1.1, 1.12, 1.15, 0.6], True).outcome == "undecided"
+    # repeated looks: each t look spends a share of the 5%
+    corrected = judge_ratios(values, True, rule=Rule(first=3, last=8))
+    assert corrected.level == pytest.approx(0.99) and corrected.low < c.low and corrected.high > c.high
+
+
+def test_too_few_rounds_decide_nothing():
+    for values in ([], [2.0], [2.0, 2.1]):
+        c = judge_ratios(values, True)
+        assert c.outcome == "undecided" and c.method == "too few rounds" and not c.settled
+
+
+def test_pairs_are_made_by_round_and_zeros_are_left_out():
+    a = {1: 10.0, 2: 20.0, 3: 30.0, 4: 0.0, 5: 11.0}
+    b = {1: 5.0, 2: 10.0, 3: 15.0, 4: 7.0}  # round 5 only in a; round 4: a served nothing
+    c = compare_rounds(a, b, True)
+    assert c.rounds == 3 and c.ratio == pytest.approx(2.0) and c.outcome == "better"
+
+
+def test_outcomes_and_the_margin():
+    assert outcome_of(0.96, 1.04, True, 0.05) == "equivalent"
+    assert outcome_of(1.01, 1.20, True, 0.05) == "better" and outcome_of(1.01, 1.20, False, 0.05) == "worse"
+    assert outcome_of(0.80, 0.99, True, 0.05) == "worse"
+    assert outcome_of(0.97, 1.08, True, 0.05) == "undecided"
+    assert outcome_of(0.97, 1.08, True, 0.10) == "equivalent"
+    for bad in (0, 0.5, -0.1, 0.7, True):
+        with pytest.raises(ValueError, match=r"margin: must be a share in \(0, 0.5\)"):
+            check_margin(bad)
+
+
+def test_unpaired_is_conservative_and_says_so():
+    c = compare_unpaired([10, 11, 12], [8, 9, 10], True)
+    assert c.method == "unpaired" and not c.paired and (c.low, c.high) == (1.0, 1.5) and c.outcome == "undecided"
+    assert "unpaired" in c.describe()
+    assert compare_unpaired([20, 21, 22], [8, 9, 10], True).outcome == "better"
+
+
+def test_looks_share_the_error():
+    assert Rule().t_looks == 1 and Rule().look_alpha == pytest.approx(0.05)
+    rule = Rule(first=3, last=10)  # looks at 3 (range) and 4..10 (t): 7 t looks
+    assert rule.t_looks == 7 and rule.look_alpha == pytest.approx(0.05 / 7)
+    assert rule.level(3) == 0.75 and rule.level(5) == pytest.approx(1 - 0.05 / 7) and rule.level(2) == 0.0
+
+
+# ------------------------------------------------------------------------------ the stopping rule
+
+
+def sequential(rng, mu: float, sigma: float, first: int, last: int, reps: int) -> dict[str, float]:
+    """The share of SYNTHETIC runs (log ratios ~ N(mu, sigma)) each outcome ended in, looking after
+    the first ``first`` rounds and after every round up to ``last``, stopping at the first
+    settled look: the procedure ``run_sweep`` follows for a key comparison."""
+    rule = Rule(first=first, last=last)
+    ends = {"better": 0, "worse": 0, "equivalent": 0, "undecided": 0, "t looks decided": 0}
+    for _ in range(reps):
+        ratios = list(np.exp(rng.normal(mu, sigma, last)))
+        for n in range(first, last + 1):
+            c = judge_ratios(ratios[:n], True, rule=rule)
+            if c.settled:
+                ends[c.outcome] += 1
+                ends["t looks decided"] += c.method == "t" and c.decided
+                break
+        else:
+            ends["undecided"] += 1
+    return {k: v / reps for k, v in ends.items()}
+
+
+def test_repeated_looks_keep_the_error_rate_stated():
+    """With no difference at all (ratio 1) and noise well above the margin, the t looks after the
+    planned 3 rounds (up to 10 in all) call a difference at most 5% of the time together (the
+    Bonferroni share), on top of the 3-round range's own 1 in 8 per direction."""
+    rng = np.random.default_rng(20250125)
+    null = sequential(rng, 0.0, 0.2, 3, 10, 3000)
+    assert null["t looks decided"] <= 0.05
+    assert null["better"] <= 0.125 + 0.025 + 0.02 and null["worse"] <= 0.125 + 0.025 + 0.02
+    # without the correction the same looks would call many more: that is what the rule prevents
+    uncorrected = 0
+    for _ in range(1000):
+        ratios = list(np.exp(rng.normal(0.0, 0.2, 10)))
+        if ratios[:3] and not judge_ratios(ratios[:3], True).settled and any(
+                judge_ratios(ratios[:n], True).decided for n in range(4, 11)):
+            uncorrected += 1
+    assert uncorrected / 1000 > null["t looks decided"]
+
+
+def test_equivalence_is_rarely_called_just_outside_the_margin():
+    rng = np.random.default_rng(7)
+    outside = sequential(rng, math.log(1.08), 0.03, 3, 10, 2000)
+    assert outside["equivalent"] <= 0.125 + 0.05
+
+
+def test_a_real_difference_is_decided_more_often_with_more_rounds():
+    rng = np.random.default_rng(11)
+    three = sequential(rng, math.log(1.15), 0.15, 3, 3, 2000)
+    ten = sequential(rng, math.log(1.15), 0.15, 3, 10, 2000)
+    assert ten["better"] > three["better"] + 0.05
+
+
+# ------------------------------------------------------------------------------ measuring until decided
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class FakeRunner:
+    """SYNTHETIC blocks: per (layout, level), a throughput and a p99 scale, times a seeded noise
+    per round (the same machine drift for every layout of a round, plus each cell's own noise);
+    2,000 requests per cell so that pooled p99s can be quoted. The clock advances as a block of
+    ``overhead_s`` + warm-up + cells would."""
+
+    def __init__(self, model: dict, clock: FakeClock, plan: Plan, noise: float = 0.02, overhead_s: float = 2.0):
+        self.model, self.clock, self.plan, self.noise, self.overhead_s = model, clock, plan, noise, overhead_s
+        self.blocks: list[tuple[str, int, tuple[int, ...], tuple[str, ...]]] = []
+
+    def run_block(self, spec, repeat, levels, scenarios, on_cell=None):
+        self.blocks.append((spec, repeat, tuple(levels), tuple(scenarios)))
+        self.clock.t += block_seconds(self.overhead_s, self.plan.warmup, self.plan.duration, len(scenarios),
+                                      len(levels))
+        out = []
+        for sc in scenarios:
+            for level in levels:
+                rng = np.random.default_rng([repeat, level, zlib.crc32(spec.encode())])
+                drift = float(np.random.default_rng([repeat]).normal(1, 0.1))
+                rps, p99_ms = self.model[(spec, level)]
+                rate = rps * drift * float(rng.normal(1, self.noise))
+                values = np.round(rng.lognormal(math.log(p99_ms * 1000 / 2.5), 0.4, 2000)).astype(int)
+                v, counts = np.unique(values, return_counts=True)
+                hist = compress(zip(v.tolist(), counts.tolist(), strict=True))
+                out.append(Cell(layout=spec, concurrency=level, repeat=repeat, round=repeat, scenario=sc,
+                                duration_s=2000 / rate, requests=2000, rps=rate,
+                                latency_ms={"p50": 1, "p90": 2, "p99": 3, "p999": 4, "max": 5}, errors={},
+                                worker_requests={"1": 2000}, cpu_s={"app": 1.0}, unloaded_latency_ms=1.0,
+                                capacity_rps=0.0, closed_loop_rps=0.0, efficiency=0.0, histogram=hist))
+        return out
+
+
+def plan_of(layouts=("2x4-shared", "2x4-mapped", "2x4-thunder"), repeats=3, budget_min=5.0) -> Plan:
+    return Plan(layouts=layouts, concurrency=(2, 4), repeats=repeats, duration=3.0, warmup=1.0, processes=2,
+                threads=4, scenarios=("article",), workload={"article": {}}, inflight_hz=0, budget_min=budget_min,
+                app={"app": "app.wsgi:application", "demo": True})
+
+
+def test_settled_at_the_planned_rounds_adds_nothing():
+    model = {("2x4-shared", 2): (10, 300), ("2x4-shared", 4): (12, 500), ("2x4-mapped", 2): (13, 200),
+             ("2x4-mapped", 4): (16, 330), ("2x4-thunder", 2): (10.5, 290), ("2x4-thunder", 4): (11, 480)}
+    plan, clock = plan_of(), FakeClock()
+    runner = FakeRunner(model, clock, plan)
+    results = run_sweep(plan, runner, {}, until=Until(plan.budget_min * 60, clock))
+    state = results.arguments["until_decided"]
+    assert len(runner.blocks) == 9 and state["rounds"] == [] and state["stop"] == "every key comparison settled"
+    assert all(k.settled for k in key_comparisons(results))
+    assert results.arguments["max_rounds"] >= 3 and rule_of(results).first == 3
+
+
+def test_undecided_key_comparisons_get_rounds_of_their_layouts_at_their_levels_only():
+    # mapped and shared within a few percent of each other at 2 connections: undecided, not equivalent
+    model = {("2x4-shared", 2): (10, 300), ("2x4-shared", 4): (12, 500), ("2x4-mapped", 2): (10.2, 290),
+             ("2x4-mapped", 4): (16, 330), ("2x4-thunder", 2): (6, 600), ("2x4-thunder", 4): (6, 700)}
+    plan, clock = plan_of(), FakeClock()
+    runner = FakeRunner(model, clock, plan, noise=0.05)
+    results = run_sweep(plan, runner, {}, until=Until(plan.budget_min * 60, clock))
+    state = results.arguments["until_decided"]
+    extra = [b for b in runner.blocks if b[1] > 3]
+    assert extra and {b[0] for b in extra} == {"2x4-mapped", "2x4-shared"}  # never the thunder layout
+    assert all(b[2] == (2,) for b in extra)  # only the undecided level
+    assert [r["round"] for r in state["rounds"]] == list(range(4, 4 + len(state["rounds"])))
+    assert clock.t <= plan.budget_min * 60 - 10 or state["stop"] != "the budget ended"
+    assert state["stop"] in ("every key comparison settled", "the budget ended",
+                             f"the fixed maximum of {results.arguments['max_rounds']} rounds")
+    # every extra round's blocks ran interleaved, shared and mapped in the plan's order
+    by_round = {}
+    for spec, rnd, *_ in extra:
+        by_round.setdefault(rnd, []).append(spec)
+    assert all(specs == ["2x4-shared", "2x4-mapped"] for specs in by_round.values())
+    # the report says how many rounds each took, and which stayed undecided
+    text = " ".join(" ".join(terminal_lines(results)).split())
+    assert "Measured until decided within 5 min:" in text and f"stopped: {state['stop']}" in text
+    # the replay takes the same rounds from the stored cells, measuring nothing
+    replayed = run_sweep(plan, ReplayRunner(results), {}, until=Until(
+        None, lambda: 0.0, max_rounds=results.arguments["max_rounds"],
+        stored_rounds=frozenset(c.round for c in results.cells)))
+    assert {(c.layout, c.concurrency, c.round) for c in replayed.cells} == \
+        {(c.layout, c.concurrency, c.round) for c in results.cells}
+
+
+def test_the_budget_bounds_the_rounds():
+    model = {(x, lv): (10, 300) for x in ("2x4-shared", "2x4-mapped", "2x4-thunder") for lv in (2, 4)}
+    plan, clock = plan_of(budget_min=4.0), FakeClock()
+    runner = FakeRunner(model, clock, plan, noise=0.2)  # very noisy: nothing settles
+    results = run_sweep(plan, runner, {}, until=Until(plan.budget_min * 60, clock))
+    assert clock.t <= plan.budget_min * 60 - 10 + 1e-6
+    stop, most = results.arguments["until_decided"]["stop"], results.arguments["max_rounds"]
+    assert stop.startswith("the budget ended") or stop == f"the fixed maximum of {most} rounds"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--budget", "0.5"], "budget: 0.5 min is less than the planned rounds need: about "),
+    (["--margin", "0.5"], "margin: must be a share in (0, 0.5)"),
+    (["--margin", "0"], "margin: must be a share in (0, 0.5)"),
+    (["--margin", "five"], "margin: must be a share in (0, 0.5)"),
+])
+def test_bad_budget_or_margin_exits_2_with_one_line(tmp_path, capsys, argv, message):
+    out = tmp_path / "never"
+    assert bench_cli.main(["compare", "--processes", "2", "--out", str(out), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {message}"), err
+    assert not out.exists()
+
+
+def test_the_budget_error_names_the_minimum(capsys, tmp_path):
+    bench_cli.main(["compare", "--processes", "2", "--budget", "1", "--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    least = float(err.split("give --budget ")[1].split()[0])
+    assert least > 1 and f"about {least:g} min" in err
+
+
+def test_auto_budget_is_about_five_minutes_on_two_cores():
+    from bench.kinds.compare import budget_arg, plan_from_args
+
+    plan, _ = plan_from_args(bench_cli.build_parser().parse_args(["compare", "--processes", "2"]))
+    budget = budget_arg("auto", plan)
+    assert 5.0 <= budget <= 5.5
+    assert plan.estimate_seconds() + 60 <= budget * 60  # a minute left for the rounds until decided
+
+
+# ------------------------------------------------------------------------------ older files, the machine
+
+
+def test_an_older_file_is_compared_unpaired_with_a_one_line_note():
+    old = load(FIXTURES / "results-small.json")  # written before rounds were recorded
+    assert not any(c.round for c in old.cells) and unpaired_note(old)
+    g = {(x.layout, x.concurrency): x for x in group_cells(old)}
+    c = compare_groups(g[("2x4-mapped", 4)], g[("2x4-shared", 4)], "rps")
+    assert c.method == "unpaired" and not c.paired
+    lines = terminal_lines(old)
+    assert sum("this file records no rounds" in line for line in lines) == 1
+
+
+def test_machine_samples_load_and_steal():
+    ticks = iter([(0, 1000), (10, 2000), (160, 3000)])
+    loads = iter([(0.5, 0, 0), (1.7, 0, 0)])
+    clock = iter([0.0, 5.0, 10.0])
+    m = Machine(clock=lambda: next(clock), ticks=lambda: next(ticks), loadavg=lambda: next(loads))
+    m.sample()
+    m.sample()
+    rec = m.record()
+    assert [s["steal"] for s in rec["samples"]] == [0.01, 0.15] and rec["samples"][1]["loadavg_1m"] == 1.7
+    assert steal_share(None, (1, 2)) is None and steal_share((5, 100), (5, 100)) is None
+
+
+def test_machine_cautions_at_half_the_cores_and_five_percent_steal():
+    quiet = {"nproc": 2, "loadavg_at_start": [0.4, 0, 0], "steal_at_start": 0.0,
+             "machine": {"samples": [{"loadavg_1m": 0.9, "steal": 0.01}]}}
+    assert machine_cautions(quiet) == []
+    busy = {**quiet, "machine": {"samples": [{"loadavg_1m": 1.6, "steal": 0.08}]}}
+    cautions = machine_cautions(busy)
+    assert len(cautions) == 2 and "load average up to 1.6 on 2 cores" in cautions[0] and "8%" in cautions[1]
+    assert machine_cautions({}) == []
+
+
+# ------------------------------------------------------------------------------ cannot be checked
+
+
+def test_a_goal_without_a_steady_scenario_cannot_be_checked():
+    """The issue's stall-only run: every layout used to print goal: no and "No layout meets the goal
+    here" although 2x8-mapped had the best healthy p99 and the throughput half had no inputs."""
+    results = load(FIXTURES / "results-tails.json")
+    stall_only = replace(results, cells=tuple(c for c in results.cells if c.scenario == "stall"))
+    choices = {c.layout: c for c in layout_choice(stall_only)}
+    assert all(c.steady_rps_vs_mapped is None for c in choices.values())
+    assert {c.goal for c in choices.values()} <= {"cannot be checked", "no"}
+    assert any(c.goal == "cannot be checked" for c in choices.values())
+    text = " ".join(" ".join(choice_lines(stall_only)).split())
+    assert "The goal cannot be checked: run with a steady scenario too" in text
+    assert "No layout meets the goal here" not in text
+
+
+def test_a_budget_the_planned_rounds_used_up_adds_nothing_and_says_so():
+    model = {(x, lv): (10, 300) for x in ("2x4-shared", "2x4-mapped", "2x4-thunder") for lv in (2, 4)}
+    plan, clock = plan_of(budget_min=1.0), FakeClock()  # the planned rounds alone take longer
+    runner = FakeRunner(model, clock, plan, noise=0.2)
+    results = run_sweep(plan, runner, {}, until=Until(plan.budget_min * 60, clock))
+    assert len(runner.blocks) == 9 and results.arguments["max_rounds"] == 3
+    assert results.arguments["until_decided"]["stop"] == "the budget ended with the planned rounds"
