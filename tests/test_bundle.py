@@ -462,3 +462,51 @@ def test_bundle_help_lists_it():
                           text=True, timeout=60)
     assert "bundle" in proc.stdout and "install" in proc.stdout
     assert os.path.basename(bundle_mod.__file__) == "bundle.py"
+
+
+# --- install's pure parts: nginx -t's messages about the site, the app's fingerprint ----------------
+
+
+def test_nginx_t_messages_about_the_site_name_the_other_file(tmp_path):
+    """What nginx prints names one file (or none): the other one is found in the configuration."""
+    from deploy.ship.conflicts import site_conflicts
+
+    (tmp_path / "sites").mkdir()
+    ours = tmp_path / "sites/shop.conf"
+    ours.write_text("server { listen 127.0.0.1:8080; server_name shop.example.com; }\n")
+    other = tmp_path / "sites/old"
+    other.write_text("server { listen 127.0.0.1:8080 backlog=511; server_name shop.example.com www.example.com; }\n"
+                     "server { listen 9090; server_name shop.example.com; }\n")
+    unrelated = tmp_path / "sites/blog"
+    unrelated.write_text("server { listen 127.0.0.1:7070 reuseport; server_name blog.example.com; }\n")
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(f"events {{}}\nhttp {{\n    include {tmp_path}/sites/*;\n}}\n")
+    output = ('nginx: [warn] conflicting server name "shop.example.com" on 127.0.0.1:8080, ignored\n'
+              'nginx: [warn] conflicting server name "www.example.com" on 127.0.0.1:8080, ignored\n'
+              f"nginx: [emerg] duplicate listen options for 127.0.0.1:8080 in {ours}:1\n"
+              f"nginx: [emerg] duplicate listen options for 127.0.0.1:7070 in {unrelated}:1\n")
+    lines = site_conflicts(output, conf, {str(ours)}, {"shop.example.com"})
+    assert lines == [f'conflicting server name "shop.example.com" on 127.0.0.1:8080: also in {other}',
+                     f"duplicate listen options for 127.0.0.1:8080: also in {other}"]
+    assert site_conflicts("nginx: configuration file test is successful\n", conf, {str(ours)}, set()) == []
+
+
+def test_the_app_fingerprint_sees_code_and_packages_not_caches_or_uploads(tmp_path):
+    from deploy.ship.manifest import app_fingerprint
+
+    app, venv = tmp_path / "app", tmp_path / "app/venv"
+    for d in (app / "pkg/__pycache__", app / "media", app / "static", venv / "lib"):
+        d.mkdir(parents=True)
+    (app / "pkg/views.py").write_text("X = 1\n")
+    (venv / "lib/flask.py").write_text("V = 1\n")
+    fingerprint = lambda: app_fingerprint(str(app), str(venv), [str(app / "static"), str(app / "media")])  # noqa: E731
+    first = fingerprint()
+    (app / "pkg/__pycache__/views.cpython-311.pyc").write_bytes(b"\0")
+    (app / "media/upload.jpg").write_bytes(b"\0")
+    (app / "static/site.css").write_text("body {}\n")
+    assert fingerprint() == first, "caches, uploads and static files are not code"
+    (app / "pkg/views.py").write_text("X = 22\n")  # another size: mtimes may share a clock tick
+    second = fingerprint()
+    assert second != first
+    (venv / "lib/flask.py").write_text("V = 22\n")
+    assert fingerprint() != second, "a package upgraded in the virtualenv is new code too"
