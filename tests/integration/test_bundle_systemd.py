@@ -306,6 +306,8 @@ def test_upgrades_under_load_fail_no_request(flask_app, run_dirs, record_propert
     listen = ("--listen", "127.0.0.1:8080")
     make_bundle(bundles / "v1", flask_app, "2x4-mapped", *listen)
     make_bundle(bundles / "v2", flask_app, "3x2-mapped", *listen)
+    # Its uWSGI cannot start: its green slot's first port (5000 + 1000) is another service's.
+    make_bundle(bundles / "broken", flask_app, "3x2-mapped", *listen, "--transport", "tcp", "--base-port", "5000")
     binds = [(str(app), "/srv/shop"), (str(flask_app.venv), "/srv/shop/venv"),
              (str(flask_app.static), "/srv/shop/static"), (str(bundles), "/bundles")]
     results = {"load_before": os.getloadavg()}
@@ -330,11 +332,32 @@ def test_upgrades_under_load_fail_no_request(flask_app, run_dirs, record_propert
             out = install(c, "/bundles/v1")
         assert "systemctl stop shop@green.service (graceful" in out and len(workers(c, "blue")) == 2, out
 
+        # A new slot that does not start: stopped, every file put back, the old slot never stopped.
+        before = c.run("sha256sum", "/etc/nginx/sites-available/shop.conf", "/var/lib/uwsgi-layouts/shop.json").stdout
+        other = c.popen(PY, "-m", "http.server", "--bind", "127.0.0.1", "6000")
+        try:
+            deadline = time.monotonic() + 30
+            while c.run("curl", "-s", "-o", "/dev/null", "http://127.0.0.1:6000/", check=False).returncode:
+                assert time.monotonic() < deadline and other.poll() is None, "the other service did not start"
+                time.sleep(0.1)  # polling until it listens
+            with under_wrk(c, 2 * 2) as failed_start:
+                proc = c.run(PY, "-m", "deploy", "install", "/bundles/broken", check=False, timeout=300)
+        finally:
+            other.kill()
+            other.wait(timeout=30)
+        assert proc.returncode == 1 and "systemctl start shop@green.service failed" in proc.stderr, proc.stderr
+        assert "put back what install changed" in proc.stdout, proc.stdout
+        assert c.run("sha256sum", "/etc/nginx/sites-available/shop.conf",
+                     "/var/lib/uwsgi-layouts/shop.json").stdout == before
+        assert show(c, "shop@green", "LoadState")["LoadState"] == "not-found"
+        assert show(c, "shop@blue", "ActiveState")["ActiveState"] == "active"
+        assert failed_start["non_2xx"] == failed_start["socket_errors"] == 0, failed_start
+
         # The control: a restart under the same load is seen failing requests.
         with under_wrk(c, 2 * 3) as restart:
             c.run("systemctl", "restart", "shop@blue")
-    results |= {"code": code, "layout": layout, "layout_keepalive": layout_keepalive, "restart": restart,
-                "load_after": os.getloadavg()}
+    results |= {"code": code, "layout": layout, "layout_keepalive": layout_keepalive, "failed_start": failed_start,
+                "restart": restart, "load_after": os.getloadavg()}
     record_property("upgrade_under_wrk", results)
     print(f"upgrades under wrk: {json.dumps(results)}")
     for kind in ("code", "layout", "layout_keepalive"):
