@@ -116,6 +116,7 @@ class InstallResult:
     previous_slot: str = ""  # the one that served before ("" on a first install)
     retired: list[Path] = field(default_factory=list)  # the previous slot's files, removed
     code_changed: bool = False
+    switched: bool = False  # nginx sends to the new slot: from here on nothing is put back
 
     @property
     def changed(self) -> list[Step]:
@@ -586,15 +587,29 @@ def install(bundle_dir: Path | str, root: Path | str = "/", dry_run: bool = Fals
             result.systemd = [_no_systemd(record, root, slot)]
             for line in result.systemd:
                 progress(line)
-    except BaseException:
+    except BaseException as exc:
+        if result.switched:  # nginx serves the new slot: its files stay, and the manifest keeps the old
+            # slot's too, so that the next install (or uninstall) stops that slot and removes them.
+            kept = _new_manifest(record, root, result, manifest, fingerprint)
+            for path in result.retired:
+                target = "/" + str(path.relative_to(root))
+                kept.files[target] = manifest.files[target]
+            write_manifest(root, kept)
+            raise StackError(f"slot {slot} serves, but stopping slot {live} failed: {exc}; stop it with "
+                             f"systemctl stop {unit_of(name, live)}, then install again to remove its files",
+                             log_tail=getattr(exc, "log_tail", "")) from None
         undone = journal.rollback()
         if on_systemd and slot != live:
             systemctl("daemon-reload", check=False)
         progress(f"put back what install changed ({len(undone)} changes undone)")
         raise
     for path in result.retired:  # the old slot is stopped (or, without systemd, never ran here)
+        if on_systemd and path.name.endswith(".service") and is_active(path.name):
+            systemctl("stop", path.name, timeout=stop_timeout(int(record.get("stop_grace", 30))))
+            systemctl("disable", path.name, check=False)
+            progress(f"systemctl stop {path.name} (graceful: a slot left running by an earlier install)")
         path.unlink(missing_ok=True)
-        progress(f"removed {path} (slot {live})")
+        progress(f"removed {path} (slot {path.stem.rpartition('@')[2] if '@' in path.stem else live})")
     if result.retired and on_systemd:
         systemctl("daemon-reload")
     write_manifest(root, _new_manifest(record, root, result, manifest, fingerprint))
@@ -676,7 +691,12 @@ def run_services(record: dict, result: InstallResult, manifest: Manifest | None,
         return ran
     if result.slot != result.previous_slot:
         _start_slot(record, result, progress, did)
-        did(reload_nginx(grace + 5, progress))
+        try:
+            did(reload_nginx(grace + 5, progress))
+        except BaseException:
+            _stop_slot(unit)  # nginx kept its configuration (the old slot's): the new slot goes again
+            raise
+        result.switched = True
         if result.previous_slot:
             old = unit_of(name, result.previous_slot)
             if is_active(old):
@@ -715,12 +735,17 @@ def _start_slot(record: dict, result: InstallResult, progress: Callable[[str], N
         if missing:
             raise StackError(f"{unit} started but its sockets {missing} do not exist")
     except BaseException:
-        systemctl("stop", unit, check=False)
-        systemctl("disable", unit, check=False)
-        systemctl("reset-failed", unit, check=False)
+        _stop_slot(unit)
         raise
     did(f"systemctl enable --now {unit}" + (f" (beside {unit_of(record['name'], result.previous_slot)})"
                                             if result.previous_slot else ""))
+
+
+def _stop_slot(unit: str) -> None:
+    """Stop and disable a slot that never served (its start or nginx's reload failed)."""
+    systemctl("stop", unit, check=False)
+    systemctl("disable", unit, check=False)
+    systemctl("reset-failed", unit, check=False)
 
 
 def _no_systemd(record: dict, root: Path, slot: str) -> str:
