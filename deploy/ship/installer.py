@@ -632,6 +632,7 @@ def _new_manifest(record: dict, root: Path, result: InstallResult, old: Manifest
         dirs=keep([*(old.dirs if old else []), *created("dir")]),
         # The site's logs carry its name: ours whether this install or an earlier one created them.
         logs=[] if record.get("role") == "host" else site_logs(record["name"]), app_fingerprint=fingerprint,
+        stop_grace=int(record.get("stop_grace", 30)),
     )
 
 

@@ -41,6 +41,7 @@ class Manifest:
     dirs: list[str] = field(default_factory=list)  # created by install: removed by uninstall when empty
     logs: list[str] = field(default_factory=list)  # site logs install created: removed by uninstall --purge
     app_fingerprint: str = ""  # "" = not taken (--no-app-check, or too many files)
+    stop_grace: int = 30  # the units' grace: how long a graceful stop may take
     format_version: int = MANIFEST_VERSION
 
     @property

@@ -69,6 +69,8 @@ def uninstall(name: str, root: Path | str = "/", dry_run: bool = False, purge: b
     log_dir = under(root, f"/var/log/{name}")
     on_systemd = systemd_running() and root == Path("/")
     unit = unit_of(name, manifest.slot)
+    # Every unit the manifest lists (two slots, if a stop failed during an upgrade), serving one last.
+    units = sorted((Path(t).name for t in manifest.files if t.endswith(".service")), key=lambda u: u == unit)
     verb = "would " if dry_run else ""
 
     for link in links:
@@ -102,12 +104,12 @@ def uninstall(name: str, root: Path | str = "/", dry_run: bool = False, purge: b
         result.ran.append(reload_nginx(NGINX_WAIT, progress))
         progress(result.ran[-1])
     # 3. Then the app, gracefully.
-    if on_systemd and manifest.role != "front":
-        if is_active(unit):
-            systemctl("stop", unit, timeout=stop_timeout(300))
-            result.ran.append(f"systemctl stop {unit}")
+    for each in units if on_systemd else ():
+        if is_active(each):
+            systemctl("stop", each, timeout=stop_timeout(manifest.stop_grace))
+            result.ran.append(f"systemctl stop {each}")
             progress(result.ran[-1])
-        systemctl("disable", unit, check=False)
+        systemctl("disable", each, check=False)
     # 4. Files, then the directories install made.
     for path in files + [under(root, manifest_path(name))]:
         if path.is_file():
