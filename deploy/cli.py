@@ -260,6 +260,9 @@ def cmd_bundle(args) -> int:
         return 0
     files = write_bundle(bundle, out)
     print(f"bundle {bundle.name} ({bundle.layout.name}) written to {out}: {', '.join(files)}")
+    if bundle.tls and not Path(bundle.tls_cert).exists():
+        print(f"note: {bundle.tls_cert} is not on this machine: install checks it and {bundle.tls_key} on the "
+              "server")
     print(f"next, on the server: python -m deploy install {out} --dry-run (see {out / 'INSTALL.md'})")
     return 0
 

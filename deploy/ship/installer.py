@@ -700,8 +700,8 @@ def run_services(record: dict, result: InstallResult, manifest: Manifest | None,
         result.switched = True
         if result.previous_slot:
             old = unit_of(name, result.previous_slot)
-            if is_active(old):
-                systemctl("stop", old, timeout=stop_timeout(grace))
+            if is_active(old):  # within the old unit's grace, which the manifest recorded
+                systemctl("stop", old, timeout=stop_timeout(max(grace, manifest.stop_grace if manifest else 0)))
                 did(f"systemctl stop {old} (graceful: its requests in flight finished)")
             systemctl("disable", old, check=False)
         return ran
