@@ -1,5 +1,5 @@
 """Command line: ``python -m deploy render|run|reload|bundle LAYOUT [options]``, ``install DIR``,
-``certs DIR --hosts ...``.
+``uninstall NAME``, ``certs DIR --hosts ...``.
 
 Bad input exits 2 with one line naming the field and what is allowed; nothing is written.
 An app that does not import (the pre-flight of run and reload) is bad input too.
@@ -27,7 +27,7 @@ from deploy.model import (
 )
 from deploy.render import write_layout
 from deploy.run import Stack, chain_reload, process_for
-from deploy.ship import build_bundle, install, make_certs, write_bundle, write_host_bundles
+from deploy.ship import build_bundle, install, make_certs, uninstall, write_bundle, write_host_bundles
 
 EXIT_BAD_INPUT = 2
 
@@ -178,10 +178,20 @@ def add_bundle_parsers(sub) -> None:
     bundle.add_argument("--out", required=True, help="a new (or empty) directory for the bundle")
     bundle.add_argument("--name", help="names the unit, /run/NAME, /var/log/NAME and the files "
                                        "(default: the app's top-level module)")
-    bundle.add_argument("--server-name", action="append", metavar="HOST", help="nginx server_name (repeatable; "
-                                                                              "default _)")
-    bundle.add_argument("--tls-cert", metavar="PEM", help="certificate (with intermediates): HTTPS, HTTP redirects")
-    bundle.add_argument("--tls-key", metavar="PEM", help="its private key (unencrypted)")
+    bundle.add_argument("--server-name", action="append", metavar="HOST",
+                        help="a host name the site answers (repeatable); other hosts are closed (444) and other or "
+                             "missing SNI refused. Required unless --any-host")
+    bundle.add_argument("--any-host", action="store_true",
+                        help="answer every Host header (server_name _; a forged Host then reaches the app)")
+    bundle.add_argument("--tls-cert", metavar="PATH",
+                        help="the certificate (with intermediates) on the server, used in place (renewals rewrite "
+                             "it): HTTPS, HTTP redirects")
+    bundle.add_argument("--tls-key", metavar="PATH", help="its private key on the server (unencrypted, not readable "
+                                                          "by others)")
+    bundle.add_argument("--acme-webroot", metavar="DIR",
+                        help="serve /.well-known/acme-challenge/ from DIR on port 80 (certbot --webroot -w DIR)")
+    bundle.add_argument("--stop-grace", metavar="SECONDS",
+                        help="how long `systemctl stop` lets requests in flight finish (default: --harakiri)")
     bundle.add_argument("--client-max-body-size", metavar="SIZE", help="nginx's request body limit (default 10m)")
     bundle.add_argument("--listen", action="append", metavar="ADDR",
                         help="nginx HTTP listen: PORT, IPV4:PORT or [IPV6]:PORT (repeatable; default 80 [::]:80)")
@@ -215,18 +225,31 @@ def add_bundle_parsers(sub) -> None:
     install_p.add_argument("--dry-run", action="store_true", help="list what would change; change nothing")
     install_p.add_argument("--no-app-check", action="store_true",
                            help="skip the checks of the app, its virtualenv and uWSGI, and the pre-flight import")
+    uninstall_p = sub.add_parser("uninstall", help="remove what install wrote for a bundle: the site first (nginx "
+                                                   "reloaded), then the app (stopped gracefully), then the files")
+    uninstall_p.add_argument("name", help="the bundle's name (--name of bundle)")
+    uninstall_p.add_argument("--root", default="/", help="the prefix it was installed under (default /)")
+    uninstall_p.add_argument("--dry-run", action="store_true", help="list what would be removed; change nothing")
+    uninstall_p.add_argument("--purge", action="store_true", help="remove the logs too (/var/log/NAME and the site's "
+                                                                  "nginx logs)")
 
 
 def cmd_bundle(args) -> int:
     bundle = build_bundle(
         args.layout, **app_options(args), name=args.name, server_names=args.server_name, tls_cert=args.tls_cert,
-        tls_key=args.tls_key, client_max_body_size=args.client_max_body_size, listen=args.listen,
+        tls_key=args.tls_key, acme_webroot=args.acme_webroot, stop_grace=args.stop_grace,
+        client_max_body_size=args.client_max_body_size, listen=args.listen,
         tls_listen=args.tls_listen, user=args.user, group=args.group, nginx_group=args.nginx_group,
         uwsgi=args.uwsgi, writable=args.writable, transport=args.transport, base_port=args.base_port,
         backlog=args.backlog, harakiri=args.harakiri, retries=args.retries, connect_timeout=args.connect_timeout,
         hosts=args.hosts, uwsgi_tls_dir=args.uwsgi_tls_dir, uwsgi_tls_name=args.uwsgi_tls_name,
         max_fails=args.max_fails, fail_timeout=args.fail_timeout,
     )
+    # A site answers its own names only, unless told otherwise by an option named for the risk.
+    if bool(args.server_name) == args.any_host:
+        raise LayoutError("server_name", "give the site's host names with --server-name HOST (other hosts never reach "
+                                         "the app), or --any-host to answer every Host header"
+                          if not args.any_host else "--any-host answers every host: drop --server-name or --any-host")
     out = Path(args.out).absolute()
     if bundle.role == "front":
         written = write_host_bundles(bundle, out)
@@ -237,6 +260,9 @@ def cmd_bundle(args) -> int:
         return 0
     files = write_bundle(bundle, out)
     print(f"bundle {bundle.name} ({bundle.layout.name}) written to {out}: {', '.join(files)}")
+    if bundle.tls and not Path(bundle.tls_cert).exists():
+        print(f"note: {bundle.tls_cert} is not on this machine: install checks it and {bundle.tls_key} on the "
+              "server")
     print(f"next, on the server: python -m deploy install {out} --dry-run (see {out / 'INSTALL.md'})")
     return 0
 
@@ -244,10 +270,27 @@ def cmd_bundle(args) -> int:
 def cmd_install(args) -> int:
     result = install(args.bundle, root=args.root, dry_run=args.dry_run, app_check=not args.no_app_check,
                      progress=lambda line: print(line, flush=True))
-    changed = len(result.changed)
+    changed = len(result.changed) + len(result.retired)
     verb = "would change" if result.dry_run else "changed"
-    print(f"{'dry run: ' if result.dry_run else ''}bundle {result.name} under {result.root}: {verb} {changed} "
-          f"of {len(result.steps)} paths")
+    serving = f", slot {result.slot}" if result.slot else ""
+    if result.nothing_changed:
+        print(f"{'dry run: ' if result.dry_run else ''}bundle {result.name} under {result.root}{serving}: nothing "
+              "changed")
+        return 0
+    print(f"{'dry run: ' if result.dry_run else ''}bundle {result.name} under {result.root}{serving}: {verb} "
+          f"{changed} of {len(result.steps) + len(result.retired)} paths"
+          + (", the app's code changed" if result.code_changed else ""))
+    return 0
+
+
+def cmd_uninstall(args) -> int:
+    result = uninstall(args.name, root=args.root, dry_run=args.dry_run, purge=args.purge,
+                       progress=lambda line: print(line, flush=True))
+    if result.dry_run:
+        print(f"dry run: bundle {result.name} under {result.root}: nothing changed")
+    else:
+        kept = f"; kept {len(result.kept)} log path(s) (--purge removes them)" if result.kept else ""
+        print(f"bundle {result.name} uninstalled from {result.root}: removed {len(result.removed)} paths{kept}")
     return 0
 
 
@@ -343,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(build_parser(), argv)
     try:
         return {"render": cmd_render, "run": cmd_run, "reload": cmd_reload, "bundle": cmd_bundle,
-                "install": cmd_install, "certs": cmd_certs}[args.command](args)
+                "install": cmd_install, "uninstall": cmd_uninstall, "certs": cmd_certs}[args.command](args)
     except LayoutError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -2,12 +2,19 @@
 
 ``python -m deploy bundle LAYOUT --out DIR`` writes, for a bundle called NAME::
 
-    nginx/sites-available/NAME.conf  -> /etc/nginx/sites-available/NAME.conf (+ sites-enabled link)
-    uwsgi/NAME.ini                   -> /etc/uwsgi-layouts/NAME.ini
-    systemd/NAME.service             -> /etc/systemd/system/NAME.service
-    logrotate/NAME                   -> /etc/logrotate.d/NAME
-    tls/NAME.crt, tls/NAME.key       -> /etc/ssl/certs/NAME.crt, /etc/ssl/private/NAME.key (with TLS)
-    INSTALL.md, bundle.json          (not installed: the commands for this bundle; what install reads)
+    SLOT/nginx/sites-available/NAME.conf -> /etc/nginx/sites-available/NAME.conf (+ sites-enabled link)
+    SLOT/uwsgi/NAME@SLOT.ini             -> /etc/uwsgi-layouts/NAME@SLOT.ini
+    SLOT/systemd/NAME@SLOT.service       -> /etc/systemd/system/NAME@SLOT.service
+    logrotate/NAME                       -> /etc/logrotate.d/NAME
+    INSTALL.md, bundle.json              (not installed: the commands for this bundle; what install reads)
+
+SLOT is blue or green: two copies of the service that differ only in their names, run
+directory (/run/NAME/SLOT: sockets, FIFO, stats) and, with TCP, ports. One serves; an upgrade
+that changes uWSGI's configuration starts the other beside it, points nginx at it and stops the
+first (deploy/ship/installer.py). The site of each slot names that slot's sockets.
+
+Certificates are used where they are (``--tls-cert``/``--tls-key`` name files on the server,
+which renewal tools such as certbot rewrite in place): the site names them, nothing copies them.
 
 With ``--hosts A,B`` (app hosts behind one front, deploy/model/hosts.py) it writes one bundle for the
 front and one per app host (``write_host_bundles``): ``front/`` holds the site (its upstream
@@ -28,12 +35,13 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import pwd
 import re
 import ssl
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from deploy.machine import check_hosts
+from deploy.machine import blocked_at, check_hosts
 from deploy.model import (
     APP_RE,
     CA_CERT,
@@ -63,6 +71,19 @@ DEFAULT_BODY_SIZE = "10m"
 UWSGI_CONF_DIR = "/etc/uwsgi-layouts"
 # The front's client certificate for the app hosts, and the CA it checks them against.
 FRONT_TLS_DIR = "/etc/nginx/uwsgi-tls"
+
+# The two side-by-side copies of a single-machine bundle's service (see the module's docstring).
+SLOTS = ("blue", "green")
+# With --transport tcp, green's sockets are blue's ports plus this (a layout has at most 256 sockets).
+SLOT_PORT_OFFSET = 1000
+# What install wrote, by bundle (deploy/ship/manifest.py): what uninstall removes.
+STATE_DIR = "/var/lib/uwsgi-layouts"
+# Debian's nginx logs: www-data:adm 0640 (/etc/logrotate.d/nginx creates them so).
+NGINX_LOG_OWNER = ("www-data", "adm")
+NGINX_LOG_MODE = 0o640
+# Without --stop-grace and without harakiri: how long `systemctl stop` waits for requests in flight.
+DEFAULT_STOP_GRACE = 30
+MAX_STOP_GRACE = 3600
 
 # NAME names a systemd unit, /run/NAME, /var/log/NAME, files and an nginx upstream and zone.
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
@@ -155,19 +176,40 @@ def _read_pem(field_name: str, path: str) -> str:
     return text
 
 
-def read_tls(cert: str | None, key: str | None) -> tuple[str, str]:
-    """(certificate chain, private key) as PEM text, checked to belong together; ("", "") without TLS."""
+def tls_path(field_name: str, raw) -> str:
+    """A certificate or key path on the server, as nginx's site will name it (absolute, in
+    characters nginx takes unquoted). /etc is allowed: that is where certificates live."""
+    text = str(raw or "")
+    clean = os.path.normpath(text) if text.startswith("/") else text
+    if not clean.startswith("/") or not SERVER_PATH_RE.match(clean):
+        raise LayoutError(field_name, f"{text!r} must be an absolute path on the server holding only letters, digits "
+                                      "and . _ + @ - between slashes (nginx reads it there, at every reload)")
+    taken = _under(clean, ("/proc", "/sys", "/dev"))
+    if taken:
+        raise LayoutError(field_name, f"{clean} is under {taken}, which holds no certificate files")
+    return clean
+
+
+def tls_paths(cert, key) -> tuple[str, str]:
+    """(certificate path, key path) as given with --tls-cert/--tls-key, or ("", "") without TLS."""
     if not cert and not key:
         return "", ""
     if not cert or not key:
         given, missing = ("tls_cert", "--tls-key") if cert else ("tls_key", "--tls-cert")
         raise LayoutError(given, f"needs {missing} too: nginx serves HTTPS with a certificate and its key")
+    return tls_path("tls_cert", cert), tls_path("tls_key", key)
+
+
+def check_tls_pair(cert: str, key: str, nobody: tuple[int, int] | None = None) -> None:
+    """The certificate and key as nginx's master (root) reads them at every start and reload:
+    readable, PEM, the key unencrypted and belonging to the certificate, and not readable by every
+    local user (``nobody``: its uid and gid; None skips that check). LayoutError naming the field."""
     cert_text, key_text = _read_pem("tls_cert", cert), _read_pem("tls_key", key)
     if "-----BEGIN CERTIFICATE-----" not in cert_text:
         raise LayoutError("tls_cert", f"{cert} holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
     if "PRIVATE KEY-----" in cert_text:
-        raise LayoutError("tls_cert", f"{cert} also holds a private key, and the certificate is installed "
-                                      "world-readable: give the key alone with --tls-key")
+        raise LayoutError("tls_cert", f"{cert} also holds a private key, and a certificate is public: give the key "
+                                      "alone with --tls-key")
     if not re.search(r"-----BEGIN [A-Z ]*PRIVATE KEY-----", key_text):
         raise LayoutError("tls_key", f"{key} holds no PEM private key")
 
@@ -186,7 +228,27 @@ def read_tls(cert: str | None, key: str | None) -> tuple[str, str]:
     except ssl.SSLError as exc:
         why = "does not belong to the certificate" if "KEY_VALUES_MISMATCH" in str(exc) else f"is unusable ({exc})"
         raise LayoutError("tls_key", f"{key} {why} in {cert}") from None
-    return cert_text, key_text
+    if nobody is not None and _readable_by(Path(key).resolve(), *nobody):
+        raise LayoutError("tls_key", f"{key} is readable by every local user: chmod 0600 {key} (nginx's master "
+                                     "reads it as root)")
+
+
+def _readable_by(path: Path, uid: int, gid: int) -> bool:
+    """Whether user ``uid`` (group ``gid``) can reach and read the file ``path``."""
+    if blocked_at(path.parent, uid, {gid}, need_read=False) is not None:
+        return False
+    st = path.stat()
+    bits = 6 if st.st_uid == uid else 3 if st.st_gid == gid else 0
+    return bool((st.st_mode >> bits) & 0o4)
+
+
+def nobody_ids() -> tuple[int, int] | None:
+    """uid and gid of ``nobody`` (the stand-in for any local user), None where there is none."""
+    try:
+        entry = pwd.getpwnam("nobody")
+    except KeyError:
+        return None
+    return entry.pw_uid, entry.pw_gid
 
 
 # --- the bundle ------------------------------------------------------------------------------
@@ -213,9 +275,12 @@ class Bundle:
     server_names: tuple[str, ...] = ("_",)
     listen: tuple[str, ...] = DEFAULT_HTTP_LISTEN
     tls_listen: tuple[str, ...] = DEFAULT_HTTPS_LISTEN
-    tls_cert: str = ""  # PEM text (copied into the bundle), "" = plain HTTP
+    tls_cert: str = ""  # the certificate's path on the server, used in place; "" = plain HTTP
     tls_key: str = ""
+    acme_webroot: str = ""  # port 80 serves /.well-known/acme-challenge/ from here (certbot --webroot -w)
     client_max_body_size: str = DEFAULT_BODY_SIZE
+    stop_grace: int = DEFAULT_STOP_GRACE  # seconds `systemctl stop` lets requests in flight finish
+    slot: str = ""  # "blue" | "green" on one machine (these files are that copy's), "" across hosts
     # Several app hosts: "front" (the site only) or "host" (uWSGI only, bound to ``host``); "" = one
     # machine. ``uwsgi_tls_pem``: the PEM texts of the TLS between them (deploy certs), by file.
     role: str = ""
@@ -261,8 +326,42 @@ class Bundle:
         return bool(self.tls_cert)
 
     @property
+    def instance(self) -> str:
+        """The service's name: NAME@SLOT on one machine, NAME on an app host."""
+        return f"{self.name}@{self.slot}" if self.slot else self.name
+
+    def for_slot(self, slot: str) -> "Bundle":
+        return replace(self, slot=slot)
+
+    @property
+    def slots(self) -> tuple[str, ...]:
+        """The slots this bundle's service comes in: both on one machine, none across hosts."""
+        return SLOTS if self.role != "host" and not self.layout.hosts else ()
+
+    @property
     def run_dir(self) -> str:
-        return f"/run/{self.name}"
+        return f"/run/{self.name}/{self.slot}" if self.slot else f"/run/{self.name}"
+
+    @property
+    def ini_path(self) -> str:
+        return f"{UWSGI_CONF_DIR}/{self.instance}.ini"
+
+    @property
+    def master_fifos(self) -> list[str]:
+        """Every master FIFO of this bundle's service (one per slot): logrotate writes to each."""
+        return [f"{self.for_slot(s).run_dir}/master.fifo" for s in self.slots] or [f"{self.run_dir}/master.fifo"]
+
+    @property
+    def catch_all(self) -> bool:
+        """Named hosts get a catch-all server before the site's own: other Host headers are closed
+        (444) and other or missing SNI refused, so they never reach the app."""
+        return self.server_names != ("_",)
+
+    @property
+    def catch_all_name(self) -> str:
+        # Unique per bundle (.invalid is reserved, RFC 2606): two catch-alls without a name would
+        # both be server_name "", which nginx reports as a conflicting server name.
+        return f"unknown-host.{self.name}.invalid"
 
     @property
     def log_dir(self) -> str:
@@ -274,16 +373,17 @@ class Bundle:
 
     @property
     def unit(self) -> str:
-        return f"{self.name}.service"
+        return f"{self.instance}.service"
 
     @property
     def sockets(self) -> list[Socket]:
         if self.layout.hosts:  # each host binds its own address: a host its own sockets, the front all
             return self.layout.host_sockets(self.host) if self.role == "host" else self.layout.sockets
         out = []
+        offset = SLOT_PORT_OFFSET if self.slot == SLOTS[1] else 0
         for s in self.layout.sockets:
             address = (f"{self.run_dir}/uwsgi-{s.index}.sock" if self.transport == "unix"
-                       else f"127.0.0.1:{self.layout.base_port + s.index}")
+                       else f"127.0.0.1:{self.layout.base_port + offset + s.index}")
             out.append(replace(s, address=address))
         return out
 
@@ -333,7 +433,7 @@ class Bundle:
         return {}
 
     def files(self) -> list[BundleFile]:
-        return bundle_files(self.name, self.tls, self.group, self.role)
+        return bundle_files(self.name, self.group, self.role)
 
 
 @dataclass(frozen=True)
@@ -342,35 +442,42 @@ class BundleFile:
     target: str  # absolute path on the server
     mode: int
     group: str = "root"
+    slot: str = ""  # "blue"/"green": install takes the files of one slot; "" = the bundle's only copy
+    kind: str = ""  # site | ini | unit | logrotate | tls: what install does when it changes
 
 
-def bundle_files(name: str, tls: bool, group: str, role: str = "") -> list[BundleFile]:
+def bundle_files(name: str, group: str, role: str = "") -> list[BundleFile]:
     """Every installed file of bundle ``name``: where it lives in the bundle and on the server.
-    ``role``: "" (one machine), "front" (the site) or "host" (uWSGI) of a bundle across hosts."""
-    site = [BundleFile(f"nginx/sites-available/{name}.conf", f"/etc/nginx/sites-available/{name}.conf", 0o644)]
-    service = [
-        # The app's environment (--env) may hold secrets: readable by root and the run group only.
-        BundleFile(f"uwsgi/{name}.ini", f"{UWSGI_CONF_DIR}/{name}.ini", 0o640, group),
-        BundleFile(f"systemd/{name}.service", f"/etc/systemd/system/{name}.service", 0o644),
-        BundleFile(f"logrotate/{name}", f"/etc/logrotate.d/{name}", 0o644),
-    ]
-    files = (site if role != "host" else []) + (service if role != "front" else [])
+    ``role``: "" (one machine: the site, ini and unit of each slot), "front" (the site) or
+    "host" (uWSGI) of a bundle across hosts."""
+    def site(slot: str = "") -> BundleFile:
+        inside = f"{slot}/" if slot else ""
+        return BundleFile(f"{inside}nginx/sites-available/{name}.conf", f"/etc/nginx/sites-available/{name}.conf",
+                          0o644, slot=slot, kind="site")
+
+    def service(slot: str = "") -> list[BundleFile]:
+        inside, instance = (f"{slot}/", f"{name}@{slot}") if slot else ("", name)
+        return [
+            # The app's environment (--env) may hold secrets: readable by root and the run group only.
+            BundleFile(f"{inside}uwsgi/{instance}.ini", f"{UWSGI_CONF_DIR}/{instance}.ini", 0o640, group, slot, "ini"),
+            BundleFile(f"{inside}systemd/{instance}.service", f"/etc/systemd/system/{instance}.service", 0o644,
+                       slot=slot, kind="unit"),
+        ]
+
+    logrotate = [BundleFile(f"logrotate/{name}", f"/etc/logrotate.d/{name}", 0o644, kind="logrotate")]
+    if not role:
+        return [f for slot in SLOTS for f in (site(slot), *service(slot))] + logrotate
+    files = [site()] if role == "front" else [*service(), *logrotate]
     if role == "front":  # nginx's master reads its client key as root
         base = f"{FRONT_TLS_DIR}/{name}"
-        files += [BundleFile("uwsgi-tls/ca.crt", f"{base}/ca.crt", 0o644),
-                  BundleFile("uwsgi-tls/front.crt", f"{base}/front.crt", 0o644),
-                  BundleFile("uwsgi-tls/front.key", f"{base}/front.key", 0o600)]
+        files += [BundleFile("uwsgi-tls/ca.crt", f"{base}/ca.crt", 0o644, kind="tls"),
+                  BundleFile("uwsgi-tls/front.crt", f"{base}/front.crt", 0o644, kind="tls"),
+                  BundleFile("uwsgi-tls/front.key", f"{base}/front.key", 0o600, kind="tls")]
     if role == "host":  # systemd starts uWSGI as the run user, who reads the key (group, 0640)
         base = f"{UWSGI_CONF_DIR}/{name}-tls"
-        files += [BundleFile("uwsgi-tls/ca.crt", f"{base}/ca.crt", 0o644),
-                  BundleFile("uwsgi-tls/host.crt", f"{base}/host.crt", 0o644),
-                  BundleFile("uwsgi-tls/host.key", f"{base}/host.key", 0o640, group)]
-    if tls and role != "host":
-        files += [
-            BundleFile(f"tls/{name}.crt", f"/etc/ssl/certs/{name}.crt", 0o644),
-            # nginx's master reads the key as root before starting workers.
-            BundleFile(f"tls/{name}.key", f"/etc/ssl/private/{name}.key", 0o600),
-        ]
+        files += [BundleFile("uwsgi-tls/ca.crt", f"{base}/ca.crt", 0o644, kind="tls"),
+                  BundleFile("uwsgi-tls/host.crt", f"{base}/host.crt", 0o644, kind="tls"),
+                  BundleFile("uwsgi-tls/host.key", f"{base}/host.key", 0o640, group, kind="tls")]
     return files
 
 
@@ -380,8 +487,9 @@ def site_link(name: str) -> tuple[str, str]:
 
 
 def system_paths(name: str) -> tuple[str, ...]:
-    """The system paths a bundle's files name; ``install --root`` moves exactly these."""
-    return ("/etc/nginx", "/etc/ssl", UWSGI_CONF_DIR, "/etc/systemd/system", "/etc/logrotate.d",
+    """The system paths a bundle's files name; ``install --root`` moves exactly these. (The
+    certificates, ACME webroot and app paths are the server's own and stay where they are.)"""
+    return ("/etc/nginx", UWSGI_CONF_DIR, "/etc/systemd/system", "/etc/logrotate.d",
             f"/run/{name}", f"/var/log/{name}", "/var/log/nginx")
 
 
@@ -416,9 +524,10 @@ def default_name(app: str) -> str:
 
 def build_bundle(spec: str, *, app=None, app_dir=None, virtualenv=None, env=None, static=None, name=None,
                  uwsgi=None, user=None, group=None, nginx_group=None, writable=None, server_names=None,
-                 listen=None, tls_listen=None, tls_cert=None, tls_key=None, client_max_body_size=None,
-                 **layout_options) -> Bundle:
-    """A validated Bundle, or LayoutError naming the field. Reads only the TLS files given."""
+                 listen=None, tls_listen=None, tls_cert=None, tls_key=None, acme_webroot=None,
+                 client_max_body_size=None, stop_grace=None, **layout_options) -> Bundle:
+    """A validated Bundle, or LayoutError naming the field. Reads only the TLS files given, and
+    only when they exist on this machine (``install`` checks them on the server in any case)."""
     app = str(app or DEFAULT_APP)
     if not APP_RE.match(app):
         raise LayoutError("app", f"expected an importable module:callable such as shop.wsgi:application, got {app!r}")
@@ -440,17 +549,25 @@ def build_bundle(spec: str, *, app=None, app_dir=None, virtualenv=None, env=None
         server_path("static", directory, f"the directory for {prefix}/")
     writable_dirs = tuple(server_path("writable", d, "--writable DIR") for d in (writable or ()))
     user_name = _account("user", user, DEBIAN_NGINX_GROUP)
-    tls_cert_text, tls_key_text = read_tls(tls_cert, tls_key)
+    cert_path, key_path = tls_paths(tls_cert, tls_key)
+    if cert_path and (os.path.lexists(cert_path) or os.path.lexists(key_path)):
+        check_tls_pair(cert_path, key_path, nobody_ids())
+    webroot = server_path("acme_webroot", acme_webroot, "--acme-webroot DIR") if acme_webroot else ""
     http = tuple(dict.fromkeys(_listen("listen", x) for x in (listen or DEFAULT_HTTP_LISTEN)))
     https = tuple(dict.fromkeys(_listen("tls_listen", x) for x in (tls_listen or DEFAULT_HTTPS_LISTEN)))
-    if tls_listen and not tls_cert_text:
+    if tls_listen and not cert_path:
         raise LayoutError("tls_listen", "needs --tls-cert and --tls-key: without them the site is plain HTTP")
-    clash = sorted({port_of(a) for a in http} & {port_of(a) for a in https}) if tls_cert_text else []
+    clash = sorted({port_of(a) for a in http} & {port_of(a) for a in https}) if cert_path else []
     if clash:
         raise LayoutError("tls_listen", f"port {clash[0]} is given to both --listen and --tls-listen")
     if layout.transport == "tcp":
-        taken = {port_of(a) for a in http + (https if tls_cert_text else ())}
-        ports = {layout.base_port + s.index for s in layout.sockets}
+        taken = {port_of(a) for a in http + (https if cert_path else ())}
+        # On one machine the green slot's sockets sit SLOT_PORT_OFFSET above blue's.
+        offsets = (0,) if layout.hosts else (0, SLOT_PORT_OFFSET)
+        ports = {layout.base_port + o + s.index for o in offsets for s in layout.sockets}
+        if max(ports) > 65535:
+            raise LayoutError("base_port", f"the second slot's sockets need ports up to {max(ports)} "
+                                           f"(--base-port + {SLOT_PORT_OFFSET}): choose a lower --base-port")
         if taken & ports:
             raise LayoutError("base_port", f"uWSGI socket port {min(taken & ports)} is also an nginx listen port: "
                                            "choose another --base-port")
@@ -462,9 +579,21 @@ def build_bundle(spec: str, *, app=None, app_dir=None, virtualenv=None, env=None
         user=user_name, group=_account("group", group, user_name),
         nginx_group=_account("nginx_group", nginx_group, DEBIAN_NGINX_GROUP),
         env=parse_env(env or ()), static=static_dirs, writable=writable_dirs, server_names=_server_names(server_names),
-        listen=http, tls_listen=https if tls_cert_text else (), tls_cert=tls_cert_text, tls_key=tls_key_text,
-        client_max_body_size=size.lower(), **_across_hosts(layout),
+        listen=http, tls_listen=https if cert_path else (), tls_cert=cert_path, tls_key=key_path,
+        acme_webroot=webroot, client_max_body_size=size.lower(), stop_grace=_stop_grace(stop_grace, layout.harakiri),
+        **_across_hosts(layout),
     )
+
+
+def _stop_grace(raw, harakiri: int) -> int:
+    """Seconds `systemctl stop` waits for requests in flight: --stop-grace, else the harakiri limit
+    (no request runs longer), else DEFAULT_STOP_GRACE."""
+    if raw is None:
+        return harakiri or DEFAULT_STOP_GRACE
+    text = str(raw).strip()
+    if not text.isdigit() or not 1 <= int(text) <= MAX_STOP_GRACE:
+        raise LayoutError("stop_grace", f"expected whole seconds in 1..{MAX_STOP_GRACE}, got {text!r}")
+    return int(text)
 
 
 def _across_hosts(layout: Layout) -> dict:

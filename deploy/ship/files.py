@@ -47,36 +47,34 @@ def outdent(text: str, width: int = 4) -> str:
 
 
 def render_bundle(bundle: Bundle) -> dict[str, str]:
-    """Bundle-relative path -> text, every file with the generated header."""
+    """Bundle-relative path -> text, every file with the generated header. On one machine the
+    site, ini and unit come once per slot (SLOT/...), each naming that slot's paths."""
     env = environment()
     env.filters["outdent"] = outdent
-    context = {
-        "layout": bundle, "bundle": bundle, "server": server_for(bundle.layout), "unix_mode": "660",
-        "files": bundle.files(),
-        "site_link": site_link(bundle.name), "conf_dir": UWSGI_CONF_DIR,
-        "tls_protocols": TLS_PROTOCOLS, "tls_curves": TLS_CURVES, "tls_ciphers": TLS_CIPHERS,
-        "hsts_max_age": HSTS_MAX_AGE, "ssl_ciphers": SSL_CIPHERS, "ssl_protocols": SSL_PROTOCOLS,
-    }
-    name = bundle.name
-    texts = {}
-    if bundle.role != "host":
-        texts[f"nginx/sites-available/{name}.conf"] = env.get_template("bundle/site.conf.j2").render(context)
-    if bundle.role != "front":
-        texts |= {
-            f"uwsgi/{name}.ini": env.get_template("bundle/uwsgi.ini.j2").render(context),
-            f"systemd/{name}.service": env.get_template("bundle/unit.service.j2").render(context),
-            f"logrotate/{name}": env.get_template("bundle/logrotate.j2").render(context),
+    first = bundle.for_slot(bundle.slots[0]) if bundle.slots else bundle  # INSTALL.md's by-hand steps use it
+
+    def context(b: Bundle) -> dict:
+        return {
+            "layout": b, "bundle": b, "server": server_for(b.layout), "unix_mode": "660",
+            "files": [f for f in b.files() if f.slot in ("", first.slot)], "first": first,
+            "site_link": site_link(b.name), "conf_dir": UWSGI_CONF_DIR,
+            "tls_protocols": TLS_PROTOCOLS, "tls_curves": TLS_CURVES, "tls_ciphers": TLS_CIPHERS,
+            "hsts_max_age": HSTS_MAX_AGE, "ssl_ciphers": SSL_CIPHERS, "ssl_protocols": SSL_PROTOCOLS,
         }
-    header = env.get_template("bundle/pem_header.j2").render(context)
-    if bundle.tls and bundle.role != "host":
-        texts[f"tls/{name}.crt"] = header + bundle.tls_cert.lstrip()
-        texts[f"tls/{name}.key"] = header + bundle.tls_key.lstrip()
+
+    templates = {"site": "bundle/site.conf.j2", "ini": "bundle/uwsgi.ini.j2", "unit": "bundle/unit.service.j2",
+                 "logrotate": "bundle/logrotate.j2"}
+    texts = {}
+    for f in bundle.files():
+        if f.kind in templates:
+            texts[f.path] = env.get_template(templates[f.kind]).render(context(bundle.for_slot(f.slot)))
+    header = env.get_template("bundle/pem_header.j2").render(context(bundle))
     pem = dict(bundle.uwsgi_tls_pem)
     wanted = {"front": ("ca.crt", "front.crt", "front.key"),
               "host": ("ca.crt", f"{bundle.host}/host.crt", f"{bundle.host}/host.key")}.get(bundle.role, ())
     for key in wanted:
         texts[f"uwsgi-tls/{key.rpartition('/')[2]}"] = header + pem[key].lstrip()
-    texts["INSTALL.md"] = env.get_template("bundle/INSTALL.md.j2").render(context)
+    texts["INSTALL.md"] = env.get_template("bundle/INSTALL.md.j2").render(context(first))
     texts[BUNDLE_JSON] = json.dumps(bundle_record(bundle), indent=2) + "\n"
     return texts
 
@@ -88,20 +86,28 @@ def bundle_record(bundle: Bundle) -> dict:
         "generated_by": "python -m deploy bundle",
         "name": bundle.name,
         "layout": bundle.layout.name,
+        "processes": bundle.processes,
         "tls": bundle.tls,
+        # Used in place on the server (never copied): install checks them there.
+        **({"tls_cert": bundle.tls_cert, "tls_key": bundle.tls_key} if bundle.tls else {}),
+        **({"acme_webroot": bundle.acme_webroot} if bundle.acme_webroot else {}),
+        "slots": list(bundle.slots),
+        "stop_grace": bundle.stop_grace,
         **({"role": bundle.role, "host": bundle.host, "hosts": list(bundle.layout.hosts)} if bundle.role else {}),
         "server_names": list(bundle.server_names),
-        "unit": bundle.unit,
+        "unit": bundle.unit if not bundle.slots else f"{bundle.name}@SLOT.service",
         "run_dir": bundle.run_dir,
         "log_dir": bundle.log_dir,
         "server": {
             "user": bundle.user, "group": bundle.group, "nginx_group": bundle.nginx_group,
             "uwsgi": bundle.uwsgi, "app": bundle.app, "app_dir": bundle.app_dir, "virtualenv": bundle.virtualenv,
             "env": [list(kv) for kv in bundle.env], "static": [list(kv) for kv in bundle.static],
-            "writable": list(bundle.writable), "sockets": [s.address for s in bundle.sockets],
+            "writable": list(bundle.writable),
+            "sockets": {slot: [s.address for s in bundle.for_slot(slot).sockets] for slot in bundle.slots}
+            if bundle.slots else [s.address for s in bundle.sockets],
         },
-        "files": [{"path": f.path, "target": f.target, "mode": f"{f.mode:04o}", "group": f.group}
-                  for f in bundle.files()],
+        "files": [{"path": f.path, "target": f.target, "mode": f"{f.mode:04o}", "group": f.group, "slot": f.slot,
+                   "kind": f.kind} for f in bundle.files()],
         "links": [dict(zip(("link", "target"), site_link(bundle.name), strict=True))],
     }
 
@@ -129,15 +135,19 @@ def unit_directives(text: str) -> list[tuple[str, str, str]]:
 
 
 def check_bundle(bundle: Bundle, staging: Path) -> list[str]:
-    """Cross-check the rendered bundle in ``staging``: the lab's checks (upstream == sockets, the
-    mapping, loopback and 0660 only, balancer, UWSGI_* params, static aliases, env) on the site
-    as Debian's nginx.conf includes it, plus what only a bundle has. Returns the problems."""
-    name = bundle.name
-    site = staging / f"nginx/sites-available/{name}.conf"
-    problems = _crosscheck_site(bundle, site, {"": staging / f"uwsgi/{name}.ini"})
-    if problems and problems[0].startswith("the site does not parse"):
-        return problems
-    return problems + _site_checks(bundle, site) + _service_checks(bundle, staging)
+    """Cross-check the rendered bundle in ``staging``, each slot's site against that slot's ini:
+    the lab's checks (upstream == sockets, the mapping, loopback and 0660 only, balancer, UWSGI_*
+    params, static aliases, env) on the site as Debian's nginx.conf includes it, plus what only a
+    bundle has. Returns the problems (prefixed with the slot's name)."""
+    problems = []
+    for slot in bundle.slots or ("",):
+        b = bundle.for_slot(slot)
+        files = {f.kind: staging / f.path for f in b.files() if f.slot == slot}
+        found = _crosscheck_site(b, files["site"], {"": files["ini"]})
+        if not (found and found[0].startswith("the site does not parse")):
+            found += _site_checks(b, files["site"]) + _service_checks(b, staging)
+        problems += [f"{slot}: {p}" if slot else p for p in found]
+    return problems
 
 
 def check_host_bundles(front: Bundle, front_dir: Path, host_dirs: dict[str, Path]) -> list[str]:
@@ -156,11 +166,18 @@ def check_host_bundles(front: Bundle, front_dir: Path, host_dirs: dict[str, Path
 
 def _crosscheck_site(bundle: Bundle, site: Path, inis: dict[str, Path]) -> list[str]:
     """render.crosscheck on the site as Debian's nginx.conf includes it (inside http {}, with
-    uwsgi_params next to nginx.conf), against uWSGI's ini (``inis[""]``) or each host's."""
+    uwsgi_params next to nginx.conf), against uWSGI's ini (``inis[""]``) or each host's. The lab's
+    checks know one server per port and static locations only: they read the site without its
+    catch-all servers and ACME location, which ``_site_checks`` checks."""
     check = Path(tempfile.mkdtemp(prefix=".check-", dir=site.parent))
     try:
         shutil.copy(TEMPLATES_DIR / "uwsgi_params", check / "uwsgi_params")
-        (check / "nginx.conf").write_text(f"events {{}}\nhttp {{\n    include {site};\n}}\n")
+        try:
+            app_only = crossplane.build(_without_catch_all(parse_nginx_site(site)))
+        except crossplane.errors.NgxParserBaseException as exc:
+            return [f"the site does not parse inside http {{}}: {exc}"]
+        (check / "site.conf").write_text(app_only + "\n")
+        (check / "nginx.conf").write_text(f"events {{}}\nhttp {{\n    include {check / 'site.conf'};\n}}\n")
         for host, ini in inis.items():
             target = check / "hosts" / host / "uwsgi.ini" if host else check / "uwsgi.ini"
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -171,6 +188,56 @@ def _crosscheck_site(bundle: Bundle, site: Path, inis: dict[str, Path]) -> list[
             return [f"the site does not parse inside http {{}}: {exc}"]
     finally:
         shutil.rmtree(check, ignore_errors=True)
+
+
+def _is_catch_all(server: dict) -> bool:
+    return any(d["directive"] in ("return", "ssl_reject_handshake") and d["args"] in (["444"], ["on"])
+               for d in server.get("block", []))
+
+
+def _without_catch_all(parsed: list[dict]) -> list[dict]:
+    """The site's directives without catch-all servers and ACME challenge locations."""
+    out = []
+    for d in parsed:
+        if d["directive"] == "server" and _is_catch_all(d):
+            continue
+        if d["directive"] == "location" and d["args"] == ["^~", ACME_LOCATION]:
+            continue
+        out.append({**d, "block": _without_catch_all(d["block"])} if "block" in d else d)
+    return out
+
+
+ACME_LOCATION = "/.well-known/acme-challenge/"
+
+
+def _catch_all_checks(bundle: Bundle, parsed: list[dict]) -> list[str]:
+    """Named hosts: a catch-all server on every port, before the site's own servers, that answers
+    nothing (444, and no TLS handshake on HTTPS); no server_name _ anywhere. Any host: none."""
+    servers = [d for d in parsed if d["directive"] == "server"]
+    catch = [s for s in servers if _is_catch_all(s)]
+    names = [d["args"] for s in servers for d in s["block"] if d["directive"] == "server_name"]
+    if not bundle.catch_all:
+        return ["a site for any host has a catch-all server"] if catch else []
+    problems = []
+    if any("_" in n for n in names):
+        problems.append("a site for named hosts has server_name _")
+    listens = lambda server: sorted(d["args"][0] for d in server["block"] if d["directive"] == "listen")  # noqa: E731
+    wanted = [sorted(bundle.listen)] + ([sorted(bundle.tls_listen)] if bundle.tls else [])
+    if sorted(listens(s) for s in catch) != sorted(wanted):
+        problems.append(f"catch-all servers listen on {[listens(s) for s in catch]}, not {wanted}")
+    if servers and catch and servers.index(catch[-1]) >= len(catch):
+        problems.append("the catch-all servers must come before the site's own (the first server on a port is its "
+                        "default)")
+    for server in catch:
+        rejects = [d["args"] for d in server["block"] if d["directive"] == "ssl_reject_handshake"]
+        is_tls = any("ssl" in d["args"] for d in server["block"] if d["directive"] == "listen")
+        if is_tls and rejects != [["on"]]:
+            problems.append("the HTTPS catch-all does not refuse the handshake (ssl_reject_handshake on)")
+        if [d["args"] for d in server["block"] if d["directive"] == "return"] != [["444"]]:
+            problems.append("a catch-all does not close the connection (return 444)")
+        if [d["args"] for d in server["block"] if d["directive"] == "server_name"] != [[bundle.catch_all_name]]:
+            problems.append(f"a catch-all server is not named {bundle.catch_all_name} (two unnamed ones conflict)")
+    return problems
 
 
 def _site_checks(bundle: Bundle, site: Path) -> list[str]:
@@ -187,23 +254,43 @@ def _site_checks(bundle: Bundle, site: Path) -> list[str]:
     for key, value in {"HTTP_HOST": "$host", "HTTP_X_FORWARDED_PROTO": "$scheme"}.items():
         if params.get(key) != value:
             problems.append(f"uwsgi_param {key} is {params.get(key)!r}, not {value}")
+    problems += _catch_all_checks(bundle, parsed)
+    certs = [(d["directive"], d["args"]) for d in _walk(parsed) if d["directive"].startswith("ssl_certificate")]
+    wanted = [("ssl_certificate", [bundle.tls_cert]), ("ssl_certificate_key", [bundle.tls_key])] if bundle.tls else []
+    if certs != wanted:
+        problems.append(f"the site's certificates {certs} are not --tls-cert/--tls-key {wanted}")
+    acme = [d for d in _walk(parsed) if d["directive"] == "location" and d["args"] == ["^~", ACME_LOCATION]]
+    roots = [[x["args"] for x in d["block"] if x["directive"] == "root"] for d in acme]
+    if roots != ([[[bundle.acme_webroot]]] if bundle.acme_webroot else []):
+        problems.append(f"ACME challenge locations {roots} do not serve --acme-webroot {bundle.acme_webroot!r}")
     return problems
 
 
 def _service_checks(bundle: Bundle, staging: Path) -> list[str]:
     """uwsgi.ini and the unit: how systemd starts, stops and reloads uWSGI, where it writes."""
     name = bundle.name
-    ini = f"uwsgi/{name}.ini"
+    files = {f.kind: staging / f.path for f in bundle.files() if f.slot == bundle.slot}
     problems = []
-    opts = parse_uwsgi_ini((staging / ini).read_text())
+    opts = parse_uwsgi_ini(files["ini"].read_text())
     keys = [k for k, _ in opts]
     values = lambda key: [v for k, v in opts if k == key]  # noqa: E731
-    unit = unit_directives((staging / f"systemd/{name}.service").read_text())
+    unit = unit_directives(files["unit"].read_text())
     unit_value = lambda key: [v for _, k, v in unit if k == key]  # noqa: E731
     # uWSGI 2.0 swaps SIGTERM and SIGQUIT under die-on-term (core/master.c): systemd's SIGQUIT
     # would then be a brutal reload, and `systemctl stop` would wait for the SIGKILL.
     if unit_value("KillSignal") != ["SIGQUIT"] or "die-on-term" in keys:
         problems.append("the unit must stop uWSGI with KillSignal=SIGQUIT and uwsgi.ini must not set die-on-term")
+    # The graceful stop: "q" on the FIFO (ExecStop), the signal to the master alone, a bound above the grace.
+    stop = unit_value("ExecStop")
+    if len(stop) != 1 or f"echo q > {bundle.run_dir}/master.fifo" not in stop[0] or \
+            f"timeout {bundle.stop_grace} " not in stop[0]:
+        problems.append(f"the unit's ExecStop= {stop} does not write q to {bundle.run_dir}/master.fifo and wait "
+                        f"{bundle.stop_grace} s")
+    if unit_value("KillMode") != ["mixed"] or values("shutdown-sockets") != ["true"]:
+        problems.append("a graceful stop needs KillMode=mixed (workers have no SIGQUIT handler) and shutdown-sockets")
+    timeout = unit_value("TimeoutStopSec")
+    if len(timeout) != 1 or not timeout[0].isdigit() or int(timeout[0]) <= bundle.stop_grace + 5:
+        problems.append(f"TimeoutStopSec={timeout} must exceed the grace ({bundle.stop_grace} s) and the FIFO write")
     for key in ("pidfile", "master-fifo", "stats", "logto"):
         where = bundle.log_dir if key == "logto" else bundle.run_dir
         if [v.rpartition("/")[0] for v in values(key)] != [where]:
@@ -214,8 +301,8 @@ def _service_checks(bundle: Bundle, staging: Path) -> list[str]:
         problems.append(f"chown-socket {values('chown-socket')} is not {bundle.user}:{bundle.nginx_group}")
     expected_unit = {
         "Type": ["notify"], "NotifyAccess": ["all"], "User": [bundle.user], "Group": [bundle.group],
-        "RuntimeDirectory": [name], "LogsDirectory": [name], "Restart": ["on-failure"],
-        "ExecStart": [f"{bundle.uwsgi} --ini {UWSGI_CONF_DIR}/{name}.ini"],
+        "RuntimeDirectory": [bundle.run_dir.removeprefix("/run/")], "LogsDirectory": [name],
+        "Restart": ["on-failure"], "ExecStart": [f"{bundle.uwsgi} --ini {bundle.ini_path}"],
         "ExecReload": [f"/bin/sh -c 'echo c > {bundle.run_dir}/master.fifo'"],
     }
     for key, expected in expected_unit.items():

@@ -163,17 +163,26 @@ class Container:
 
     # --- inside --------------------------------------------------------------------------------
 
+    PREFIX = ("nsenter", "--target", "{leader}", "--mount", "--uts", "--ipc", "--net", "--pid", "--root", "--wd")
+    ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
+           "SYSTEMD_PAGER": "", "SYSTEMD_COLORS": "0"}
+
+    def _inside(self, cmd: tuple[str, ...]) -> list[str]:
+        return [a.format(leader=self.leader) for a in self.PREFIX] + list(cmd)
+
     def run(self, *cmd: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
         """Run ``cmd`` inside the container (its mount, pid, network... namespaces and root)."""
-        prefix = ["nsenter", "--target", str(self.leader), "--mount", "--uts", "--ipc", "--net", "--pid", "--root",
-                  "--wd"]
-        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
-               "SYSTEMD_PAGER": "", "SYSTEMD_COLORS": "0"}
-        proc = subprocess.run([*prefix, *cmd], capture_output=True, text=True, timeout=timeout, env=env)
+        proc = subprocess.run(self._inside(cmd), capture_output=True, text=True, timeout=timeout, env=self.ENV)
         if check and proc.returncode != 0:
             raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}) in the container:\n"
                                  f"{proc.stdout}\n{proc.stderr}")
         return proc
+
+    def popen(self, *cmd: str) -> subprocess.Popen:
+        """Start ``cmd`` inside the container in the background, its output piped. The caller
+        waits for it (or kills it); powering the container off ends it in any case."""
+        return subprocess.Popen(self._inside(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=self.ENV)
 
     def log_tail(self, lines: int = 30) -> str:
         try:

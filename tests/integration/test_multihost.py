@@ -258,7 +258,7 @@ def test_bundles_across_hosts_install_and_serve(flask_app, run_dirs, free_ports)
         out = run_dirs() / "bundle"
         proc = _run_cli("bundle", "2x2-mapped", "--out", str(out), *flask_app.cli_args(), "--uwsgi",
                         str(Path(sys.prefix) / "bin" / "uwsgi"), "--hosts", ",".join(net.host_addresses),
-                        "--uwsgi-tls-dir", str(certs), "--listen", f"{net.front.address}:{port}")
+                        "--uwsgi-tls-dir", str(certs), "--listen", f"{net.front.address}:{port}", "--any-host")
         assert proc.returncode == 0, proc.stderr
         assert sorted(p.name for p in (out / "hosts").iterdir()) == sorted(net.host_addresses)
         roots = {"front": make_trial_root(run_dirs())}
