@@ -179,8 +179,8 @@ def test_render_writes_the_front_and_one_config_per_host(tmp_run_dir, tls_dir):
     layout = hosts_layout(tmp_run_dir, tls_dir)
     result = write_layout(layout, tmp_run_dir)
     assert "nginx -t" not in result.nginx_test or "successful" in result.nginx_test
-    assert sorted(result.files) == sorted(["nginx.conf", "uwsgi_params", "layout.json", "hosts/10.0.0.2/uwsgi.ini",
-                                           "hosts/10.0.0.3/uwsgi.ini"])
+    assert sorted(result.files) == sorted(["nginx.conf", "mime.types", "uwsgi_params", "layout.json",
+                                           "hosts/10.0.0.2/uwsgi.ini", "hosts/10.0.0.3/uwsgi.ini"])
     assert not (tmp_run_dir / "uwsgi.ini").exists()
     ini = (tmp_run_dir / "hosts" / "10.0.0.3" / "uwsgi.ini").read_text()
     assert f"ssl-socket = 10.0.0.3:5000,{tls_dir}/host-10.0.0.3.crt,{tls_dir}/host-10.0.0.3.key," in ini

@@ -1,4 +1,4 @@
-"""A layout's files as texts: nginx.conf, the server's config (uwsgi.ini + uwsgi_params,
+"""A layout's files as texts: nginx.conf (+ mime.types), the server's config (uwsgi.ini + uwsgi_params,
 gunicorn.conf.py or granian.env; with hosts, each host's own) and layout.json."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from deploy.render.servers import (
     UPSTREAM_KEEPALIVE_TIMEOUT,
     server_for,
 )
-from deploy.render.templates import environment
+from deploy.render.templates import TEMPLATES_DIR, environment
 
 LAYOUT_JSON_VERSION = 1
 
@@ -54,7 +54,8 @@ def render_texts(layout: Layout) -> dict[str, str]:
         **_file_map_context(layout),
         "pass_target": pass_target(layout), "ssl_ciphers": SSL_CIPHERS, "ssl_protocols": SSL_PROTOCOLS,
     }
-    texts = {"nginx.conf": env.get_template("nginx.conf.j2").render(context)}
+    texts = {"nginx.conf": env.get_template("nginx.conf.j2").render(context),
+             "mime.types": (TEMPLATES_DIR / "mime.types").read_text()}  # nginx's own list (templates/mime.types)
     if layout.hosts:  # each host's config, from its own view; the front keeps uwsgi_params
         for host in layout.hosts:
             for name, text in server.render(env, context | {"layout": layout.host_layout(host)}).items():
