@@ -198,6 +198,17 @@ def test_render_writes_the_front_and_one_config_per_host(tmp_run_dir, tls_dir):
     assert crosscheck(layout, tmp_run_dir) == []
 
 
+def test_each_app_host_gets_its_own_entry_module_for_a_factory(tmp_run_dir, tls_dir):
+    layout = hosts_layout(tmp_run_dir, tls_dir, app="app.wsgi:make('x')")
+    result = write_layout(layout, tmp_run_dir)
+    entries = [f"hosts/{h}/entry/uwsgi_layouts_entry.py" for h in HOSTS]
+    assert set(entries) <= set(result.files) and not (tmp_run_dir / "entry").exists()
+    for host, entry in zip(HOSTS, entries, strict=True):
+        ini = (tmp_run_dir / "hosts" / host / "uwsgi.ini").read_text()
+        assert f"wsgi-file = {tmp_run_dir}/{entry}\n" in ini  # the host's own copy, in its own run dir
+        assert "application = _factory('x')" in (tmp_run_dir / entry).read_text()
+
+
 def test_render_https_alternative(tmp_run_dir, tls_dir):
     layout = hosts_layout(tmp_run_dir, tls_dir, uwsgi_tls="https")
     write_layout(layout, tmp_run_dir)

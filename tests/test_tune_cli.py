@@ -39,7 +39,7 @@ from bench.load.scenarios import SCENARIOS
     (["--scenario", "stall"], "error: scenario: unknown or not a steady mix 'stall'"),
     (["--transport", "udp"], "error: transport: must be tcp or unix, got 'udp'"),
     (["--request", "GET"], "error: request: 'GET' is not a request line"),
-    (["--app", "nope"], "error: app: expected an importable module:callable"),
+    (["--app", "nope"], "error: app: expected module:callable"),
     (["--replay", "/nonexistent/results.json"], "error: /nonexistent/results.json: cannot read results JSON"),
 ])
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(args, expected, tmp_path, capsys):

@@ -22,6 +22,7 @@ from deploy.model import (
     MapError,
 )
 from deploy.render.servers import (
+    ENTRY_FILE,
     GRACEFUL_STOP,
     NGINX_WORKER_CONNECTIONS,
     PEER_IDLE_TIMEOUT,
@@ -56,13 +57,26 @@ def render_texts(layout: Layout) -> dict[str, str]:
     }
     texts = {"nginx.conf": env.get_template("nginx.conf.j2").render(context),
              "mime.types": (TEMPLATES_DIR / "mime.types").read_text()}  # nginx's own list (templates/mime.types)
-    if layout.hosts:  # each host's config, from its own view; the front keeps uwsgi_params
+    if layout.hosts:  # each host's config (and entry module), from its own view; the front keeps uwsgi_params
         for host in layout.hosts:
-            for name, text in server.render(env, context | {"layout": layout.host_layout(host)}).items():
-                texts[host_file(host, name) if name == server.config_file else name] = text
+            for name, text in _server_texts(env, context | {"layout": layout.host_layout(host)}).items():
+                texts[host_file(host, name) if name in (server.config_file, ENTRY_FILE) else name] = text
     else:
-        texts |= server.render(env, context)
+        texts |= _server_texts(env, context)
     texts["layout.json"] = json.dumps({"format_version": LAYOUT_JSON_VERSION, **layout.to_dict()}, indent=2) + "\n"
+    return texts
+
+
+def _server_texts(env, context: dict) -> dict[str, str]:
+    """The server's config file(s) and, for an app factory it cannot call, the entry module
+    that calls it (ENTRY_FILE, named in the config)."""
+    layout = context["layout"]
+    server = server_for(layout)
+    entry = server.entry_files(layout)
+    context = context | {"entry_file": entry[0] if entry else "", "target": layout.app_target}
+    texts = server.render(env, context)
+    if entry:
+        texts[ENTRY_FILE] = env.get_template("entry.py.j2").render(context)
     return texts
 
 
