@@ -3,12 +3,13 @@
 Every kind that loads stacks with closed-loop cells (``compare``; ``tune`` later) takes the same
 options and checks them the same way:
 
-    add_arguments(parser)          --app --app-dir --virtualenv --env --static (deploy.cli), and
-                                   --request --requests --header --access-log --include-unsafe
+    add_arguments(parser)          --app --app-dir --virtualenv --env --static --import-timeout
+                                   (deploy.cli), and --request --requests --header --access-log
+                                   --include-unsafe --skip-failing
     subject = from_args(args)      a validated ``Subject``: the layouts' app options, demo app or
                                    not, the request mix (``bench.load.traffic.Mix``), notes to print
     check_scenarios(names, subject, args)   the scenarios that make sense with this subject
-    preflight_app(spec, options)   the app imports as the workers will (deploy.machine.preflight)
+    preflight_app(spec, options, timeout) the app imports as the workers will (deploy.machine.preflight)
     preflight_traffic(lab, spec, options, mix)   each distinct request once through nginx
 
 The demo app (``app.wsgi:application`` from this project) keeps its named scenarios. Another app
@@ -36,8 +37,8 @@ from bench.load.traffic import (
     read_requests_file,
 )
 from bench.stack import Lab
-from deploy.cli import add_app_options, app_options
-from deploy.machine import PROJECT_ROOT, checked, preflight
+from deploy.cli import add_app_options, app_options, import_timeout
+from deploy.machine import PREFLIGHT_TIMEOUT, PROJECT_ROOT, checked, preflight
 from deploy.model import DEFAULT_APP, Layout, parse_layout, parse_variant
 
 APP_KEYS = ("app", "app_dir", "virtualenv", "env", "static")
@@ -56,6 +57,7 @@ class Subject:
     record: dict
     mix: Mix | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    import_timeout: float = PREFLIGHT_TIMEOUT
 
     @property
     def app(self) -> str:
@@ -96,11 +98,13 @@ def from_stored(arguments: dict) -> Subject:
 
 def from_args(args: argparse.Namespace, cwd: Path | None = None) -> Subject:
     """The app options (validated as a layout would validate them) and the traffic options."""
-    options = app_options(args)
+    picked: list[str] = []
+    options = app_options(args, notes=picked)  # with --app, the defaults follow the current directory
+    timeout = import_timeout(args)
     probe = checked(parse_layout("1x1-shared", run_dir=VALIDATE_RUN_DIR, **options))  # LayoutError naming the field
     demo = probe.app == DEFAULT_APP and Path(probe.app_dir) == PROJECT_ROOT
     mix, notes = _traffic(args, probe, demo, cwd)
-    return Subject(options, demo, _record(probe, demo), mix, tuple(notes))
+    return Subject(options, demo, _record(probe, demo), mix, tuple(picked + notes), timeout)
 
 
 def _traffic(args, probe: Layout, demo: bool, cwd: Path | None) -> tuple[Mix | None, list[str]]:
@@ -178,9 +182,10 @@ def check_scenarios(names: tuple[str, ...], subject: Subject, args: argparse.Nam
                                            "with --request instead")
 
 
-def preflight_app(spec: str, options: dict) -> None:
-    """The app imports as the workers of ``spec`` will (raises LayoutError with the app's own line)."""
-    preflight(checked(parse_variant(spec, run_dir=VALIDATE_RUN_DIR, **options)))
+def preflight_app(spec: str, options: dict, timeout: float = PREFLIGHT_TIMEOUT) -> None:
+    """The app imports (and answers one test GET) as the workers of ``spec`` will (raises
+    LayoutError with the app's own line); ``timeout``: the subject's --import-timeout."""
+    preflight(checked(parse_variant(spec, run_dir=VALIDATE_RUN_DIR, **options)), timeout=timeout)
 
 
 def preflight_traffic(lab: Lab, spec: str, options: dict, mix: Mix, timeout: float) -> dict[str, int]:

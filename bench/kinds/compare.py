@@ -222,7 +222,8 @@ def run(args) -> int:
         for note in subject.notes:
             print(note, flush=True)
         # before any stack starts (with --hosts, without the variant: its TLS needs the namespaces' certificates)
-        subj.preflight_app(plan.layouts[0].partition("@")[0] if plan.hosts else plan.layouts[0], plan.options)
+        subj.preflight_app(plan.layouts[0].partition("@")[0] if plan.hosts else plan.layouts[0], plan.options,
+                           subject.import_timeout)
         index = prepare_dataset(Path(plan.options["data_dir"])) if "data_dir" in plan.options else None
     with Lab(hosts=plan.hosts) as lab, sigterm_interrupts():
         if subject.mix is not None and not stored:

@@ -444,9 +444,9 @@ def run(args) -> int:
     check_reachable(checked(parse_variant(first, run_dir=str(where), **config.options)), where)
     if stored is None:
         require_tools("wrk")
-        subj.preflight_app(first, config.options)  # before any stack starts
-        for note in config.subject.notes:
+        for note in config.subject.notes:  # first: which app dir and virtualenv the pre-flight uses
             print(note, flush=True)
+        subj.preflight_app(first, config.options, config.subject.import_timeout)  # before any stack starts
         _, why_no_bundle = bundle_for(f"1x1-{config.inputs.space[0].strategy}", config.options)
         if why_no_bundle and "uWSGI only" not in why_no_bundle:
             print(f"note: the recommendation will come without a production bundle ({why_no_bundle})", flush=True)

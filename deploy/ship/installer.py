@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy.machine import linked_python, preflight, virtualenv_python
+from deploy.machine import PREFLIGHT_TIMEOUT, linked_python, preflight, virtualenv_python
 from deploy.model import UNIX_PATH_MAX, LayoutError, RenderError, StackError
 from deploy.ship.bundle import BUNDLE_JSON, BUNDLE_JSON_VERSION, NAME_RE, bundle_files, site_link, system_paths
 from deploy.ship.files import generated_for
@@ -149,7 +149,7 @@ def nginx_binary() -> str:
     return found
 
 
-def check_machine(record: dict, root: Path, app_check: bool = True) -> None:
+def check_machine(record: dict, root: Path, app_check: bool = True, import_timeout: float = PREFLIGHT_TIMEOUT) -> None:
     """What the service needs on this machine, or LayoutError naming the field. A front of app
     hosts runs no uWSGI here (only nginx's checks); an app host no nginx site (only uWSGI's)."""
     name, server = record["name"], record["server"]
@@ -208,7 +208,7 @@ def check_machine(record: dict, root: Path, app_check: bool = True) -> None:
         app=server["app"], app_dir=server["app_dir"], virtualenv=server["virtualenv"], env=pairs("env"),
         static=pairs("static"), data_dir="", user=server["user"], drops_privileges=os.geteuid() == 0,
         server="uwsgi",  # a bundle runs uWSGI (deploy/ship/bundle.py refuses peers)
-    ))
+    ), timeout=import_timeout)
 
 
 # --- the plan ---------------------------------------------------------------------------------------
@@ -388,7 +388,8 @@ def _reload_nginx(ran: list[str]) -> list[str]:
 
 
 def install(bundle_dir: Path | str, root: Path | str = "/", dry_run: bool = False, app_check: bool = True,
-            progress: Callable[[str], None] = lambda line: None) -> InstallResult:
+            progress: Callable[[str], None] = lambda line: None,
+            import_timeout: float = PREFLIGHT_TIMEOUT) -> InstallResult:
     bundle_dir = Path(bundle_dir).absolute()
     root = Path(root).absolute()
     if not root.is_dir():
@@ -397,7 +398,7 @@ def install(bundle_dir: Path | str, root: Path | str = "/", dry_run: bool = Fals
         raise LayoutError("root", "installing into / needs root: run it with sudo (or try it under --root PREFIX)")
     record, texts = load_bundle(bundle_dir)
     name = record["name"]
-    check_machine(record, root, app_check=app_check)
+    check_machine(record, root, app_check=app_check, import_timeout=import_timeout)
     steps = plan(record, texts, root)
     result = InstallResult(name=name, root=root, steps=steps, dry_run=dry_run)
     for step in steps:
