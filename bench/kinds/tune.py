@@ -37,7 +37,7 @@ from bench.environment import capture
 from bench.kinds.base import RESULTS_NAME, Kind, publish, sigterm_interrupts
 from bench.kinds.closedloop import LiveRunner
 from bench.load import scenarios as sc
-from bench.load.traffic import TrafficError, preflight_requests, redact_argv
+from bench.load.traffic import TrafficError, redact_argv
 from bench.options import (
     RESULTS_ROOT,
     BadArgument,
@@ -145,7 +145,7 @@ class Config:
     middleware: bool  # wrap the app in app/tune_stall.py in the lab
 
 
-def config_from_args(args, stored: Results | None = None) -> Config:
+def config_from_args(args, stored: Results | None = None, subject: subj.Subject | None = None) -> Config:
     """Everything validated (BadArgument, LayoutError, TrafficError: exit 2) before anything runs."""
     nproc = os.cpu_count() or 1
     base = stored.arguments if stored else {}
@@ -154,7 +154,8 @@ def config_from_args(args, stored: Results | None = None) -> Config:
         raw = getattr(args, name, None)
         return parse(raw) if raw is not None else base.get(name, default)
 
-    subject = subj.from_stored(base) if stored else subj.from_args(args)
+    if subject is None:
+        subject = subj.from_stored(base) if stored else subj.from_args(args)
     concurrency = given("concurrency", lambda x: int_arg("concurrency", x, 1, 1000), 2 * nproc)
     p99 = given("p99_ms", lambda x: float_arg("p99_ms", x, 1, 600000), None)
     memory = given("memory_mb", lambda x: float_arg("memory_mb", x, 1, 1_000_000), None)
@@ -279,17 +280,17 @@ def lab_options(lab: Lab, options: dict) -> dict:
     return {**options, "app": f"{STALL_MODULE}:application", "app_dir": str(where), "env": env}
 
 
-def preflight_lab(lab: Lab, spec: str, options: dict, config: Config) -> list[str]:
+def preflight_lab(lab: Lab, spec: str, options: dict, config: Config) -> tuple[subj.Subject, list[str]]:
     """Each distinct request once through nginx (as compare), and with the middleware one short
-    stall; lines to print. TrafficError (exit 2) when an answer is wrong."""
-    lines = []
+    stall: the subject to measure (without the failing requests with --skip-failing) and lines
+    to print. TrafficError (exit 2) when an answer is wrong."""
+    lines: list[str] = []
+    subject = config.subject
     with lab.stack(spec, name="preflight", **options) as stack:
         layout = stack.layout
         if config.subject.mix is not None:
-            statuses = preflight_requests(layout.listen_host, layout.listen_port, config.subject.mix, config.timeout,
-                                          where=spec)
-            lines.append(f"pre-flight: {len(statuses)} distinct requests answered "
-                         f"{', '.join(sorted({str(s) for s in statuses.values()}))} through nginx")
+            subject, lines = subj.check_traffic(subject, layout.listen_host, layout.listen_port, config.timeout,
+                                                where=spec)
         if config.middleware:
             query = LabStall(wait_ms=1).query
             status, _, body = http_get(layout.listen_host, layout.listen_port, f"/?{query}", timeout=config.timeout)
@@ -298,7 +299,7 @@ def preflight_lab(lab: Lab, spec: str, options: dict, config: Config) -> list[st
                                                   f"/?{query}: the stalled requests cannot be measured")
             lines.append(f"pre-flight: stalled requests go through the lab-only middleware ({STALL_MODULE}, wrapping "
                          f"{config.subject.app}; never in the recommended files)")
-    return lines
+    return subject, lines
 
 
 class TuneProgress:
@@ -454,8 +455,10 @@ def run(args) -> int:
         if stored is None:
             options = lab_options(lab, config.options) if config.middleware else config.options
             if config.subject.mix is not None or config.middleware:
-                for line in preflight_lab(lab, first, options, config):
-                    print(line, flush=True)
+                subject, lines = preflight_lab(lab, first, options, config)
+                print("\n".join(lines), flush=True)
+                if subject.mix != config.subject.mix:  # --skip-failing left requests out: tune on the others
+                    config = config_from_args(args, stored, subject)
         out = prepare_out(str(out_path))
         results_path = out / RESULTS_NAME
         print(header(config, stored, out, args.replay), flush=True)
