@@ -133,9 +133,11 @@ def get_load(lab: Lab, layout: Layout, path: str, connections: int, duration: fl
              close: bool = False) -> WrkProcess:
     """wrk GETting ``path`` of the demo app, or sending the user's ``mix`` (its script written
     once per lab); ``close``: a new connection for every request."""
+    if mix is None and not close:
+        return WrkProcess(layout.url.rstrip("/") + path, connections, duration)
     if mix is None:
-        script = write_script(Path(layout.run_dir) / "connection-close.lua", '-- a new connection for every request'
-                              '\nwrk.headers["Connection"] = "close"\n') if close else None
+        script = write_script(Path(layout.run_dir) / "connection-close.lua",
+                              '-- a new connection for every request\nwrk.headers["Connection"] = "close"\n')
         return WrkProcess(layout.url.rstrip("/") + path, connections, duration, script=script)
     if close:
         mix = Mix(mix.requests, (*mix.headers, ("Connection", "close")), mix.source)
