@@ -182,13 +182,15 @@ def start_response(status, headers, exc_info=None):
 optional = False  # (environ, start_response) land on parameters with defaults, as a factory's have
 try:
     signature = inspect.signature(target)
-    bound = signature.bind(environ, start_response)
+except (TypeError, ValueError):  # no signature to read (a builtin): the call says it
+    signature = None
+if signature is not None:
+    try:
+        bound = signature.bind(environ, start_response)
+    except TypeError as exc:
+        report(kind="signature", signature=str(signature), exception=str(exc))
     optional = all(signature.parameters[name].default is not inspect.Parameter.empty
                    or signature.parameters[name].kind is inspect.Parameter.VAR_POSITIONAL for name in bound.arguments)
-except TypeError as exc:
-    report(kind="signature", signature=str(inspect.signature(target)), exception=str(exc))
-except ValueError:  # no signature to read (a builtin): the call says it
-    pass
 try:
     result = target(environ, start_response)
 except BaseException as exc:
