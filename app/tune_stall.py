@@ -16,12 +16,13 @@ middleware is never in them). It imports nothing of this repository: the copy ru
 app's virtualenv.
 """
 
+import ast
 import importlib
 import os
 import sys
 import time
 
-ENV_APP = "UL_TUNE_APP"  # module:callable of the wrapped app
+ENV_APP = "UL_TUNE_APP"  # module:callable (or module:factory(...)) of the wrapped app
 ENV_APP_DIR = "UL_TUNE_APP_DIR"  # its directory: the workers' cwd and first import path
 STALL_KEY = "ul_tune_stall_ms"
 MAX_STALL_MS = 60000
@@ -29,12 +30,19 @@ BODY = b"stalled\n"
 
 
 def load(spec, app_dir):
-    """The app's callable, imported as uWSGI would (cwd and import path at its directory)."""
+    """The app's callable, imported as uWSGI would (cwd and import path at its directory); an
+    app factory (``module:create_app('prod')``, literal arguments, checked by the layout) is
+    called once, as every server calls it."""
     os.chdir(app_dir)
     if app_dir not in sys.path:
         sys.path.insert(0, app_dir)
-    module, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    module, _, rest = spec.partition(":")
+    target = ast.parse(rest, mode="eval").body
+    if isinstance(target, ast.Name):
+        return getattr(importlib.import_module(module), target.id)
+    factory = getattr(importlib.import_module(module), target.func.id)
+    return factory(*[ast.literal_eval(a) for a in target.args],
+                   **{k.arg: ast.literal_eval(k.value) for k in target.keywords})
 
 
 def stall_ms(environ):

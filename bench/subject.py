@@ -3,13 +3,16 @@
 Every kind that loads stacks with closed-loop cells (``compare``; ``tune`` later) takes the same
 options and checks them the same way:
 
-    add_arguments(parser)          --app --app-dir --virtualenv --env --static (deploy.cli), and
-                                   --request --requests --header --access-log --include-unsafe
+    add_arguments(parser)          --app --app-dir --virtualenv --env --static --import-timeout
+                                   (deploy.cli), and --request --requests --header --access-log
+                                   --include-unsafe --skip-failing
     subject = from_args(args)      a validated ``Subject``: the layouts' app options, demo app or
                                    not, the request mix (``bench.load.traffic.Mix``), notes to print
     check_scenarios(names, subject, args)   the scenarios that make sense with this subject
-    preflight_app(spec, options)   the app imports as the workers will (deploy.machine.preflight)
-    preflight_traffic(lab, spec, options, mix)   each distinct request once through nginx
+    preflight_app(spec, options, timeout) the app imports as the workers will (deploy.machine.preflight)
+    preflight_traffic(lab, spec, options, subject, timeout)   each distinct request once through
+                                   nginx: every failing one named; with --skip-failing (an access
+                                   log) dropped, and the subject returned without them
 
 The demo app (``app.wsgi:application`` from this project) keeps its named scenarios. Another app
 gets the user's requests, ``GET /`` when none are given: its cells run as scenario ``traffic``.
@@ -19,25 +22,28 @@ Bad input raises ``LayoutError`` or ``TrafficError`` (one line, exit 2) before a
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from bench.load import scenarios as sc
 from bench.load.accesslog import read_access_log
 from bench.load.traffic import (
+    MAX_UNANSWERED,
     Mix,
     Request,
     TrafficError,
     build_mix,
     check_headers,
+    check_requests,
+    failures_line,
     parse_header,
     parse_request_line,
-    preflight_requests,
     read_requests_file,
+    without,
 )
 from bench.stack import Lab
-from deploy.cli import add_app_options, app_options
-from deploy.machine import PROJECT_ROOT, checked, preflight
+from deploy.cli import add_app_options, app_options, import_timeout
+from deploy.machine import PREFLIGHT_TIMEOUT, PROJECT_ROOT, checked, preflight
 from deploy.model import DEFAULT_APP, Layout, parse_layout, parse_variant
 
 APP_KEYS = ("app", "app_dir", "virtualenv", "env", "static")
@@ -56,6 +62,9 @@ class Subject:
     record: dict
     mix: Mix | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    import_timeout: float = PREFLIGHT_TIMEOUT
+    from_log: bool = False  # the mix comes from --access-log
+    skip_failing: bool = False  # --skip-failing: drop the log's requests that fail in the pre-flight
 
     @property
     def app(self) -> str:
@@ -79,6 +88,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--include-unsafe", action="store_true",
                    help="with --access-log: replay POST, PUT, PATCH, DELETE lines too (without bodies; they may "
                         "change your app's data)")
+    p.add_argument("--skip-failing", action="store_true",
+                   help="with --access-log: leave out the requests that fail in the pre-flight (4xx/5xx or no "
+                        "answer), instead of stopping there; the summary counts them")
 
 
 def _record(layout: Layout, demo: bool) -> dict:
@@ -96,11 +108,17 @@ def from_stored(arguments: dict) -> Subject:
 
 def from_args(args: argparse.Namespace, cwd: Path | None = None) -> Subject:
     """The app options (validated as a layout would validate them) and the traffic options."""
-    options = app_options(args)
+    picked: list[str] = []
+    options = app_options(args, notes=picked)  # with --app, the defaults follow the current directory
+    timeout = import_timeout(args)
     probe = checked(parse_layout("1x1-shared", run_dir=VALIDATE_RUN_DIR, **options))  # LayoutError naming the field
     demo = probe.app == DEFAULT_APP and Path(probe.app_dir) == PROJECT_ROOT
     mix, notes = _traffic(args, probe, demo, cwd)
-    return Subject(options, demo, _record(probe, demo), mix, tuple(notes))
+    from_log = bool(getattr(args, "access_log", None))
+    skip_failing = bool(getattr(args, "skip_failing", False))
+    if skip_failing and not from_log:
+        raise TrafficError("skip_failing", "only applies to --access-log (fix or remove a failing --request line)")
+    return Subject(options, demo, _record(probe, demo), mix, tuple(picked + notes), timeout, from_log, skip_failing)
 
 
 def _traffic(args, probe: Layout, demo: bool, cwd: Path | None) -> tuple[Mix | None, list[str]]:
@@ -178,14 +196,41 @@ def check_scenarios(names: tuple[str, ...], subject: Subject, args: argparse.Nam
                                            "with --request instead")
 
 
-def preflight_app(spec: str, options: dict) -> None:
-    """The app imports as the workers of ``spec`` will (raises LayoutError with the app's own line)."""
-    preflight(checked(parse_variant(spec, run_dir=VALIDATE_RUN_DIR, **options)))
+def preflight_app(spec: str, options: dict, timeout: float = PREFLIGHT_TIMEOUT) -> None:
+    """The app imports (and answers one test GET) as the workers of ``spec`` will (raises
+    LayoutError with the app's own line); ``timeout``: the subject's --import-timeout."""
+    preflight(checked(parse_variant(spec, run_dir=VALIDATE_RUN_DIR, **options)), timeout=timeout)
 
 
-def preflight_traffic(lab: Lab, spec: str, options: dict, mix: Mix, timeout: float) -> dict[str, int]:
-    """Start ``spec`` once and send each distinct request of ``mix`` through nginx; a 4xx/5xx
-    or no answer raises TrafficError naming the request and the answer. Returns label -> status."""
+def preflight_traffic(lab: Lab, spec: str, options: dict, subject: Subject,
+                      timeout: float) -> tuple[Subject, list[str]]:
+    """Start ``spec`` once and send each distinct request of the subject's mix through nginx
+    (``check_traffic``): the subject to measure (without the failing requests, with
+    --skip-failing) and lines to print."""
     with lab.stack(spec, name="preflight", **options) as stack:
         layout = stack.layout
-        return preflight_requests(layout.listen_host, layout.listen_port, mix, timeout, where=spec)
+        return check_traffic(subject, layout.listen_host, layout.listen_port, timeout, where=spec)
+
+
+def check_traffic(subject: Subject, host: str, port: int, timeout: float, where: str) -> tuple[Subject, list[str]]:
+    """Each distinct request of ``subject.mix`` once to nginx at host:port. A 4xx/5xx or no
+    answer raises TrafficError naming every failing request (up to 20), unless --skip-failing:
+    then they leave the mix (its source counts them, as results.json and the report show).
+    Returns the subject to measure and lines to print."""
+    mix = subject.mix
+    statuses, failures = check_requests(host, port, mix, timeout)
+    place = f" through nginx on {where}"
+    lines = []
+    if failures:
+        # Without any answer from many, or from all, the stack (or the whole log) is the problem.
+        hopeless = sum(not f.answered for f in failures) >= MAX_UNANSWERED or len(failures) == len(mix.requests)
+        if not subject.skip_failing or hopeless:
+            hint = ", or leave them out with --skip-failing" if subject.from_log and not hopeless else ""
+            raise TrafficError("request", failures_line(failures, mix, place) + f": fix the requests (or the app) so "
+                                          f"they succeed{hint}; nothing was measured")
+        subject = replace(subject, mix=without(mix, failures))
+        lines.append(f"--skip-failing: left out {failures_line(failures, mix, place)}")
+        lines.append(f"traffic: {subject.mix.summary()}")
+    answered = ", ".join(sorted({str(s) for s in statuses.values()}))
+    lines.append(f"pre-flight: {len(statuses)} distinct requests answered {answered}{place}")
+    return subject, lines

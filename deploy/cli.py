@@ -14,7 +14,15 @@ import sys
 import time
 from pathlib import Path
 
-from deploy.machine import PROJECT_ROOT, checked, preflight
+from deploy.machine import (
+    MAX_PREFLIGHT_TIMEOUT,
+    PREFLIGHT_TIMEOUT,
+    PROBE_PATH,
+    PROJECT_ROOT,
+    app_virtualenv,
+    checked,
+    preflight,
+)
 from deploy.model import (
     DEFAULT_TLS_NAME,
     STRATEGIES,
@@ -41,10 +49,10 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
 
 
-def add_layout_options(p: argparse.ArgumentParser) -> None:
+def add_layout_options(p: argparse.ArgumentParser, preflight: bool = True) -> None:
     p.add_argument("layout", help=f"PxT-STRATEGY[@option=value,...], e.g. 2x4-mapped or 2x4-gunicorn@reuse_port=on "
                                   f"(strategies: {', '.join(STRATEGIES)})")
-    add_app_options(p)
+    add_app_options(p, preflight)
     p.add_argument("--transport", help=f"app-server sockets: {' or '.join(TRANSPORTS)} (default tcp)")
     p.add_argument("--base-port", help="first app-server TCP port; sockets use consecutive ports (default 5000)")
     p.add_argument("--listen", help="nginx listen IPV4:PORT (default 127.0.0.1:8000)")
@@ -80,21 +88,53 @@ def add_layout_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fail-timeout", help="seconds a failed socket stays down (default 10 with hosts)")
 
 
-def add_app_options(parser: argparse.ArgumentParser) -> None:
-    """The app options every command that starts (or renders) a stack takes."""
-    parser.add_argument("--app", help="WSGI callable as module:callable (default app.wsgi:application)")
-    parser.add_argument("--app-dir", help="directory to import the app from (default: this project)")
+def add_app_options(parser: argparse.ArgumentParser, preflight: bool = True) -> None:
+    """The app options every command that starts (or renders) a stack takes; ``preflight``: the
+    command imports and calls the app before it starts anything (--import-timeout)."""
+    parser.add_argument("--app", help="the WSGI app as module:callable, or an app factory called once per worker, "
+                                      "with literal arguments as gunicorn takes them: 'shop:create_app()', "
+                                      "\"shop:create_app('prod', debug=False)\" (default: this project's demo app, "
+                                      "app.wsgi:application)")
+    parser.add_argument("--app-dir", help="directory to import the app from (default with --app: the current "
+                                          "directory; without: this project's)")
     parser.add_argument("--virtualenv", metavar="DIR",
-                        help="the app's own virtualenv, used by uWSGI (default: this project's); its Python "
-                             "major.minor must be the one our uWSGI runs")
+                        help="the app's own virtualenv (default with --app: the active one, $VIRTUAL_ENV, else .venv "
+                             "or venv in the app's directory; without: this project's); its Python major.minor "
+                             "must be the one our uWSGI runs")
     parser.add_argument("--env", action="append", metavar="KEY=VALUE",
                         help="environment variable for the app (repeatable), e.g. DJANGO_SETTINGS_MODULE=shop.settings")
     parser.add_argument("--static", action="append", metavar="PREFIX=DIR",
                         help="nginx serves DIR under PREFIX/ itself (repeatable), e.g. /static=/srv/shop/static")
+    if preflight:
+        add_import_timeout(parser)
 
 
-def app_options(args: argparse.Namespace) -> dict:
-    """Layout keyword arguments from ``add_app_options``' options (only those given)."""
+def add_import_timeout(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--import-timeout", metavar="SECONDS",
+                        help="how long the pre-flight may take: import the app, call its factory and send it one "
+                             f"GET {PROBE_PATH} (default {PREFLIGHT_TIMEOUT:g})")
+
+
+def import_timeout(args: argparse.Namespace) -> float:
+    """--import-timeout in seconds (default PREFLIGHT_TIMEOUT); LayoutError naming it otherwise."""
+    raw = getattr(args, "import_timeout", None)
+    if raw is None:
+        return PREFLIGHT_TIMEOUT
+    allowed = f"must be a number of seconds in (0, {MAX_PREFLIGHT_TIMEOUT:g}]"
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise LayoutError("import_timeout", f"{allowed}, got {raw!r}") from None
+    if not 0 < value <= MAX_PREFLIGHT_TIMEOUT:  # NaN fails too
+        raise LayoutError("import_timeout", f"{allowed}, got {raw!r}")
+    return value
+
+
+def app_options(args: argparse.Namespace, here: bool = True, notes: list[str] | None = None) -> dict:
+    """Layout keyword arguments from ``add_app_options``' options (only those given). ``here``:
+    the paths are on this machine, so with --app the defaults follow the app's directory (the
+    current one) and its virtualenv; one line says which were picked, appended to ``notes``
+    (printed when None). Without --app: the demo app, its directory and our venv."""
     given = {
         "app": args.app,
         "app_dir": args.app_dir,
@@ -102,6 +142,21 @@ def app_options(args: argparse.Namespace) -> dict:
         "env": tuple(args.env) if args.env else None,
         "static": tuple(args.static) if args.static else None,
     }
+    if here and args.app is not None and (args.app_dir is None or args.virtualenv is None):
+        picked = []
+        if args.app_dir is None:
+            given["app_dir"] = str(Path.cwd())
+            picked.append(f"app dir {given['app_dir']} (the current directory)")
+        if args.virtualenv is None:
+            venv, how = app_virtualenv(Path(given["app_dir"]))
+            given["virtualenv"] = venv or None
+            picked.append(f"virtualenv {venv} ({how})" if venv else
+                          f"this tool's own Python ({how}: give --virtualenv if the app has one)")
+        line = f"--app {args.app}: {', '.join(picked)}"
+        if notes is None:
+            print(line, flush=True)
+        else:
+            notes.append(line)
     return {key: value for key, value in given.items() if value is not None}
 
 
@@ -145,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="python -m deploy", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     render = sub.add_parser("render", help="write nginx.conf, uwsgi.ini and layout.json for a layout")
-    add_layout_options(render)
+    add_layout_options(render, preflight=False)
     render.add_argument("--out", help="output directory (default build/LAYOUT)")
     render.add_argument("--no-nginx-test", action="store_true", help="skip `nginx -t`")
     run = sub.add_parser("run", help="render into a run directory and serve the layout until Ctrl-C")
@@ -158,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     reload.add_argument("--run-dir", help="the run directory given to `run` (default build/run/LAYOUT)")
     reload.add_argument("--timeout", type=float, default=120.0,
                         help="seconds to wait for every worker to be replaced (default 120)")
+    add_import_timeout(reload)
     certs = sub.add_parser("certs", help="make a CA, one server certificate per app host and nginx's client "
                                          "certificate, for --uwsgi-tls")
     certs.add_argument("dir", help="where to write them (keys 0600; an existing CA there is reused)")
@@ -174,7 +230,7 @@ def add_bundle_parsers(sub) -> None:
     bundle = sub.add_parser("bundle", help="write a production bundle (nginx site, uwsgi.ini, systemd unit, "
                                            "INSTALL.md) for a Debian/Ubuntu server")
     bundle.add_argument("layout", help=f"PxT-STRATEGY, e.g. 2x4-mapped (strategies: {', '.join(STRATEGIES)})")
-    add_app_options(bundle)  # --app-dir, --virtualenv and --static DIRs are paths on the server
+    add_app_options(bundle, preflight=False)  # --app-dir, --virtualenv and --static DIRs are paths on the server
     bundle.add_argument("--out", required=True, help="a new (or empty) directory for the bundle")
     bundle.add_argument("--name", help="names the unit, /run/NAME, /var/log/NAME and the files "
                                        "(default: the app's top-level module)")
@@ -232,12 +288,13 @@ def add_bundle_parsers(sub) -> None:
     uninstall_p.add_argument("--dry-run", action="store_true", help="list what would be removed; change nothing")
     uninstall_p.add_argument("--purge", action="store_true", help="remove the logs too (/var/log/NAME and the site's "
                                                                   "nginx logs)")
+    add_import_timeout(install_p)
 
 
 def cmd_bundle(args) -> int:
     bundle = build_bundle(
-        args.layout, **app_options(args), name=args.name, server_names=args.server_name, tls_cert=args.tls_cert,
-        tls_key=args.tls_key, acme_webroot=args.acme_webroot, stop_grace=args.stop_grace,
+        args.layout, **app_options(args, here=False), name=args.name, server_names=args.server_name,
+        tls_cert=args.tls_cert, tls_key=args.tls_key, acme_webroot=args.acme_webroot, stop_grace=args.stop_grace,
         client_max_body_size=args.client_max_body_size, listen=args.listen,
         tls_listen=args.tls_listen, user=args.user, group=args.group, nginx_group=args.nginx_group,
         uwsgi=args.uwsgi, writable=args.writable, transport=args.transport, base_port=args.base_port,
@@ -269,7 +326,7 @@ def cmd_bundle(args) -> int:
 
 def cmd_install(args) -> int:
     result = install(args.bundle, root=args.root, dry_run=args.dry_run, app_check=not args.no_app_check,
-                     progress=lambda line: print(line, flush=True))
+                     progress=lambda line: print(line, flush=True), import_timeout=import_timeout(args))
     changed = len(result.changed) + len(result.retired)
     verb = "would change" if result.dry_run else "changed"
     serving = f", slot {result.slot}" if result.slot else ""
@@ -328,7 +385,7 @@ def cmd_run(args) -> int:
     if len(layout.hosts) > 1:
         raise LayoutError("hosts", "`run` serves one machine; with several hosts each runs its own uWSGI: render the "
                                    "files (python -m deploy render ... --hosts) and start hosts/ADDR/uwsgi.ini on each")
-    preflight(layout)  # the app imports as the workers will, or exit 2 before anything is written
+    preflight(layout, timeout=import_timeout(args))  # the app imports as the workers will, or exit 2
     server = process_for(layout)
     server.check_installed()  # a peer missing from our venv: one line saying how to install it (exit 1)
     write_layout(layout, run_dir)
@@ -368,7 +425,8 @@ def cmd_reload(args) -> int:
     run_dir = Path(args.run_dir).resolve() if args.run_dir else _default_dir(args, "build", "run")
     if not 0 < args.timeout <= 3600:
         raise LayoutError("timeout", f"must be a number of seconds in (0, 3600], got {args.timeout:g}")
-    result = chain_reload(run_dir, timeout=args.timeout, progress=lambda line: print(line, flush=True))
+    result = chain_reload(run_dir, timeout=args.timeout, progress=lambda line: print(line, flush=True),
+                          import_timeout=import_timeout(args))
     print(result.summary(), flush=True)
     return 0
 

@@ -104,3 +104,46 @@ def test_no_usable_line_names_the_reasons(tmp_path):
         read_access_log(empty)
     with pytest.raises(TrafficError, match="^access_log: cannot read .*missing.log"):
         read_access_log(tmp_path / "missing.log")
+
+
+# --- the pre-flight's failures: every one named at once, --skip-failing drops them ----------------
+
+
+def failures_of(mix, answers: dict[str, str]):
+    from bench.load.traffic import Failure
+    return [Failure(r, answers[r.target], not answers[r.target].startswith("no answer"))
+            for r in mix.requests if r.target in answers]
+
+
+def test_every_failing_request_is_named_in_one_line():
+    from bench.load.traffic import Request, build_mix, failures_line
+    mix = build_mix([Request("GET", "/ok", 5), Request("GET", "/gone", 2), Request("GET", "/boom"),
+                     Request("GET", "/slow")])
+    failures = failures_of(mix, {"/gone": "404 Not Found: 'no such page'", "/boom": "500 Internal Server Error",
+                                 "/slow": "no answer within 10 s"})
+    line = failures_line(failures, mix, " through nginx on 2x4-mapped")
+    assert line == ("3 of 4 distinct requests failed in the pre-flight through nginx on 2x4-mapped: "
+                    "GET /gone -> 404 Not Found: 'no such page'; GET /boom -> 500 Internal Server Error; "
+                    "GET /slow -> no answer within 10 s")
+    assert "\n" not in line
+
+
+def test_the_line_names_at_most_twenty_and_counts_the_rest():
+    from bench.load.traffic import Request, build_mix, failures_line
+    mix = build_mix([Request("GET", f"/p{i}") for i in range(30)])
+    line = failures_line(failures_of(mix, {f"/p{i}": "404 Not Found" for i in range(25)}), mix)
+    assert line.startswith("25 of 30 distinct requests failed in the pre-flight: GET /p0 -> 404 Not Found; ")
+    assert "GET /p19 -> 404 Not Found; and 5 more" in line and "/p20 " not in line
+
+
+def test_skip_failing_drops_them_and_the_source_counts_them():
+    from bench.load.traffic import Request, build_mix, without
+    mix = build_mix([Request("GET", "/ok", 6), Request("GET", "/gone", 3), Request("GET", "/boom", 1)],
+                    [("Host", "shop.example")], source="access log shop.log: used 10 of 10 lines")
+    kept = without(mix, failures_of(mix, {"/gone": "404 Not Found", "/boom": "500 Internal Server Error"}))
+    assert [r.target for r in kept.requests] == ["/ok"] and kept.headers == mix.headers
+    assert kept.source == ("access log shop.log: used 10 of 10 lines; dropped 2 requests (40.0% of the weight) "
+                           "that failed in the pre-flight (--skip-failing)")
+    assert kept.to_dict()["source"] == kept.source  # what results.json (and the report) say
+    with pytest.raises(TrafficError, match="^skip_failing: every request failed in the pre-flight"):
+        without(mix, failures_of(mix, {"/ok": "404 Not Found", "/gone": "404 Not Found", "/boom": "500 x"}))

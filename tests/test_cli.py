@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-FILES = {"nginx.conf", "uwsgi.ini", "layout.json", "uwsgi_params"}
+FILES = {"nginx.conf", "mime.types", "uwsgi.ini", "layout.json", "uwsgi_params"}
 
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -179,8 +179,8 @@ def test_render_writes_the_front_and_one_config_per_host(tmp_run_dir, tls_dir):
     layout = hosts_layout(tmp_run_dir, tls_dir)
     result = write_layout(layout, tmp_run_dir)
     assert "nginx -t" not in result.nginx_test or "successful" in result.nginx_test
-    assert sorted(result.files) == sorted(["nginx.conf", "uwsgi_params", "layout.json", "hosts/10.0.0.2/uwsgi.ini",
-                                           "hosts/10.0.0.3/uwsgi.ini"])
+    assert sorted(result.files) == sorted(["nginx.conf", "mime.types", "uwsgi_params", "layout.json",
+                                           "hosts/10.0.0.2/uwsgi.ini", "hosts/10.0.0.3/uwsgi.ini"])
     assert not (tmp_run_dir / "uwsgi.ini").exists()
     ini = (tmp_run_dir / "hosts" / "10.0.0.3" / "uwsgi.ini").read_text()
     assert f"ssl-socket = 10.0.0.3:5000,{tls_dir}/host-10.0.0.3.crt,{tls_dir}/host-10.0.0.3.key," in ini
@@ -196,6 +196,17 @@ def test_render_writes_the_front_and_one_config_per_host(tmp_run_dir, tls_dir):
                  "uwsgi_next_upstream_tries 3;", "server 10.0.0.3:5001 max_fails=5 fail_timeout=10s;"):
         assert line in conf, line
     assert crosscheck(layout, tmp_run_dir) == []
+
+
+def test_each_app_host_gets_its_own_entry_module_for_a_factory(tmp_run_dir, tls_dir):
+    layout = hosts_layout(tmp_run_dir, tls_dir, app="app.wsgi:make('x')")
+    result = write_layout(layout, tmp_run_dir)
+    entries = [f"hosts/{h}/entry/uwsgi_layouts_entry.py" for h in HOSTS]
+    assert set(entries) <= set(result.files) and not (tmp_run_dir / "entry").exists()
+    for host, entry in zip(HOSTS, entries, strict=True):
+        ini = (tmp_run_dir / "hosts" / host / "uwsgi.ini").read_text()
+        assert f"wsgi-file = {tmp_run_dir}/{entry}\n" in ini  # the host's own copy, in its own run dir
+        assert "application = _factory('x')" in (tmp_run_dir / entry).read_text()
 
 
 def test_render_https_alternative(tmp_run_dir, tls_dir):

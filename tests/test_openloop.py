@@ -175,6 +175,13 @@ def test_httperf_command_offers_rate_times_step_connections():
     (["--files", "ftp"], "files"),
     (["--client-nice", "30"], "client_nice"),
     (["--transport", "udp"], "transport"),
+    # the app and traffic options (bench.subject), as compare takes them
+    (["--app", "nope"], "app"),
+    (["--import-timeout", "0"], "import_timeout"),
+    (["--request", "POST /api/items"], "request"),  # httperf replays a list of paths, GET only
+    (["--request", "GET /", "--header", "Cookie: s=1"], "header"),  # httperf's argv is readable by others
+    (["--request", "GET /", "--path", "/x"], "path"),
+    (["--request", "GET /", "--skip-failing"], "skip_failing"),  # an access log's option
 ])
 def test_bad_openloop_arguments_exit_2_with_one_line(tmp_path, capsys, argv, field):
     out = tmp_path / "out"
@@ -183,6 +190,19 @@ def test_bad_openloop_arguments_exit_2_with_one_line(tmp_path, capsys, argv, fie
     assert code == 2
     assert len(err) == 1 and err[0].startswith(f"error: {field}"), err
     assert not out.exists()
+
+
+def test_httperf_replays_a_mix_by_weight_with_its_headers(tmp_path):
+    from bench.load.traffic import Request, build_mix
+    mix = build_mix([Request("GET", "/a", 3), Request("GET", "/b?x=1", 1)], [("Host", "shop.example"),
+                                                                              ("X-Path", "a\\b")])
+    wlog = httperf.write_mix_wlog(tmp_path / "mix.wlog", mix, seed=1, size=400)
+    targets = wlog.read_bytes().split(b"\0")[:-1]
+    assert len(targets) == 400 and targets.count(b"/a") == 300 and targets.count(b"/b?x=1") == 100
+    assert targets != sorted(targets)  # shuffled: httperf opens them in this order, wrapping around
+    cmd = httperf.command(8000, "/", 10, 15, 5, wlog=wlog, headers=mix.headers)
+    assert cmd[cmd.index("--add-header") + 1] == "Host: shop.example\\nX-Path: a\\\\b\\n"
+    assert "--no-host-hdr" in cmd and "--uri" not in cmd  # the mix's Host replaces httperf's own
 
 
 def test_missing_httperf_says_how_to_install(tmp_path, capsys, monkeypatch):

@@ -19,13 +19,13 @@ from hypothesis import strategies as st
 
 from deploy.machine import checked
 from deploy.model import STRATEGIES, LayoutError, RenderError, parse_layout
-from deploy.render import crosscheck, nginx_test, parse_uwsgi_ini, render_texts, write_layout
+from deploy.render import TEMPLATES_DIR, crosscheck, nginx_test, parse_uwsgi_ini, render_texts, write_layout
 from deploy.render import write as render
 
 # This file checks uWSGI's files; the peers' (gunicorn.conf.py, granian.env) are in tests/test_peers_render.py.
 UWSGI_STRATEGIES = sorted(name for name, s in STRATEGIES.items() if s.server == "uwsgi")
 SHAPES = ["1x1", "1x4", "2x4", "3x4", "4x4", "8x2"]
-FILES = {"nginx.conf", "uwsgi.ini", "uwsgi_params", "layout.json"}
+FILES = {"nginx.conf", "mime.types", "uwsgi.ini", "uwsgi_params", "layout.json"}
 SUBDIRS = {"logs", "tmp", "sockets", "control"}
 
 
@@ -230,6 +230,27 @@ def test_done_when_3x4_mapped(make_layout):
     assert facts["servers"] == [[f"127.0.0.1:{b + i}", "max_fails=0"] for i in range(3)]
     ok, output = nginx_test(out)
     assert ok and "test is successful" in output, output
+
+
+def test_nginx_knows_the_mime_types_nginx_ships(make_layout):
+    """Files nginx serves itself carry their type: nginx.conf includes the copy of nginx's
+    conf/mime.types written next to it (a stylesheet as application/octet-stream is refused by
+    browsers). Parsed back with crossplane, includes resolved, as nginx reads them."""
+    layout = make_layout("1x2-shared")
+    out, _ = render_into(layout)
+    assert (out / "mime.types").read_bytes() == (TEMPLATES_DIR / "mime.types").read_bytes()
+    payload = crossplane.parse(str(out / "nginx.conf"), combine=True)
+    assert payload["status"] == "ok", payload["errors"]
+    http = next(d for d in payload["config"][0]["parsed"] if d["directive"] == "http")
+    types = [d for d in http["block"] if d["directive"] == "types"]
+    assert len(types) == 1
+    by_extension = {ext: d["directive"] for d in types[0]["block"] for ext in d["args"]}
+    assert by_extension["css"] == "text/css"
+    assert by_extension["js"] == "application/javascript"
+    assert by_extension["svg"] == "image/svg+xml"
+    assert by_extension["woff2"] == "font/woff2"
+    assert by_extension["bin"] == "application/octet-stream"  # the data set's files keep the app's type
+    assert [d["args"] for d in http["block"] if d["directive"] == "default_type"] == [["application/octet-stream"]]
 
 
 def test_header_names_the_layout_on_every_generated_file(make_layout):

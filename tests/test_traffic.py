@@ -304,8 +304,11 @@ def test_traffic_option_combinations(tmp_path):
         subj.from_args(args(access_log=str(log), request=["GET /"]))
     with pytest.raises(TrafficError, match="^include_unsafe: only applies to --access-log"):
         subj.from_args(args(request=["GET /"], include_unsafe=True))
+    with pytest.raises(TrafficError, match="^skip_failing: only applies to --access-log"):
+        subj.from_args(args(request=["GET /"], skip_failing=True))
     s = subj.from_args(args(access_log=str(log), header=["Host: shop.example"]))
-    assert s.mix.headers == (("Host", "shop.example"),)
+    assert s.mix.headers == (("Host", "shop.example"),) and s.from_log and not s.skip_failing
+    assert subj.from_args(args(access_log=str(log), skip_failing=True)).skip_failing
     assert any(n.startswith(f"traffic from {log}: used 1 of 1 lines") for n in s.notes)
     s = subj.from_args(args(request=["POST /api/items"]))
     assert any("100% of the requests are POST" in n for n in s.notes)

@@ -39,7 +39,7 @@ from bench.load.scenarios import SCENARIOS
     (["--scenario", "stall"], "error: scenario: unknown or not a steady mix 'stall'"),
     (["--transport", "udp"], "error: transport: must be tcp or unix, got 'udp'"),
     (["--request", "GET"], "error: request: 'GET' is not a request line"),
-    (["--app", "nope"], "error: app: expected an importable module:callable"),
+    (["--app", "nope"], "error: app: expected module:callable"),
     (["--replay", "/nonexistent/results.json"], "error: /nonexistent/results.json: cannot read results JSON"),
 ])
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(args, expected, tmp_path, capsys):
@@ -108,5 +108,14 @@ def test_the_stall_middleware_holds_the_thread_and_passes_everything_else(tmp_pa
     assert wrapped({"PATH_INFO": "/", "QUERY_STRING": "ul_tune_stall_ms=5&a=1"}, start_response) == [
         b"toy ul_tune_stall_ms=5&a=1"]
     assert tune_stall.stall_ms({"PATH_INFO": "/", "QUERY_STRING": "ul_tune_stall_ms=999999"}) == 60000
+    (tmp_path / "toyfactory.py").write_text(  # an app factory, called once with its literal arguments
+        "def create_app(word, punct='.'):\n"
+        "    def app(environ, start_response):\n"
+        "        start_response('200 OK', [])\n"
+        "        return [(word + punct).encode()]\n"
+        "    return app\n")
+    monkeypatch.delitem(sys.modules, "toyfactory", raising=False)
+    made = tune_stall.wrap(tune_stall.load("toyfactory:create_app('hi', punct='!')", str(tmp_path)))
+    assert made({"PATH_INFO": "/", "QUERY_STRING": ""}, start_response) == [b"hi!"]
     source = Path(tune_stall.__file__).read_text()  # the copy runs alone, in the app's virtualenv
     assert not re.search(r"^(from|import) (bench|deploy|app)\b", source, re.M)

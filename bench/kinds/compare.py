@@ -271,13 +271,16 @@ def run(args) -> int:
         for note in subject.notes:
             print(note, flush=True)
         # before any stack starts (with --hosts, without the variant: its TLS needs the namespaces' certificates)
-        subj.preflight_app(plan.layouts[0].partition("@")[0] if plan.hosts else plan.layouts[0], plan.options)
+        subj.preflight_app(plan.layouts[0].partition("@")[0] if plan.hosts else plan.layouts[0], plan.options,
+                           subject.import_timeout)
         index = prepare_dataset(Path(plan.options["data_dir"])) if "data_dir" in plan.options else None
     with Lab(hosts=plan.hosts) as lab, sigterm_interrupts():
         if subject.mix is not None and not stored:
-            statuses = subj.preflight_traffic(lab, plan.layouts[0], plan.options, subject.mix, plan.timeout)
-            print(f"pre-flight: {len(statuses)} distinct requests answered "
-                  f"{', '.join(sorted({str(s) for s in statuses.values()}))} through nginx", flush=True)
+            checked_subject, lines = subj.preflight_traffic(lab, plan.layouts[0], plan.options, subject, plan.timeout)
+            print("\n".join(lines), flush=True)
+            if checked_subject.mix != subject.mix:  # --skip-failing left requests out: plan the others
+                subject = checked_subject
+                plan, scenarios = plan_from_args(args, stored, subject)
         out = prepare_out(args.out)
         mode = f"replaying {args.replay} ({subject.app})" if stored else f"measuring {subject.app}"
         est = plan.estimate_seconds()

@@ -13,6 +13,12 @@ a full listen backlog (tcp and unix), a uWSGI chain reload under 50 connections,
 reload of broken code, and nginx reloads (SIGHUP) under load. The experiments that need side
 effects run ``app/faults.py`` from a copy in their own directory.
 
+Your app (``--app`` and the traffic options, as compare takes them: ``bench.subject``): the
+experiments that need nothing but load (kill-worker, chain-reload, nginx-reload) run it, under
+your requests instead of the demo app's; the others need the demo app's slow endpoint or edit
+its code, and are refused for another app. It is pre-flighted, and each distinct request sent
+once through nginx, before the first experiment.
+
 The run saves ``results.json`` (kind ``faults``, after every experiment), ``report.txt`` and
 ``report.md`` under results/<timestamp>-faults/, and prints the table (``bench.report.faults``).
 """
@@ -34,9 +40,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from bench import subject as subj
 from bench.environment import capture
 from bench.hostfaults import HOST_EXPERIMENTS
 from bench.kinds.base import RESULTS_NAME, Kind, publish, sigterm_interrupts
+from bench.load.traffic import Mix, TrafficError, redact_argv, write_mix_script
 from bench.load.wrk import WrkProcess, WrkRun, run_wrks, write_script
 from bench.observe import Sampler, access_log, error_kinds, nginx_log_lines, nginx_workers
 from bench.options import BadArgument, MissingTool, command_line, int_arg, prepare_out, require_tools, split_specs
@@ -119,6 +127,24 @@ def post_script(directory: Path, io_ms: int) -> Path:
         "  n = n + 1\n"
         f"  return wrk.format(\"POST\", \"/post?io_ms={io_ms}&id=t\" .. (thread_no or 0) .. \"-\" .. n, nil, \"x\")\n"
         "end\n"))
+
+
+def get_load(lab: Lab, layout: Layout, path: str, connections: int, duration: float, mix: Mix | None = None,
+             close: bool = False) -> WrkProcess:
+    """wrk GETting ``path`` of the demo app, or sending the user's ``mix`` (its script written
+    once per lab); ``close``: a new connection for every request."""
+    if mix is None and not close:
+        return WrkProcess(layout.url.rstrip("/") + path, connections, duration)
+    if mix is None:
+        script = write_script(Path(layout.run_dir) / "connection-close.lua",
+                              '-- a new connection for every request\nwrk.headers["Connection"] = "close"\n')
+        return WrkProcess(layout.url.rstrip("/") + path, connections, duration, script=script)
+    if close:
+        mix = Mix(mix.requests, (*mix.headers, ("Connection", "close")), mix.source)
+    script = lab.work_dir / "traffic" / f"faults-{'close' if close else 'keep'}.lua"
+    if not script.exists():
+        write_mix_script(script, mix)
+    return WrkProcess(layout.url, connections, duration, script=script, script_args=["1"])
 
 
 def describe_errors(run: WrkRun) -> str:
@@ -231,19 +257,22 @@ def _concurrently(fn, args_list: list) -> list:
 
 
 def kill_worker(lab: Lab, spec: str = "2x4-mapped", duration: float = 6.0, get_connections: int = 8,
-                post_connections: int = 4, post_ms: int = 100, patch: Patch | None = None, **options) -> FaultRecord:
+                post_connections: int = 4, post_ms: int = 100, patch: Patch | None = None, mix: Mix | None = None,
+                **options) -> FaultRecord:
     """kill -9 one worker while wrk sends GETs and POSTs (each POST with a unique id that the
     handler logs before working): GETs in flight on it are retried on another worker, POSTs
-    are not replayed; the master respawns it."""
-    app = FaultApp.create(lab.new_dir())
-    options = {"access_log": True, **app.options(), **options}
+    are not replayed; the master respawns it. With the user's app (``options``) and ``mix``:
+    the user's requests only (no POST ids to count)."""
+    app = FaultApp.create(lab.new_dir()) if mix is None else None
+    options = {"access_log": True, **(app.options() if app else {}), **options}
     with lab.stack(spec, patch, **options) as stack:
         layout = stack.layout
         base = layout.url.rstrip("/")
-        script = post_script(app.app_dir.parent, post_ms)
         with Sampler(layout.stats_address) as sampler:
-            gets = WrkProcess(f"{base}/?io_ms=20", get_connections, duration)
-            posts = WrkProcess(f"{base}/", post_connections, duration, script=script)
+            gets = get_load(lab, layout, "/?io_ms=20", get_connections, duration, mix)
+            posts = WrkProcess(f"{base}/", post_connections, duration,
+                               script=post_script(app.app_dir.parent, post_ms)) if app else None
+            loads = [w for w in (gets, posts) if w is not None]
             try:
                 t_flow = sampler.wait_flowing(50)
                 _wait_until(sampler.t0 + t_flow, 1.0)  # one second of undisturbed throughput
@@ -252,11 +281,14 @@ def kill_worker(lab: Lab, spec: str = "2x4-mapped", duration: float = 6.0, get_c
                 os.kill(old[1], signal.SIGKILL)
                 respawn_s = wait_respawned(stack, old, 1)
                 t_back = t_kill + respawn_s
-                runs, _ = run_wrks(gets, posts)
+                runs, _ = run_wrks(*loads)
             finally:
-                gets.stop()
-                posts.stop()
+                for load in loads:
+                    load.stop()
             t_end = sampler.now()
+        if app is None:
+            return _kill_worker_record(stack, patch, sampler, runs[0], get_connections, duration,
+                                       (t_kill, t_back, t_end), respawn_s, mix)
         get_run, post_run = runs
         handled = app.handled()
         twice = {rid: n for rid, n in handled.items() if n > 1}
@@ -301,6 +333,35 @@ def kill_worker(lab: Lab, spec: str = "2x4-mapped", duration: float = 6.0, get_c
                  "window_s": window, "get_errors": get_run.errors.total, "post_errors": post_run.errors.total,
                  "per_second": [(t, s.get(1, 0), s.get(2, 0)) for t, s in zip(range(int(t_kill), int(t_end)), seconds,
                                                                                 strict=True)]},
+    )
+
+
+def _kill_worker_record(stack: Stack, patch: Patch | None, sampler: Sampler, run: WrkRun, connections: int,
+                        duration: float, times: tuple[float, float, float], respawn_s: float, mix: Mix) -> FaultRecord:
+    """kill-worker under the user's requests: GETs (and HEADs) in flight on the killed worker are
+    retried on another; any other method is not replayed (at most one failure per thread)."""
+    layout = stack.layout
+    t_kill, t_back, t_end = times
+    retried = [a for a in access_log(stack) if len(a.upstreams) > 1]
+    before = sum(sampler.served_per_worker(t_kill - 1.0, t_kill).values())
+    window = max(0.5, t_end - 0.2 - (t_back + 0.5))
+    after = sum(sampler.served_per_worker(t_back + 0.5, t_end - 0.2).values())
+    unsafe = sorted({r.method for r in mix.unsafe})
+    target = "0 failed requests" if not unsafe else \
+        f"at most one failure per thread of the killed worker ({', '.join(unsafe)} are not replayed)"
+    ok = run.errors.total == 0 if not unsafe else run.errors.total <= layout.threads
+    return FaultRecord(
+        name="kill-worker", patch=patch.label if patch else "", layout=_label(layout, patch),
+        load=f"wrk -c{connections} your requests {duration:g} s", faults_injected=1,
+        requests_sent=_sent(run), requests_failed=run.errors.total, data_lost=0,
+        notes=(f"respawned in {respawn_s * 1000:.0f} ms; nginx retried {len(retried)} request(s) on another server",
+               _kinds_note(stack),
+               f"throughput: {before:.0f} req/s in the second before the kill, {after / window:.0f} req/s after the "
+               "respawn"),
+        checks=(check(target, ok, describe_errors(run)),
+                check("the master respawns the worker", respawn_s <= 5.0, f"{respawn_s:.2f} s")),
+        figures={"respawn_s": respawn_s, "retried": len(retried), "rps_before": before, "rps_after": after / window,
+                 "window_s": window, "errors": run.errors.total},
     )
 
 
@@ -452,12 +513,13 @@ def reload_command(layout: Layout, timeout: float = 30.0) -> tuple[int, float, s
 
 
 def chain_reload_under_load(lab: Lab, spec: str = "2x4-mapped", connections: int = 50, duration: float = 6.0,
-                            patch: Patch | None = None, **options) -> FaultRecord:
-    """``python -m deploy reload`` (uWSGI chain reload) while wrk holds 50 connections."""
+                            patch: Patch | None = None, mix: Mix | None = None, **options) -> FaultRecord:
+    """``python -m deploy reload`` (uWSGI chain reload) while wrk holds 50 connections (the demo
+    app's fast GET, or the user's ``mix``)."""
     with lab.stack(spec, patch, **options) as stack:
         layout = stack.layout
         with Sampler(layout.stats_address) as sampler:
-            load = WrkProcess(layout.url.rstrip("/") + FAST_GET, connections, duration)
+            load = get_load(lab, layout, FAST_GET, connections, duration, mix)
             try:
                 sampler.wait_flowing(100)
                 old = stack.worker_pids()
@@ -473,7 +535,7 @@ def chain_reload_under_load(lab: Lab, spec: str = "2x4-mapped", connections: int
     return FaultRecord(
         name="chain-reload", patch=patch.label if patch else "",
         layout=_label(layout, patch),
-        load=f"wrk -c{connections} GET {duration:g} s",
+        load=f"wrk -c{connections} {'your requests' if mix else 'GET'} {duration:g} s",
         faults_injected=1,
         requests_sent=_sent(run),
         requests_failed=run.errors.total,
@@ -558,19 +620,17 @@ def nginx_children(master: int) -> set[int]:
 
 
 def nginx_reloads(lab: Lab, spec: str = "2x4-mapped", connections: int = 8, duration: float = 8.0,
-                  interval: float = 1.5, patch: Patch | None = None, **options) -> FaultRecord:
-    """SIGHUP nginx every ``interval`` s under two loads: keep-alive connections (wrk's default)
-    and a new connection per request (``Connection: close``)."""
+                  interval: float = 1.5, patch: Patch | None = None, mix: Mix | None = None, **options) -> FaultRecord:
+    """SIGHUP nginx every ``interval`` s under two loads (the demo app's fast GET, or the user's
+    ``mix``): keep-alive connections (wrk's default) and a new connection per request
+    (``Connection: close``)."""
     with lab.stack(spec, patch, **options) as stack:
         layout = stack.layout
-        url = layout.url.rstrip("/") + FAST_GET
-        close_script = write_script(Path(layout.run_dir) / "connection-close.lua",
-                                    '-- a new connection for every request\nwrk.headers["Connection"] = "close"\n')
         master = stack.nginx.pid
         reloads, replaced = 0, 0
         with Sampler(layout.stats_address) as sampler:
-            keep = WrkProcess(url, connections, duration)
-            close = WrkProcess(url, connections, duration, script=close_script)
+            keep = get_load(lab, layout, FAST_GET, connections, duration, mix)
+            close = get_load(lab, layout, FAST_GET, connections, duration, mix, close=True)
             try:
                 t_flow = sampler.wait_flowing(50)
                 t_next = sampler.t0 + t_flow
@@ -594,7 +654,8 @@ def nginx_reloads(lab: Lab, spec: str = "2x4-mapped", connections: int = 8, dura
     return FaultRecord(
         name="nginx-reload", patch=patch.label if patch else "",
         layout=_label(layout, patch),
-        load=f"wrk -c{connections} keep-alive + -c{connections} Connection: close, GET {duration:g} s",
+        load=f"wrk -c{connections} keep-alive + -c{connections} Connection: close, "
+             f"{'your requests' if mix else 'GET'} {duration:g} s",
         faults_injected=reloads,
         requests_sent=_sent(keep_run) + _sent(close_run),
         requests_failed=keep_run.errors.total + close_run.errors.total,
@@ -651,16 +712,20 @@ PER_LAYOUT = {
     "nginx-reload": nginx_reloads,
 }
 EXPERIMENTS = (*PER_LAYOUT, "backlog-full")
+# What runs your app under your requests: the rest needs the demo app's slow endpoint
+# (stuck-request, backlog-full) or edits the app's code (broken-reload).
+APP_EXPERIMENTS = ("kill-worker", "chain-reload", "nginx-reload")
 
 
 def plan(layouts: list[str], only: list[str] | None = None,
-         hosts: int = 0) -> list[tuple[str, Callable[..., FaultRecord], dict]]:
+         hosts: int = 0, demo: bool = True) -> list[tuple[str, Callable[..., FaultRecord], dict]]:
     """(name, function, keyword arguments) for every experiment to run, in order. With
-    ``hosts``: the experiments across app hosts (bench.hostfaults), on every layout."""
+    ``hosts``: the experiments across app hosts (bench.hostfaults), on every layout; for
+    another app than the demo (``demo`` False): APP_EXPERIMENTS only."""
     if hosts:
         return [(name, fn, {"spec": spec}) for spec in layouts for name, fn in HOST_EXPERIMENTS.items()
                 if name in set(only or HOST_EXPERIMENTS)]
-    wanted = set(only or EXPERIMENTS)
+    wanted = set(only or (EXPERIMENTS if demo else APP_EXPERIMENTS))
     steps = []
     for spec in layouts:
         for name, fn in PER_LAYOUT.items():
@@ -691,24 +756,35 @@ def add_arguments(p) -> None:
                         "'uwsgi_read_timeout 3s'), to measure a proposed template change")
     p.add_argument("--hosts", help="run the experiments across this many app hosts (2..8), each in its own network "
                                    f"namespace (root): {', '.join(HOST_EXPERIMENTS)}")
+    subj.add_arguments(p)  # your app: the experiments that only need load (APP_EXPERIMENTS), under your requests
     p.add_argument("--out", help="output directory (default results/<timestamp>-faults)")
 
 
-def resolve_args(args) -> tuple[list[str], list[str]]:
-    """The layouts and the experiments to run; BadArgument or LayoutError naming the field."""
+def resolve_args(args) -> tuple[list[str], list[str], subj.Subject]:
+    """The layouts, the experiments to run and the app; BadArgument, LayoutError or
+    TrafficError naming the field."""
     layouts = list(split_specs(args.layouts))
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     if not layouts:
         raise BadArgument("layouts: give at least one layout, e.g. 2x4-mapped")
     hosts = _hosts(args)
+    subject = subj.from_args(args)
+    if subject.mix is not None and (hosts or subject.demo):
+        raise TrafficError("app" if hosts else "request",
+                           "the experiments across hosts run the demo app with its own requests" if hosts else
+                           "the demo app's experiments send their own requests: give --app for yours")
     for spec in layouts:
-        parse_variant(spec.partition("@")[0] if hosts else spec, run_dir="/tmp/x")
+        parse_variant(spec.partition("@")[0] if hosts else spec, run_dir="/tmp/x", **subject.layout_options)
     allowed = HOST_EXPERIMENTS if hosts else EXPERIMENTS
     unknown = sorted(set(only) - set(allowed))
     if unknown:
         raise BadArgument(f"only: unknown experiment {unknown[0]!r}; allowed: {', '.join(allowed)}"
                           + (" (with --hosts)" if hosts else ""))
-    return layouts, only
+    demo_only = sorted(set(only) - set(APP_EXPERIMENTS))
+    if not subject.demo and demo_only:
+        raise BadArgument(f"only: {demo_only[0]} runs the demo app (it needs its slow endpoint or edits its code); "
+                          f"with --app: {', '.join(APP_EXPERIMENTS)}")
+    return layouts, only, subject
 
 
 def _hosts(args) -> int:
@@ -716,11 +792,13 @@ def _hosts(args) -> int:
 
 
 def run_experiment(lab: Lab, name: str, fn: Callable[..., FaultRecord], kwargs: dict,
-                   patch: Patch | None) -> FaultRecord:
-    """One experiment, timed; one that could not run (its stack failed, ...) is recorded with the error."""
+                   patch: Patch | None, app: dict | None = None) -> FaultRecord:
+    """One experiment, timed; one that could not run (its stack failed, ...) is recorded with the
+    error. ``app``: the user's app options and ``mix`` (not recorded in the workload: the run's
+    arguments name the app, its traffic is recorded once)."""
     t0 = time.monotonic()
     try:
-        record = fn(lab, patch=patch, **kwargs)
+        record = fn(lab, patch=patch, **kwargs, **(app or {}))
     except (StackError, LayoutError, OSError, RuntimeError) as exc:  # the experiment could not run
         label = " ".join(f"{v}" for v in kwargs.values())
         return FaultRecord(name=name, layout=label, load="", faults_injected=0, requests_sent=0, requests_failed=0,
@@ -730,17 +808,23 @@ def run_experiment(lab: Lab, name: str, fn: Callable[..., FaultRecord], kwargs: 
 
 
 def run(args) -> int:
-    layouts, only = resolve_args(args)
+    layouts, only, subject = resolve_args(args)
     hosts = _hosts(args)
     require_tools("wrk")
     if hosts and netns_unavailable():
         raise MissingTool(f"--hosts: {netns_unavailable()}")
+    for note in subject.notes:
+        print(note, file=sys.stderr, flush=True)
+    if not subject.demo:  # before anything is written
+        subj.preflight_app(layouts[0], subject.layout_options, subject.import_timeout)
     out = prepare_out(args.out, suffix="-faults")
     patch = Patch(args.try_server_params, args.try_location) or None
-    steps = plan(layouts, only or None, hosts)
+    steps = plan(layouts, only or None, hosts, demo=subject.demo)
+    argv = getattr(args, "argv", None)
     arguments = {"layouts": layouts, "only": only, "strict": bool(args.strict), "hosts": hosts,
                  "try_server_params": args.try_server_params, "try_location": args.try_location,
-                 "command": command_line("faults", getattr(args, "argv", None))}
+                 "command": command_line("faults", redact_argv(argv) if argv is not None else None),
+                 **({} if subject.demo else {"app": subject.record})}
     workload = {"experiments": [{"name": name, **kwargs} for name, _, kwargs in steps]}
     environment, created = capture(), utc_now()
     records: list[FaultRecord] = []
@@ -753,11 +837,18 @@ def run(args) -> int:
     print(f"faults: {len(steps)} experiments on {', '.join(layouts)}; results in {out}", file=sys.stderr, flush=True)
     t0 = time.monotonic()
     with Lab(hosts=hosts) as lab, sigterm_interrupts():
+        app = None
+        if not subject.demo:  # each distinct request once through nginx (--skip-failing: the others only)
+            subject, lines = subj.preflight_traffic(lab, layouts[0], subject.layout_options, subject, 10.0)
+            print("\n".join(lines), file=sys.stderr, flush=True)
+            workload["traffic"] = {"description": "your requests, under every experiment's load",
+                                   "traffic": subject.mix.to_dict()}
+            app = {**subject.layout_options, "mix": subject.mix}
         try:
             for name, fn, kwargs in steps:
                 label = " ".join(f"{v}" for v in kwargs.values())
                 print(f"[{time.monotonic() - t0:5.1f} s] {name} on {label} ...", file=sys.stderr, flush=True)
-                records.append(run_experiment(lab, name, fn, kwargs, patch))
+                records.append(run_experiment(lab, name, fn, kwargs, patch, app))
                 if records[-1].error:
                     print(f"error: {name} on {label}: {records[-1].error}", file=sys.stderr)
                     if records[-1].figures["log_tail"]:

@@ -6,6 +6,7 @@ limit" article) instead opens new connections at a fixed rate R whatever happens
 request each, so a server that cannot keep up shows it: replies lag, time out or fail.
 
     python -m bench openloop --layout 2x4-mapped --rates 10,20,40 --step 15 [--path /?...]
+    python -m bench openloop --app shop:app --request 'GET /api/items' ...   (your app: bench.subject)
 
 Per step, httperf runs ``--rate R --num-conns R*step --num-calls 1`` and samples the reply
 rate every 5 s. A step **passes** when replies >= 99% of requests, the lowest reply-rate
@@ -19,6 +20,12 @@ httperf busy-polls: it keeps one core at ~100% whatever the rate. On a small mac
 core is taken from the server, so httperf runs under ``nice 19`` by default (the server
 wins when both want the CPU) and every step records httperf's own CPU share.
 
+Your app and its traffic (``bench.subject``: --app, --request, --access-log..., as compare takes
+them): the app is pre-flighted before the stack starts, each distinct request is sent once through
+nginx before the first step (--skip-failing leaves a log's failing ones out), and httperf replays
+the GET requests in proportion to their weights (``--wlog``, a list of paths; headers go on its
+command line, so credential headers are refused here).
+
 Writes ``results.json`` (kind ``openloop``: the steps, the environment, the arguments; saved
 after every step; ``python -m bench report`` re-renders it), ``report.txt``, ``report.md``,
 ``reply-rate.png`` and httperf's raw output under ``raw/``. The stack comes from
@@ -31,11 +38,13 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from bench import subject as subj
 from bench.analysis import judge_step
 from bench.environment import capture
 from bench.kinds.base import RESULTS_NAME, Kind, publish, sigterm_interrupts
 from bench.load import httperf
 from bench.load.files import ROUTES, write_wlog
+from bench.load.traffic import SAFE_METHODS, SENSITIVE_HEADERS, TrafficError, redact_argv, write_mix_script
 from bench.load.wrk import WrkProcess, run_wrks
 from bench.observe import tree_cpu_seconds
 from bench.options import (
@@ -73,6 +82,7 @@ def add_arguments(p) -> None:
     p.add_argument("--client-nice", help="niceness of httperf, which busy-polls a core (default 19; 0 = not niced)")
     p.add_argument("--transport", help="uWSGI sockets: tcp or unix (default tcp)")
     p.add_argument("--all", action="store_true", help="run every rate, not only up to the first that fails")
+    subj.add_arguments(p)
     p.add_argument("--out", help="output directory (default results/<timestamp>-openloop)")
 
 
@@ -92,13 +102,37 @@ def resolve_args(args) -> "_Args":
         raise BadArgument(f"path: must start with / and contain no spaces, got {path!r}")
     if args.files and args.files not in ROUTES:
         raise BadArgument(f"files: must be one of {', '.join(ROUTES)}, got {args.files!r}")
+    subject = subj.from_args(args)
+    if subject.mix is not None:
+        _check_mix_for_httperf(subject, args)
+    elif not subject.demo and args.files:
+        raise BadArgument("files: the data set's routes are the demo app's; your app gets --request lines")
+    parse_variant(spec, run_dir="/tmp/validate", **subject.layout_options)
     return _Args(
         layout=spec, rates=list(rates), step=float_arg("step", args.step or MIN_STEP_S, MIN_STEP_S, 600),
         path=path, files=args.files or "", data_dir=str(Path(args.data_dir or DEFAULT_DATA_DIR).absolute()),
         timeout=float_arg("timeout", args.timeout or 5, 1, 60), warmup=float_arg("warmup", args.warmup or 2, 1, 60),
         client_nice=int_arg("client_nice", args.client_nice if args.client_nice is not None else 19, 0, 19),
         transport=transport_arg(args.transport), all=bool(args.all), out=args.out,
-        command=command_line("openloop", getattr(args, "argv", None)))
+        command=command_line("openloop", redact_argv(getattr(args, "argv", None) or []) or None),
+        subject=subject)
+
+
+def _check_mix_for_httperf(subject: subj.Subject, args) -> None:
+    """httperf opens one connection per request from a list of paths, one method for all, and
+    takes headers on its command line (which other local users can read)."""
+    if args.path or args.files:
+        raise BadArgument(f"{'path' if args.path else 'files'}: your requests (--request, --requests, --access-log, "
+                          "or GET / of your --app) replace it: leave it out")
+    other = sorted({r.method for r in subject.mix.requests if r.method not in SAFE_METHODS})
+    if other:
+        raise TrafficError("request", f"openloop sends GET requests only (httperf replays a list of paths), the "
+                                      f"mix has {', '.join(other)}: leave them out (compare and tune send them)")
+    secret = [n for n, _ in subject.mix.headers if n.lower() in SENSITIVE_HEADERS]
+    if secret:
+        raise TrafficError("header", f"{secret[0]}: openloop hands headers to httperf on its command line, which "
+                                     "other local users can read: leave credentials out (compare and tune send "
+                                     "them from a private file)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,21 +150,31 @@ class _Args:
     all: bool = False
     out: str | None = None
     command: str = ""
+    subject: subj.Subject | None = None  # the app and its traffic (None: the demo app, --path)
+
+    @property
+    def options(self) -> dict:
+        """The layout's options: the transport and the app's."""
+        return {"transport": self.transport, **(self.subject.layout_options if self.subject else {})}
 
     def arguments(self) -> dict:
         """What results.json records as the run's arguments."""
-        return {"layout": self.layout, "rates": list(self.rates), "step_s": self.step, "path": self.path,
-                "files": self.files, "data_dir": self.data_dir if self.files else "", "timeout_s": self.timeout,
+        mix = self.subject is not None and self.subject.mix is not None
+        return {"layout": self.layout, "rates": list(self.rates), "step_s": self.step,
+                "path": "" if mix else self.path, "files": self.files,
+                "data_dir": self.data_dir if self.files else "", "timeout_s": self.timeout,
                 "client_nice": self.client_nice, "warmup_s": self.warmup, "all": self.all,
-                "transport": self.transport, "command": self.command}
+                "transport": self.transport, "command": self.command,
+                **({"app": self.subject.record} if self.subject else {})}
 
 
-def measure(a: _Args, lab: Lab, raw: Path, steps: list[Step], on_step=print) -> None:
+def measure(a: _Args, lab: Lab, raw: Path, steps: list[Step], on_step=print, traffic: dict | None = None) -> None:
     """Start the layout's stack once, warm it up, run every step; each finished step is
     appended to ``steps`` and handed to ``on_step``. Stops after the first step that does not
-    pass, unless ``a.all``."""
-    options = {"transport": a.transport}
-    wlog = None
+    pass, unless ``a.all``. With the user's requests, each is sent once first (the pre-flight);
+    ``traffic["mix"]`` is then the mix measured (without failing ones, with --skip-failing)."""
+    options = a.options
+    wlog, headers, mix = None, (), a.subject.mix if a.subject else None
     if a.files:
         index = prepare_dataset(Path(a.data_dir))
         options.update({"data_dir": str(index.root), "sendfile": "on"})
@@ -138,10 +182,23 @@ def measure(a: _Args, lab: Lab, raw: Path, steps: list[Step], on_step=print) -> 
     raw.mkdir(parents=True, exist_ok=True)
     with lab.stack(a.layout, name=dir_name(a.layout), **options) as stack:
         layout = stack.layout
-        warm_url = f"http://{layout.listen}{a.path}" if not a.files else layout.url + "healthz"
-        run_wrks(WrkProcess(warm_url, 1, a.warmup, timeout_s=a.timeout))
+        if mix is not None:
+            subject, lines = subj.check_traffic(a.subject, layout.listen_host, layout.listen_port, a.timeout,
+                                                where=a.layout)
+            print("\n".join(lines), flush=True)
+            mix = subject.mix
+            if traffic is not None:
+                traffic["mix"] = mix
+            wlog, headers = httperf.write_mix_wlog(lab.work_dir / "traffic" / "mix.wlog", mix), mix.headers
+            warm = WrkProcess(layout.url, 1, a.warmup, timeout_s=a.timeout, script_args=["1"],
+                              script=write_mix_script(lab.work_dir / "traffic" / "warmup.lua", mix))
+        else:
+            warm_url = f"http://{layout.listen}{a.path}" if not a.files else layout.url + "healthz"
+            warm = WrkProcess(warm_url, 1, a.warmup, timeout_s=a.timeout)
+        run_wrks(warm)
         for rate in a.rates:
-            cmd = httperf.command(layout.listen_port, a.path, rate, a.step, a.timeout, nice=a.client_nice, wlog=wlog)
+            cmd = httperf.command(layout.listen_port, a.path, rate, a.step, a.timeout, nice=a.client_nice, wlog=wlog,
+                                  headers=headers)
             cpu0 = tree_cpu_seconds(stack.pids["app"]) + tree_cpu_seconds(stack.pids["nginx"])
             text = httperf.run(cmd, a.step * 2 + a.timeout + 30)
             cpu1 = tree_cpu_seconds(stack.pids["app"]) + tree_cpu_seconds(stack.pids["nginx"])
@@ -163,19 +220,25 @@ def measure(a: _Args, lab: Lab, raw: Path, steps: list[Step], on_step=print) -> 
 def run(args) -> int:
     a = resolve_args(args)
     require_tools("httperf", "wrk")
+    for note in a.subject.notes:
+        print(note, flush=True)
+    subj.preflight_app(a.layout, a.options, a.subject.import_timeout)  # before any stack starts
     out = prepare_out(a.out, suffix="-openloop")
     est = len(a.rates) * (a.step + 2) + a.warmup + 5
-    print(f"open loop: {a.layout}, rates {','.join(f'{r:g}' for r in a.rates)} req/s, {a.step:g} s each; at most "
-          f"about {est / 60:.1f} min; results in {out}", flush=True)
+    print(f"open loop: {a.layout} ({a.subject.app}), rates {','.join(f'{r:g}' for r in a.rates)} req/s, {a.step:g} "
+          f"s each; at most about {est / 60:.1f} min; results in {out}", flush=True)
     environment = capture() | {"httperf": httperf.version()}
     created = utc_now()
     steps: list[Step] = []
     results_path = out / RESULTS_NAME
+    traffic = {"mix": a.subject.mix}
 
     def snapshot(complete: bool) -> Results:
+        workload = {"path": a.path, "files": a.files} if traffic["mix"] is None else \
+            {"path": "", "files": "", "traffic": {"description": "your requests, GET by weight (httperf --wlog)",
+                                                  "traffic": traffic["mix"].to_dict()}}
         return Results(kind="openloop", created=created, environment=environment,
-                       arguments=a.arguments() | {"complete": complete},
-                       workload={"path": a.path, "files": a.files}, steps=tuple(steps))
+                       arguments=a.arguments() | {"complete": complete}, workload=workload, steps=tuple(steps))
 
     def on_step(step: Step) -> None:
         print(step_line(step), flush=True)
@@ -183,7 +246,7 @@ def run(args) -> int:
 
     with Lab() as lab, sigterm_interrupts():
         try:
-            measure(a, lab, out / "raw", steps, on_step=on_step)
+            measure(a, lab, out / "raw", steps, on_step=on_step, traffic=traffic)
         except KeyboardInterrupt:
             snapshot(complete=False).save(results_path)
             print(f"\ninterrupted: the steps measured so far are in {results_path}", file=sys.stderr)

@@ -37,7 +37,7 @@ from bench.environment import Machine, capture
 from bench.kinds.base import RESULTS_NAME, Kind, publish, sigterm_interrupts
 from bench.kinds.closedloop import LiveRunner
 from bench.load import scenarios as sc
-from bench.load.traffic import TrafficError, preflight_requests, redact_argv
+from bench.load.traffic import TrafficError, redact_argv
 from bench.options import (
     RESULTS_ROOT,
     BadArgument,
@@ -148,7 +148,7 @@ class Config:
     middleware: bool  # wrap the app in app/tune_stall.py in the lab
 
 
-def config_from_args(args, stored: Results | None = None) -> Config:
+def config_from_args(args, stored: Results | None = None, subject: subj.Subject | None = None) -> Config:
     """Everything validated (BadArgument, LayoutError, TrafficError: exit 2) before anything runs."""
     nproc = os.cpu_count() or 1
     base = stored.arguments if stored else {}
@@ -157,7 +157,8 @@ def config_from_args(args, stored: Results | None = None) -> Config:
         raw = getattr(args, name, None)
         return parse(raw) if raw is not None else base.get(name, default)
 
-    subject = subj.from_stored(base) if stored else subj.from_args(args)
+    if subject is None:
+        subject = subj.from_stored(base) if stored else subj.from_args(args)
     concurrency = given("concurrency", lambda x: int_arg("concurrency", x, 1, 1000), 2 * nproc)
     p99 = given("p99_ms", lambda x: float_arg("p99_ms", x, 1, 600000), None)
     memory = given("memory_mb", lambda x: float_arg("memory_mb", x, 1, 1_000_000), None)
@@ -284,17 +285,17 @@ def lab_options(lab: Lab, options: dict) -> dict:
     return {**options, "app": f"{STALL_MODULE}:application", "app_dir": str(where), "env": env}
 
 
-def preflight_lab(lab: Lab, spec: str, options: dict, config: Config) -> list[str]:
+def preflight_lab(lab: Lab, spec: str, options: dict, config: Config) -> tuple[subj.Subject, list[str]]:
     """Each distinct request once through nginx (as compare), and with the middleware one short
-    stall; lines to print. TrafficError (exit 2) when an answer is wrong."""
-    lines = []
+    stall: the subject to measure (without the failing requests with --skip-failing) and lines
+    to print. TrafficError (exit 2) when an answer is wrong."""
+    lines: list[str] = []
+    subject = config.subject
     with lab.stack(spec, name="preflight", **options) as stack:
         layout = stack.layout
         if config.subject.mix is not None:
-            statuses = preflight_requests(layout.listen_host, layout.listen_port, config.subject.mix, config.timeout,
-                                          where=spec)
-            lines.append(f"pre-flight: {len(statuses)} distinct requests answered "
-                         f"{', '.join(sorted({str(s) for s in statuses.values()}))} through nginx")
+            subject, lines = subj.check_traffic(subject, layout.listen_host, layout.listen_port, config.timeout,
+                                                where=spec)
         if config.middleware:
             query = LabStall(wait_ms=1).query
             status, _, body = http_get(layout.listen_host, layout.listen_port, f"/?{query}", timeout=config.timeout)
@@ -303,7 +304,7 @@ def preflight_lab(lab: Lab, spec: str, options: dict, config: Config) -> list[st
                                                   f"/?{query}: the stalled requests cannot be measured")
             lines.append(f"pre-flight: stalled requests go through the lab-only middleware ({STALL_MODULE}, wrapping "
                          f"{config.subject.app}; never in the recommended files)")
-    return lines
+    return subject, lines
 
 
 class TuneProgress:
@@ -449,9 +450,9 @@ def run(args) -> int:
     check_reachable(checked(parse_variant(first, run_dir=str(where), **config.options)), where)
     if stored is None:
         require_tools("wrk")
-        subj.preflight_app(first, config.options)  # before any stack starts
-        for note in config.subject.notes:
+        for note in config.subject.notes:  # first: which app dir and virtualenv the pre-flight uses
             print(note, flush=True)
+        subj.preflight_app(first, config.options, config.subject.import_timeout)  # before any stack starts
         _, why_no_bundle = bundle_for(f"1x1-{config.inputs.space[0].strategy}", config.options)
         if why_no_bundle and "uWSGI only" not in why_no_bundle:
             print(f"note: the recommendation will come without a production bundle ({why_no_bundle})", flush=True)
@@ -459,8 +460,10 @@ def run(args) -> int:
         if stored is None:
             options = lab_options(lab, config.options) if config.middleware else config.options
             if config.subject.mix is not None or config.middleware:
-                for line in preflight_lab(lab, first, options, config):
-                    print(line, flush=True)
+                subject, lines = preflight_lab(lab, first, options, config)
+                print("\n".join(lines), flush=True)
+                if subject.mix != config.subject.mix:  # --skip-failing left requests out: tune on the others
+                    config = config_from_args(args, stored, subject)
         out = prepare_out(str(out_path))
         results_path = out / RESULTS_NAME
         print(header(config, stored, out, args.replay), flush=True)

@@ -8,6 +8,7 @@ under ``nice`` by default and its own CPU share is part of the summary.
 
 from __future__ import annotations
 
+import random
 import re
 import shutil
 import subprocess
@@ -76,15 +77,33 @@ def parse(text: str) -> dict:
 
 
 def command(port: int, path: str, rate: float, step_s: float, timeout_s: float, nice: int = 19,
-            wlog: Path | None = None) -> list[str]:
+            wlog: Path | None = None, headers=()) -> list[str]:
     """httperf at ``rate`` new connections/s for ``step_s`` seconds, one request each, sampling
-    the reply rate every 5 s (``--verbose``); ``wlog``: replay that request list instead of ``path``."""
+    the reply rate every 5 s (``--verbose``); ``wlog``: replay that request list instead of ``path``;
+    ``headers``: (name, value) pairs sent with every request (a Host among them replaces httperf's)."""
     conns = max(1, round(rate * step_s))
     cmd = ["nice", "-n", str(nice)] if nice else []
     cmd += [shutil.which("httperf") or "httperf", "--verbose", "--hog", "--server", "127.0.0.1", "--port", str(port),
             "--rate", f"{rate:g}", "--num-conns", str(conns), "--num-calls", "1", "--timeout", f"{timeout_s:g}"]
     cmd += [f"--wlog=y,{wlog}"] if wlog else ["--uri", path]
+    if headers:  # one string, each header ended by httperf's "\n" escape (a backslash is "\\")
+        cmd += ["--add-header", "".join(f"{n}: {v}".replace("\\", "\\\\") + "\\n" for n, v in headers)]
+        if any(n.lower() == "host" for n, _ in headers):
+            cmd.append("--no-host-hdr")
     return cmd
+
+
+def write_mix_wlog(dest: Path, mix, seed: int = 0, size: int = 10_000) -> Path:
+    """The GET targets of ``mix`` as httperf's ``--wlog`` list (NUL-separated, replayed in a
+    loop): each request about weight/total of ``size`` times (at least once), shuffled with
+    ``seed``, so the requests httperf opens follow the mix's weights."""
+    total = mix.total_weight
+    targets = [r.target for r in mix.requests for _ in range(max(1, round(r.weight * size / total)))]
+    random.Random(seed).shuffle(targets)
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(b"".join(t.encode("ascii") + b"\0" for t in targets))
+    return dest
 
 
 def run(cmd: list[str], limit_s: float) -> str:

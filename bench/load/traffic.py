@@ -461,27 +461,76 @@ def send_once(host: str, port: int, request: Request, headers=(), timeout: float
         conn.close()
 
 
-def preflight_requests(host: str, port: int, mix: Mix, timeout: float = 10.0, where: str = "") -> dict[str, int]:
-    """Send each distinct request of ``mix`` once; return request label -> status. A 4xx or 5xx
-    answer, or no answer, raises TrafficError naming the request and the answer, so nobody
-    benchmarks an error page."""
-    statuses = {}
-    place = f" through nginx{' on ' + where if where else ''}"
+@dataclass(frozen=True)
+class Failure:
+    """A request of the mix that failed in the pre-flight, and how (``404 Not Found: 'body...'``,
+    ``no answer within 10 s``, ``ConnectionResetError``)."""
+
+    request: Request
+    answer: str
+    answered: bool  # an HTTP answer (4xx/5xx); False: none at all
+
+
+MAX_LISTED = 20  # failures named in the one line
+MAX_UNANSWERED = 20  # requests without any answer before the pre-flight gives up (each may take the timeout)
+
+
+def check_requests(host: str, port: int, mix: Mix, timeout: float = 10.0) -> tuple[dict[str, int], list[Failure]]:
+    """Send each distinct request of ``mix`` once: (label -> status of those answered below 400,
+    the failures: a 4xx/5xx or no answer). Stops early after MAX_UNANSWERED requests without any
+    answer (the stack, not a path, is the problem then)."""
+    statuses: dict[str, int] = {}
+    failures: list[Failure] = []
     for r in mix.requests:
         try:
             answer = send_once(host, port, r, mix.headers, timeout)
         except TimeoutError:
-            raise TrafficError("request", f"{r.label} got no answer within {timeout:g} s in the pre-flight"
-                                          f"{place}: nothing was measured") from None
+            failures.append(Failure(r, f"no answer within {timeout:g} s", False))
         except (OSError, http.client.HTTPException) as exc:
-            why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            raise TrafficError("request", f"{r.label} failed in the pre-flight{place} ({why}): nothing was "
-                                          "measured") from None
-        if answer.status >= 400:
+            failures.append(Failure(r, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, False))
+        else:
+            if answer.status < 400:
+                statuses[r.label] = answer.status
+                continue
             text = " ".join(re.sub(r"<[^>]*>", " ", answer.body[:400].decode("utf-8", "replace")).split())
-            shown = f": {text[:100]!r}" if text else ""
-            raise TrafficError("request", f"{r.label} was answered {answer.status} {answer.reason}{shown} in the "
-                                          f"pre-flight{place}: fix the request (or the app) so it succeeds; "
-                                          "nothing was measured")
-        statuses[r.label] = answer.status
+            failures.append(Failure(r, f"{answer.status} {answer.reason}" + (f": {text[:40]!r}" if text else ""),
+                                    True))
+        if sum(not f.answered for f in failures) >= MAX_UNANSWERED:
+            break
+    return statuses, failures
+
+
+def failures_line(failures: list[Failure], mix: Mix, place: str = "", limit: int = MAX_LISTED) -> str:
+    """One line naming every failing request (the first ``limit``) and its answer."""
+    shown = "; ".join(f"{f.request.label} -> {f.answer}" for f in failures[:limit])
+    more = f"; and {len(failures) - limit} more" if len(failures) > limit else ""
+    stopped = " (stopped: too many requests got no answer)" if sum(not f.answered for f in failures) >= \
+        MAX_UNANSWERED else ""
+    return (f"{len(failures)} of {len(mix.requests)} distinct requests failed in the pre-flight{place}{stopped}: "
+            f"{shown}{more}")
+
+
+def without(mix: Mix, failures: list[Failure]) -> Mix:
+    """``mix`` without the failing requests; its source says how many were dropped and their
+    share of the weight (what results.json and the report show)."""
+    dropped = {f.request.key for f in failures}
+    kept = tuple(r for r in mix.requests if r.key not in dropped)
+    if not kept:
+        raise TrafficError("skip_failing", f"every request failed in the pre-flight ({len(failures)}): nothing is "
+                                           "left to measure")
+    share = sum(r.weight for r in mix.requests if r.key in dropped) / mix.total_weight
+    source = f"{mix.source}; dropped {len(dropped)} requests ({share:.1%} of the weight) that failed in the " \
+             "pre-flight (--skip-failing)"
+    return Mix(kept, mix.headers, source.lstrip("; "))
+
+
+def preflight_requests(host: str, port: int, mix: Mix, timeout: float = 10.0, where: str = "") -> dict[str, int]:
+    """Send each distinct request of ``mix`` once; return request label -> status. Any 4xx or 5xx
+    answer, or no answer, raises TrafficError naming every failing request (up to MAX_LISTED)
+    and its answer, so nobody benchmarks an error page."""
+    statuses, failures = check_requests(host, port, mix, timeout)
+    if failures:
+        place = f" through nginx{' on ' + where if where else ''}"
+        raise TrafficError("request", failures_line(failures, mix, place) + ": fix the requests (or the app) so they "
+                                      "succeed; nothing was measured")
     return statuses

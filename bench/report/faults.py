@@ -6,6 +6,7 @@ Functions of a ``Results`` of kind ``faults`` (or of its records) that RETURN li
 
 from __future__ import annotations
 
+from bench.report.subject import subject_lines, subject_markdown
 from bench.report.text import comment, md_footer, md_table
 from bench.results import FaultRecord, Results
 
@@ -56,6 +57,7 @@ def summary_line(results: Results) -> str:
 
 def terminal_lines(results: Results) -> list[str]:
     out = [f"note: {comment(results)}", ""] if comment(results) else []
+    out += [*subject_lines(results), ""] if subject_lines(results) else []  # another app than the demo
     return out + format_table([r for r in results.faults if not r.error]) + ["", summary_line(results)]
 
 
@@ -66,6 +68,7 @@ def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
            "uWSGI stack, holds a wrk load and injects its fault at a measured moment.", ""]
     if comment(results):
         out += [f"> **Note:** {comment(results)}", ""]
+    out += subject_markdown(results)
     out += [f"**{summary_line(results)}**", ""]
     out += md_table(list(COLUMNS), [list(_row(r)) for r in ran], "<<<>>>><") + [""]
     out += [f"- nginx.conf patched for this run (experiment only): `{p}`" for p in _patches(ran)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from bench.analysis import MIN_RATE_OF_TARGET, REPLIES_OF_REQUESTS, steady_min
 from bench.load.httperf import CLIENT_ERRORS, SERVER_ERRORS
+from bench.report.subject import mixes, subject_lines, subject_markdown
 from bench.report.text import comment, md_kv, md_table, plot_lines, table, wrap
 from bench.results import Results, Step
 
@@ -70,14 +71,15 @@ def _rows(results: Results) -> tuple[list[str], list[list[str]]]:
 
 def _header(results: Results) -> str:
     a, env = results.arguments, results.environment
-    target = f"files ({a['files']}, random ids from the data set)" if a.get("files") else f"GET {a.get('path')}"
+    target = f"files ({a['files']}, random ids from the data set)" if a.get("files") else \
+        "your requests (below)" if mixes(results) else f"GET {a.get('path')}"
     return (f"open loop (httperf {env.get('httperf', '')}, fixed request rate): {a.get('layout')}, {target}, "
             f"steps of {a.get('step_s', 0):g} s" + (f", {env['nproc']} cores" if env.get("nproc") else "")
             + (f", httperf under nice {a['client_nice']}" if a.get("client_nice") else ""))
 
 
 def terminal_lines(results: Results) -> list[str]:
-    out = wrap(_header(results))
+    out = wrap(_header(results)) + subject_lines(results)
     if comment(results):
         out += wrap(f"note: {comment(results)}")
     out += [""] + wrap(knee_text(results)) + [""]
@@ -91,7 +93,7 @@ def terminal_lines(results: Results) -> list[str]:
 
 
 def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
-    out = ["# Open-loop benchmark (httperf)", "", _header(results) + ".", ""]
+    out = ["# Open-loop benchmark (httperf)", "", _header(results) + ".", "", *subject_markdown(results)]
     if comment(results):
         out += [f"> **Note:** {comment(results)}", ""]
     out += [f"**{knee_text(results)}**", "", RULE, ""]

@@ -137,6 +137,23 @@ def default_virtualenv() -> str:
     return sys.prefix if sys.prefix != sys.base_prefix else ""
 
 
+def app_virtualenv(app_dir: Path, environ=None) -> tuple[str, str]:
+    """The virtualenv an app in ``app_dir`` runs in when --virtualenv is not given, and how it
+    was found: the active one ($VIRTUAL_ENV, unless it is this tool's own), else ``.venv`` or
+    ``venv`` in the app's directory when it holds bin/python. ("", why) when there is none."""
+    environ = os.environ if environ is None else environ
+    active = environ.get("VIRTUAL_ENV", "")
+    ours = Path(sys.prefix).resolve()
+    if active and Path(active).resolve() != ours:
+        return active, "$VIRTUAL_ENV"
+    for name in (".venv", "venv"):
+        candidate = Path(app_dir) / name
+        if os.access(candidate / "bin" / "python", os.X_OK) and candidate.resolve() != ours:
+            return str(candidate), f"{name} in the app's directory"
+    skipped = " ($VIRTUAL_ENV is this tool's own)" if active else ""
+    return "", f"no $VIRTUAL_ENV{skipped}, .venv or venv in {app_dir}"
+
+
 @lru_cache(maxsize=None)
 def uwsgi_has_ssl(binary: str) -> bool:
     """Was this uWSGI built with SSL (libssl-dev present when pip compiled it)? Its --help lists

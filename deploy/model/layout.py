@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from deploy.model import hosts as multihost
+from deploy.model.apps import AppTarget, parse_app
 from deploy.model.errors import LayoutError
 from deploy.model.fields import (
     boolean,
@@ -48,6 +49,7 @@ STRATEGY_OPTIONS = {"reuse_port": False, "protocol": "http", "lock_engine": ""}
 MAX_BACKLOG = 2**31 - 1
 
 SPEC_RE = re.compile(r"^(?P<p>[+-]?\d+)x(?P<t>[+-]?\d+)-(?P<strategy>[A-Za-z0-9_-]+)$")
+# A module-level callable (no factory): what a production bundle's uwsgi.ini can name (module =).
 APP_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -164,10 +166,7 @@ class Layout:
         set_("processes", int_in("processes", self.processes, 1, MAX_PROCESSES))
         set_("threads", int_in("threads", self.threads, 1, MAX_THREADS))
         strategy = get_strategy(self.strategy)
-        if not isinstance(self.app, str) or not APP_RE.match(self.app):
-            raise LayoutError(
-                "app", f"expected an importable module:callable such as app.wsgi:application, got {self.app!r}"
-            )
+        set_("app", parse_app(self.app).text)  # module:callable or module:factory(literals), normalised
         set_("app_dir", config_path("app_dir", str(self.app_dir)))
         if self.transport not in TRANSPORTS:
             raise LayoutError("transport", f"must be one of {', '.join(TRANSPORTS)}, got {self.transport!r}")
@@ -218,6 +217,11 @@ class Layout:
     @property
     def name(self) -> str:
         return f"{self.processes}x{self.threads}-{self.strategy}"
+
+    @property
+    def app_target(self) -> AppTarget:
+        """The app parsed: module, callable, and the factory's arguments when it is a factory."""
+        return parse_app(self.app)
 
     @property
     def strategy_obj(self):

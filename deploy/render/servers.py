@@ -35,6 +35,12 @@ UPSTREAM_KEEPALIVE_TIMEOUT = 20
 PEER_IDLE_TIMEOUT = 30
 # Seconds a peer gives in-flight requests on SIGTERM before its workers are killed.
 GRACEFUL_STOP = 5
+# For an app factory the server cannot call itself (uWSGI never; granian not with arguments):
+# a generated module, relative to the run dir, whose ``application`` is the factory's app.
+# In a directory of its own, so putting it on sys.path (granian) exposes nothing else; named
+# so that no app has a module of that name.
+ENTRY_FILE = "entry/uwsgi_layouts_entry.py"
+ENTRY_CALLABLE = "application"
 
 
 @dataclass
@@ -61,7 +67,15 @@ class ServerConfig:
 
     def files(self, layout: Layout) -> list[str]:
         """The files this server adds to the run dir (besides nginx.conf and layout.json)."""
-        return [self.config_file]
+        return [self.config_file, *self.entry_files(layout)]
+
+    def calls_factory(self, layout: Layout) -> bool:
+        """Whether the server itself calls the layout's app factory (else: ENTRY_FILE does)."""
+        return False
+
+    def entry_files(self, layout: Layout) -> list[str]:
+        """[ENTRY_FILE] when the layout's app is a factory this server cannot call, else []."""
+        return [ENTRY_FILE] if layout.app_target.is_factory and not self.calls_factory(layout) else []
 
     def render(self, env: jinja2.Environment, context: dict) -> dict[str, str]:
         return {self.config_file: env.get_template(f"{self.config_file}.j2").render(context)}
@@ -134,7 +148,7 @@ class UWSGI(ServerConfig):
     name, label, config_file, upstream = "uwsgi", "uWSGI", "uwsgi.ini", "uwsgi_app"
 
     def files(self, layout):
-        return ["uwsgi.ini", "uwsgi_params"]
+        return ["uwsgi.ini", "uwsgi_params", *self.entry_files(layout)]
 
     def render(self, env, context):
         return {"uwsgi.ini": env.get_template("uwsgi.ini.j2").render(context),
@@ -237,6 +251,9 @@ class Gunicorn(Peer):
     def files(self, layout):
         return ["gunicorn.conf.py", "uwsgi_params"] if layout.nginx_protocol == "uwsgi" else ["gunicorn.conf.py"]
 
+    def calls_factory(self, layout):
+        return True  # wsgi_app = "module:factory(literals)": gunicorn's own syntax (util.import_app)
+
     def render(self, env, context):
         texts = super().render(env, context)
         if context["layout"].nginx_protocol == "uwsgi":
@@ -290,6 +307,16 @@ class Granian(Peer):
     name, label, config_file, upstream, package = "granian", "granian", "granian.env", "granian_app", "granian"
     requires = ("click",)
 
+    def calls_factory(self, layout):
+        return not layout.app_target.has_arguments  # --factory calls it without arguments
+
+    def target(self, layout) -> str:
+        """What granian is started with: the app, the factory (with GRANIAN_FACTORY), or the
+        entry module's path (granian imports a file target from its own directory)."""
+        if self.entry_files(layout):
+            return f"{Path(layout.run_dir) / ENTRY_FILE}:{ENTRY_CALLABLE}"
+        return layout.app_target.reference
+
     @staticmethod
     def backpressure(layout) -> int:
         """Every connection nginx can open to it: backpressure counts connections, not requests,
@@ -312,6 +339,10 @@ class Granian(Peer):
         problems = []
         if values.get("GRANIAN_INTERFACE") != "wsgi":
             problems.append(f"granian interface {values.get('GRANIAN_INTERFACE')!r} is not wsgi")
+        factory = layout.app_target.is_factory and self.calls_factory(layout)
+        if (values.get("GRANIAN_FACTORY") == "true") != factory:
+            problems.append(f"granian factory {values.get('GRANIAN_FACTORY')!r} but the app {layout.app} "
+                            f"{'is' if factory else 'is not'} a factory granian calls")
         backpressure = _int_or_none(values.get("GRANIAN_BACKPRESSURE"))
         if backpressure is None or backpressure < self.backpressure(layout):
             problems.append(f"granian backpressure {backpressure} is below the {self.backpressure(layout)} "
@@ -336,7 +367,7 @@ class Granian(Peer):
 
 SERVERS: dict[str, ServerConfig] = {s.name: s for s in (UWSGI(), Gunicorn(), Granian())}
 # Every config file any server writes: a re-render for another server removes the stale ones.
-CONFIG_FILES = ("uwsgi.ini", "uwsgi_params", "gunicorn.conf.py", "granian.env")
+CONFIG_FILES = ("uwsgi.ini", "uwsgi_params", "gunicorn.conf.py", "granian.env", ENTRY_FILE)
 
 
 def server_for(layout: Layout) -> ServerConfig:

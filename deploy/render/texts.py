@@ -1,4 +1,4 @@
-"""A layout's files as texts: nginx.conf, the server's config (uwsgi.ini + uwsgi_params,
+"""A layout's files as texts: nginx.conf (+ mime.types), the server's config (uwsgi.ini + uwsgi_params,
 gunicorn.conf.py or granian.env; with hosts, each host's own) and layout.json."""
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ from deploy.model import (
     MapError,
 )
 from deploy.render.servers import (
+    ENTRY_FILE,
     GRACEFUL_STOP,
     NGINX_WORKER_CONNECTIONS,
     PEER_IDLE_TIMEOUT,
     UPSTREAM_KEEPALIVE_TIMEOUT,
     server_for,
 )
-from deploy.render.templates import environment
+from deploy.render.templates import TEMPLATES_DIR, environment
 
 LAYOUT_JSON_VERSION = 1
 
@@ -54,14 +55,28 @@ def render_texts(layout: Layout) -> dict[str, str]:
         **_file_map_context(layout),
         "pass_target": pass_target(layout), "ssl_ciphers": SSL_CIPHERS, "ssl_protocols": SSL_PROTOCOLS,
     }
-    texts = {"nginx.conf": env.get_template("nginx.conf.j2").render(context)}
-    if layout.hosts:  # each host's config, from its own view; the front keeps uwsgi_params
+    texts = {"nginx.conf": env.get_template("nginx.conf.j2").render(context),
+             "mime.types": (TEMPLATES_DIR / "mime.types").read_text()}  # nginx's own list (templates/mime.types)
+    if layout.hosts:  # each host's config (and entry module), from its own view; the front keeps uwsgi_params
         for host in layout.hosts:
-            for name, text in server.render(env, context | {"layout": layout.host_layout(host)}).items():
-                texts[host_file(host, name) if name == server.config_file else name] = text
+            for name, text in _server_texts(env, context | {"layout": layout.host_layout(host)}).items():
+                texts[host_file(host, name) if name in (server.config_file, ENTRY_FILE) else name] = text
     else:
-        texts |= server.render(env, context)
+        texts |= _server_texts(env, context)
     texts["layout.json"] = json.dumps({"format_version": LAYOUT_JSON_VERSION, **layout.to_dict()}, indent=2) + "\n"
+    return texts
+
+
+def _server_texts(env, context: dict) -> dict[str, str]:
+    """The server's config file(s) and, for an app factory it cannot call, the entry module
+    that calls it (ENTRY_FILE, named in the config)."""
+    layout = context["layout"]
+    server = server_for(layout)
+    entry = server.entry_files(layout)
+    context = context | {"entry_file": entry[0] if entry else "", "target": layout.app_target}
+    texts = server.render(env, context)
+    if entry:
+        texts[ENTRY_FILE] = env.get_template("entry.py.j2").render(context)
     return texts
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from deploy.machine import check_listen_address, check_reachable, enter, find_uwsgi, run_user_ids, uwsgi_has_ssl
 from deploy.model import Layout, LayoutError, RenderError
 from deploy.render.checks import crosscheck
-from deploy.render.servers import CONFIG_FILES
+from deploy.render.servers import CONFIG_FILES, ENTRY_FILE
 from deploy.render.templates import GENERATED, TEMPLATES_DIR
 from deploy.render.texts import render_texts
 
@@ -84,7 +84,9 @@ def write_layout(layout: Layout, out_dir: Path | str, check_nginx: bool = True, 
             for sub in RUN_SUBDIRS:
                 (directory / sub).mkdir(mode=0o750, parents=True)
         for name, text in texts.items():
+            (staging / name).parent.mkdir(mode=0o750, parents=True, exist_ok=True)  # entry/, hosts/ADDR/
             (staging / name).write_text(text)
+        _protect_entry(layout, staging)
         check_reachable(layout, out)
         check_listen_address(layout.listen_host, front_netns)
         problems = crosscheck(layout, staging)
@@ -147,6 +149,21 @@ def _apply_ownership(layout: Layout, run_dir: Path) -> None:
             path.chmod(0o750)
 
 
+def _protect_entry(layout: Layout, run_dir: Path) -> None:
+    """The entry module of an app factory (its arguments may be secrets, as --env values are):
+    readable by the run user's group only; under root, root owns it and that group reads it."""
+    for directory in run_dirs(layout, run_dir):
+        entry = directory / ENTRY_FILE
+        if not entry.exists():
+            continue
+        entry.parent.chmod(0o750)
+        entry.chmod(0o640)
+        if layout.drops_privileges:
+            _, gid, _ = run_user_ids(layout.user)
+            os.chown(entry.parent, 0, gid)
+            os.chown(entry, 0, gid)
+
+
 def _install(layout: Layout, staging: Path, out: Path, names: list[str]) -> None:
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -156,11 +173,15 @@ def _install(layout: Layout, staging: Path, out: Path, names: list[str]) -> None
         for sub in RUN_SUBDIRS:
             (directory / sub).mkdir(mode=0o750, parents=True, exist_ok=True)
     for name in names:  # each replace is atomic; all were validated before the first one
+        (out / name).parent.mkdir(mode=0o750, parents=True, exist_ok=True)
         os.replace(staging / name, out / name)
     for stale in set(CONFIG_FILES) - set(names):  # another server's config, from an earlier render
         if _written_by_render(out / stale):
             (out / stale).unlink()
+            if stale == ENTRY_FILE and not any((out / stale).parent.iterdir()):
+                (out / stale).parent.rmdir()
     _apply_ownership(layout, out)  # an existing directory keeps its own modes otherwise
+    _protect_entry(layout, out)
 
 
 def _written_by_render(path: Path) -> bool:

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy.machine import checked, preflight
+from deploy.machine import PREFLIGHT_TIMEOUT, checked, preflight
 from deploy.model import LayoutError, StackError, layout_from_record
 from deploy.run.processes import read_stats, tail
 
@@ -49,9 +49,11 @@ def _workers(stats_address: str) -> dict[int, dict]:
     return {w["id"]: w for w in read_stats(stats_address)["workers"]}
 
 
-def chain_reload(run_dir: Path, timeout: float = 120.0, progress=None) -> ReloadResult:
+def chain_reload(run_dir: Path, timeout: float = 120.0, progress=None,
+                 import_timeout: float = PREFLIGHT_TIMEOUT) -> ReloadResult:
     """Chain-reload the stack running in ``run_dir``. New code that does not import (the
-    pre-flight, as at start) raises LayoutError (bad input, exit 2) before anything is touched."""
+    pre-flight, as at start, bounded by ``import_timeout``) raises LayoutError (bad input, exit 2)
+    before anything is touched."""
     layout = checked(layout_from_record(load_run_layout(run_dir)))
     if layout.server != "uwsgi":
         raise LayoutError("layout", f"{layout.name} runs {layout.server}: chain reload is uWSGI's (its master FIFO); "
@@ -68,7 +70,7 @@ def chain_reload(run_dir: Path, timeout: float = 120.0, progress=None) -> Reload
     except OSError:
         raise StackError(f"uWSGI of {layout.name} is not running (no stats server on {stats})") from None
     try:
-        preflight(layout)
+        preflight(layout, timeout=import_timeout)
     except LayoutError as exc:
         raise LayoutError(exc.field, f"{exc.problem}; chain reload not started, the old workers keep "
                                      "serving") from None

@@ -25,7 +25,7 @@ import psutil
 
 from deploy.machine import run_user_ids, server_package_dir
 from deploy.model import Layout, StackError
-from deploy.render import SERVERS, Gunicorn, ServerConfig
+from deploy.render import SERVERS, Granian, Gunicorn, ServerConfig
 from deploy.run.processes import read_stats, uwsgi_binary
 
 LAUNCHER = Path(__file__).resolve().parent / "peer_launch.py"
@@ -169,8 +169,10 @@ class GunicornProcess(PeerProcess):
 
 
 class GranianProcess(PeerProcess):
+    config: Granian
+
     def command(self, layout):
-        return [*super().command(layout), layout.app]
+        return [*super().command(layout), self.config.target(layout)]
 
     def worker_ready(self, layout, worker):
         # Over TCP (on Linux) each worker binds its own SO_REUSEPORT listener once it has loaded

@@ -54,6 +54,7 @@ from deploy.model import (
     Socket,
     host_cert,
     host_key,
+    parse_app,
     parse_env,
     parse_layout,
     parse_static,
@@ -530,6 +531,10 @@ def build_bundle(spec: str, *, app=None, app_dir=None, virtualenv=None, env=None
     only when they exist on this machine (``install`` checks them on the server in any case)."""
     app = str(app or DEFAULT_APP)
     if not APP_RE.match(app):
+        target = parse_app(app)  # raises, saying what is allowed, unless it is a factory
+        raise LayoutError("app", f"{target.text} is an app factory, which a bundle's uwsgi.ini cannot call: write "
+                                 f"`from {target.module} import {target.name}; application = {target.callable_text}` "
+                                 "into a module of your app (wsgi.py) and give --app wsgi:application")
         raise LayoutError("app", f"expected an importable module:callable such as shop.wsgi:application, got {app!r}")
     bundle_name = str(name) if name is not None else default_name(app)
     if not NAME_RE.match(bundle_name):

@@ -48,7 +48,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy.machine import blocked_at, linked_python, preflight, run_user_ids, virtualenv_python
+from deploy.machine import PREFLIGHT_TIMEOUT, blocked_at, linked_python, preflight, run_user_ids, virtualenv_python
 from deploy.model import UNIX_PATH_MAX, LayoutError, RenderError, StackError
 from deploy.ship.bundle import (
     BUNDLE_JSON,
@@ -190,7 +190,8 @@ def nginx_binary() -> str:
     return found
 
 
-def check_machine(record: dict, root: Path, app_check: bool = True, installed: bool = False) -> None:
+def check_machine(record: dict, root: Path, app_check: bool = True, installed: bool = False,
+                  import_timeout: float = PREFLIGHT_TIMEOUT) -> None:
     """What the service needs on this machine, or LayoutError naming the field. A front of app
     hosts runs no uWSGI here (only nginx's checks); an app host no nginx site (only uWSGI's).
     ``installed``: this bundle was installed here before (its manifest exists)."""
@@ -257,7 +258,7 @@ def check_machine(record: dict, root: Path, app_check: bool = True, installed: b
         app=server["app"], app_dir=server["app_dir"], virtualenv=server["virtualenv"], env=pairs("env"),
         static=pairs("static"), data_dir="", user=server["user"], drops_privileges=os.geteuid() == 0,
         server="uwsgi",  # a bundle runs uWSGI (deploy/ship/bundle.py refuses peers)
-    ))
+    ), timeout=import_timeout)
 
 
 def check_uwsgi_version(uwsgi: str, venv: str) -> None:
@@ -521,7 +522,8 @@ def site_problems(record: dict, root: Path, output: str) -> list[str]:
 
 
 def install(bundle_dir: Path | str, root: Path | str = "/", dry_run: bool = False, app_check: bool = True,
-            progress: Callable[[str], None] = lambda line: None) -> InstallResult:
+            progress: Callable[[str], None] = lambda line: None,
+            import_timeout: float = PREFLIGHT_TIMEOUT) -> InstallResult:
     bundle_dir = Path(bundle_dir).absolute()
     root = Path(root).absolute()
     if not root.is_dir():
@@ -533,7 +535,8 @@ def install(bundle_dir: Path | str, root: Path | str = "/", dry_run: bool = Fals
     manifest = read_manifest(root, name)
     if manifest is None:
         check_not_legacy(record, root)
-    check_machine(record, root, app_check=app_check, installed=manifest is not None)
+    check_machine(record, root, app_check=app_check, installed=manifest is not None,
+                  import_timeout=import_timeout)
     slot = choose_slot(record, texts, root, manifest)
     live = manifest.slot if manifest else ""
     steps = plan(record, texts, root, slot)

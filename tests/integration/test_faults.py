@@ -254,8 +254,14 @@ def test_faults_results_are_saved_and_re_rendered(tmp_path, capsys):
 def test_bad_faults_arguments_exit_2_before_anything_is_written(tmp_path, capsys):
     from bench import cli as bench_cli
 
+    shop = tmp_path / "shop"
+    shop.mkdir()
+    (shop / "shop.py").write_text("def app(environ, start_response):\n    return []\n")
+    yours = ["--app", "shop:app", "--app-dir", str(shop)]
     for argv, field in ((["--layouts", "2x4-bogus"], "strategy"), (["--only", "nap"], "only"),
-                        (["--layouts", ","], "layouts")):
+                        (["--layouts", ","], "layouts"), (["--request", "GET /"], "request"),
+                        ([*yours, "--only", "stuck-request"], "only"), ([*yours, "--hosts", "2"], "app"),
+                        ([*yours, "--import-timeout", "x"], "import_timeout")):
         out = tmp_path / "out"
         assert bench_cli.main(["faults", "--out", str(out), *argv]) == 2
         err = capsys.readouterr().err.strip().splitlines()

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from bench.load.traffic import Request, build_mix, preflight_requests, write_mix_script
+from bench.load.traffic import Request, TrafficError, build_mix, preflight_requests, write_mix_script
 from bench.load.wrk import WrkProcess, run_wrks, write_script
+from bench.subject import Subject, check_traffic
 from tests.conftest import find_free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -121,13 +123,35 @@ def test_preflight_sends_each_request_once_and_names_a_failure(server):
                                                                        "POST /items (2-byte body)": 200}
     assert [(m, p, b) for m, p, _, b in server.seen] == [("GET", "/a", b""), ("GET", "/moved", b""),
                                                          ("POST", "/items", b"{}")]
-    bad = build_mix([Request("GET", "/a"), Request("GET", "/missing")])
-    with pytest.raises(ValueError, match=r"^request: GET /missing was answered 404 Not Found: 'ok' in the "
-                                         r"pre-flight through nginx"):
+    bad = build_mix([Request("GET", "/missing"), Request("GET", "/a"), Request("GET", "/boom")])
+    with pytest.raises(ValueError, match=r"^request: 2 of 3 distinct requests failed in the pre-flight through "
+                                         r"nginx: GET /missing -> 404 Not Found: 'ok'; GET /boom -> 500 Internal "
+                                         r"Server Error: 'ok': fix the requests"):
         preflight_requests("127.0.0.1", server.server_port, bad)
     (closed,) = find_free_ports(1)
-    with pytest.raises(ValueError, match=r"^request: GET /a failed in the pre-flight .*ConnectionRefusedError"):
+    with pytest.raises(ValueError, match=r"^request: 3 of 3 distinct requests failed in the pre-flight through "
+                                         r"nginx: GET /missing -> ConnectionRefusedError.*; GET /boom -> "
+                                         r"ConnectionRefusedError"):
         preflight_requests("127.0.0.1", closed, bad)
+
+
+def test_skip_failing_leaves_the_failing_requests_of_a_log_out(server):
+    log_mix = build_mix([Request("GET", "/a", 5), Request("GET", "/missing", 3), Request("GET", "/boom", 2)],
+                        source="access log x.log")
+    subject = Subject({}, False, {}, log_mix, from_log=True)
+    with pytest.raises(TrafficError, match=r"GET /missing -> 404 Not Found: 'ok'; GET /boom -> 500 .*, or leave "
+                                           r"them out with --skip-failing; nothing was measured"):
+        check_traffic(subject, "127.0.0.1", server.server_port, 5, where="2x4-mapped")
+    kept, lines = check_traffic(replace(subject, skip_failing=True), "127.0.0.1", server.server_port, 5,
+                                where="2x4-mapped")
+    assert [r.target for r in kept.mix.requests] == ["/a"]
+    assert "dropped 2 requests (50.0% of the weight) that failed in the pre-flight" in kept.mix.source
+    assert lines[0].startswith("--skip-failing: left out 2 of 3 distinct requests failed in the pre-flight through "
+                               "nginx on 2x4-mapped: GET /missing -> 404")
+    assert lines[-1] == "pre-flight: 1 distinct requests answered 200 through nginx on 2x4-mapped"
+    (closed,) = find_free_ports(1)  # nothing answers at all: --skip-failing cannot make that a measurement
+    with pytest.raises(TrafficError, match="3 of 3 distinct requests failed"):
+        check_traffic(replace(subject, skip_failing=True), "127.0.0.1", closed, 5, where="2x4-mapped")
 
 
 def test_status_classes_are_summed_over_wrk_threads(server, tmp_path):

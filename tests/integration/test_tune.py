@@ -127,8 +127,9 @@ def test_the_lab_stall_middleware_wraps_a_real_app(flask_app, run_dirs):
         options = kind.lab_options(lab, config.options)
         assert options["app"] == "ul_tune_stall:application"
         assert f"UL_TUNE_APP={flask_app.app}" in options["env"]
-        lines = kind.preflight_lab(lab, "1x2-shared", options, config)
-        assert lines[0] == "pre-flight: 1 distinct requests answered 200 through nginx"
+        subject, lines = kind.preflight_lab(lab, "1x2-shared", options, config)
+        assert subject == config.subject  # every request answered: nothing left out
+        assert lines[0] == "pre-flight: 1 distinct requests answered 200 through nginx on 1x2-shared"
         assert "lab-only middleware" in lines[1]
         with lab.stack("1x2-shared", **options) as stack:
             layout = stack.layout

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -49,8 +50,10 @@ def raw_get(layout, path: str, timeout: float = 10.0) -> tuple[int, bytes]:
 
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    # No active virtualenv: with --app and without --virtualenv, `run` would take it for the app's.
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
     return subprocess.run([sys.executable, "-m", "deploy", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env=env)
 
 
 def wait_serving(proc, port: int, log_dir: Path, path: str = "/", timeout: float = 60.0) -> None:
@@ -245,8 +248,10 @@ def bad_cases(flask_app: flaskapp.FlaskApp, scratch: Path) -> dict[str, tuple[li
                            "module 'site' resolves to the standard library"),
         "not-callable": (["--app", "shop:VERSION", *app, *venv_opt], "app", "is a str ('1.0'), not a callable"),
         "no-attribute": (["--app", "shop:application", *app, *venv_opt], "app", "has no attribute 'application'"),
-        # The first report: the app's venv not named, so Flask is missing.
-        "does-not-import": (["--app", "shop:app", *app], "app", "ModuleNotFoundError: No module named 'flask'"),
+        # The first report: the app's venv neither named nor found (none in the app dir,
+        # none active), so Flask is missing.
+        "does-not-import": (["--app", "shop:app", "--app-dir", str(flask_app.copy_app_dir(scratch / "no-venv"))],
+                            "app", "ModuleNotFoundError: No module named 'flask'"),
         "bad-env": (["--app", "shop:app", *app, *venv_opt, "--env", "SHOP_GREETING=$(id)"], "env", "'$('"),
         "bad-static-dir": (["--app", "shop:app", *app, *venv_opt, "--static", f"/assets={scratch}/nowhere"],
                            "static", "existing directory"),

@@ -89,7 +89,8 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(case, flask_app, tmp
         "request-line": "error: request: 'GET' is not a request line",
         "header": "error: header: 'Authorization' has no ':'",
         "access-log": f"error: access_log: no usable line in {tmp_path / 'access.log'} (3 lines: ",
-        "preflight-404": "error: request: GET /nope was answered 404 NOT FOUND",
+        "preflight-404": "error: request: 1 of 2 distinct requests failed in the pre-flight through nginx on "
+                         "2x4-shared: GET /nope -> 404 NOT FOUND",
         "body-file": f"error: request: body file {tmp_path / 'missing.json'} cannot be read",
     }[case]
     assert lines[0].startswith(expected), lines[0]
