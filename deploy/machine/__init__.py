@@ -29,6 +29,7 @@ from deploy.machine.python import (
     linked_python,
     server_package_dir,
     server_python,
+    uwsgi_has_routing,
     uwsgi_has_ssl,
     uwsgi_python,
     virtualenv_python,
@@ -41,6 +42,7 @@ __all__ = [
     "check_listen_address", "check_reachable", "check_readable", "check_tls_dir", "check_virtualenv", "checked",
     "connect", "enter", "find_uwsgi", "group_of", "is_isolated", "linked_python", "map_is_current", "mark_isolated",
     "plain_allowed", "preflight", "read_map_facts", "resolve_tls_dir", "resolve_user", "run_in", "run_user_ids",
-    "server_package_dir", "server_python", "somaxconn", "unmark_isolated", "uwsgi_has_ssl", "uwsgi_python",
+    "server_package_dir", "server_python", "somaxconn", "unmark_isolated", "uwsgi_has_routing", "uwsgi_has_ssl",
+    "uwsgi_python",
     "virtualenv_python",
 ]

@@ -130,6 +130,31 @@ def read_tls_socket(option: str, value: str) -> dict:
             "ca": ca.removeprefix("!"), "required": ca.startswith("!") and len(ca) > 1}
 
 
+# The routing rules (templates/uwsgi/_master.j2) that answer 403 to a packet which would make a
+# worker load code: every uwsgi.ini must hold both, with `strict` (a build without routing then
+# refuses the file instead of ignoring them).
+CODE_LOADING_ROUTES = (
+    "empty:${UWSGI_FILE}${UWSGI_SCRIPT}${UWSGI_MODULE}${UWSGI_CALLABLE} break:403 Forbidden",
+    "empty:${UWSGI_APPID}${UWSGI_PYHOME}${UWSGI_HOME}${UWSGI_CHDIR} break:403 Forbidden",
+)
+
+
+def routing_problems(opts: list[tuple[str, str]]) -> list[str]:
+    """What a uwsgi.ini (its options in order) lacks to refuse code-loading packets: both rules,
+    first among its request routes (an earlier rule could end routing before them), and strict."""
+    routes = [(k, v) for k, v in opts if k.startswith("route")]
+    problems = []
+    if routes[:2] != [("route-if-not", rule) for rule in CODE_LOADING_ROUTES]:
+        missing = next((r for r in CODE_LOADING_ROUTES if ("route-if-not", r) not in routes), None)
+        problems.append((f"uwsgi.ini lacks `route-if-not = {missing}`" if missing else
+                         "uwsgi.ini has routing rules before the two that refuse code-loading packets")
+                        + ": a uwsgi packet with UWSGI_FILE, UWSGI_MODULE or an app id could make a worker "
+                          "load and run code")
+    if [v for k, v in opts if k == "strict"][-1:] not in (["true"], ["1"]):
+        problems.append("uwsgi.ini must set strict = true (a uWSGI without routing would ignore route-if-not)")
+    return problems
+
+
 class UWSGI(ServerConfig):
     name, label, config_file, upstream = "uwsgi", "uWSGI", "uwsgi.ini", "uwsgi_app"
 
@@ -149,7 +174,7 @@ class UWSGI(ServerConfig):
         bound = [(k, v) for k, v in opts if k in UWSGI_SOCKET_OPTIONS]
         sockets = [v.split(",")[0] for _, v in bound]
         tls = {v.split(",")[0]: read_tls_socket(k, v) for k, v in bound}
-        problems = self._socket_map_problems(layout, values, processes or 1, sockets)
+        problems = self._socket_map_problems(layout, values, processes or 1, sockets) + routing_problems(opts)
         engines = values("lock-engine")
         if engines != ([layout.lock_engine] if layout.lock_engine else []):
             problems.append(f"uwsgi.ini lock-engine {engines} differs from the layout's {layout.lock_engine!r}")

@@ -16,7 +16,15 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy.machine import check_listen_address, check_reachable, enter, find_uwsgi, run_user_ids, uwsgi_has_ssl
+from deploy.machine import (
+    check_listen_address,
+    check_reachable,
+    enter,
+    find_uwsgi,
+    run_user_ids,
+    uwsgi_has_routing,
+    uwsgi_has_ssl,
+)
 from deploy.model import Layout, LayoutError, RenderError
 from deploy.render.checks import crosscheck
 from deploy.render.servers import CONFIG_FILES
@@ -77,6 +85,7 @@ def write_layout(layout: Layout, out_dir: Path | str, check_nginx: bool = True, 
     if str(out) != layout.run_dir:
         raise RenderError(f"layout run_dir {layout.run_dir} differs from output directory {out}")
     _check_uwsgi_ssl(layout)
+    _check_uwsgi_routing(layout)
     texts = render_texts(layout)  # pure: fails before anything is written
     staging = make_staging(out)
     try:
@@ -116,6 +125,16 @@ def write_layout(layout: Layout, out_dir: Path | str, check_nginx: bool = True, 
 def run_dirs(layout: Layout, root: Path) -> list[Path]:
     """The run directory and, with hosts, each app host's (hosts/ADDR), under ``root``."""
     return [root, *(root / "hosts" / h for h in layout.hosts)]
+
+
+def _check_uwsgi_routing(layout: Layout) -> None:
+    if layout.server != "uwsgi":
+        return
+    binary = find_uwsgi()
+    if binary and not uwsgi_has_routing(binary):
+        raise RenderError(f"uwsgi: {binary} was built without PCRE (no internal routing, so no route-if-not to "
+                          "refuse code-loading packets): install libpcre2-dev (scripts/install-system-deps.sh), "
+                          "then rebuild it without pip's cache: rm -rf .venv && make venv")
 
 
 def _check_uwsgi_ssl(layout: Layout) -> None:
