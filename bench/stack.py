@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Callable, Protocol
@@ -39,6 +40,10 @@ from deploy.ship import make_certs
 PORT_RANGE = (20000, 59999)
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def find_free_ports(n: int) -> list[int]:
@@ -83,6 +88,7 @@ class Lab:
         self.hosts = hosts
         self._net: Net | None = None
         self._tls_dir: Path | None = None
+        self._warned: set[str] = set()  # transports warned about
 
     @property
     def net(self) -> Net | None:
@@ -129,7 +135,11 @@ class Lab:
         options.setdefault("listen", f"127.0.0.1:{ports[n]}")
         options.setdefault("stats_port", ports[n + 1])
         options.setdefault("run_dir", str(self.new_dir(name)))
-        return checked(parse_variant(spec, **options))
+        layout = checked(parse_variant(spec, **options))
+        if layout.warnings and layout.transport not in self._warned:  # once per lab, not once per stack
+            self._warned.add(layout.transport)
+            say(f"warning: {layout.warnings[0]}")
+        return layout
 
     def stack(self, spec: str, patch: ConfPatch | None = None, name: str = "", **options) -> Stack:
         """A rendered (cross-checked, ``nginx -t``'d) stack, not started: use it as a context

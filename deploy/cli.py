@@ -2,7 +2,8 @@
 ``certs DIR --hosts ...``.
 
 Bad input exits 2 with one line naming the field and what is allowed; nothing is written.
-An app that does not import (the pre-flight of run and reload) is bad input too.
+An app that does not import (the pre-flight of run and reload) is bad input too, and so is
+risky input (deploy/machine/risks.py) unless its ``--allow-RISK`` option is given.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from pathlib import Path
 from deploy.machine import PROJECT_ROOT, checked, preflight
 from deploy.model import (
     DEFAULT_TLS_NAME,
+    RISKS,
     STRATEGIES,
-    TRANSPORTS,
     Layout,
     LayoutError,
     RenderError,
@@ -45,7 +46,9 @@ def add_layout_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("layout", help=f"PxT-STRATEGY[@option=value,...], e.g. 2x4-mapped or 2x4-gunicorn@reuse_port=on "
                                   f"(strategies: {', '.join(STRATEGIES)})")
     add_app_options(p)
-    p.add_argument("--transport", help=f"app-server sockets: {' or '.join(TRANSPORTS)} (default tcp)")
+    add_risk_options(p, *RISKS)
+    p.add_argument("--transport", help="app-server sockets: unix (default: 0660, only the run user and nginx's workers "
+                                       "connect) or tcp (loopback, any local user connects: a warning says so)")
     p.add_argument("--base-port", help="first app-server TCP port; sockets use consecutive ports (default 5000)")
     p.add_argument("--listen", help="nginx listen IPV4:PORT (default 127.0.0.1:8000)")
     p.add_argument("--nginx-workers", help="nginx worker_processes (default 1, as in the article)")
@@ -93,14 +96,22 @@ def add_app_options(parser: argparse.ArgumentParser) -> None:
                         help="nginx serves DIR under PREFIX/ itself (repeatable), e.g. /static=/srv/shop/static")
 
 
+def add_risk_options(parser: argparse.ArgumentParser, *risks: str) -> None:
+    """``--allow-RISK`` for each of ``risks`` (deploy.model's RISKS): accept what is refused otherwise."""
+    for risk in risks:
+        parser.add_argument(f"--allow-{risk}", action="store_true", help=f"accept the risk: {RISKS[risk]}")
+
+
 def app_options(args: argparse.Namespace) -> dict:
-    """Layout keyword arguments from ``add_app_options``' options (only those given)."""
+    """Layout keyword arguments from ``add_app_options``' and ``add_risk_options``' options (only those given)."""
+    allowed = tuple(r for r in RISKS if getattr(args, f"allow_{r.replace('-', '_')}", False))
     given = {
         "app": args.app,
         "app_dir": args.app_dir,
         "virtualenv": args.virtualenv,
         "env": tuple(args.env) if args.env else None,
         "static": tuple(args.static) if args.static else None,
+        "allow": allowed or None,
     }
     return {key: value for key, value in given.items() if value is not None}
 
@@ -236,6 +247,7 @@ def cmd_bundle(args) -> int:
               f"deploy install {out}/hosts/ADDR (see INSTALL.md in each)")
         return 0
     files = write_bundle(bundle, out)
+    warn(bundle.layout)  # after the refusals, which are one line each
     print(f"bundle {bundle.name} ({bundle.layout.name}) written to {out}: {', '.join(files)}")
     print(f"next, on the server: python -m deploy install {out} --dry-run (see {out / 'INSTALL.md'})")
     return 0
@@ -257,10 +269,17 @@ def _default_dir(args, *parts: str) -> Path:
     return PROJECT_ROOT.joinpath(*parts, safe)
 
 
+def warn(layout: Layout) -> None:
+    """The risks the user chose (--transport tcp), once the command went through."""
+    for line in layout.warnings:
+        print(f"warning: {line}", file=sys.stderr, flush=True)
+
+
 def cmd_render(args) -> int:
     out = Path(args.out).resolve() if args.out else _default_dir(args, "build")
     layout = layout_from_args(args, out)
     result = write_layout(layout, out, check_nginx=not args.no_nginx_test)
+    warn(layout)
     print(f"rendered {layout.name} into {result.out_dir}: {', '.join(result.files)}")
     if result.nginx_test:
         print("nginx -t: ok")
@@ -293,6 +312,7 @@ def cmd_run(args) -> int:
     signal.signal(signal.SIGHUP, _raise_stop)
     try:
         with Stack(layout) as stack:
+            warn(layout)
             stats = f"uWSGI stats: {layout.stats_address}" if layout.has_stats else f"{server.label}, no stats server"
             print(f"serving {layout.name} on {layout.url}  ({stats}; logs: {run_dir / 'logs'})  Ctrl-C to stop",
                   flush=True)

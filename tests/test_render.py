@@ -219,7 +219,7 @@ def test_rendered_files_match_layout(make_layout, shape, strategy, transport):
 
 
 def test_done_when_3x4_mapped(make_layout):
-    layout = make_layout("3x4-mapped")
+    layout = make_layout("3x4-mapped", transport="tcp")
     out, _ = render_into(layout)
     pairs = ini_pairs((out / "uwsgi.ini").read_text())
     b = layout.base_port
@@ -407,12 +407,12 @@ TAMPER = [
     ("overflow-no-zone", "2x4-overflow", {}, "nginx.conf", "zone uwsgi_app 64k;", "", "zone"),
     ("marked-down", "2x4-mapped", {}, "nginx.conf", "server {sock1} max_fails=0;", "server {sock1};", "parameters"),
     # --static: the classic alias traversal (location without "/", alias with), a listing, another dir
-    ("alias-traversal", "2x4-mapped", {"static": ["/assets=/tmp"]}, "nginx.conf", "location ^~ /assets/ {{",
+    ("alias-traversal", "2x4-mapped", {"static": ["/assets=/usr/share"]}, "nginx.conf", "location ^~ /assets/ {{",
      "location ^~ /assets {{", "ends in '/'"),
-    ("autoindex", "2x4-mapped", {"static": ["/assets=/tmp"]}, "nginx.conf", "autoindex off;", "autoindex on;",
+    ("autoindex", "2x4-mapped", {"static": ["/assets=/usr/share"]}, "nginx.conf", "autoindex off;", "autoindex on;",
      "autoindex"),
-    ("static-elsewhere", "2x4-mapped", {"static": ["/assets=/tmp"]}, "nginx.conf", "alias /tmp/;", "alias /var/;",
-     "static locations"),
+    ("static-elsewhere", "2x4-mapped", {"static": ["/assets=/usr/share"]}, "nginx.conf", "alias /usr/share/;",
+     "alias /var/;", "static locations"),
     # --env: the value changed, or a "%" left unescaped (uWSGI would eat it as a magic variable)
     ("env-changed", "2x4-mapped", {"env": ["A=1"]}, "uwsgi.ini", "env = A=1", "env = A=2", "env lines"),
     ("env-percent", "2x4-mapped", {"env": ["A=5%"]}, "uwsgi.ini", "env = A=5%%", "env = A=5%", "env lines"),
@@ -473,7 +473,7 @@ TAMPER = [
 @pytest.mark.parametrize("case", TAMPER, ids=[c[0] for c in TAMPER])
 def test_crosscheck_catches_tampering(make_layout, case):
     _, spec, opts, filename, old, new, words = case
-    layout = make_layout(spec, **opts)
+    layout = make_layout(spec, **{"transport": "tcp", **opts})  # the cases name TCP addresses unless they say unix
     out, _ = render_into(layout)
     assert crosscheck(layout, out) == []
     subst = {f"sock{s.index}": s.address for s in layout.sockets} | {"listen": layout.listen, "port": layout.base_port}

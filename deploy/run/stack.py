@@ -6,6 +6,7 @@ stats server says every worker is accepting; for a peer, its master has P live w
 then nginx answers HTTP through to the app), never slept for. On every exit path every tree
 is stopped: a polite signal, a bounded wait, then SIGKILL to the whole process group.
 Children also get PR_SET_PDEATHSIG, so they die with us even if we are killed with SIGKILL.
+Every process starts with a clean environment (deploy.machine.stack_environment), never ours.
 
 A layout with ``hosts`` runs one uWSGI per host, each from its own directory
 (``run_dir/hosts/ADDR``), and a ``Placement`` says which network namespace each part runs in
@@ -22,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy.machine import run_in
+from deploy.machine import run_in, stack_environment, worker_environment
 from deploy.model import Layout, StackError
 from deploy.run.processes import child_setup, http_get, nginx_binary, read_stats, tail, terminate_group
 from deploy.run.servers import Member, process_for
@@ -105,13 +106,15 @@ class Stack:
             "-e", str(self.nginx_log), "-g", "daemon off;",
         ]
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
-        self.nginx = self._spawn(nginx_cmd, self.run_dir / "logs" / "nginx.out", namespace=self.placement.front)
+        self.nginx = self._spawn(nginx_cmd, self.run_dir / "logs" / "nginx.out", namespace=self.placement.front,
+                                 env=stack_environment(self.layout))
         self._wait(self._nginx_ready, "nginx", self.nginx_log)
 
     def _start_member(self, member: Member) -> None:
         member.log.parent.mkdir(parents=True, exist_ok=True)
         member.proc = self._spawn(self.server.command(member.layout), member.log, cwd=member.layout.run_dir,
-                                  namespace=member.netns, **self.server.spawn_options(member.layout))
+                                  namespace=member.netns, env=worker_environment(member.layout),
+                                  **self.server.spawn_options(member.layout))
 
     def stop(self) -> None:
         # nginx first, so no new request reaches an app server that is going away.
