@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import signal
 import sys
 import time
 from pathlib import Path
 
-from deploy.machine import PROJECT_ROOT, checked, preflight
+from deploy.machine import PROJECT_ROOT, checked, output_dir, preflight
 from deploy.model import (
     DEFAULT_TLS_NAME,
     RISKS,
@@ -26,8 +27,8 @@ from deploy.model import (
     StackError,
     parse_variant,
 )
-from deploy.render import write_layout
-from deploy.run import Stack, chain_reload, process_for
+from deploy.render import new_run_dir, write_layout
+from deploy.run import Stack, chain_reload, claim, holder, process_for
 from deploy.ship import build_bundle, install, make_certs, write_bundle, write_host_bundles
 
 EXIT_BAD_INPUT = 2
@@ -238,7 +239,7 @@ def cmd_bundle(args) -> int:
         hosts=args.hosts, uwsgi_tls_dir=args.uwsgi_tls_dir, uwsgi_tls_name=args.uwsgi_tls_name,
         max_fails=args.max_fails, fail_timeout=args.fail_timeout,
     )
-    out = Path(args.out).absolute()
+    out = output_dir("out", args.out)  # a symlink is refused, never followed
     if bundle.role == "front":
         written = write_host_bundles(bundle, out)
         for rel, files in written.items():
@@ -276,8 +277,12 @@ def warn(layout: Layout) -> None:
 
 
 def cmd_render(args) -> int:
-    out = Path(args.out).resolve() if args.out else _default_dir(args, "build")
+    out = output_dir("out", args.out) if args.out else _default_dir(args, "build")
     layout = layout_from_args(args, out)
+    live = holder(out)
+    if live:
+        raise LayoutError("out", f"{out} is the run directory of a live stack (pid {live}): its files are in use; "
+                                 "stop it first or give another --out")
     result = write_layout(layout, out, check_nginx=not args.no_nginx_test)
     warn(layout)
     print(f"rendered {layout.name} into {result.out_dir}: {', '.join(result.files)}")
@@ -296,8 +301,31 @@ def _raise_stop(signum, frame):
     raise Stop(signal.Signals(signum).name)
 
 
+def claim_run_dir(layout: Layout):
+    """Create (if new), lock and render the run directory: a live stack's is refused naming its
+    pid, orphans of a dead one are stopped (one line), and files that are not ours are never
+    replaced. Returns the held lock; on failure nothing is left that was not there before."""
+    run_dir = Path(layout.run_dir)
+    created = not run_dir.exists()
+    if created:
+        new_run_dir(layout)
+    lock = None
+    try:
+        lock = claim(run_dir)
+        if lock.reaped:
+            print(lock.reaped, file=sys.stderr, flush=True)
+        write_layout(layout, run_dir)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    return lock
+
+
 def cmd_run(args) -> int:
-    run_dir = Path(args.run_dir).resolve() if args.run_dir else _default_dir(args, "build", "run")
+    run_dir = output_dir("run_dir", args.run_dir) if args.run_dir else _default_dir(args, "build", "run")
     if args.duration is not None and not 0 < args.duration <= 7 * 24 * 3600:
         raise LayoutError("for", f"must be a number of seconds in (0, {7 * 24 * 3600}], got {args.duration:g}")
     layout = layout_from_args(args, run_dir)
@@ -307,11 +335,11 @@ def cmd_run(args) -> int:
     preflight(layout)  # the app imports as the workers will, or exit 2 before anything is written
     server = process_for(layout)
     server.check_installed()  # a peer missing from our venv: one line saying how to install it (exit 1)
-    write_layout(layout, run_dir)
+    lock = claim_run_dir(layout)
     signal.signal(signal.SIGTERM, _raise_stop)
     signal.signal(signal.SIGHUP, _raise_stop)
     try:
-        with Stack(layout) as stack:
+        with Stack(layout, lock=lock) as stack:
             warn(layout)
             stats = f"uWSGI stats: {layout.stats_address}" if layout.has_stats else f"{server.label}, no stats server"
             print(f"serving {layout.name} on {layout.url}  ({stats}; logs: {run_dir / 'logs'})  Ctrl-C to stop",
@@ -322,6 +350,8 @@ def cmd_run(args) -> int:
                 time.sleep(0.2)  # supervision tick
     except (KeyboardInterrupt, Stop):
         pass
+    finally:
+        lock.release()
     print(f"stopped nginx and {server.label}", flush=True)
     return 0
 

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
 import subprocess
 from pathlib import Path
+
+from deploy.run import child_setup
 
 INSTALL_HINT = "httperf is not installed: apt-get install httperf (or run scripts/install-system-deps.sh)"
 
@@ -89,7 +92,8 @@ def command(port: int, path: str, rate: float, step_s: float, timeout_s: float, 
 
 def run(cmd: list[str], limit_s: float) -> str:
     """Run httperf once; its complete output (stdout + stderr) with the command line on top."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=child_setup(death_signal=signal.SIGKILL))  # ends with the benchmark
     try:
         out, err = proc.communicate(timeout=limit_s)
     except subprocess.TimeoutExpired:

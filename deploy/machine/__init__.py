@@ -23,7 +23,7 @@ from deploy.machine.netns import (
     unmark_isolated,
 )
 from deploy.machine.network import check_listen_address, somaxconn
-from deploy.machine.paths import PROJECT_ROOT
+from deploy.machine.paths import PROJECT_ROOT, output_dir
 from deploy.machine.python import (
     check_virtualenv,
     find_uwsgi,
@@ -43,7 +43,8 @@ __all__ = [
     "NETNS_DIR", "PREFLIGHT_TIMEOUT", "PROJECT_ROOT", "accept", "blocked_at", "check_data_dir", "check_hosts",
     "check_listen_address", "check_reachable", "check_readable", "check_tls_dir", "check_virtualenv", "checked",
     "connect", "enter", "find_uwsgi", "group_of", "is_isolated", "linked_python", "map_is_current", "mark_isolated",
-    "plain_allowed", "preflight", "read_map_facts", "resolve_tls_dir", "resolve_user", "run_in", "run_user_ids",
-    "server_package_dir", "server_python", "somaxconn", "stack_environment", "unmark_isolated", "uwsgi_has_routing",
-    "uwsgi_has_ssl", "uwsgi_python", "virtualenv_python", "worker_environment", "writable_by_others",
+    "output_dir", "plain_allowed", "preflight", "read_map_facts", "resolve_tls_dir", "resolve_user", "run_in",
+    "run_user_ids", "server_package_dir", "server_python", "somaxconn", "stack_environment", "unmark_isolated",
+    "uwsgi_has_routing", "uwsgi_has_ssl", "uwsgi_python", "virtualenv_python", "worker_environment",
+    "writable_by_others",
 ]

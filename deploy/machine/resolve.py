@@ -2,12 +2,12 @@
 
 The model validated what the layout says; this resolves and checks what it names here: the
 app directory (default: this project's demo app), the kernel's backlog cap, the run user (under
-root www-data, else whoever runs us), the data set and its map, the run directory, the
-virtualenv and the Python version our server runs, the static directories, and across hosts
-the certificates (and plain uwsgi off loopback only inside a network this process isolated).
-Risky input is refused unless the layout accepts the risk by name (deploy/machine/risks.py):
-code directories others can write to, root, system directories served as static, a listen
-address beyond loopback.
+root www-data, else whoever runs us), the data set and its map, the run directory (never a
+symlink), the virtualenv and the Python version our server runs, the static directories, and
+across hosts the certificates (and plain uwsgi off loopback only inside a network this process
+isolated). Risky input is refused unless the layout accepts the risk by name
+(deploy/machine/risks.py): code directories others can write to, root, system directories
+served as static, a listen address beyond loopback.
 It returns a new Layout with those values resolved and ``run_as`` attached; checking a checked
 layout again gives the same layout.
 """
@@ -21,7 +21,7 @@ from deploy.machine.certificates import resolve_tls_dir
 from deploy.machine.datasets import check_data_dir
 from deploy.machine.netns import plain_allowed
 from deploy.machine.network import check_backlog
-from deploy.machine.paths import PROJECT_ROOT, existing_dir, resolved, static_dirs
+from deploy.machine.paths import PROJECT_ROOT, existing_dir, output_dir, static_dirs
 from deploy.machine.python import check_virtualenv, default_virtualenv
 from deploy.machine.risks import check_code_dirs, check_listen, check_run_user, check_static_locations
 from deploy.machine.users import group_of, resolve_user
@@ -33,7 +33,7 @@ def checked(layout: Layout) -> Layout:
     check_backlog(layout.backlog)
     user = resolve_user(layout.user)
     data_dir = check_data_dir(layout.data_dir) if layout.data_dir else ""
-    run_dir = config_path("run_dir", str(resolved(layout.run_dir)), nginx=layout.transport == "unix")
+    run_dir = config_path("run_dir", str(output_dir("run_dir", layout.run_dir)), nginx=layout.transport == "unix")
     virtualenv = check_virtualenv(layout.virtualenv, layout.server) if layout.virtualenv else default_virtualenv()
     check_static_locations(layout.static, layout.allow)  # as given: /s=/proc/self resolves to /proc/PID
     static = static_dirs(layout.static)

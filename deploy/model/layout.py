@@ -56,8 +56,8 @@ APP_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z
 @dataclass(frozen=True)
 class RunAs:
     """Who runs the stack on the machine that checked the layout (deploy.machine.checked): the
-    run user's primary group, and whether this process is root (then uWSGI binds as root and
-    drops to the run user; a peer and nginx's workers run as that user)."""
+    run user's primary group, and whether this process is root (then the app server is started
+    as the run user, and nginx's workers run as that user)."""
 
     group: str
     as_root: bool
@@ -355,8 +355,8 @@ class Layout:
 
     @property
     def drops_privileges(self) -> bool:
-        """True when started as root: uWSGI binds as root, then runs as ``user``; a peer is
-        started as ``user``; nginx's workers run as ``user``."""
+        """True when started as root: the app server is started as ``user`` (with TLS uWSGI's
+        master stays root, its workers run as ``user``); nginx's workers run as ``user``."""
         return self.checked_here.as_root and self.user != "root"
 
     @property

@@ -51,6 +51,7 @@ class ServerFacts:
     problems: list[str] = field(default_factory=list)  # what only this server can check
     # address -> {"kind": "ssl" | "https" | "plain", "cert", "key", "ca", "required"} (uWSGI's TLS sockets)
     socket_tls: dict[str, dict] = field(default_factory=dict)
+    master_as_root: bool = False  # uWSGI's master keeps root while its workers run as run_as
 
 
 class ServerConfig:
@@ -189,7 +190,8 @@ class UWSGI(ServerConfig):
         run_as = (uid[-1] if len(uid) == 1 else "", gid[-1] if len(gid) == 1 else "") if uid or gid else None
         env = [(key, read_uwsgi_ini_value(value)) for key, _, value in (v.partition("=") for v in values("env"))]
         return ServerFacts(processes, threads, sockets, private=values("stats"), unix_mode=unix_mode, env=env,
-                           run_as=run_as, problems=problems, socket_tls=tls)
+                           run_as=run_as, problems=problems, socket_tls=tls,
+                           master_as_root=values("master-as-root")[-1:] in (["true"], ["1"]))
 
     @staticmethod
     def _socket_map_problems(layout, values, processes, sockets) -> list[str]:
