@@ -43,7 +43,9 @@ def _read_pid(fd: int) -> str:
 
 
 def _open_lock(path: Path, create: bool) -> int:
-    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+    """The lock file, opened to take the lock (``create``) or only to test it (read-only: a
+    user who may not write it can still see who holds it)."""
+    flags = os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_RDWR | os.O_CREAT if create else os.O_RDONLY)
     try:
         return os.open(path, flags, 0o600)
     except OSError as exc:
