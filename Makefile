@@ -30,9 +30,15 @@ help:
 
 # The venv is rebuilt when pyproject.toml changes (uwsgi compiles: ~35 s the first time).
 # It holds the peers too (gunicorn, granian: the `peers` group), which run the app in its own venv.
+# uWSGI is compiled first, with --no-cache-dir: its internal routing (the route-if-not lines that
+# refuse code-loading packets) needs PCRE (libpcre2-dev) at build time, and pip would otherwise
+# reuse a wheel it once built without it. The check fails the build instead of a later start.
+UWSGI_REQ := $(shell sed -n 's/^ *"\(uwsgi[<>=!~][^"]*\)".*/\1/p' pyproject.toml)
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q --no-cache-dir '$(UWSGI_REQ)'
+	@$(BIN)/uwsgi --help | grep -q -- '--route-if-not' || { echo "error: $(BIN)/uwsgi was built without PCRE (no internal routing): install libpcre2-dev (make system-deps), then rm -rf $(VENV) && make venv" >&2; exit 1; }
 	$(BIN)/python -m pip install -q -e '.[test,peers]'
 	touch $@
 

@@ -76,11 +76,12 @@ def on_off(field: str, raw) -> bool:
     raise BadArgument(f"{field}: must be on or off, got {raw!r}")
 
 
-def transport_arg(raw) -> str:
-    """uWSGI's sockets: ``tcp`` (the default) or ``unix``."""
+def transport_arg(raw, hosts: int = 0) -> str:
+    """uWSGI's sockets: ``unix`` (the default; ``tcp`` with hosts, which bind their own addresses)
+    or ``tcp`` (any local user can reach a loopback port: measure it, do not serve with it)."""
     if raw not in (None, "tcp", "unix"):
         raise BadArgument(f"transport: must be tcp or unix, got {raw!r}")
-    return raw or "tcp"
+    return raw or ("tcp" if hosts else "unix")
 
 
 def split_specs(text: str) -> tuple[str, ...]:

@@ -15,6 +15,12 @@ and returns a ``deploy.run.Stack``: used as a context manager it
 starts uWSGI and nginx, polls until both are ready, and stops them on every exit path. What a
 running stack shows (CPU, per-worker counts, logs) is read by ``bench.observe``.
 
+The lab holds a lock on its work directory while it lives (``lab.lock``). Its stacks die with
+it, even when it is killed with SIGKILL (deploy.run: PR_SET_PDEATHSIG); what outlives that
+anyway (a process that could not act on the signal) is stopped by the next lab: it finds work
+directories whose lab is gone, stops the process groups their stacks recorded, removes them,
+and says so in one line each.
+
 ``Lab(hosts=N)`` runs every stack across network namespaces (``deploy.run.Net``: N app hosts
 and a front on one bridge, made on first use and removed on close) with certificates made for
 them in the lab's directory: each layout gets ``hosts``, ``uwsgi_tls_dir`` and a listen address on the
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Callable, Protocol
@@ -33,12 +40,36 @@ from typing import Callable, Protocol
 from deploy.machine import checked
 from deploy.model import Layout, parse_variant
 from deploy.render import write_layout
-from deploy.run import Net, Placement, Stack, free_consecutive_ports
+from deploy.run import DirLock, Net, Placement, Stack, free_consecutive_ports, holder, reap_orphans
 from deploy.ship import make_certs
 
 PORT_RANGE = (20000, 59999)
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
+LAB_LOCK = "lab.lock"
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def reap_dead_labs(prefix: str, root: Path = Path("/tmp")) -> list[str]:
+    """Work directories ``root/prefix*`` of ours whose lab is gone (its lock free): stop the process
+    groups their stacks recorded, remove them. One line per directory that still ran something."""
+    lines = []
+    for work in sorted(root.glob(prefix + "*")):
+        try:
+            if work.is_symlink() or not work.is_dir() or work.stat().st_uid != os.geteuid():
+                continue
+            if not (work / LAB_LOCK).is_file() or holder(work, LAB_LOCK) is not None:
+                continue  # another lab's (a live one, or one that predates the lock)
+        except OSError:
+            continue
+        stopped = [line for record in sorted(work.glob("**/stack.json")) if (line := reap_orphans(record.parent))]
+        shutil.rmtree(work, ignore_errors=True)
+        if stopped:
+            lines.append("; ".join(stopped) + " (a killed benchmark's work directory: removed)")
+    return lines
 
 
 def find_free_ports(n: int) -> list[int]:
@@ -83,6 +114,8 @@ class Lab:
         self.hosts = hosts
         self._net: Net | None = None
         self._tls_dir: Path | None = None
+        self._lock: DirLock | None = None
+        self._warned: set[str] = set()  # transports warned about
 
     @property
     def net(self) -> Net | None:
@@ -102,8 +135,13 @@ class Lab:
     def work_dir(self) -> Path:
         """The lab's directory, made on first use (scripts and request lists go here too)."""
         if self._work_dir is None:
-            self._work_dir = (self._new_dir() if self._new_dir else
-                              traversable_dir(Path(tempfile.mkdtemp(prefix=self.prefix, dir="/tmp"))))
+            if self._new_dir:
+                self._work_dir = self._new_dir()
+            else:
+                for line in reap_dead_labs(self.prefix):
+                    say(line)
+                self._work_dir = traversable_dir(Path(tempfile.mkdtemp(prefix=self.prefix, dir="/tmp")))
+                self._lock = DirLock(self._work_dir, LAB_LOCK, what="a running benchmark").acquire()
         return self._work_dir
 
     def new_dir(self, name: str = "") -> Path:
@@ -129,7 +167,11 @@ class Lab:
         options.setdefault("listen", f"127.0.0.1:{ports[n]}")
         options.setdefault("stats_port", ports[n + 1])
         options.setdefault("run_dir", str(self.new_dir(name)))
-        return checked(parse_variant(spec, **options))
+        layout = checked(parse_variant(spec, **options))
+        if layout.warnings and layout.transport not in self._warned:  # once per lab, not once per stack
+            self._warned.add(layout.transport)
+            say(f"warning: {layout.warnings[0]}")
+        return layout
 
     def stack(self, spec: str, patch: ConfPatch | None = None, name: str = "", **options) -> Stack:
         """A rendered (cross-checked, ``nginx -t``'d) stack, not started: use it as a context
@@ -152,6 +194,9 @@ class Lab:
             self._net = None
         if self._own_work_dir and self._work_dir is not None:
             shutil.rmtree(self._work_dir, ignore_errors=True)
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
         self._work_dir = None
 
     def __enter__(self) -> "Lab":

@@ -4,8 +4,9 @@ Every kind that loads stacks with closed-loop cells (``compare``; ``tune`` later
 options and checks them the same way:
 
     add_arguments(parser)          --app --app-dir --virtualenv --env --static --import-timeout
-                                   (deploy.cli), and --request --requests --header --access-log
-                                   --include-unsafe --skip-failing
+                                   (deploy.cli), their --allow-world-writable --allow-system-static,
+                                   and --request --requests --header --access-log --include-unsafe
+                                   --skip-failing
     subject = from_args(args)      a validated ``Subject``: the layouts' app options, demo app or
                                    not, the request mix (``bench.load.traffic.Mix``), notes to print
     check_scenarios(names, subject, args)   the scenarios that make sense with this subject
@@ -42,11 +43,11 @@ from bench.load.traffic import (
     without,
 )
 from bench.stack import Lab
-from deploy.cli import add_app_options, app_options, import_timeout
+from deploy.cli import add_app_options, add_risk_options, app_options, import_timeout
 from deploy.machine import PREFLIGHT_TIMEOUT, PROJECT_ROOT, checked, preflight
 from deploy.model import DEFAULT_APP, Layout, parse_layout, parse_variant
 
-APP_KEYS = ("app", "app_dir", "virtualenv", "env", "static")
+APP_KEYS = ("app", "app_dir", "virtualenv", "env", "static", "allow")
 VALIDATE_RUN_DIR = "/tmp/validate"  # layouts are checked before any run directory exists
 TRAFFIC = "traffic"
 KNOBS = ("rounds", "fib", "io_ms")  # the demo app's query parameters
@@ -73,6 +74,7 @@ class Subject:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_app_options(p)
+    add_risk_options(p, "world-writable", "system-static")
     p.add_argument("--request", action="append", metavar="'[N*]METHOD PATH [@BODY_FILE]'",
                    help="a request of your traffic (repeatable), e.g. 'GET /', '3*GET /api/items?page=2' (weight "
                         "3), 'POST /api/items @item.json' (body read from the file, relative to the current "

@@ -2,13 +2,15 @@
 ``uninstall NAME``, ``certs DIR --hosts ...``.
 
 Bad input exits 2 with one line naming the field and what is allowed; nothing is written.
-An app that does not import (the pre-flight of run and reload) is bad input too.
+An app that does not import (the pre-flight of run and reload) is bad input too, and so is
+risky input (deploy/machine/risks.py) unless its ``--allow-RISK`` option is given.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import signal
 import sys
 import time
@@ -21,20 +23,21 @@ from deploy.machine import (
     PROJECT_ROOT,
     app_virtualenv,
     checked,
+    output_dir,
     preflight,
 )
 from deploy.model import (
     DEFAULT_TLS_NAME,
+    RISKS,
     STRATEGIES,
-    TRANSPORTS,
     Layout,
     LayoutError,
     RenderError,
     StackError,
     parse_variant,
 )
-from deploy.render import write_layout
-from deploy.run import Stack, chain_reload, process_for
+from deploy.render import new_run_dir, write_layout
+from deploy.run import Stack, chain_reload, claim, holder, process_for
 from deploy.ship import build_bundle, install, make_certs, uninstall, write_bundle, write_host_bundles
 
 EXIT_BAD_INPUT = 2
@@ -53,7 +56,9 @@ def add_layout_options(p: argparse.ArgumentParser, preflight: bool = True) -> No
     p.add_argument("layout", help=f"PxT-STRATEGY[@option=value,...], e.g. 2x4-mapped or 2x4-gunicorn@reuse_port=on "
                                   f"(strategies: {', '.join(STRATEGIES)})")
     add_app_options(p, preflight)
-    p.add_argument("--transport", help=f"app-server sockets: {' or '.join(TRANSPORTS)} (default tcp)")
+    add_risk_options(p, *RISKS)
+    p.add_argument("--transport", help="app-server sockets: unix (default: 0660, only the run user and nginx's workers "
+                                       "connect) or tcp (loopback, any local user connects: a warning says so)")
     p.add_argument("--base-port", help="first app-server TCP port; sockets use consecutive ports (default 5000)")
     p.add_argument("--listen", help="nginx listen IPV4:PORT (default 127.0.0.1:8000)")
     p.add_argument("--nginx-workers", help="nginx worker_processes (default 1, as in the article)")
@@ -109,6 +114,12 @@ def add_app_options(parser: argparse.ArgumentParser, preflight: bool = True) -> 
         add_import_timeout(parser)
 
 
+def add_risk_options(parser: argparse.ArgumentParser, *risks: str) -> None:
+    """``--allow-RISK`` for each of ``risks`` (deploy.model's RISKS): accept what is refused otherwise."""
+    for risk in risks:
+        parser.add_argument(f"--allow-{risk}", action="store_true", help=f"accept the risk: {RISKS[risk]}")
+
+
 def add_import_timeout(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--import-timeout", metavar="SECONDS",
                         help="how long the pre-flight may take: import the app, call its factory and send it one "
@@ -131,16 +142,19 @@ def import_timeout(args: argparse.Namespace) -> float:
 
 
 def app_options(args: argparse.Namespace, here: bool = True, notes: list[str] | None = None) -> dict:
-    """Layout keyword arguments from ``add_app_options``' options (only those given). ``here``:
-    the paths are on this machine, so with --app the defaults follow the app's directory (the
-    current one) and its virtualenv; one line says which were picked, appended to ``notes``
-    (printed when None). Without --app: the demo app, its directory and our venv."""
+    """Layout keyword arguments from ``add_app_options``' and ``add_risk_options``' options (only
+    those given). ``here``: the paths are on this machine, so with --app the defaults follow the
+    app's directory (the current one) and its virtualenv; one line says which were picked,
+    appended to ``notes`` (printed when None). Without --app: the demo app, its directory and our
+    venv."""
+    allowed = tuple(r for r in RISKS if getattr(args, f"allow_{r.replace('-', '_')}", False))
     given = {
         "app": args.app,
         "app_dir": args.app_dir,
         "virtualenv": args.virtualenv,
         "env": tuple(args.env) if args.env else None,
         "static": tuple(args.static) if args.static else None,
+        "allow": allowed or None,
     }
     if here and args.app is not None and (args.app_dir is None or args.virtualenv is None):
         picked = []
@@ -307,7 +321,7 @@ def cmd_bundle(args) -> int:
         raise LayoutError("server_name", "give the site's host names with --server-name HOST (other hosts never reach "
                                          "the app), or --any-host to answer every Host header"
                           if not args.any_host else "--any-host answers every host: drop --server-name or --any-host")
-    out = Path(args.out).absolute()
+    out = output_dir("out", args.out)  # a symlink is refused, never followed
     if bundle.role == "front":
         written = write_host_bundles(bundle, out)
         for rel, files in written.items():
@@ -316,6 +330,7 @@ def cmd_bundle(args) -> int:
               f"deploy install {out}/hosts/ADDR (see INSTALL.md in each)")
         return 0
     files = write_bundle(bundle, out)
+    warn(bundle.layout)  # after the refusals, which are one line each
     print(f"bundle {bundle.name} ({bundle.layout.name}) written to {out}: {', '.join(files)}")
     if bundle.tls and not Path(bundle.tls_cert).exists():
         print(f"note: {bundle.tls_cert} is not on this machine: install checks it and {bundle.tls_key} on the "
@@ -357,10 +372,21 @@ def _default_dir(args, *parts: str) -> Path:
     return PROJECT_ROOT.joinpath(*parts, safe)
 
 
+def warn(layout: Layout) -> None:
+    """The risks the user chose (--transport tcp), once the command went through."""
+    for line in layout.warnings:
+        print(f"warning: {line}", file=sys.stderr, flush=True)
+
+
 def cmd_render(args) -> int:
-    out = Path(args.out).resolve() if args.out else _default_dir(args, "build")
+    out = output_dir("out", args.out) if args.out else _default_dir(args, "build")
     layout = layout_from_args(args, out)
+    live = holder(out)
+    if live:
+        raise LayoutError("out", f"{out} is the run directory of a live stack (pid {live}): its files are in use; "
+                                 "stop it first or give another --out")
     result = write_layout(layout, out, check_nginx=not args.no_nginx_test)
+    warn(layout)
     print(f"rendered {layout.name} into {result.out_dir}: {', '.join(result.files)}")
     if result.nginx_test:
         print("nginx -t: ok")
@@ -377,8 +403,31 @@ def _raise_stop(signum, frame):
     raise Stop(signal.Signals(signum).name)
 
 
+def claim_run_dir(layout: Layout):
+    """Create (if new), lock and render the run directory: a live stack's is refused naming its
+    pid, orphans of a dead one are stopped (one line), and files that are not ours are never
+    replaced. Returns the held lock; on failure nothing is left that was not there before."""
+    run_dir = Path(layout.run_dir)
+    created = not run_dir.exists()
+    if created:
+        new_run_dir(layout)
+    lock = None
+    try:
+        lock = claim(run_dir)
+        if lock.reaped:
+            print(lock.reaped, file=sys.stderr, flush=True)
+        write_layout(layout, run_dir)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    return lock
+
+
 def cmd_run(args) -> int:
-    run_dir = Path(args.run_dir).resolve() if args.run_dir else _default_dir(args, "build", "run")
+    run_dir = output_dir("run_dir", args.run_dir) if args.run_dir else _default_dir(args, "build", "run")
     if args.duration is not None and not 0 < args.duration <= 7 * 24 * 3600:
         raise LayoutError("for", f"must be a number of seconds in (0, {7 * 24 * 3600}], got {args.duration:g}")
     layout = layout_from_args(args, run_dir)
@@ -388,11 +437,12 @@ def cmd_run(args) -> int:
     preflight(layout, timeout=import_timeout(args))  # the app imports as the workers will, or exit 2
     server = process_for(layout)
     server.check_installed()  # a peer missing from our venv: one line saying how to install it (exit 1)
-    write_layout(layout, run_dir)
+    lock = claim_run_dir(layout)
     signal.signal(signal.SIGTERM, _raise_stop)
     signal.signal(signal.SIGHUP, _raise_stop)
     try:
-        with Stack(layout) as stack:
+        with Stack(layout, lock=lock) as stack:
+            warn(layout)
             stats = f"uWSGI stats: {layout.stats_address}" if layout.has_stats else f"{server.label}, no stats server"
             print(f"serving {layout.name} on {layout.url}  ({stats}; logs: {run_dir / 'logs'})  Ctrl-C to stop",
                   flush=True)
@@ -402,6 +452,8 @@ def cmd_run(args) -> int:
                 time.sleep(0.2)  # supervision tick
     except (KeyboardInterrupt, Stop):
         pass
+    finally:
+        lock.release()
     print(f"stopped nginx and {server.label}", flush=True)
     return 0
 

@@ -19,9 +19,10 @@ command -v logrotate >/dev/null 2>&1 || missing+=(logrotate)  # the bundle's log
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
 # The venv is built from Debian's python3 (readable by the unprivileged run user);
 # uWSGI compiles against its headers, and has SSL (ssl-socket, for --uwsgi-tls) only if libssl-dev is
-# installed when pip builds it: this script runs before the venv is made.
+# installed when pip builds it, and internal routing (the route-if-not lines every uwsgi.ini holds
+# to refuse code-loading packets) only if libpcre2-dev is: this script runs before the venv is made.
 if command -v dpkg-query >/dev/null 2>&1; then
-    for pkg in python3 python3-venv python3-dev gcc make libssl-dev; do
+    for pkg in python3 python3-venv python3-dev gcc make libssl-dev libpcre2-dev; do
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
     done
 fi

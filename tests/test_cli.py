@@ -95,7 +95,7 @@ BAD = [
     ("garbage", "garbage", [], "layout"),
     ("base-port-high", "2x4-mapped", ["--base-port", "70000"], "base_port"),
     ("base-port-text", "2x4-mapped", ["--base-port", "five"], "base_port"),
-    ("sockets-past-65535", "4x4-mapped", ["--base-port", "65534"], "base_port"),
+    ("sockets-past-65535", "4x4-mapped", ["--transport", "tcp", "--base-port", "65534"], "base_port"),
     ("backlog-huge", "2x4-mapped", ["--backlog", "99999999"], "backlog"),
     ("transport", "2x4-mapped", ["--transport", "udp"], "transport"),
     ("listen", "2x4-mapped", ["--listen", "nowhere"], "listen"),

@@ -289,7 +289,8 @@ def test_render_refuses_tls_with_a_uwsgi_built_without_ssl(tmp_run_dir, tls_dir,
     """A uWSGI compiled without libssl-dev has no ssl-socket: one line saying how to rebuild, nothing
     written. (The binary here is a stand-in script: pure logic.)"""
     fake = tmp_path / "uwsgi"
-    fake.write_text("#!/bin/sh\necho '    --socket    bind to the specified UNIX/TCP socket'\n")
+    fake.write_text("#!/bin/sh\necho '    --socket    bind to the specified UNIX/TCP socket'\n"
+                    "echo '    --route-if-not    add a route when not condition'\n")
     fake.chmod(0o755)
     monkeypatch.setattr(render_write, "find_uwsgi", lambda: str(fake))
     layout = hosts_layout(tmp_run_dir / "out", tls_dir)

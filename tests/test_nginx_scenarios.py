@@ -82,13 +82,13 @@ def test_files_plan_adds_the_data_set_and_sendfile(tmp_path):
                              "--data-dir", str(tmp_path / "ds")])
     assert plan.scenarios == ("files-accel", "files-app", "files-static", "files-nginx")
     assert plan.layouts == ("2x4-mapped",) and plan.concurrency == (8, 32)
-    assert plan.options == {"transport": "tcp", "data_dir": str(tmp_path / "ds"), "sendfile": "on"}
+    assert plan.options == {"transport": "unix", "data_dir": str(tmp_path / "ds"), "sendfile": "on"}
     assert set(plan.workload) == set(scenarios)
 
 
 def test_article_plan_is_unchanged():
     plan, _ = _plan(["--processes", "2", "--threads", "4"])
-    assert plan.options == {"transport": "tcp"} and plan.scenarios == ("article",)
+    assert plan.options == {"transport": "unix"} and plan.scenarios == ("article",)
     assert "2x4-mapped" in plan.layouts and plan.concurrency == (2, 4, 8)
 
 

@@ -25,15 +25,16 @@ from deploy.render import SERVERS, Granian, crosscheck, nginx_test, render_texts
 from deploy.run import LAUNCHER
 from deploy.run.peer_launch import SERVER_PACKAGES
 
-# (id, variant, options): every peer shape the integration tests start, and unix transport.
+# (id, variant, options): every peer shape the integration tests start, over tcp and unix sockets.
+TCP = {"transport": "tcp"}
 PEERS = [
-    ("gunicorn-gthread", "2x4-gunicorn", {}),
-    ("gunicorn-sync", "2x1-gunicorn", {}),
-    ("gunicorn-reuse-port", "2x4-gunicorn@reuse_port=on", {}),
-    ("gunicorn-uwsgi", "2x4-gunicorn@protocol=uwsgi", {}),
-    ("gunicorn-unix", "2x4-gunicorn", {"transport": "unix"}),
-    ("gunicorn-uwsgi-unix", "2x1-gunicorn@protocol=uwsgi", {"transport": "unix", "nginx_workers": 2}),
-    ("granian", "2x4-granian", {}),
+    ("gunicorn-gthread", "2x4-gunicorn", TCP),
+    ("gunicorn-sync", "2x1-gunicorn", TCP),
+    ("gunicorn-reuse-port", "2x4-gunicorn@reuse_port=on", {}),  # tcp by default: SO_REUSEPORT needs it
+    ("gunicorn-uwsgi", "2x4-gunicorn@protocol=uwsgi", TCP),
+    ("gunicorn-unix", "2x4-gunicorn", {}),
+    ("gunicorn-uwsgi-unix", "2x1-gunicorn@protocol=uwsgi", {"nginx_workers": 2}),
+    ("granian", "2x4-granian", TCP),
     ("granian-unix", "3x2-granian", {"transport": "unix", "nginx_workers": "auto"}),
 ]
 

@@ -115,7 +115,7 @@ def add_arguments(p) -> None:
     p.add_argument("--large-share", help="files-mixed: share of requests for a large file (default 0.02)")
     p.add_argument("--data-dir", help="file scenarios: the data set (default build/dataset, created if missing; "
                                       "python -m bench.dataset makes others)")
-    p.add_argument("--transport", help="uWSGI sockets: tcp or unix (default tcp)")
+    p.add_argument("--transport", help="uWSGI sockets: unix or tcp (default unix; tcp with --hosts)")
     p.add_argument("--hosts", help=f"run every layout on this many app hosts (1..{MAX_NET_HOSTS}), each in its own "
                                    "network namespace behind a front namespace, with TLS between them (root); "
                                    "reports each host's share and what TLS costs (layouts ...@uwsgi_tls=off)")
@@ -153,7 +153,7 @@ def plan_from_args(args, stored=None, subject: subj.Subject | None = None) -> tu
                                                 else default_layouts(p, t)))
     if not layouts:
         raise BadArgument("layouts: give at least one PxT-STRATEGY")
-    options = _layout_options(args, base, names) | subject.layout_options
+    options = _layout_options(args, base, names, hosts) | subject.layout_options
     with _validation_options(hosts, options) as validation:
         for spec in layouts:
             checked(parse_variant(spec, **validation))  # raises LayoutError naming the field
@@ -243,11 +243,13 @@ def _command(args) -> str:
     return command_line("compare", redact_argv(argv) if argv is not None else None)
 
 
-def _layout_options(args, base: dict, names) -> dict:
+def _layout_options(args, base: dict, names, hosts: int = 0) -> dict:
     """Options every layout of the run gets (a variant's own ``@option=value`` wins): the
-    transport, and for file scenarios the data set and ``sendfile on``."""
+    transport (a stored run without one was measured over tcp, the default then), and for file
+    scenarios the data set and ``sendfile on``."""
     stored = base.get("options", {})
-    options = {"transport": transport_arg(args.transport) if args.transport else stored.get("transport", "tcp")}
+    transport = stored.get("transport", "tcp") if base and not args.transport else transport_arg(args.transport, hosts)
+    options = {"transport": transport}
     if sc.needs_dataset(names):
         data_dir = args.data_dir or stored.get("data_dir") or str(DEFAULT_DATA_DIR)
         options.update({"data_dir": str(Path(data_dir).absolute()), "sendfile": stored.get("sendfile", "on")})

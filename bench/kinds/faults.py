@@ -214,7 +214,7 @@ class Patch:
 
 
 def _label(layout: Layout, patch: Patch | None) -> str:
-    return layout.name + ("" if layout.transport == "tcp" else f" {layout.transport}") + ("*" if patch else "")
+    return layout.name + ("" if layout.transport == "unix" else f" {layout.transport}") + ("*" if patch else "")
 
 
 def _sent(run: WrkRun) -> int:

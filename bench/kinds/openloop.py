@@ -80,7 +80,7 @@ def add_arguments(p) -> None:
     p.add_argument("--timeout", help="httperf's per-request timeout in seconds (default 5)")
     p.add_argument("--warmup", help="seconds of one-connection warm-up before the first step (default 2)")
     p.add_argument("--client-nice", help="niceness of httperf, which busy-polls a core (default 19; 0 = not niced)")
-    p.add_argument("--transport", help="uWSGI sockets: tcp or unix (default tcp)")
+    p.add_argument("--transport", help="uWSGI sockets: unix or tcp (default unix)")
     p.add_argument("--all", action="store_true", help="run every rate, not only up to the first that fails")
     subj.add_arguments(p)
     p.add_argument("--out", help="output directory (default results/<timestamp>-openloop)")
@@ -146,7 +146,7 @@ class _Args:
     timeout: float = 5
     warmup: float = 2
     client_nice: int = 19
-    transport: str = "tcp"
+    transport: str = "unix"
     all: bool = False
     out: str | None = None
     command: str = ""

@@ -97,7 +97,7 @@ def add_arguments(p) -> None:
     p.add_argument("--threads", help=f"comma-separated T values tried (default {','.join(map(str, DEFAULT_THREADS))})")
     p.add_argument("--scenario", help=f"the demo app's request mix: {', '.join(record.steady_scenarios())} (default "
                                       "article; your app: --request...)")
-    p.add_argument("--transport", help="uWSGI sockets in the lab and the recommended files: tcp or unix (default tcp)")
+    p.add_argument("--transport", help="uWSGI sockets in the lab and the recommended files: unix or tcp (default unix)")
     p.add_argument("--timeout", help="wrk's per-request timeout in seconds (default 10)")
     p.add_argument("--margin", help="equivalence margin: two candidates whose paired throughput ratio lies wholly "
                                     "within ±MARGIN are tied, and the tie rule decides (default 0.05)")
@@ -172,7 +172,7 @@ def config_from_args(args, stored: Results | None = None, subject: subj.Subject 
         raise BadArgument("stall_ms: only with --stall-share (the share of requests that stall)")
     stall_ms = given("stall_ms", lambda x: int_arg("stall_ms", x, 1, 60000), DEFAULT_STALL_MS) if stall_share else 0
     timeout = float(given("timeout", lambda x: float_arg("timeout", x, 1, 600), 10.0))
-    transport = given("transport", transport_arg, "tcp")
+    transport = given("transport", transport_arg, "tcp" if stored else "unix")  # a stored run without it: tcp
     steady = _steady(args, base, subject)
     margin = margin_arg(args.margin) if getattr(args, "margin", None) is not None else None
     settings = Settings(budget_s=budget_min * 60, warmup_s=WARMUP_S, tie_band=margin or Settings.tie_band) \
@@ -395,8 +395,8 @@ def run_command(spec: str, options: dict, run_dir: Path) -> str:
     for key in ("env", "static"):
         for value in options.get(key) or ():
             argv += [f"--{key}", value]
-    if options.get("transport", "tcp") != "tcp":
-        argv += ["--transport", options["transport"]]
+    if options.get("transport") == "tcp":  # unix is deploy run's default
+        argv += ["--transport", "tcp"]
     return shlex.join([*argv, "--run-dir", str(run_dir)])
 
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 import random
 import re
 import shutil
+import signal
 import subprocess
 from pathlib import Path
+
+from deploy.run import child_setup
 
 INSTALL_HINT = "httperf is not installed: apt-get install httperf (or run scripts/install-system-deps.sh)"
 
@@ -108,7 +111,8 @@ def write_mix_wlog(dest: Path, mix, seed: int = 0, size: int = 10_000) -> Path:
 
 def run(cmd: list[str], limit_s: float) -> str:
     """Run httperf once; its complete output (stdout + stderr) with the command line on top."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=child_setup(death_signal=signal.SIGKILL))  # ends with the benchmark
     try:
         out, err = proc.communicate(timeout=limit_s)
     except subprocess.TimeoutExpired:

@@ -22,12 +22,14 @@ import math
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.results import STATUS_CLASSES, Errors, Latency
+from deploy.run import child_setup
 
 LUA_REPORT = Path(__file__).resolve().parent / "lua" / "report.lua"
 MARKER = "WRK_JSON "
@@ -216,7 +218,9 @@ class WrkProcess:
             self.cmd += ["--", *script_args]  # reach the script's init(args)
         self.limit = duration_s + timeout_s + 30
         self.started = time.monotonic()  # when the load began (observers sample from here)
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # Load ends with the benchmark, even a SIGKILLed one: nothing left hammering a dead stack.
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     preexec_fn=child_setup(death_signal=signal.SIGKILL))
 
     def result(self) -> WrkRun:
         try:

@@ -11,6 +11,7 @@ rendering or running anything. Other rooms import these names from ``deploy.mach
 from deploy.machine.app import MAX_PREFLIGHT_TIMEOUT, PREFLIGHT_TIMEOUT, PROBE_PATH, preflight
 from deploy.machine.certificates import check_tls_dir, resolve_tls_dir
 from deploy.machine.datasets import check_data_dir, map_is_current, read_map_facts
+from deploy.machine.environment import stack_environment, worker_environment
 from deploy.machine.netns import (
     NETNS_DIR,
     connect,
@@ -22,7 +23,7 @@ from deploy.machine.netns import (
     unmark_isolated,
 )
 from deploy.machine.network import check_listen_address, somaxconn
-from deploy.machine.paths import PROJECT_ROOT
+from deploy.machine.paths import PROJECT_ROOT, output_dir
 from deploy.machine.python import (
     app_virtualenv,
     check_virtualenv,
@@ -30,18 +31,21 @@ from deploy.machine.python import (
     linked_python,
     server_package_dir,
     server_python,
+    uwsgi_has_routing,
     uwsgi_has_ssl,
     uwsgi_python,
     virtualenv_python,
 )
 from deploy.machine.resolve import check_hosts, checked
+from deploy.machine.risks import accept, writable_by_others
 from deploy.machine.users import blocked_at, check_reachable, check_readable, group_of, resolve_user, run_user_ids
 
 __all__ = [
-    "MAX_PREFLIGHT_TIMEOUT", "NETNS_DIR", "PREFLIGHT_TIMEOUT", "PROBE_PATH", "PROJECT_ROOT", "app_virtualenv",
-    "blocked_at", "check_data_dir", "check_hosts", "check_listen_address", "check_reachable", "check_readable",
-    "check_tls_dir", "check_virtualenv", "checked", "connect", "enter", "find_uwsgi", "group_of", "is_isolated",
-    "linked_python", "map_is_current", "mark_isolated", "plain_allowed", "preflight", "read_map_facts",
-    "resolve_tls_dir", "resolve_user", "run_in", "run_user_ids", "server_package_dir", "server_python", "somaxconn",
-    "unmark_isolated", "uwsgi_has_ssl", "uwsgi_python", "virtualenv_python",
+    "MAX_PREFLIGHT_TIMEOUT", "NETNS_DIR", "PREFLIGHT_TIMEOUT", "PROBE_PATH", "PROJECT_ROOT", "accept",
+    "app_virtualenv", "blocked_at", "check_data_dir", "check_hosts", "check_listen_address", "check_reachable",
+    "check_readable", "check_tls_dir", "check_virtualenv", "checked", "connect", "enter", "find_uwsgi", "group_of",
+    "is_isolated", "linked_python", "map_is_current", "mark_isolated", "output_dir", "plain_allowed", "preflight",
+    "read_map_facts", "resolve_tls_dir", "resolve_user", "run_in", "run_user_ids", "server_package_dir",
+    "server_python", "somaxconn", "stack_environment", "unmark_isolated", "uwsgi_has_routing", "uwsgi_has_ssl",
+    "uwsgi_python", "virtualenv_python", "worker_environment", "writable_by_others",
 ]

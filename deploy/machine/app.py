@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from deploy.machine.environment import worker_environment
 from deploy.machine.users import check_readable, run_user_ids
 from deploy.model import LayoutError, parse_app
 
@@ -240,13 +241,14 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 def preflight(layout: Layout, timeout: float = PREFLIGHT_TIMEOUT) -> None:
     """Import ``layout.app`` as uWSGI's workers will: the layout's virtualenv (its bin/python),
-    ``app_dir`` first on sys.path and as cwd, the layout's env, and as the run user. Raises
+    ``app_dir`` first on sys.path and as cwd, the workers' clean environment with the layout's
+    env (deploy/machine/environment.py), and as the run user. Raises
     ``LayoutError("app", ...)`` with one line: the app's own exception line and where it was
     raised, or why the module or callable is not the app (standard library, outside the app
     dir and virtualenv, missing, not callable). Returns None when uWSGI will find the app."""
     check_readable(layout)
     python = str(Path(layout.virtualenv) / "bin" / "python") if layout.virtualenv else sys.executable
-    env = dict(os.environ, **dict(layout.env), PYTHONDONTWRITEBYTECODE="1")  # leave no __pycache__ behind
+    env = worker_environment(layout) | {"PYTHONDONTWRITEBYTECODE": "1"}  # leave no __pycache__ behind
     as_user: dict = {}
     who = "you"
     if layout.drops_privileges:

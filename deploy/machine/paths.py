@@ -24,6 +24,25 @@ def resolved(raw: str) -> Path:
     return Path(os.path.expanduser(str(raw))).resolve()
 
 
+def output_dir(field_name: str, raw) -> Path:
+    """A directory we are to write into, as an absolute path: its parents resolved, itself never
+    followed. A symlink there is refused: whoever made it chooses where our files would land
+    (someone else's directory, /etc...), so we never write through one."""
+    path = Path(os.path.abspath(os.path.expanduser(str(raw))))
+    try:
+        path = path.parent.resolve() / path.name if path.name else path
+        is_link = path.is_symlink()
+        exists_as_file = path.exists() and not path.is_dir()
+    except OSError as exc:  # e.g. a name over 255 bytes
+        raise LayoutError(field_name, f"unusable directory {str(raw)!r}: {exc.strerror}") from None
+    if is_link:
+        raise LayoutError(field_name, f"{path} is a symbolic link (to {os.readlink(path)}): give the directory itself; "
+                                      "files are never written through a link")
+    if exists_as_file:
+        raise LayoutError(field_name, f"{path} exists and is not a directory")
+    return path
+
+
 def existing_dir(field_name: str, raw: str, nginx: bool = False) -> str:
     """``raw`` resolved, if it is a directory here; LayoutError(field_name, ...) otherwise."""
     path = resolved(raw)

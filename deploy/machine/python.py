@@ -155,14 +155,24 @@ def app_virtualenv(app_dir: Path, environ=None) -> tuple[str, str]:
 
 
 @lru_cache(maxsize=None)
+def uwsgi_help(binary: str) -> str:
+    """``uwsgi --help``: the options this build has ("" if it does not run)."""
+    try:
+        return subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
 def uwsgi_has_ssl(binary: str) -> bool:
     """Was this uWSGI built with SSL (libssl-dev present when pip compiled it)? Its --help lists
     ssl-socket only then."""
-    try:
-        out = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return "--ssl-socket" in out
+    return "--ssl-socket" in uwsgi_help(binary)
+
+
+def uwsgi_has_routing(binary: str) -> bool:
+    """Was this uWSGI built with internal routing (PCRE, libpcre2-dev present when pip compiled
+    it)? The route-if-not lines that refuse code-loading packets need it; --help lists them only then."""
+    return "--route-if-not" in uwsgi_help(binary)
 
 
 # Where the peers' packages are looked up: None = this interpreter's sys.path (our venv).

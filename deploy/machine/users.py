@@ -1,8 +1,9 @@
 """The run user: who the stack runs as on this machine, and what that user can read.
 
-Started as root, uWSGI binds as root and drops to the run user, a peer is started as that
-user, and nginx's workers run as it: each must be able to reach the app, its virtualenv, the
-standard library and the static directories, or it dies right after dropping privileges.
+Started as root, the app server (uWSGI or a peer) is started as the run user (with TLS,
+uWSGI's master stays root and its workers drop to it), and nginx's workers run as it: each
+must be able to reach the app, its virtualenv, the standard library and the static
+directories, or it dies at start.
 """
 
 from __future__ import annotations
@@ -121,7 +122,8 @@ def check_reachable(layout: Layout, out: Path) -> None:
     if not layout.drops_privileges:
         return
     uid, _, gids = run_user_ids(layout.user)
-    blocked = blocked_at(out.parent, uid, gids, need_read=False)
+    # A directory that exists keeps its mode (render sets modes only on one it creates).
+    blocked = blocked_at(out if out.is_dir() else out.parent, uid, gids, need_read=False)
     if blocked is not None:
         raise LayoutError(
             "run_dir",

@@ -10,6 +10,7 @@ from deploy.model.apps import APP_SYNTAX, AppTarget, parse_app
 from deploy.model.errors import LayoutError, RenderError, StackError
 from deploy.model.fields import (
     OPEN_FILE_CACHE_ON,
+    RISKS,
     check_static_dir,
     config_path,
     int_in,
@@ -67,10 +68,10 @@ from deploy.model.strategies import STRATEGIES, ServerPlan, SocketPlan, Strategy
 __all__ = [
     "APP_RE", "APP_SYNTAX", "CA_CERT", "CA_KEY", "CLIENT_CERT", "CLIENT_KEY", "DEFAULT_APP", "DEFAULT_TLS_NAME",
     "FACTS_NAME", "ID_VARIABLE", "MAP_NAME", "MAX_PROCESSES", "MAX_THREADS", "OPEN_FILE_CACHE_ON", "OPTION_FIELDS",
-    "PATH_VARIABLE", "ROUTE_PREFIX", "SSL_CIPHERS", "SSL_PROTOCOLS", "STRATEGIES", "THREAD_POOL", "TRANSPORTS",
-    "UNIX_PATH_MAX", "UNIX_SOCKET_MODE", "AppTarget", "HashSizing", "Layout", "LayoutError", "MapError", "MapFacts",
-    "RenderError", "RunAs", "ServerPlan", "Socket", "SocketPlan", "StackError", "Strategy", "certificate_files",
-    "check_name", "check_static_dir", "config_path", "get_strategy", "host_cert", "host_key", "int_in", "is_loopback",
-    "layout_from_record", "map_text", "parse_app", "parse_env", "parse_hosts", "parse_layout", "parse_open_file_cache",
-    "parse_static", "parse_variant", "size_hash", "tls_dir_text",
+    "PATH_VARIABLE", "RISKS", "ROUTE_PREFIX", "SSL_CIPHERS", "SSL_PROTOCOLS", "STRATEGIES", "THREAD_POOL",
+    "TRANSPORTS", "UNIX_PATH_MAX", "UNIX_SOCKET_MODE", "AppTarget", "HashSizing", "Layout", "LayoutError",
+    "MapError", "MapFacts", "RenderError", "RunAs", "ServerPlan", "Socket", "SocketPlan", "StackError", "Strategy",
+    "certificate_files", "check_name", "check_static_dir", "config_path", "get_strategy", "host_cert", "host_key",
+    "int_in", "is_loopback", "layout_from_record", "map_text", "parse_app", "parse_env", "parse_hosts",
+    "parse_layout", "parse_open_file_cache", "parse_static", "parse_variant", "size_hash", "tls_dir_text",
 ]

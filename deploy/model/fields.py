@@ -125,10 +125,31 @@ def parse_env(raw) -> tuple[tuple[str, str], ...]:
         for seq, what in UWSGI_VALUE_SEQUENCES.items():
             if seq in value:
                 raise LayoutError("env", f"value of {key} contains {seq!r}, which uWSGI replaces with {what} "
-                                         "in uwsgi.ini (no escape exists): export it in the environment that "
-                                         "starts the stack instead (uWSGI passes its environment on to the app)")
+                                         "in uwsgi.ini (no escape exists): have the app read that value from a "
+                                         "file instead (the workers get only --env and PATH, LANG, LC_*, TZ, HOME)")
         out.append((key, value))
     return tuple(out)
+
+
+# The risks a user can accept by name (--allow-NAME, layout field ``allow``); deploy.machine
+# refuses each of them otherwise.
+RISKS = {
+    "world-writable": "the app dir, virtualenv or a static dir (or a parent without the sticky bit) is writable by "
+                      "users other than its owner, who could plant code the workers run or files nginx serves",
+    "root": "the app runs as root (--user root)",
+    "system-static": "nginx serves a directory under /etc, /proc, /sys, /dev, /boot, /root, /run or /var/lib",
+    "public-listen": "nginx listens on an address other machines can reach (the lab's stacks are for loopback)",
+}
+
+
+def parse_allow(raw) -> tuple[str, ...]:
+    """Accepted risks: names of RISKS, as "a,b" (a variant's ``@allow=a``) or a sequence."""
+    items = str(raw).replace("+", ",").split(",") if isinstance(raw, str) else list(raw or ())
+    names = sorted({str(item).strip() for item in items if str(item).strip()})
+    unknown = [n for n in names if n not in RISKS]
+    if unknown:
+        raise LayoutError("allow", f"unknown risk {unknown[0]!r}; the risks you can accept: {', '.join(RISKS)}")
+    return tuple(names)
 
 
 def nests(a: str, b: str) -> bool:

@@ -19,9 +19,11 @@ from deploy.model import hosts as multihost
 from deploy.model.apps import AppTarget, parse_app
 from deploy.model.errors import LayoutError
 from deploy.model.fields import (
+    RISKS,
     boolean,
     config_path,
     int_in,
+    parse_allow,
     parse_env,
     parse_host_port,
     parse_open_file_cache,
@@ -56,8 +58,8 @@ APP_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z
 @dataclass(frozen=True)
 class RunAs:
     """Who runs the stack on the machine that checked the layout (deploy.machine.checked): the
-    run user's primary group, and whether this process is root (then uWSGI binds as root and
-    drops to the run user; a peer and nginx's workers run as that user)."""
+    run user's primary group, and whether this process is root (then the app server is started
+    as the run user, and nginx's workers run as that user)."""
 
     group: str
     as_root: bool
@@ -91,7 +93,10 @@ class Layout:
     app: str = DEFAULT_APP
     # The directory the app is imported from. "" = this project's (the demo app's).
     app_dir: str = ""
-    transport: str = "tcp"
+    # How nginx reaches the app server: unix sockets (0660: only the run user and nginx's workers
+    # can connect) or tcp (loopback: any local user can connect and send raw uwsgi packets).
+    # "" = unix, or tcp with what needs it: hosts (each binds its own address), uwsgi_tls, reuse_port.
+    transport: str = ""
     base_port: int = 5000
     listen: str = "127.0.0.1:8000"
     nginx_workers: int | str = 1  # a count, or "auto" (one per core)
@@ -158,6 +163,8 @@ class Layout:
     # time. "" = for where the sockets are: never on one machine; measured values with hosts.
     max_fails: int | str = ""
     fail_timeout: int | str = ""
+    # The risks the user accepted, each by name (RISKS): deploy.machine.checked() refuses them otherwise.
+    allow: tuple[str, ...] = ()
     # Filled by deploy.machine.checked(), never by a user: not an option, not in layout.json.
     run_as: RunAs | None = field(default=None, compare=False, repr=False)
 
@@ -168,6 +175,11 @@ class Layout:
         strategy = get_strategy(self.strategy)
         set_("app", parse_app(self.app).text)  # module:callable or module:factory(literals), normalised
         set_("app_dir", config_path("app_dir", str(self.app_dir)))
+        if not self.transport:
+            several = self.hosts.strip() if isinstance(self.hosts, str) else self.hosts
+            tls = str(self.uwsgi_tls or "").strip().lower() not in ("", "off")
+            reuse = str(self.reuse_port).strip().lower() in ("1", "true", "on", "yes")
+            set_("transport", "tcp" if several or tls or reuse else "unix")
         if self.transport not in TRANSPORTS:
             raise LayoutError("transport", f"must be one of {', '.join(TRANSPORTS)}, got {self.transport!r}")
         set_("base_port", int_in("base_port", self.base_port, 1, 65535))
@@ -208,6 +220,7 @@ class Layout:
         if self.lock_engine not in LOCK_ENGINES:
             raise LayoutError("lock_engine", f"must be ipcsem (System V semaphores) or empty for uWSGI's default "
                                              f"(pthread robust mutexes), got {self.lock_engine!r}")
+        set_("allow", parse_allow(self.allow))
         self._check_strategy_options(strategy)
         multihost.validate(self, set_)  # hosts, uwsgi_tls*, max_fails, fail_timeout, retries, connect_timeout
         self._check_addresses()
@@ -320,6 +333,23 @@ class Layout:
             else ("max_fails=0",)
         return [(s, (*failure, *params)) for s, params in servers]
 
+    def allows(self, risk: str) -> bool:
+        """Did the user accept ``risk`` (one of RISKS: ``--allow-RISK``)?"""
+        if risk not in RISKS:  # a programming error: a check names a risk nobody can accept
+            raise KeyError(risk)
+        return risk in self.allow
+
+    @property
+    def warnings(self) -> list[str]:
+        """What this layout exposes that the user chose and should hear about (one line each)."""
+        if self.transport != "tcp" or self.hosts or self.uwsgi_tls != "off" or self.server != "uwsgi":
+            return []
+        first, last = self.base_port, self.base_port + len(self.socket_plans) - 1
+        ports = str(first) if first == last else f"{first}-{last}"
+        return [f"transport tcp: any local user can send raw uwsgi packets to 127.0.0.1:{ports}, bypassing nginx "
+                "(UWSGI_SETENV changes a worker's environment, UWSGI_POSTFILE reads a file as the run user); "
+                "code-loading packets get a 403; unix sockets (the default) keep other users out"]
+
     @property
     def checked_here(self) -> RunAs:
         if self.run_as is None:  # a programming error: the machine room runs before render and run
@@ -329,8 +359,8 @@ class Layout:
 
     @property
     def drops_privileges(self) -> bool:
-        """True when started as root: uWSGI binds as root, then runs as ``user``; a peer is
-        started as ``user``; nginx's workers run as ``user``."""
+        """True when started as root: the app server is started as ``user`` (with TLS uWSGI's
+        master stays root, its workers run as ``user``); nginx's workers run as ``user``."""
         return self.checked_here.as_root and self.user != "root"
 
     @property
@@ -378,8 +408,9 @@ class Layout:
             raise LayoutError(option, f"does not apply to {self.strategy} (only to {', '.join(takers)}); "
                                       f"remove it or use e.g. {self.processes}x{self.threads}-{takers[0]}")
         if self.reuse_port and self.transport != "tcp":
-            raise LayoutError("reuse_port", "needs --transport tcp: SO_REUSEPORT spreads TCP connections, and "
-                                            "each worker would replace the others' unix socket")
+            raise LayoutError("reuse_port", "needs transport tcp (--transport tcp, or @reuse_port=on,transport=tcp "
+                                            "in a variant): SO_REUSEPORT spreads TCP connections, and each worker "
+                                            "would replace the others' unix socket")
 
     def _check_addresses(self) -> None:
         n = len(self.socket_plans)

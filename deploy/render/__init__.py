@@ -25,12 +25,12 @@ from deploy.render.servers import (
 )
 from deploy.render.templates import GENERATED, TEMPLATES_DIR, environment, uwsgi_ini_value
 from deploy.render.texts import LAYOUT_JSON_VERSION, host_file, pass_target, render_texts
-from deploy.render.write import RUN_SUBDIRS, RenderResult, make_staging, nginx_test, write_layout
+from deploy.render.write import RUN_SUBDIRS, RenderResult, make_staging, new_run_dir, nginx_test, write_layout
 
 __all__ = [
     "CONFIG_FILES", "GENERATED", "GRACEFUL_STOP", "LAYOUT_JSON_VERSION", "NGINX_WORKER_CONNECTIONS", "RUN_SUBDIRS",
     "SERVERS", "TEMPLATES_DIR", "Granian", "Gunicorn", "RenderResult", "ServerConfig", "ServerFacts", "crosscheck",
-    "environment", "find_directives", "host_facts", "host_file", "make_staging", "nginx_summary", "nginx_test",
-    "parse_nginx", "parse_uwsgi_ini", "pass_locations", "pass_target", "read_uwsgi_ini_value", "render_texts",
-    "server_for", "upstream_of", "uwsgi_ini_value", "write_layout", "write_map",
+    "environment", "find_directives", "host_facts", "host_file", "make_staging", "new_run_dir", "nginx_summary",
+    "nginx_test", "parse_nginx", "parse_uwsgi_ini", "pass_locations", "pass_target", "read_uwsgi_ini_value",
+    "render_texts", "server_for", "upstream_of", "uwsgi_ini_value", "write_layout", "write_map",
 ]

@@ -127,13 +127,25 @@ def crosscheck(layout: Layout, conf_dir: Path, *, config_file: str = "", nginx_c
         if param.upper().startswith("UWSGI_") and any(v in value for v in CLIENT_CONTROLLED):
             problems.append(f"uwsgi_param {param} takes a client-controlled value {value!r}")
 
-    # 6. Started as root: nothing serves requests as root. uWSGI and gunicorn name the user in
-    #    their config (granian has no such option: Stack starts it as that user).
+    # 6. Started as root: nothing serves requests as root. The lab starts the app server as the
+    #    run user (deploy.run): uWSGI's ini names no uid/gid, since a master that changes its
+    #    credentials loses the signal that stops it when the stack's process dies (with TLS the
+    #    master reads its key as root and stays root: master-as-root, only its workers drop);
+    #    gunicorn's names the same user (no change). A bundle's uWSGI names them (systemd starts
+    #    it as them).
+    root_master = not site and server.name == "uwsgi" and layout.uwsgi_tls != "off"
+    names_user = {"gunicorn", "uwsgi"} if site or root_master else {"gunicorn"}
     for _, host in per_host:
-        if layout.drops_privileges and server.name in ("uwsgi", "gunicorn") and \
-                host.run_as != (layout.user, layout.group):
+        if layout.drops_privileges and server.name in names_user and host.run_as != (layout.user, layout.group):
             problems.append(f"{server.config_file} must drop to uid/gid {layout.user}/{layout.group}, has "
                             f"{host.run_as or 'none'}")
+        if layout.drops_privileges and host.master_as_root != root_master:
+            problems.append(f"{server.config_file} {'lacks' if root_master else 'sets'} master-as-root: "
+                            + ("the master must keep root to stay tied to the stack" if root_master else
+                               "only the lab's TLS hosts keep a root master"))
+        if not site and server.name == "uwsgi" and host.run_as and not root_master:
+            problems.append(f"uwsgi.ini switches to uid/gid {'/'.join(host.run_as)} itself: the stack starts uWSGI "
+                            "as its run user, and a master that changes credentials outlives a killed stack")
         if host.run_as and set(host.run_as) & {"0", "root"}:
             problems.append(f"{server.config_file} switches to root ({host.run_as})")
     if layout.drops_privileges and not site and nginx["user"][:1] != [layout.user]:

@@ -57,6 +57,7 @@ class ServerFacts:
     problems: list[str] = field(default_factory=list)  # what only this server can check
     # address -> {"kind": "ssl" | "https" | "plain", "cert", "key", "ca", "required"} (uWSGI's TLS sockets)
     socket_tls: dict[str, dict] = field(default_factory=dict)
+    master_as_root: bool = False  # uWSGI's master keeps root while its workers run as run_as
 
 
 class ServerConfig:
@@ -144,6 +145,31 @@ def read_tls_socket(option: str, value: str) -> dict:
             "ca": ca.removeprefix("!"), "required": ca.startswith("!") and len(ca) > 1}
 
 
+# The routing rules (templates/uwsgi/_master.j2) that answer 403 to a packet which would make a
+# worker load code: every uwsgi.ini must hold both, with `strict` (a build without routing then
+# refuses the file instead of ignoring them).
+CODE_LOADING_ROUTES = (
+    "empty:${UWSGI_FILE}${UWSGI_SCRIPT}${UWSGI_MODULE}${UWSGI_CALLABLE} break:403 Forbidden",
+    "empty:${UWSGI_APPID}${UWSGI_PYHOME}${UWSGI_HOME}${UWSGI_CHDIR} break:403 Forbidden",
+)
+
+
+def routing_problems(opts: list[tuple[str, str]]) -> list[str]:
+    """What a uwsgi.ini (its options in order) lacks to refuse code-loading packets: both rules,
+    first among its request routes (an earlier rule could end routing before them), and strict."""
+    routes = [(k, v) for k, v in opts if k.startswith("route")]
+    problems = []
+    if routes[:2] != [("route-if-not", rule) for rule in CODE_LOADING_ROUTES]:
+        missing = next((r for r in CODE_LOADING_ROUTES if ("route-if-not", r) not in routes), None)
+        problems.append((f"uwsgi.ini lacks `route-if-not = {missing}`" if missing else
+                         "uwsgi.ini has routing rules before the two that refuse code-loading packets")
+                        + ": a uwsgi packet with UWSGI_FILE, UWSGI_MODULE or an app id could make a worker "
+                          "load and run code")
+    if [v for k, v in opts if k == "strict"][-1:] not in (["true"], ["1"]):
+        problems.append("uwsgi.ini must set strict = true (a uWSGI without routing would ignore route-if-not)")
+    return problems
+
+
 class UWSGI(ServerConfig):
     name, label, config_file, upstream = "uwsgi", "uWSGI", "uwsgi.ini", "uwsgi_app"
 
@@ -163,7 +189,7 @@ class UWSGI(ServerConfig):
         bound = [(k, v) for k, v in opts if k in UWSGI_SOCKET_OPTIONS]
         sockets = [v.split(",")[0] for _, v in bound]
         tls = {v.split(",")[0]: read_tls_socket(k, v) for k, v in bound}
-        problems = self._socket_map_problems(layout, values, processes or 1, sockets)
+        problems = self._socket_map_problems(layout, values, processes or 1, sockets) + routing_problems(opts)
         engines = values("lock-engine")
         if engines != ([layout.lock_engine] if layout.lock_engine else []):
             problems.append(f"uwsgi.ini lock-engine {engines} differs from the layout's {layout.lock_engine!r}")
@@ -178,7 +204,8 @@ class UWSGI(ServerConfig):
         run_as = (uid[-1] if len(uid) == 1 else "", gid[-1] if len(gid) == 1 else "") if uid or gid else None
         env = [(key, read_uwsgi_ini_value(value)) for key, _, value in (v.partition("=") for v in values("env"))]
         return ServerFacts(processes, threads, sockets, private=values("stats"), unix_mode=unix_mode, env=env,
-                           run_as=run_as, problems=problems, socket_tls=tls)
+                           run_as=run_as, problems=problems, socket_tls=tls,
+                           master_as_root=values("master-as-root")[-1:] in (["true"], ["1"]))
 
     @staticmethod
     def _socket_map_problems(layout, values, processes, sockets) -> list[str]:

@@ -5,10 +5,16 @@ Files are rendered into a staging directory next to the destination, cross-check
 (nginx upstream == the server's sockets, worker/socket mapping, no reused address, loopback
 only), tested with ``nginx -t``, and only then moved into place. A failure at any step
 leaves the destination untouched.
+
+The destination is new, empty, or one render wrote before (its nginx.conf carries the generated
+header): any other directory is refused, and so is replacing a file render did not write. A
+directory that existed keeps its own mode and group (render sets them only on one it creates);
+a symlink is never followed (deploy.machine.output_dir).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -16,7 +22,16 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy.machine import check_listen_address, check_reachable, enter, find_uwsgi, run_user_ids, uwsgi_has_ssl
+from deploy.machine import (
+    check_listen_address,
+    check_reachable,
+    enter,
+    find_uwsgi,
+    output_dir,
+    run_user_ids,
+    uwsgi_has_routing,
+    uwsgi_has_ssl,
+)
 from deploy.model import Layout, LayoutError, RenderError
 from deploy.render.checks import crosscheck
 from deploy.render.servers import CONFIG_FILES, ENTRY_FILE
@@ -28,6 +43,9 @@ RUN_SUBDIRS = ("logs", "tmp", "sockets", "control")
 # Directories the unprivileged run user must own (uWSGI's vacuum, pid file, master FIFO;
 # the peers' sockets and pid files).
 USER_OWNED_SUBDIRS = ("sockets", "control")
+# What else a run directory holds that is ours: the hosts' directories, nginx's pid file, and
+# what deploy.run keeps while a stack lives (its lock, the pids of its processes).
+OWN_ENTRIES = {*RUN_SUBDIRS, "hosts", "nginx.pid", "stack.lock", "stack.json"}
 
 
 @dataclass
@@ -73,11 +91,13 @@ def make_staging(out: Path) -> Path:
 def write_layout(layout: Layout, out_dir: Path | str, check_nginx: bool = True, front_netns: str = "") -> RenderResult:
     """Render, check and install the files for ``layout`` into ``out_dir`` (its run_dir).
     ``front_netns``: the network namespace nginx will run in (its listen address is checked there)."""
-    out = Path(out_dir).resolve()
+    out = output_dir("out", out_dir)  # a symlink is refused, never followed
     if str(out) != layout.run_dir:
         raise RenderError(f"layout run_dir {layout.run_dir} differs from output directory {out}")
     _check_uwsgi_ssl(layout)
+    _check_uwsgi_routing(layout)
     texts = render_texts(layout)  # pure: fails before anything is written
+    check_ours(out, list(texts))
     staging = make_staging(out)
     try:
         for directory in run_dirs(layout, staging):
@@ -115,9 +135,59 @@ def write_layout(layout: Layout, out_dir: Path | str, check_nginx: bool = True, 
     return RenderResult(out_dir=out, files=list(texts), nginx_test=output)
 
 
+def new_run_dir(layout: Layout) -> Path:
+    """Create the layout's run directory (it must not exist yet) as render would: mode 0750,
+    and under root group-owned by the run user's group, with its subdirectories. For a caller
+    that must lock the directory before anything is written into it (``deploy run``)."""
+    out = Path(layout.run_dir)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.mkdir(mode=0o750)
+    except OSError as exc:
+        raise LayoutError("run_dir", f"cannot create {out}: {exc.strerror or exc}") from None
+    for directory in run_dirs(layout, out):
+        directory.mkdir(mode=0o750, parents=True, exist_ok=True)
+        directory.chmod(0o750)  # whatever the umask
+    _apply_ownership(layout, out)
+    return out
+
+
 def run_dirs(layout: Layout, root: Path) -> list[Path]:
     """The run directory and, with hosts, each app host's (hosts/ADDR), under ``root``."""
     return [root, *(root / "hosts" / h for h in layout.hosts)]
+
+
+def check_ours(out: Path, names: list[str]) -> None:
+    """``out`` is new, empty, or a directory render wrote (its nginx.conf has the generated
+    header), and every file about to be replaced there is render's own: LayoutError("out", ...)
+    otherwise. Nothing else of a directory render wrote is touched."""
+    try:
+        entries = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    except OSError as exc:
+        raise LayoutError("out", f"cannot read {out}: {exc.strerror}") from None
+    if set(entries) <= OWN_ENTRIES and not any((out / e).is_file() and e not in ("stack.lock", "stack.json",
+                                                                                 "nginx.pid") for e in entries):
+        return  # new, empty, or only what a run left (its lock, the run subdirectories)
+    if not _written_by_render(out / "nginx.conf"):
+        shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise LayoutError("out", f"{out} is not empty ({shown}) and was not written by render (no nginx.conf with "
+                                 "its generated header): give a new or empty directory; render replaces only "
+                                 "files it wrote")
+    for name in [*names, *CONFIG_FILES]:
+        path = out / name
+        if (path.exists() or path.is_symlink()) and not (_written_by_render(path) or _older_uwsgi_params(path)):
+            raise LayoutError("out", f"{path} was not written by render (no generated header): move it away or "
+                                     "give another directory; render never replaces a file it did not write")
+
+
+def _check_uwsgi_routing(layout: Layout) -> None:
+    if layout.server != "uwsgi":
+        return
+    binary = find_uwsgi()
+    if binary and not uwsgi_has_routing(binary):
+        raise RenderError(f"uwsgi: {binary} was built without PCRE (no internal routing, so no route-if-not to "
+                          "refuse code-loading packets): install libpcre2-dev (scripts/install-system-deps.sh), "
+                          "then rebuild it without pip's cache: rm -rf .venv && make venv")
 
 
 def _check_uwsgi_ssl(layout: Layout) -> None:
@@ -129,10 +199,11 @@ def _check_uwsgi_ssl(layout: Layout) -> None:
                           "(scripts/install-system-deps.sh), then rebuild it: rm -rf .venv && make venv")
 
 
-def _apply_ownership(layout: Layout, run_dir: Path) -> None:
+def _apply_ownership(layout: Layout, run_dir: Path, keep_top: bool = False) -> None:
     """Under root: the run dir and its subdirs are group-owned by the run user's group (so
     nginx workers can reach sockets and temp files); sockets/ and control/ are owned by the
-    run user (uWSGI manages files there after dropping privileges). Nothing is world-readable."""
+    run user (uWSGI runs as that user). Nothing is world-readable. ``keep_top``: the run dir
+    existed before render, and keeps its own mode and group (only what render made inside changes)."""
     if not layout.drops_privileges or not run_dir.exists():
         return
     uid, gid, _ = run_user_ids(layout.user)
@@ -140,8 +211,9 @@ def _apply_ownership(layout: Layout, run_dir: Path) -> None:
         if directory != run_dir:
             os.chown(directory.parent, 0, gid)
             directory.parent.chmod(0o750)
-        os.chown(directory, 0, gid)
-        directory.chmod(0o750)
+        if directory != run_dir or not keep_top:
+            os.chown(directory, 0, gid)
+            directory.chmod(0o750)
         for sub in RUN_SUBDIRS:
             path = directory / sub
             path.mkdir(mode=0o750, exist_ok=True)
@@ -180,14 +252,30 @@ def _install(layout: Layout, staging: Path, out: Path, names: list[str]) -> None
             (out / stale).unlink()
             if stale == ENTRY_FILE and not any((out / stale).parent.iterdir()):
                 (out / stale).parent.rmdir()
-    _apply_ownership(layout, out)  # an existing directory keeps its own modes otherwise
+    _apply_ownership(layout, out, keep_top=True)  # the directory itself keeps its mode and group
     _protect_entry(layout, out)
+
+
+def _older_uwsgi_params(path: Path) -> bool:
+    """uwsgi_params as an earlier version of render copied it: uwsgi_param lines only."""
+    if path.name != "uwsgi_params" or path.is_symlink() or not path.is_file():
+        return False
+    lines = [line.strip() for line in path.read_text(errors="replace").splitlines()]
+    return all(not line or line.startswith("#") or line.startswith("uwsgi_param ") for line in lines)
 
 
 def _written_by_render(path: Path) -> bool:
     """True for a file render wrote (its generated header), never for anyone else's."""
+    if path.is_symlink() or not path.is_file():
+        return False
     if path.name == "uwsgi_params":  # a copy of templates/uwsgi_params, which has no header
-        return path.is_file() and path.read_bytes() == (TEMPLATES_DIR / "uwsgi_params").read_bytes()
+        return path.read_bytes() == (TEMPLATES_DIR / "uwsgi_params").read_bytes()
+    if path.name == "layout.json":  # JSON has no comments: its format version and layout name
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return False
+        return isinstance(data, dict) and "format_version" in data and "name" in data
     try:
         with open(path, errors="replace") as f:
             return f.readline()[2:].startswith(GENERATED)

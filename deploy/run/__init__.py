@@ -1,12 +1,14 @@
 """Run: the processes of a rendered stack. ``Stack`` starts one app-server master (uWSGI,
 gunicorn or granian) per app host and one nginx, polls them ready, and stops every process
-tree on every exit path; ``chain_reload`` replaces uWSGI's workers one at a time; ``Net``
+tree on every exit path; ``claim`` locks a run directory for a stack (and stops what a dead
+owner left running there); ``chain_reload`` replaces uWSGI's workers one at a time; ``Net``
 makes network namespaces for several hosts on one machine; free ports for lab stacks.
 
 Other rooms (and bench/) import these names from ``deploy.run``, never its modules.
 """
 
 from deploy.run.netns import Net, NetnsError, clean_stale, existing, unavailable
+from deploy.run.ownership import DirLock, claim, holder, reap_orphans
 from deploy.run.ports import free_consecutive_ports, port_is_free
 from deploy.run.processes import (
     child_setup,
@@ -20,11 +22,11 @@ from deploy.run.processes import (
 )
 from deploy.run.reload import ReloadResult, chain_reload, load_run_layout
 from deploy.run.servers import LAUNCHER, PROCESSES, Member, ServerProcess, process_for
-from deploy.run.stack import Placement, Stack
+from deploy.run.stack import Placement, Stack, port_taken
 
 __all__ = [
-    "LAUNCHER", "PROCESSES", "Member", "Net", "NetnsError", "Placement", "ReloadResult", "ServerProcess", "Stack",
-    "chain_reload", "child_setup", "clean_stale", "die_with_parent", "existing", "free_consecutive_ports",
-    "http_get", "load_run_layout", "nginx_binary", "port_is_free", "process_for", "read_stats", "tail",
-    "terminate_group", "unavailable", "uwsgi_binary",
+    "LAUNCHER", "PROCESSES", "DirLock", "Member", "Net", "NetnsError", "Placement", "ReloadResult", "ServerProcess",
+    "Stack", "chain_reload", "child_setup", "claim", "clean_stale", "die_with_parent", "existing",
+    "free_consecutive_ports", "holder", "http_get", "load_run_layout", "nginx_binary", "port_is_free", "port_taken",
+    "process_for", "read_stats", "reap_orphans", "tail", "terminate_group", "unavailable", "uwsgi_binary",
 ]

@@ -1,6 +1,12 @@
 """Processes of a stack, one by one: the binaries, how a child is set up between fork and exec
-(dies with us, its own process group, maybe inside a network namespace), how a process group
-is stopped, and what a running one answers (uWSGI's stats server, HTTP through nginx, its log).
+(its own process group, maybe inside a network namespace, as the run user, dying with us), how
+a process group is stopped, and what a running one answers (uWSGI's stats server, HTTP through
+nginx, its log).
+
+Dying with us: PR_SET_PDEATHSIG sends the child a signal when our process dies, SIGKILL
+included. The kernel clears it whenever the child's credentials change, so a child that is to
+run as another user is switched *before* it is armed, and must never switch itself (uWSGI's
+uid/gid options would: the lab's uwsgi.ini has none, see templates/uwsgi/_control.j2).
 """
 
 from __future__ import annotations
@@ -21,22 +27,42 @@ from deploy.model import StackError
 PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent() -> None:  # runs in the child between fork and exec
+def _libc():
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        return ctypes.CDLL("libc.so.6", use_errno=True)
     except OSError:
-        pass
+        return None
+
+
+def die_with_parent() -> None:  # runs in the child between fork and exec
+    libc = _libc()
+    if libc is not None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     os.setsid()  # own process group, so stop() can signal workers too
 
 
-def child_setup(namespace: str):
-    """preexec_fn: die with us, own process group, and (if named) enter a network namespace."""
-    if not namespace:
-        return die_with_parent
+def child_setup(namespace: str = "", run_as: tuple[int, int, list[int]] | None = None,
+                death_signal: int = signal.SIGTERM):
+    """preexec_fn: its own process group (stop() signals the workers too), the network
+    namespace ``namespace`` (entered as root), the user ``run_as`` = (uid, gid, groups), and
+    only then ``death_signal`` when we die (a credential change would clear it). A parent that
+    died before the signal was armed ends the child at once."""
+    libc = _libc()  # loaded here: dlopen() between fork and exec could deadlock
+    parent = os.getpid()
 
     def setup():
-        die_with_parent()
-        enter(namespace)
+        os.setsid()
+        if namespace:
+            enter(namespace)
+        if run_as is not None:
+            uid, gid, groups = run_as
+            os.setgroups(groups)
+            os.setgid(gid)
+            os.setuid(uid)
+        if libc is not None:
+            libc.prctl(PR_SET_PDEATHSIG, int(death_signal))
+        if os.getppid() != parent:
+            os._exit(1)
 
     return setup
 

@@ -3,19 +3,22 @@ workers are up and who they are. (Their config files are ``deploy.render.servers
 
 The lifecycle (process group, PDEATHSIG, SIGTERM then SIGKILL, readiness by polling, nginx)
 is ``deploy.run.stack.Stack``'s, one for all servers; ``process_for(layout)`` returns what
-differs per server: the command and how it is spawned (``command``, ``spawn_options``), when
-its workers are ready (``ready``) and who they are (``worker_pids``).
+differs per server: the command and how it is spawned (``command``, ``run_as``,
+``death_signal``), when its workers are ready (``ready``: as answered by the processes this
+stack started, never by whoever else holds the port) and who they are (``worker_pids``).
 
 Peers run in the app's own interpreter (its virtualenv's ``bin/python``, as uWSGI's
 ``virtualenv =``) through ``deploy/run/peer_launch.py``, which takes only the server's packages
-from our venv. Started as root, Stack starts a peer as the run user (uWSGI switches itself
-after binding); the peers bind loopback ports above 1024 or unix sockets in a directory that
-user owns, so they never need root.
+from our venv. Started as root, Stack starts every app server already as the run user (uWSGI
+included: its master never changes credentials, which would clear its parent-death signal);
+they bind loopback ports above 1024 or unix sockets in a directory that user owns, and read
+only files that user can read, so they never need root.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -47,6 +50,9 @@ class Member:
 
 
 class ServerProcess:
+    # What the server gets when the stack's own process dies (PR_SET_PDEATHSIG): a stop.
+    death_signal = signal.SIGTERM
+
     def __init__(self, config: ServerConfig):
         self.config = config  # its config file and names (deploy.render.servers)
 
@@ -64,9 +70,13 @@ class ServerProcess:
     def command(self, layout: Layout) -> list[str]:
         raise NotImplementedError
 
-    def spawn_options(self, layout: Layout) -> dict:
-        """Extra subprocess.Popen arguments (user, group...)."""
-        return {}
+    def run_as(self, layout: Layout) -> tuple[int, int, list[int]] | None:
+        """(uid, gid, groups) the server is started as: the run user when started as root (the
+        whole server, master included, with that user's groups only), else None (as we are)."""
+        if not layout.drops_privileges:
+            return None
+        uid, gid, _ = run_user_ids(layout.user)
+        return uid, gid, os.getgrouplist(layout.user, gid)
 
     def ready(self, members: list[Member]) -> bool:
         """Every app host's server is up, its workers loaded and accepting."""
@@ -82,16 +92,29 @@ class ServerProcess:
 
 
 class UWSGIProcess(ServerProcess):
+    # SIGINT stops uWSGI whatever die-on-term says (SIGTERM without it is a reload, which would
+    # keep a master running for nobody).
+    death_signal = signal.SIGINT
+
     def command(self, layout):
         return [uwsgi_binary(), "--ini", str(self.config.config_path(layout))]
+
+    def run_as(self, layout):
+        # With TLS the master reads the host's private key as root and keeps root (master-as-root,
+        # templates/uwsgi/_control.j2); its workers drop to the run user themselves.
+        return None if layout.uwsgi_tls != "off" else super().run_as(layout)
 
     def ready(self, members):
         return all(self.member_ready(m) for m in members)
 
     def member_ready(self, member):
         try:
-            workers = read_stats(member.layout.stats_address, namespace=member.netns)["workers"]
+            stats = read_stats(member.layout.stats_address, namespace=member.netns)
+            workers = stats["workers"]
         except (OSError, ValueError, KeyError):
+            return False
+        # The stats server that answered must be our master's, not another uWSGI on that port.
+        if member.proc is None or stats.get("pid") != member.proc.pid:
             return False
         return len(workers) == member.layout.processes and all(
             w.get("pid", 0) > 0 and w.get("accepting") == 1 for w in workers
@@ -115,15 +138,6 @@ class PeerProcess(ServerProcess):
     def site(self) -> Path:
         self.check_installed()
         return server_package_dir(self.config.package).parent
-
-    def spawn_options(self, layout):
-        # Started as root: the whole server (master included) runs as the run user, with that
-        # user's groups only. It never needs root: loopback ports above 1024, or unix sockets
-        # in sockets/, which that user owns (deploy/render/write.py apply_ownership).
-        if not layout.drops_privileges:
-            return {}
-        uid, gid, _ = run_user_ids(layout.user)
-        return {"user": uid, "group": gid, "extra_groups": os.getgrouplist(layout.user, gid)}
 
     def command(self, layout):
         return [python_for(layout), str(LAUNCHER), self.name, str(self.site()),

@@ -48,7 +48,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy.machine import PREFLIGHT_TIMEOUT, blocked_at, linked_python, preflight, run_user_ids, virtualenv_python
+from deploy.machine import (
+    PREFLIGHT_TIMEOUT,
+    blocked_at,
+    linked_python,
+    preflight,
+    run_user_ids,
+    uwsgi_has_routing,
+    virtualenv_python,
+)
 from deploy.model import UNIX_PATH_MAX, LayoutError, RenderError, StackError
 from deploy.ship.bundle import (
     BUNDLE_JSON,
@@ -249,6 +257,10 @@ def check_machine(record: dict, root: Path, app_check: bool = True, installed: b
         raise LayoutError("uwsgi", f"{uwsgi} embeds Python {built_for[0]}.{built_for[1]} but {venv} is Python "
                                    f"{venv_version[0]}.{venv_version[1]}: pip install uwsgi into {venv} itself")
     check_uwsgi_version(str(uwsgi), str(venv))
+    if not uwsgi_has_routing(str(uwsgi)):  # uwsgi.ini's route-if-not lines (strict: it would refuse to start)
+        raise LayoutError("uwsgi", f"{uwsgi} was built without PCRE (no internal routing, so no route-if-not to "
+                                   "refuse code-loading packets): apt-get install libpcre2-dev, then "
+                                   f"{venv}/bin/pip install --no-cache-dir --force-reinstall 'uwsgi>=2.0.28,<2.1'")
     for prefix, directory in server.get("static", []):
         if not Path(directory).is_dir():
             raise LayoutError("static", f"{directory} (for {prefix}/) is not a directory on this machine")

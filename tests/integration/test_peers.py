@@ -99,7 +99,7 @@ def listeners(pid: int, port: int) -> list:
 
 @pytest.mark.parametrize("variant", [v for _, v in PEERS], ids=[i for i, _ in PEERS])
 def test_peer_serves_the_demo_app_spreads_requests_and_stops(start_peer, integration_tools, variant):
-    stack = start_peer(variant)
+    stack = start_peer(variant, transport="tcp")  # the listeners below are TCP ones
     layout = stack.layout
     master = stack.app.pid
     workers = stack.worker_pids()
@@ -348,7 +348,7 @@ def test_reload_of_a_peer_is_refused_with_one_line(start_peer):
 
 def test_uwsgi_socket_of_gunicorn_speaks_uwsgi(start_peer):
     # A uwsgi packet as nginx sends it, straight to gunicorn's socket: gunicorn answers it...
-    stack = start_peer("1x2-gunicorn@protocol=uwsgi")
+    stack = start_peer("1x2-gunicorn@protocol=uwsgi", transport="tcp")
     env = {"REQUEST_METHOD": "GET", "REQUEST_URI": FAST, "PATH_INFO": "/", "QUERY_STRING": FAST.partition("?")[2],
            "SERVER_PROTOCOL": "HTTP/1.1", "SERVER_NAME": "t", "SERVER_PORT": "80", "REMOTE_ADDR": "127.0.0.1",
            "REMOTE_PORT": "1", "HTTP_HOST": "t"}

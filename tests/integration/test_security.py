@@ -5,8 +5,9 @@
 * Unix sockets are 0660 or tighter, and another unprivileged user is refused, even when the
   directories on the way are opened to it.
 * Magic variables (UWSGI_FILE, UWSGI_SCRIPT, UWSGI_MODULE, UWSGI_APPID, UWSGI_SETENV) sent
-  through nginx as headers, query strings or cookies load and run nothing; the same packet
-  sent straight to the uwsgi socket *does* (the control that proves the marker works).
+  through nginx as headers, query strings or cookies load and run nothing; the same packet sent
+  straight to the uwsgi socket gets uWSGI's 403 from the route-if-not lines (without them it
+  loads the file: tests/integration/test_local_users.py, the control that proves the marker works).
 * Started as root, uWSGI's master and workers and nginx's workers run unprivileged.
 * Hostile app input through nginx gets a 4xx with a reason, never a 5xx, and the workers
   stay up.
@@ -29,6 +30,7 @@ import pytest
 
 from deploy.model import STRATEGIES
 from deploy.render import crosscheck, nginx_summary, write_layout
+from tests.integration.attacks import marker_app
 from tests.integration.support import FAST, uwsgi_packet, via_nginx
 
 UWSGI_STRATEGIES = [name for name, s in STRATEGIES.items() if s.server == "uwsgi"]  # peers: test_peers.py
@@ -134,21 +136,6 @@ def test_unix_sockets_refuse_another_unprivileged_user(start_stack):
 # --- magic variables ----------------------------------------------------------------------------------
 
 
-def make_marker_app(directory: Path) -> tuple[Path, Path]:
-    """evil.py, which leaves a marker file when imported or run (by anyone: the dir is 0777)."""
-    directory.mkdir(mode=0o777)
-    directory.chmod(0o777)
-    marker = directory / "MARKER"
-    evil = directory / "evil.py"
-    evil.write_text(f"open({str(marker)!r}, 'a').write('imported\\n')\n"
-                    "def application(environ, start_response):\n"
-                    f"    open({str(marker)!r}, 'a').write('ran\\n')\n"
-                    "    start_response('200 OK', [('Content-Type', 'text/plain')])\n"
-                    "    return [b'EVIL']\n")
-    evil.chmod(0o644)
-    return evil, marker
-
-
 def http_status(layout, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
     import http.client
 
@@ -163,11 +150,11 @@ def http_status(layout, path: str, headers: dict[str, str]) -> tuple[int, bytes]
 
 @integration
 def test_magic_variables_through_nginx_load_nothing(start_stack, run_dirs):
-    evil, marker = make_marker_app(run_dirs() / "magic")
+    evil, marker = marker_app(run_dirs() / "magic")
     values = {"UWSGI_FILE": str(evil), "UWSGI_SCRIPT": "evil", "UWSGI_MODULE": "evil", "UWSGI_APPID": "evil",
               "UWSGI_SETENV": "PYTHONPATH=" + str(evil.parent)}
     extra = {"UWSGI_CHDIR": str(evil.parent), "UWSGI_PYHOME": str(evil.parent)}
-    stack = start_stack("2x4-mapped")
+    stack = start_stack("2x4-mapped", transport="tcp")
     layout = stack.layout
     pids = stack.worker_pids()
 
@@ -197,10 +184,10 @@ def test_magic_variables_through_nginx_load_nothing(start_stack, run_dirs):
     assert stack.worker_pids() == pids
     assert via_nginx(layout, FAST)[0] == 200
 
-    # Control: the same variables straight to the uwsgi socket do load the file (the reason
-    # the sockets are loopback/0660 only and nginx must never forward them).
+    # Straight to the uwsgi socket, the same variables reach uWSGI: its route-if-not lines answer
+    # 403 before any app is chosen (without them the file loads: test_local_users.py).
     status, body = raw_uwsgi(layout.sockets[0].address, {"UWSGI_FILE": str(evil), "UWSGI_APPID": "evil"})
-    assert marker.exists() and body.endswith(b"EVIL"), (status, body, "the control did not load the marker app")
+    assert status == "HTTP/1.1 403 Forbidden" and not marker.exists(), (status, body)
 
 
 def raw_uwsgi(address: str, extra: dict[str, str]) -> tuple[str, bytes]:

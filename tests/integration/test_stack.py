@@ -239,7 +239,7 @@ def test_stack_without_preflight_fails_fast_with_the_uwsgi_log(make_layout):
 
 @pytest.mark.parametrize("strategy", ["shared", "thunder"])
 def test_shared_socket_is_served_by_both_workers(start_stack, strategy):
-    stack = start_stack(f"2x4-{strategy}")
+    stack = start_stack(f"2x4-{strategy}", transport="tcp")
     layout = stack.layout
     stats = read_stats(layout.stats_address)
     assert len(stats["sockets"]) == 1, stats["sockets"]
