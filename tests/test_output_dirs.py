@@ -62,7 +62,8 @@ def test_a_symlinked_out_is_never_followed(tmp_run_dir):
     assert not (tmp_run_dir / "nowhere").exists()
     run = cli("run", "2x2-mapped", "--run-dir", link, "--for", "1")
     assert_one_line_error(run, "run_dir")
-    bundle = cli("bundle", "2x2-mapped", "--out", link, "--app-dir", "/srv/shop", "--virtualenv", "/srv/shop/venv")
+    bundle = cli("bundle", "2x2-mapped", "--out", link, "--app-dir", "/srv/shop", "--virtualenv", "/srv/shop/venv",
+                 "--server-name", "shop.example.com")
     assert "is a symbolic link" in assert_one_line_error(bundle, "out")
     assert list(target.iterdir()) == []
 

@@ -264,12 +264,16 @@ def _older_uwsgi_params(path: Path) -> bool:
     return all(not line or line.startswith("#") or line.startswith("uwsgi_param ") for line in lines)
 
 
+# Files render copies from templates/ as they are (nginx's own formats, no room for a header).
+COPIED_TEMPLATES = ("uwsgi_params", "mime.types")
+
+
 def _written_by_render(path: Path) -> bool:
     """True for a file render wrote (its generated header), never for anyone else's."""
     if path.is_symlink() or not path.is_file():
         return False
-    if path.name == "uwsgi_params":  # a copy of templates/uwsgi_params, which has no header
-        return path.read_bytes() == (TEMPLATES_DIR / "uwsgi_params").read_bytes()
+    if path.name in COPIED_TEMPLATES:  # a copy of a file of templates/, which has no header
+        return path.read_bytes() == (TEMPLATES_DIR / path.name).read_bytes()
     if path.name == "layout.json":  # JSON has no comments: its format version and layout name
         try:
             data = json.loads(path.read_text())
