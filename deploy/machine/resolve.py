@@ -3,8 +3,9 @@
 The model validated what the layout says; this resolves and checks what it names here: the
 app directory (default: this project's demo app), the kernel's backlog cap, the run user (under
 root www-data, else whoever runs us), the data set and its map, the run directory, the
-virtualenv and the Python version our server runs, the static directories, and across hosts
-the certificates (and plain uwsgi off loopback only inside a network this process isolated).
+virtualenv and the Python version our server runs (and another uWSGI build's), the static
+directories, and across hosts the certificates (and plain uwsgi off loopback only inside a
+network this process isolated).
 It returns a new Layout with those values resolved and ``run_as`` attached; checking a checked
 layout again gives the same layout.
 """
@@ -19,7 +20,7 @@ from deploy.machine.datasets import check_data_dir
 from deploy.machine.netns import plain_allowed
 from deploy.machine.network import check_backlog
 from deploy.machine.paths import PROJECT_ROOT, existing_dir, resolved, static_dirs
-from deploy.machine.python import check_virtualenv, default_virtualenv
+from deploy.machine.python import check_uwsgi_bin, check_virtualenv, default_virtualenv
 from deploy.machine.users import group_of, resolve_user
 from deploy.model import Layout, LayoutError, RunAs, config_path
 
@@ -33,8 +34,10 @@ def checked(layout: Layout) -> Layout:
     virtualenv = check_virtualenv(layout.virtualenv, layout.server) if layout.virtualenv else default_virtualenv()
     static = static_dirs(layout.static)
     tls_dir = check_hosts(layout)
+    uwsgi_bin = check_uwsgi_bin(layout.uwsgi_bin) if layout.uwsgi_bin else ""
     return replace(layout, app_dir=app_dir, user=user, data_dir=data_dir, run_dir=run_dir, virtualenv=virtualenv,
-                   static=static, uwsgi_tls_dir=tls_dir, run_as=RunAs(group=group_of(user), as_root=os.geteuid() == 0))
+                   static=static, uwsgi_tls_dir=tls_dir, uwsgi_bin=uwsgi_bin,
+                   run_as=RunAs(group=group_of(user), as_root=os.geteuid() == 0))
 
 
 def check_hosts(layout: Layout) -> str:

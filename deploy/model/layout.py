@@ -150,6 +150,10 @@ class Layout:
     keepalive: bool = True
     # thunder: uWSGI's lock engine for the thunder lock ("" = uWSGI's default, or ipcsem).
     lock_engine: str = ""
+    # The uWSGI binary to run, absolute ("" = the one beside this interpreter, the project's):
+    # another build of the same uWSGI to measure (scripts/build-uwsgi.sh). A bundle names its
+    # own (--uwsgi).
+    uwsgi_bin: str = ""
     # Several app hosts (deploy/model/hosts.py): every host runs this layout's uWSGI bound to its own
     # address, and nginx balances over every socket of every host. () = this machine only.
     hosts: tuple[str, ...] = ()
@@ -224,6 +228,9 @@ class Layout:
             raise LayoutError("lock_engine", f"must be ipcsem (System V semaphores) or empty for uWSGI's default "
                                              f"(pthread robust mutexes), got {self.lock_engine!r}")
         self._check_strategy_options(strategy)
+        set_("uwsgi_bin", config_path("uwsgi_bin", str(self.uwsgi_bin or "")))
+        if self.uwsgi_bin and strategy.server != "uwsgi":
+            raise LayoutError("uwsgi_bin", f"is uWSGI's binary; {self.strategy} runs {strategy.server}")
         self._check_protocol()  # before the certificates are looked for: a TLS conflict says so first
         multihost.validate(self, set_)  # hosts, uwsgi_tls*, max_fails, fail_timeout, retries, connect_timeout
         self._check_protocol()  # again with uwsgi_tls resolved ("" is suwsgi off loopback)

@@ -83,7 +83,7 @@ class ServerProcess:
 
 class UWSGIProcess(ServerProcess):
     def command(self, layout):
-        return [uwsgi_binary(), "--ini", str(self.config.config_path(layout))]
+        return [layout.uwsgi_bin or uwsgi_binary(), "--ini", str(self.config.config_path(layout))]
 
     def ready(self, members):
         return all(self.member_ready(m) for m in members)

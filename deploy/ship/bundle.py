@@ -434,6 +434,8 @@ def build_bundle(spec: str, *, app=None, app_dir=None, virtualenv=None, env=None
         ours = ", ".join(n for n, s in STRATEGIES.items() if uwsgi_server(s) == "uwsgi")
         raise LayoutError("layout", f"strategy {layout.strategy} runs {runs}, not uWSGI: a bundle ships uWSGI only "
                                     f"(uWSGI strategies: {ours})")
+    if layout.uwsgi_bin:
+        raise LayoutError("uwsgi_bin", "is the lab's uWSGI; a bundle names the server's with --uwsgi")
     if layout.protocol != "uwsgi":
         raise LayoutError("protocol", f"a bundle's nginx speaks uwsgi to uWSGI (uwsgi_pass); {layout.protocol} "
                                       "is a variant to measure in the lab, not shipped")

@@ -1,19 +1,23 @@
 """The variants the overhead measurement and the peers comparison try, on real processes: uWSGI
-over http-socket and http11-socket behind nginx's proxy_pass, and the HTTP peers with nginx's
-upstream keep-alive off. Each serves the demo app under a brief wrk load without an error, and
-nginx keeps upstream connections exactly where the layout says so (counted on nginx's worker).
-Behaviour only: what they cost is the benchmark's (scripts/overhead.py).
+over http-socket and http11-socket behind nginx's proxy_pass, the HTTP peers with nginx's
+upstream keep-alive off, and another uWSGI binary (``uwsgi_bin``). Each serves the demo app
+under a brief wrk load without an error, and nginx keeps upstream connections exactly where the
+layout says so (counted on nginx's worker). Behaviour only: what they cost is the benchmark's
+(scripts/overhead.py).
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 
+from deploy.machine import find_uwsgi
 from tests.integration.support import FAST, concurrently, via_nginx
 from tests.integration.test_peers import variant_options
 
@@ -84,3 +88,17 @@ def test_http11_spreads_sequential_requests_over_the_mapped_workers(start_stack)
     workers = set(stack.worker_pids().values())
     seen = {int(via_nginx(stack.layout, FAST)[1]["x-worker-pid"]) for _ in range(12)}
     assert seen == workers, (seen, workers)
+
+
+def test_a_layouts_uwsgi_bin_is_the_uwsgi_that_runs(start_stack, run_dirs):
+    # A copy of our own uWSGI stands for another build (scripts/build-uwsgi.sh takes a minute).
+    where = run_dirs()
+    where.chmod(0o755)
+    copy = where / "uwsgi"
+    shutil.copy2(find_uwsgi(), copy)
+    copy.chmod(0o755)
+    stack = start_stack("2x2-mapped", uwsgi_bin=str(copy))
+    assert via_nginx(stack.layout, FAST)[0] == 200
+    master = psutil.Process(stack.app.pid)
+    assert Path(master.exe()) == copy.resolve()
+    assert {Path(w.exe()) for w in master.children()} == {copy.resolve()}
