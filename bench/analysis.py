@@ -370,7 +370,14 @@ def cell_p50(cell: Cell) -> float:
     return percentile_of(cell.histogram, TAIL_QUANTILES["p50"]) / 1000 if cell.histogram else cell.latency_ms.p50
 
 
-FIGURES = {"rps": lambda c: c.rps, "p50": cell_p50, "p99": cell_p99}
+def cell_cpu_ms(cell: Cell) -> float:
+    """The serving side's CPU per request in ms: the app server's processes and nginx's (wrk, the
+    client, left out); 0 for a cell without requests (left out of every ratio)."""
+    return 1000 * (cell.cpu_s.get("app", 0.0) + cell.cpu_s.get("nginx", 0.0)) / cell.requests if cell.requests else 0.0
+
+
+# The figures a comparison can be on; only throughput is better higher.
+FIGURES = {"rps": lambda c: c.rps, "p50": cell_p50, "p99": cell_p99, "cpu": cell_cpu_ms}
 
 
 def group_of(cells: list[Cell], rule: Rule | None = None) -> Group:
@@ -417,12 +424,13 @@ def group_of(cells: list[Cell], rule: Rule | None = None) -> Group:
 
 
 def compare_groups(a: Group, b: Group, figure: str = "p99") -> Comparison:
-    """Group ``a`` against ``b`` on "rps" (higher is better), "p50" or "p99" (lower is better),
+    """Group ``a`` against ``b`` on "rps" (higher is better), "p50", "p99" or "cpu" (CPU per request,
+    ``cell_cpu_ms``) (lower is better),
     paired by round (``bench.paired``): better, worse, equivalent or undecided, with the ratio
     a / b and its interval. Unpaired (and conservative) only when either group's cells record no
     round. The one comparison every decision uses, tune's included."""
     if figure not in FIGURES:
-        raise ValueError(f"figure: must be rps, p50 or p99, got {figure!r}")
+        raise ValueError(f"figure: must be one of {', '.join(FIGURES)}, got {figure!r}")
     higher = figure == "rps"
     if a.paired and b.paired:
         return compare_rounds(a.per_round[figure], b.per_round[figure], higher, figure, a.rule)
