@@ -1,16 +1,20 @@
-"""uWSGI's HTTP sockets (``@protocol=http``, ``@protocol=http11``) on paper: the rendered
-uwsgi.ini and nginx.conf, checked by uWSGI's own option names and by `nginx -t`; the layout.json
-of older runs; what a bundle refuses. tests/integration/test_overhead.py serves requests
+"""The variants scripts/overhead.py tries, on paper: uWSGI's HTTP sockets (``@protocol=http``,
+``@protocol=http11``): the rendered uwsgi.ini and nginx.conf, checked by `nginx -t` and the
+cross-checks; the layout.json of older runs; what a bundle refuses; another uWSGI build
+(``uwsgi_bin``) and the checks on it. tests/integration/test_overhead.py serves requests
 through them.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 import pytest
 
+from deploy.machine import checked, find_uwsgi
 from deploy.model import LayoutError, layout_from_record, parse_variant
 from deploy.render import LAYOUT_JSON_VERSION, crosscheck, parse_uwsgi_ini, render_texts, write_layout
 from deploy.ship import build_bundle
@@ -104,3 +108,42 @@ def test_a_bundle_ships_the_uwsgi_protocol_only():
     with pytest.raises(LayoutError) as info:
         build_bundle("2x4-mapped", app_dir="/srv/shop", virtualenv="/srv/shop/venv", protocol="http")
     assert info.value.field == "protocol" and "variant to measure" in str(info.value)
+
+
+# --- uwsgi_bin: another build of uWSGI ------------------------------------------------------------
+
+
+def test_uwsgi_bin_is_uwsgis_and_absolute():
+    with pytest.raises(LayoutError, match="uwsgi_bin: is uWSGI's binary; gunicorn runs gunicorn"):
+        parse_variant("2x4-gunicorn@uwsgi_bin=/x/uwsgi", run_dir="/tmp/x")
+    with pytest.raises(LayoutError, match="must be an absolute path"):
+        checked(parse_variant("2x4-mapped@uwsgi_bin=x/uwsgi", run_dir="/tmp/x"))
+    with pytest.raises(LayoutError) as info:
+        build_bundle("2x4-mapped", app_dir="/srv/shop", virtualenv="/srv/shop/venv", uwsgi_bin="/x/uwsgi")
+    assert info.value.field == "uwsgi_bin" and "--uwsgi" in str(info.value)
+
+
+def test_uwsgi_bin_must_be_ours_to_change_and_link_our_python(tmp_path):
+    ours = find_uwsgi()
+    where = tmp_path / "build"
+    where.mkdir(mode=0o755)
+    where.chmod(0o755)
+    copy = where / "uwsgi"
+    shutil.copy2(ours, copy)
+    copy.chmod(0o755)
+    layout = checked(parse_variant(f"2x4-mapped@uwsgi_bin={copy}", run_dir=str(tmp_path / "run")))
+    assert layout.uwsgi_bin == str(copy.resolve())
+    copy.chmod(0o775)  # a group that may write could swap the binary we start
+    with pytest.raises(LayoutError, match="writable by group or others"):
+        checked(parse_variant(f"2x4-mapped@uwsgi_bin={copy}", run_dir=str(tmp_path / "run")))
+    copy.chmod(0o755)
+    other = where / "ls"
+    shutil.copy2("/bin/ls", other)
+    with pytest.raises(LayoutError, match="links no libpython"):
+        checked(parse_variant(f"2x4-mapped@uwsgi_bin={other}", run_dir=str(tmp_path / "run")))
+    with pytest.raises(LayoutError, match="not an executable file"):
+        checked(parse_variant(f"2x4-mapped@uwsgi_bin={where / 'none'}", run_dir=str(tmp_path / "run")))
+    if os.geteuid() == 0:  # only root can give a file to another user
+        os.chown(copy, 65534, 65534)
+        with pytest.raises(LayoutError, match="belongs to another user"):
+            checked(parse_variant(f"2x4-mapped@uwsgi_bin={copy}", run_dir=str(tmp_path / "run")))
