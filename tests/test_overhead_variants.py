@@ -18,7 +18,7 @@ from deploy.machine import checked, find_uwsgi
 from deploy.model import LayoutError, layout_from_record, parse_variant
 from deploy.render import LAYOUT_JSON_VERSION, crosscheck, parse_uwsgi_ini, render_texts, write_layout
 from deploy.ship import build_bundle
-from tests.test_peers_render import nginx_directives
+from tests.test_peers_render import make, nginx_directives
 
 CASES = [
     # (layout, options, uWSGI socket option, nginx keeps connections)
@@ -29,14 +29,6 @@ CASES = [
     ("2x4-mapped@protocol=http11", {}, "http11-socket", True),
     ("1x4-shared@protocol=http11", {"transport": "unix"}, "http11-socket", True),
 ]
-
-
-def make(make_layout, variant: str, **options):
-    spec, _, extra = variant.partition("@")
-    for item in filter(None, extra.split(",")):
-        key, _, value = item.partition("=")
-        options[key] = value
-    return make_layout(spec, **options)
 
 
 @pytest.mark.parametrize("variant,options,option,kept", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
