@@ -246,7 +246,7 @@ def test_render_texts_is_pure(make_layout, tmp_run_dir):
     texts = render_texts(layout)
     assert set(texts) == FILES
     assert not target.exists()
-    assert json.loads(texts["layout.json"])["format_version"] == 1
+    assert json.loads(texts["layout.json"])["format_version"] == 2
 
 
 def test_root_drops_privileges_in_both_files(make_layout):
