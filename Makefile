@@ -8,7 +8,7 @@ LAYOUT ?= 2x4-mapped
 OUT    ?= build/$(LAYOUT)
 ARGS   ?=
 
-.PHONY: help venv system-deps render run reload faults compare tune tune-accuracy report dataset nginx-scenarios map-scale openloop sampler-cost doctor doctor-cost test test-unit test-integration lint clean
+.PHONY: help venv system-deps render run reload faults compare tune tune-accuracy report dataset nginx-scenarios map-scale openloop sampler-cost overhead uwsgi-builds doctor doctor-cost test test-unit test-integration lint clean
 
 help:
 	@echo "make compare            compare layouts with wrk until the key comparisons are decided (the main job; --budget auto; ARGS='--budget 8' etc.)"
@@ -25,6 +25,8 @@ help:
 	@echo "make map-scale [ARGS='--counts 10000,1000000 --repeats 3']  nginx's id map: build, start, memory"
 	@echo "make openloop [ARGS='--rates 5,10,15,20']   httperf at fixed rates until replies fall behind (the knee)"
 	@echo "make sampler-cost [ARGS='--pairs 12']       throughput with and without the in-flight sampler, interleaved"
+	@echo "make overhead [ARGS='--rounds 5']          uWSGI's CPU per request vs the peers, each candidate change paired against it"
+	@echo "make uwsgi-builds                          uWSGI built again with -O3, with and without PCRE (for make overhead)"
 	@echo "make doctor ARGS='--stats /run/NAME/stats.sock'   diagnose a running uWSGI (60 s window; findings + tune line)"
 	@echo "make doctor-cost [ARGS='--pairs 12']        throughput with and without doctor attached, paired rounds"
 
@@ -89,6 +91,15 @@ openloop: venv system-deps
 
 sampler-cost: venv system-deps
 	$(BIN)/python scripts/sampler-cost.py $(ARGS)
+
+# Paired rounds of the baseline uWSGI layout against each candidate change and the peers' variants,
+# hello and article, then a perf profile (about 25 min on 2 cores with the builds; see README).
+overhead: venv system-deps
+	$(BIN)/python scripts/overhead.py $(ARGS)
+
+# Other builds of the same uWSGI, into build/uwsgi/PROFILE (about 40 s each on 2 cores).
+uwsgi-builds: venv
+	bash scripts/build-uwsgi.sh o3 pcre nopcre
 
 doctor: venv
 	$(BIN)/python -m bench doctor $(ARGS)

@@ -370,7 +370,14 @@ def cell_p50(cell: Cell) -> float:
     return percentile_of(cell.histogram, TAIL_QUANTILES["p50"]) / 1000 if cell.histogram else cell.latency_ms.p50
 
 
-FIGURES = {"rps": lambda c: c.rps, "p50": cell_p50, "p99": cell_p99}
+def cell_cpu_ms(cell: Cell) -> float:
+    """The serving side's CPU per request in ms: the app server's processes and nginx's (wrk, the
+    client, left out); 0 for a cell without requests (left out of every ratio)."""
+    return 1000 * (cell.cpu_s.get("app", 0.0) + cell.cpu_s.get("nginx", 0.0)) / cell.requests if cell.requests else 0.0
+
+
+# The figures a comparison can be on; only throughput is better higher.
+FIGURES = {"rps": lambda c: c.rps, "p50": cell_p50, "p99": cell_p99, "cpu": cell_cpu_ms}
 
 
 def group_of(cells: list[Cell], rule: Rule | None = None) -> Group:
@@ -417,12 +424,13 @@ def group_of(cells: list[Cell], rule: Rule | None = None) -> Group:
 
 
 def compare_groups(a: Group, b: Group, figure: str = "p99") -> Comparison:
-    """Group ``a`` against ``b`` on "rps" (higher is better), "p50" or "p99" (lower is better),
+    """Group ``a`` against ``b`` on "rps" (higher is better), "p50", "p99" or "cpu" (CPU per request,
+    ``cell_cpu_ms``) (lower is better),
     paired by round (``bench.paired``): better, worse, equivalent or undecided, with the ratio
     a / b and its interval. Unpaired (and conservative) only when either group's cells record no
     round. The one comparison every decision uses, tune's included."""
     if figure not in FIGURES:
-        raise ValueError(f"figure: must be rps, p50 or p99, got {figure!r}")
+        raise ValueError(f"figure: must be one of {', '.join(FIGURES)}, got {figure!r}")
     higher = figure == "rps"
     if a.paired and b.paired:
         return compare_rounds(a.per_round[figure], b.per_round[figure], higher, figure, a.rule)
@@ -925,27 +933,59 @@ class Matchup:
 
 
 @dataclass(frozen=True)
+class PeerChoice:
+    """One peer server's measured variants at one level (``2x4-gunicorn``, ``2x4-gunicorn@keepalive=off``...):
+    the best by ``ranked_at_level`` (not beaten on throughput beyond noise, then the highest) and
+    the runner-up it was judged against, ``compare_groups`` on throughput."""
+
+    concurrency: int
+    server: str
+    best: Group
+    runner_up: Group | None
+    variants: tuple[str, ...]  # every layout of this server measured at this level
+
+    @property
+    def rps(self) -> Comparison | None:
+        return compare_groups(self.best, self.runner_up, "rps") if self.runner_up is not None else None
+
+
+def peer_choices(groups: list[Group]) -> list[PeerChoice]:
+    """Per level and peer server (in the order first measured), its best variant."""
+    out = []
+    for lv in sorted({g.concurrency for g in groups}):
+        at = [g for g in groups if g.concurrency == lv]
+        for server in dict.fromkeys(server_of(g.layout) for g in at):
+            ranked = ranked_at_level([g for g in at if server_of(g.layout) == server])
+            out.append(PeerChoice(lv, server, ranked[0], ranked[1] if len(ranked) > 1 else None,
+                                  tuple(g.layout for g in ranked)))
+    return out
+
+
+@dataclass(frozen=True)
 class Alternatives:
-    """One scenario's uWSGI layouts against its peers at P and 2P connections."""
+    """One scenario's uWSGI layouts against its peers at P and 2P connections: each peer at its
+    best measured variant."""
 
     scenario: str
     levels: tuple[int, ...]  # P and 2P, where both kinds were measured
-    matchups: tuple[Matchup, ...]  # per level: the best uWSGI layout against every peer layout
+    matchups: tuple[Matchup, ...]  # per level: the best uWSGI layout against each peer's best variant
     target: Matchup | None  # at 2P: the best uWSGI layout against the best peer
     # At 2P (else P): the best against the worst uWSGI layout, on throughput (None with one layout).
     layout_spread: Comparison | None = None
     worst_uwsgi: Group | None = None
     missing: str = ""  # why P or 2P is not there
+    choices: tuple[PeerChoice, ...] = ()  # per level and peer: which variant was its best
 
     @property
     def peers(self) -> list[str]:
-        return list(dict.fromkeys(m.peer.layout for m in self.matchups))
+        """The peer servers, in the order measured."""
+        return list(dict.fromkeys(server_of(m.peer.layout) for m in self.matchups))
 
 
 def alternatives(results: Results, scenario: str) -> Alternatives | None:
-    """The best uWSGI layout (highest median throughput, ``best_per_level``) at P and 2P against
-    each peer, and at 2P against the best peer (the target); None when the scenario has no uWSGI
-    layout or no peer."""
+    """The best uWSGI layout (``best_per_level``) at P and 2P against the best measured variant of
+    each peer (``peer_choices``), and at 2P against the best of those (the target); None when the
+    scenario has no uWSGI layout or no peer."""
     groups = group_cells(results, scenario)
     ours = [g for g in groups if server_of(g.layout) == UWSGI]
     theirs = [g for g in groups if server_of(g.layout) not in (UWSGI, "")]
@@ -957,9 +997,11 @@ def alternatives(results: Results, scenario: str) -> Alternatives | None:
     measured = lambda gs, lv: any(g.concurrency == lv for g in gs)  # noqa: E731
     levels = tuple(lv for lv in (p, 2 * p) if measured(ours, lv) and measured(theirs, lv))
     absent = [lv for lv in (p, 2 * p) if lv not in levels]
-    best_ours, best_theirs = best_per_level(ours), best_per_level(theirs)
-    matchups = tuple(Matchup(lv, best_ours[lv], g) for lv in levels for g in theirs if g.concurrency == lv)
-    target = Matchup(2 * p, best_ours[2 * p], best_theirs[2 * p]) if 2 * p in levels else None
+    best_ours = best_per_level(ours)
+    choices = tuple(c for c in peer_choices([g for g in theirs if g.concurrency in levels]))
+    matchups = tuple(Matchup(c.concurrency, best_ours[c.concurrency], c.best) for c in choices)
+    at_2p = [c.best for c in choices if c.concurrency == 2 * p]
+    target = Matchup(2 * p, best_ours[2 * p], ranked_at_level(at_2p)[0]) if at_2p else None
     spread, worst = None, None
     if levels:
         best = best_ours[levels[-1]]
@@ -971,7 +1013,7 @@ def alternatives(results: Results, scenario: str) -> Alternatives | None:
     if absent:
         missing = (f"uWSGI layouts and peers were not both measured at {' and '.join(map(str, absent))} "
                    "connections")
-    return Alternatives(scenario, levels, matchups, target, spread, worst if spread else None, missing)
+    return Alternatives(scenario, levels, matchups, target, spread, worst if spread else None, missing, choices)
 
 
 # --- memory: what one more process and one more thread cost ---------------------------------

@@ -41,12 +41,16 @@ SHAPE = {
         "2x4-mapped": ((19.0, 20.0, 21.0), 1.0),
         "2x4-gunicorn": ((15.0, 16.0, 17.0), 1.6),
         "2x4-granian": ((18.6, 19.5, 20.4), 1.02),
+        # gunicorn without nginx's keep-alive: a new accept per request spreads them (peer_results'
+        # default leaves it out; the variant tests add it)
+        "2x4-gunicorn@keepalive=off": ((19.6, 20.5, 21.4), 1.05),
     },
     "hello": {  # ~2 ms answers: gunicorn ahead of every uWSGI layout
         "2x4-shared": ((1900.0, 2000.0, 2100.0), 1.0),
         "2x4-mapped": ((1950.0, 2050.0, 2150.0), 1.0),
         "2x4-gunicorn": ((2900.0, 3000.0, 3100.0), 0.6),
         "2x4-granian": ((2000.0, 2100.0, 2200.0), 0.95),
+        "2x4-gunicorn@keepalive=off": ((1300.0, 1400.0, 1500.0), 1.5),  # a connect per tiny request
     },
 }
 MEDIAN_US = {"article": 200_000, "hello": 2_000}
@@ -75,7 +79,7 @@ def synthetic_cell(rng, scenario: str, layout: str, level: int, repeat: int) -> 
 
 def peer_results(layouts=None, scenarios=("article", "hello"), demo=True) -> Results:
     rng = np.random.default_rng(5)
-    layouts = layouts or list(SHAPE["article"])
+    layouts = layouts or [x for x in SHAPE["article"] if "@" not in x]
     cells = [synthetic_cell(rng, s, x, lv, r) for r in (1, 2, 3) for s in scenarios for x in layouts for lv in (2, 4)]
     return Results(environment={"nproc": 2}, workload={s: sc.SCENARIOS[s].to_dict() for s in scenarios},
                    arguments={"layouts": layouts, "concurrency": [2, 4], "repeats": 3, "duration": 10,
@@ -104,7 +108,7 @@ def test_servers_are_read_from_layout_names():
 
 def test_best_uwsgi_layout_against_each_peer_at_p_and_2p(results):
     alt = alternatives(results, "article")
-    assert alt.levels == (2, 4) and alt.peers == ["2x4-gunicorn", "2x4-granian"] and not alt.missing
+    assert alt.levels == (2, 4) and alt.peers == ["gunicorn", "granian"] and not alt.missing
     assert {m.uwsgi.layout for m in alt.matchups} == {"2x4-mapped"}
     by = {(m.concurrency, m.peer.layout): m for m in alt.matchups}
     gunicorn, granian = by[(4, "2x4-gunicorn")], by[(4, "2x4-granian")]
@@ -125,16 +129,47 @@ def test_section_says_who_is_ahead_and_by_how_much(results):
     text = text_of(alternatives_lines(results))
     assert "against the alternatives (best uWSGI layout / each peer):" in text
     # uWSGI ahead beyond noise, with the margin:
-    assert ("2x4-gunicorn: at 2 connections (P) the best uWSGI layout, 2x4-mapped, had 1.25x (1.24–1.27) its "
-            "throughput (uWSGI ahead by 25%)") in text
+    assert ("gunicorn: at 2 connections (P) the best uWSGI layout, 2x4-mapped, against gunicorn's best variant, "
+            "2x4-gunicorn, had 1.25x (1.24–1.27) its throughput (uWSGI ahead by 25%)") in text
     # equivalent, and undecided: no winner named
-    assert "2x4-granian: at 2 connections (P)" in text and "its throughput (equivalent within ±5%)" in text
+    assert "granian: at 2 connections (P)" in text and "its throughput (equivalent within ±5%)" in text
     assert "its p99 (undecided)" in text
     # a peer ahead: the sentence starts with it and says by how much
-    assert "2x4-gunicorn is ahead on throughput at 2 and 4 connections and on p99 at 2 and 4 connections" in text
-    assert "(2x4-gunicorn ahead by 46%)" in text
-    # one sentence per peer and scenario
-    assert text.count("- 2x4-gunicorn") == 2 and text.count("- 2x4-granian") == 2
+    assert "gunicorn is ahead on throughput at 2 and 4 connections and on p99 at 2 and 4 connections" in text
+    assert "(gunicorn ahead by 46%)" in text
+    # one sentence per peer and scenario, and one saying that a single variant stands for the peer
+    sentences = lambda peer: text.count(f"- {peer}: at") + text.count(f"- {peer} is ahead")  # noqa: E731
+    assert sentences("gunicorn") == 2 and sentences("granian") == 2
+    assert ("gunicorn: one variant measured (2x4-gunicorn), so it stands for gunicorn: measure "
+            "2x4-gunicorn@keepalive=off too, so that gunicorn is compared at its best.") in text
+
+
+def test_each_peer_is_compared_at_its_best_measured_variant():
+    # Without keep-alive gunicorn wins the article mix (its connections no longer stick to one
+    # worker), with it the tiny hello: the best variant depends on the workload, and is said.
+    both = peer_results([*(x for x in SHAPE["article"] if "@" not in x), "2x4-gunicorn@keepalive=off"])
+    article, hello = alternatives(both, "article"), alternatives(both, "hello")
+    assert article.peers == ["gunicorn", "granian"]
+    best = {(a.scenario, c.concurrency, c.server): c for a in (article, hello) for c in a.choices}
+    off = best[("article", 4, "gunicorn")]
+    assert off.best.layout == "2x4-gunicorn@keepalive=off" and off.runner_up.layout == "2x4-gunicorn"
+    assert off.rps.outcome == "better"
+    assert off.rps.ratio == pytest.approx((19.6 * 20.5 * 21.4 / 15 / 16 / 17) ** (1 / 3))
+    assert best[("hello", 4, "gunicorn")].best.layout == "2x4-gunicorn"
+    assert best[("article", 4, "granian")].runner_up is None
+    # The matchups and the target take the best variant: in the article mix no longer the one
+    # uWSGI beat by 25%, but one it cannot be told from.
+    by = {(m.concurrency, server_of(m.peer.layout)): m for m in article.matchups}
+    assert by[(4, "gunicorn")].peer.layout == "2x4-gunicorn@keepalive=off"
+    assert by[(4, "gunicorn")].rps.outcome in ("equivalent", "undecided")
+    assert len(article.matchups) == 4  # two levels x two peers: never a matchup per variant
+    assert article.target.peer.layout in ("2x4-gunicorn@keepalive=off", "2x4-granian")
+    text = text_of(alternatives_lines(both))
+    assert ("gunicorn's variants (2x4-gunicorn@keepalive=off, 2x4-gunicorn): at 2 connections (P) "
+            "2x4-gunicorn@keepalive=off, 1.28x (1.26–1.31) the throughput of 2x4-gunicorn (better beyond "
+            "noise)") in text
+    assert "gunicorn's variants (2x4-gunicorn, 2x4-gunicorn@keepalive=off): at 2 connections (P) 2x4-gunicorn" in text
+    assert "against gunicorn's best variant, 2x4-gunicorn@keepalive=off, had" in text
 
 
 def test_what_matters_reads_layout_and_server_ratios(results):

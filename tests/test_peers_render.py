@@ -34,7 +34,10 @@ PEERS = [
     ("gunicorn-uwsgi", "2x4-gunicorn@protocol=uwsgi", TCP),
     ("gunicorn-unix", "2x4-gunicorn", {}),
     ("gunicorn-uwsgi-unix", "2x1-gunicorn@protocol=uwsgi", {"nginx_workers": 2}),
+    ("gunicorn-no-keepalive", "2x4-gunicorn@keepalive=off", TCP),
+    ("gunicorn-no-keepalive-unix", "2x4-gunicorn@keepalive=off", {}),
     ("granian", "2x4-granian", TCP),
+    ("granian-no-keepalive", "2x4-granian@keepalive=off", TCP),
     ("granian-unix", "3x2-granian", {"transport": "unix", "nginx_workers": "auto"}),
 ]
 
@@ -153,12 +156,18 @@ def test_peer_renders_files_its_server_accepts(make_layout, variant, options):
         assert "keepalive" not in nginx  # nginx keeps no uwsgi upstream connection alive
     else:
         assert nginx["proxy_pass"] == [[f"http://{server.upstream}"]] and "uwsgi_pass" not in nginx
-        assert nginx["proxy_http_version"] == [["1.1"]]
         headers = {args[0]: args[1] for args in nginx["proxy_set_header"]}
-        assert headers == {"Connection": "", "Host": "$host", "X-Forwarded-For": "$remote_addr",
-                           "X-Forwarded-Proto": "$scheme", "X-Forwarded-Host": "$host"}
-        assert nginx["keepalive"] == [[str(max(16, 2 * layout.processes * layout.threads))]]
-        assert nginx["keepalive_timeout"] == [["20s"]]
+        forwarded = {"Host": "$host", "X-Forwarded-For": "$remote_addr", "X-Forwarded-Proto": "$scheme",
+                     "X-Forwarded-Host": "$host"}
+        if layout.keepalive:
+            assert nginx["proxy_http_version"] == [["1.1"]]
+            assert headers == {"Connection": "", **forwarded}
+            assert nginx["keepalive"] == [[str(max(16, 2 * layout.processes * layout.threads))]]
+            assert nginx["keepalive_timeout"] == [["20s"]]
+        else:  # HTTP/1.0, Connection: close, nothing kept: a connection per request
+            assert headers == forwarded
+            assert "proxy_http_version" not in nginx and "keepalive" not in nginx
+            assert "keepalive_timeout" not in nginx
         assert [d for d in nginx if d.startswith("uwsgi_") and d != "uwsgi_temp_path"] == []
     # The same failover policy as for uWSGI, as proxy_* directives for HTTP.
     p = "uwsgi" if layout.nginx_protocol == "uwsgi" else "proxy"
@@ -169,7 +178,8 @@ def test_peer_renders_files_its_server_accepts(make_layout, variant, options):
 
     data = json.loads((out / "layout.json").read_text())
     assert data["server"] == layout.server and data["stats"] is None
-    assert (data["reuse_port"], data["protocol"]) == (layout.reuse_port, layout.protocol)
+    assert (data["reuse_port"], data["protocol"], data["keepalive"]) == (layout.reuse_port, layout.protocol,
+                                                                         layout.keepalive)
     assert layout_from_record(data) == layout
 
 
@@ -217,7 +227,14 @@ BAD = [
     ("reuse-port-unix", "2x4-gunicorn@reuse_port=on", ["--transport", "unix"], "reuse_port"),
     ("protocol-xyz", "2x4-gunicorn@protocol=xyz", [], "protocol"),
     ("protocol-on-granian", "2x4-granian@protocol=uwsgi", [], "protocol"),
-    ("protocol-on-uwsgi", "2x4-shared@protocol=uwsgi", [], "protocol"),
+    ("protocol-unknown-to-uwsgi", "2x4-shared@protocol=fastcgi", [], "protocol"),
+    ("http11-on-shared", "2x4-shared@protocol=http11", [], "protocol"),
+    ("http11-on-overflow", "2x4-overflow@protocol=http11", [], "protocol"),
+    ("http11-several-nginx-workers", "2x4-mapped@protocol=http11", ["--nginx-workers", "2"], "protocol"),
+    ("http-with-uwsgi-tls", "2x4-mapped@protocol=http,uwsgi_tls=suwsgi", [], "protocol"),
+    ("keepalive-on-uwsgi", "2x4-mapped@keepalive=off", [], "keepalive"),
+    ("keepalive-over-uwsgi-protocol", "2x4-gunicorn@protocol=uwsgi,keepalive=off", [], "keepalive"),
+    ("keepalive-not-bool", "2x4-granian@keepalive=sometimes", [], "keepalive"),
     ("lock-engine-on-gunicorn", "2x4-gunicorn@lock_engine=ipcsem", [], "lock_engine"),
     ("lock-engine-on-mapped", "2x4-mapped@lock_engine=ipcsem", [], "lock_engine"),
     ("lock-engine-unknown", "2x4-thunder@lock_engine=futex", [], "lock_engine"),

@@ -267,7 +267,7 @@ def test_render_texts_is_pure(make_layout, tmp_run_dir):
     texts = render_texts(layout)
     assert set(texts) == FILES
     assert not target.exists()
-    assert json.loads(texts["layout.json"])["format_version"] == 1
+    assert json.loads(texts["layout.json"])["format_version"] == 2
 
 
 def test_root_drops_privileges_in_both_files(make_layout):
@@ -490,6 +490,22 @@ TAMPER = [
     ("strict-dropped", "2x4-mapped", {}, "uwsgi.ini", "strict = true\n", "", "strict"),
     ("lock-engine-dropped", "2x4-thunder", {"lock_engine": "ipcsem"}, "uwsgi.ini", "lock-engine = ipcsem\n", "",
      "lock-engine"),
+    # @keepalive=off and uWSGI's HTTP sockets: nginx keeps connections only where the layout says so
+    ("keepalive-back-on-peer", "2x4-gunicorn", {"keepalive": "off"}, "nginx.conf", "    }}\n\n    server {{",
+     "    keepalive 16;\n    }}\n\n    server {{", "keepalive off"),
+    ("keepalive-on-http-socket", "2x4-mapped", {"protocol": "http"}, "nginx.conf", "    }}\n\n    server {{",
+     "    keepalive 16;\n    }}\n\n    server {{", "http-socket closes"),
+    ("http-socket-left-uwsgi", "2x4-mapped", {"protocol": "http"}, "uwsgi.ini", "http-socket = {sock1}",
+     "socket = {sock1}", "nginx speaks http"),
+    ("uwsgi-socket-made-http", "2x4-mapped", {}, "uwsgi.ini", "socket = {sock0}", "http-socket = {sock0}",
+     "nginx speaks uwsgi"),
+    ("http11-made-http", "2x4-mapped", {"protocol": "http11"}, "uwsgi.ini", "http11-socket = {sock0}",
+     "http-socket = {sock0}", "http11"),
+    ("http11-no-max-conns", "2x4-mapped", {"protocol": "http11"}, "nginx.conf",
+     "server {sock0} max_fails=0 max_conns=4;", "server {sock0} max_fails=0;", "parameters"),
+    ("http11-no-keepalive", "1x4-shared", {"protocol": "http11"}, "nginx.conf", "keepalive 16;", "", "keepalive"),
+    ("http-socket-to-uwsgi-pass", "2x4-mapped", {"protocol": "http"}, "nginx.conf", "proxy_pass http://uwsgi_app;",
+     "uwsgi_pass uwsgi_app;", "uwsgi_pass"),
 ]
 
 

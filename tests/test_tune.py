@@ -55,6 +55,38 @@ def test_pruning_before_measuring_says_why_and_what_stands_in():
     assert "1x4-shared" in specs(kept) and "4x1-mapped" in specs(kept) and "4x1-shared" in specs(kept)
 
 
+def test_a_peer_is_tried_with_its_variants():
+    space = candidate_space(2, (1, 4), ("mapped", "gunicorn", "granian"))
+    assert specs(space) == ["1x1-mapped", "1x4-mapped", "2x1-mapped", "2x4-mapped",
+                            "1x1-gunicorn", "1x4-gunicorn", "2x1-gunicorn", "2x4-gunicorn",
+                            "1x1-gunicorn@keepalive=off", "1x4-gunicorn@keepalive=off", "2x1-gunicorn@keepalive=off",
+                            "2x4-gunicorn@keepalive=off",
+                            "1x1-granian", "1x4-granian", "2x1-granian", "2x4-granian",
+                            "1x1-granian@keepalive=off", "1x4-granian@keepalive=off", "2x1-granian@keepalive=off",
+                            "2x4-granian@keepalive=off"]
+    assert all(Candidate.parse(c.spec) == c for c in space)
+    # an idle-threads stand-in keeps the variant; one-process duplicates are uWSGI's only
+    _, pruned = prune_static(candidate_space(2, (4, 8), ("gunicorn",)), 4)
+    assert {p.spec: p.kept for p in pruned} == {"1x8-gunicorn": "1x4-gunicorn", "2x8-gunicorn": "2x4-gunicorn",
+                                                "1x8-gunicorn@keepalive=off": "1x4-gunicorn@keepalive=off",
+                                                "2x8-gunicorn@keepalive=off": "2x4-gunicorn@keepalive=off"}
+
+
+def test_the_search_recommends_a_peers_variant_when_it_is_the_fastest(tmp_path):
+    # SYNTHETIC, as the hand measurement of the peers issue: gthread behind keep-alive serves
+    # one worker's worth, without it both workers'.
+    def model(c: Candidate) -> Figures:
+        rps = 10.0 * (c.processes if c.variant == "keepalive=off" else 1) if c.threads >= 4 else 5.0
+        return Figures(rps, 4000 / rps, memory_of(c))
+
+    results, outcome, measure, _ = fake_run(model, noise=0.01, concurrency="4", budget="10", strategies="gunicorn",
+                                            max_processes="2", threads="4")
+    assert {s for s, *_ in measure.calls} == {"1x4-gunicorn", "2x4-gunicorn", "1x4-gunicorn@keepalive=off",
+                                              "2x4-gunicorn@keepalive=off"}
+    assert outcome.chosen.spec == "2x4-gunicorn@keepalive=off"
+    assert "2x4-gunicorn@keepalive=off" in "\n".join(terminal_lines(results))
+
+
 def test_pruning_without_the_idle_rule_and_for_more_requests_in_flight():
     kept, _ = prune_static(SPACE, 4, idle_rule=False)
     assert "2x32-mapped" in specs(kept)

@@ -88,7 +88,8 @@ def add_arguments(p) -> None:
     p.add_argument("--budget", help=f"minutes the whole search may take, kept within 10%% (default "
                                     f"{DEFAULT_BUDGET_MIN:g})")
     p.add_argument("--strategies", help=f"comma-separated strategies to try (default {','.join(DEFAULT_STRATEGIES)}; "
-                                        f"known: {', '.join(STRATEGIES)})")
+                                        f"known: {', '.join(STRATEGIES)}); a peer is tried with its variants too "
+                                        "(gunicorn, granian: nginx's upstream keep-alive on and off)")
     p.add_argument("--stall-share", help="robustness: this share (0..0.5] of requests calls a slow external API; the "
                                          "choice must meet the objective under it too")
     p.add_argument("--stall-ms", help=f"how long a stalled request waits, ms (default {DEFAULT_STALL_MS}; with "
@@ -194,8 +195,10 @@ def config_from_args(args, stored: Results | None = None, subject: subj.Subject 
                               "--max-processes or --threads")
     options = {"transport": transport} | subject.layout_options
     if not stored:
-        for strategy in strategies:  # every strategy takes these options (raises LayoutError naming the field)
-            checked(parse_variant(f"1x1-{strategy}", run_dir=subj.VALIDATE_RUN_DIR, **options))
+        for strategy in strategies:  # every strategy and variant takes these options (LayoutError naming the field)
+            for variant in ("", *STRATEGIES[strategy].variants):
+                checked(parse_variant(f"1x1-{strategy}" + (f"@{variant}" if variant else ""),
+                                      run_dir=subj.VALIDATE_RUN_DIR, **options))
     arguments = {
         "command": _command(args), "concurrency": concurrency, "p99_ms": p99, "memory_mb": memory,
         "budget_min": budget_min, "strategies": list(strategies), "max_processes": max_p, "threads": list(threads),
@@ -376,7 +379,7 @@ def our_virtualenv() -> str | None:
 
 def bundle_for(spec: str, options: dict):
     """(the production bundle of ``spec`` with the run's app options, "") or (None, why not)."""
-    if STRATEGIES[spec.split("-", 1)[1]].server != "uwsgi":
+    if STRATEGIES[spec.partition("@")[0].split("-", 1)[1]].server != "uwsgi":
         return None, "a bundle ships uWSGI only; serve the rendered files with `python -m deploy run`"
     try:
         return build_bundle(spec, app=options.get("app"), app_dir=options.get("app_dir") or str(PROJECT_ROOT),
@@ -538,7 +541,7 @@ def header(config: Config, stored: Results | None, out: Path, replay: str | None
     names = {"threads": "too few threads", "idle-threads": "idle threads", "duplicate": "duplicates"}
     what = (f"replaying {replay} ({config.subject.app})" if stored else f"measuring {config.subject.app}")
     threads = ",".join(map(str, sorted({c.threads for c in space})))
-    strategies = ", ".join(dict.fromkeys(c.strategy for c in space))
+    strategies = ", ".join(dict.fromkeys(c.strategy + (f"@{c.variant}" if c.variant else "") for c in space))
     lines = [
         f"{what}, scenario {config.steady.name}, at {o.concurrency} concurrent requests",
         f"objective: {o.words()}",

@@ -1,5 +1,7 @@
 """The compare report's "against the alternatives" section: the best uWSGI layout against each
-peer (gunicorn, granian) at P and 2P connections, from ``bench.analysis.alternatives``.
+peer (gunicorn, granian) at its best measured variant (``2x4-gunicorn`` or
+``2x4-gunicorn@keepalive=off``...: which one won, and how, is said), at P and 2P connections,
+from ``bench.analysis.alternatives``.
 
 Every ratio is uWSGI / peer from ``compare_groups``, paired by round: throughput and each
 round's p99, with the interval of their per-round ratios; "equivalent" within the margin,
@@ -20,14 +22,17 @@ from bench.analysis import (
     Group,
     Matchup,
     alternatives,
+    compare_groups,
+    server_of,
 )
 from bench.report.subject import is_demo_run
 from bench.report.text import fmt_stat, md_table, num, quoted_p99, quoted_p99_interval, table, wrap
 from bench.results import Results
+from deploy.model import STRATEGIES
 
 TARGET_SCENARIO = "article"  # the demo app's request the targets are set for
-NOTE = ("Ratios are the best uWSGI layout's figure over the peer's (the best at that level: not beaten on "
-        "throughput beyond noise, then the highest median), paired by round: the geometric mean of the per-round "
+NOTE = ("Ratios are the best uWSGI layout's figure over each peer's best variant (the best at that level: not "
+        "beaten on throughput beyond noise, then the highest), paired by round: the geometric mean of the per-round "
         "ratios of throughput and of each round's p99, with their interval (the range of 3 rounds, a t interval "
         "from 4). Equivalent: the interval lies within the margin; undecided: it straddles 1: no winner.")
 
@@ -73,22 +78,55 @@ def figure_text(c: Comparison, figure: str, side: str, peer: str) -> str:
 
 
 def peer_sentence(results: Results, alt: Alternatives, peer: str) -> str:
-    """One sentence for one peer across P and 2P, honest in either direction: where the peer is
-    ahead beyond noise the sentence starts with it, and says by how much."""
+    """One sentence for one peer server across P and 2P, against its best variant at each level,
+    honest in either direction: where the peer is ahead beyond noise the sentence starts with it,
+    and says by how much."""
     parts: list[str] = []
     wins: dict[str, list[str]] = {"throughput": [], "p99": []}
-    for m in (m for m in alt.matchups if m.peer.layout == peer):
+    for m in (m for m in alt.matchups if server_of(m.peer.layout) == peer):
         n = _repeats(m.uwsgi, m.peer)
         sides = {fig: _side(c, fig, n) for fig, c in (("rps", m.rps), ("p99", m.p99))}
         for fig, side in sides.items():
             if side == "peer":
                 wins["throughput" if fig == "rps" else "p99"].append(str(m.concurrency))
         parts.append(f"at {m.concurrency} connections{_level(results, m.concurrency)} the best uWSGI layout, "
-                     f"{m.uwsgi.layout}, had {figure_text(m.rps, 'rps', sides['rps'], peer)} and "
+                     f"{m.uwsgi.layout}, against {peer}'s best variant, {m.peer.layout}, had "
+                     f"{figure_text(m.rps, 'rps', sides['rps'], peer)} and "
                      f"{figure_text(m.p99, 'p99', sides['p99'], peer)}")
     won = [f"{fig} at {' and '.join(levels)} connections" for fig, levels in wins.items() if levels]
     head = f"{peer} is ahead on {' and on '.join(won)}: " if won else f"{peer}: "
     return head + "; ".join(parts) + "."
+
+
+def variants_sentence(results: Results, alt: Alternatives, peer: str) -> str:
+    """Which of a peer's measured variants was its best at each level and how that was decided
+    (paired throughput against the runner-up); with one variant, which others to measure."""
+    mine = [c for c in alt.choices if c.server == peer]
+    if not mine:
+        return ""
+    measured = list(dict.fromkeys(v for c in mine for v in c.variants))
+    if len(measured) == 1:
+        spec = measured[0].partition("@")[0]
+        strategy = STRATEGIES.get(spec.partition("-")[2])
+        others = [f"{spec}@{v}" for v in (strategy.variants if strategy else ()) if f"{spec}@{v}" not in measured]
+        more = f": measure {', '.join(others)} too, so that {peer} is compared at its best" if others else ""
+        return f"{peer}: one variant measured ({measured[0]}), so it stands for {peer}{more}."
+    parts = []
+    for c in mine:
+        level = f"at {c.concurrency} connections{_level(results, c.concurrency)}"
+        if c.runner_up is None:
+            parts.append(f"{level} only {c.best.layout} was measured")
+            continue
+        rps = c.rps
+        if rps.outcome == "better":
+            how = "better beyond noise"
+        elif rps.outcome == "equivalent":
+            tail = compare_groups(c.best, c.runner_up, "p99").outcome == "better"
+            how = "equivalent, and a shorter p99 beyond noise" if tail else "equivalent: the higher of the two"
+        else:  # the best is never beaten beyond noise: undecided
+            how = "undecided: the higher of the two, no winner beyond noise"
+        parts.append(f"{level} {c.best.layout}, {rps.text()} the throughput of {c.runner_up.layout} ({how})")
+    return f"{peer}'s variants ({', '.join(measured)}): " + "; ".join(parts) + "."
 
 
 def what_matters(results: Results, alt: Alternatives) -> str:
@@ -177,7 +215,8 @@ def alternatives_lines(results: Results, markdown: bool = False) -> list[str]:
             else:
                 out += ["  " + x for x in table(["conns", "peer", "best uWSGI", "req/s uWSGI/peer",
                                                  "p99 uWSGI/peer"], _matchup_rows(results, alt, False), "<<<<<")]
-        sentences = [peer_sentence(results, alt, peer) for peer in alt.peers]
+        sentences = [x for peer in alt.peers for x in (variants_sentence(results, alt, peer),
+                                                       peer_sentence(results, alt, peer)) if x]
         matters = what_matters(results, alt)
         sentences += [matters] if matters else []
         for text in sentences:

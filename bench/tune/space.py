@@ -1,8 +1,10 @@
 """The candidates ``bench tune`` may recommend, and what is pruned before anything is measured.
 
 Space: P in 1..max_processes (default 2 x nproc), T in a set (default 1, 2, 4, 8, 16, 32),
-every allowed strategy. Three rules remove candidates whose fate is known without measuring
-(each says why, and which candidate stands for it):
+every allowed strategy, and each strategy's variants (``Strategy.variants``: a peer with and
+without nginx's upstream keep-alive, whose better value depends on the workload). Three rules
+remove candidates whose fate is known without measuring (each says why, and which candidate
+stands for it):
 
 - too few threads: P x T below the requests in flight (the concurrency, plus the stalled
   requests of a stall) cannot hold them all at once: the rest would queue;
@@ -35,10 +37,11 @@ class Candidate:
     processes: int
     threads: int
     strategy: str
+    variant: str = ""  # options after the "@" (``keepalive=off``), "" for the plain strategy
 
     @property
     def spec(self) -> str:
-        return f"{self.processes}x{self.threads}-{self.strategy}"
+        return f"{self.processes}x{self.threads}-{self.strategy}" + (f"@{self.variant}" if self.variant else "")
 
     @property
     def server(self) -> str:
@@ -46,9 +49,10 @@ class Candidate:
 
     @classmethod
     def parse(cls, spec: str) -> "Candidate":
-        size, _, strategy = spec.partition("-")
+        base, _, variant = spec.partition("@")
+        size, _, strategy = base.partition("-")
         p, _, t = size.partition("x")
-        return cls(int(p), int(t), strategy)
+        return cls(int(p), int(t), strategy, variant)
 
 
 @dataclass(frozen=True)
@@ -63,8 +67,10 @@ class Pruned:
 
 
 def candidate_space(max_processes: int, threads: tuple[int, ...], strategies: tuple[str, ...]) -> list[Candidate]:
-    """Every (P, T, strategy), strategies in the order given, then P, then T."""
-    return [Candidate(p, t, s) for s in strategies for p in range(1, max_processes + 1) for t in sorted(threads)]
+    """Every (P, T, strategy, variant), strategies in the order given, each plain then its
+    variants, then P, then T."""
+    return [Candidate(p, t, s, v) for s in strategies for v in ("", *STRATEGIES[s].variants)
+            for p in range(1, max_processes + 1) for t in sorted(threads)]
 
 
 def prune_static(candidates: list[Candidate], in_flight: int, idle_rule: bool = True
@@ -82,7 +88,7 @@ def prune_static(candidates: list[Candidate], in_flight: int, idle_rule: bool = 
                                  f"{'s' if c.processes * c.threads > 1 else ''} for {in_flight} requests in "
                                  "flight: the rest would queue"))
         elif idle_rule and cap is not None and c.threads > cap:
-            stand_in = Candidate(c.processes, cap, c.strategy)
+            stand_in = Candidate(c.processes, cap, c.strategy, c.variant)
             pruned.append(Pruned(c.spec, "idle-threads", f"T = {c.threads} > the {in_flight} requests ever in "
                                  f"flight: threads above {cap} stay idle and only cost memory",
                                  stand_in.spec if stand_in.spec in present else ""))

@@ -12,6 +12,7 @@ import importlib.machinery
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from functools import lru_cache
@@ -130,6 +131,33 @@ def check_virtualenv(raw, server: str = "uwsgi") -> str:
             f"(rm -rf .venv; make venv PYTHON=python{found[0]}.{found[1]})",
         )
     return str(venv)
+
+
+def check_uwsgi_bin(raw: str) -> str:
+    """Another build of uWSGI to run (the layout's ``uwsgi_bin``), resolved, or LayoutError: an
+    executable file linking the Python our uWSGI links (so the app's virtualenv fits it too),
+    that only root or we can change: started as root, it runs as root until it drops privileges."""
+    if not raw.startswith("/"):
+        raise LayoutError("uwsgi_bin", f"{raw!r} must be an absolute path to a uwsgi binary")
+    binary = Path(raw).resolve()
+    build = "build one with scripts/build-uwsgi.sh o3 (make uwsgi-builds)"
+    if not binary.is_file() or not os.access(binary, os.X_OK):
+        raise LayoutError("uwsgi_bin", f"{raw} is not an executable file: {build}")
+    for path in (binary, *binary.parents):
+        st = path.stat()
+        sticky = path.is_dir() and st.st_mode & stat.S_ISVTX
+        if st.st_mode & 0o022 and not sticky:
+            raise LayoutError("uwsgi_bin", f"{path} is writable by group or others: whoever can write there could "
+                                           "replace the uWSGI we start")
+        if st.st_uid not in (0, os.geteuid()):
+            raise LayoutError("uwsgi_bin", f"{path} belongs to another user (uid {st.st_uid}), who could replace the "
+                                           "uWSGI we start")
+    linked, (major, minor) = linked_python(str(binary)), uwsgi_python()[0]
+    if linked != (major, minor):
+        got = f"links libpython{linked[0]}.{linked[1]}" if linked else "links no libpython we can read"
+        raise LayoutError("uwsgi_bin", f"{binary} {got}, but our uWSGI runs Python {major}.{minor} (as the app's "
+                                       f"virtualenv): {build}")
+    return str(binary)
 
 
 def default_virtualenv() -> str:

@@ -3,11 +3,11 @@
 The model validated what the layout says; this resolves and checks what it names here: the
 app directory (default: this project's demo app), the kernel's backlog cap, the run user (under
 root www-data, else whoever runs us), the data set and its map, the run directory (never a
-symlink), the virtualenv and the Python version our server runs, the static directories, and
-across hosts the certificates (and plain uwsgi off loopback only inside a network this process
-isolated). Risky input is refused unless the layout accepts the risk by name
-(deploy/machine/risks.py): code directories others can write to, root, system directories
-served as static, a listen address beyond loopback.
+symlink), the virtualenv and the Python version our server runs (and another uWSGI build's),
+the static directories, and across hosts the certificates (and plain uwsgi off loopback only
+inside a network this process isolated). Risky input is refused unless the layout accepts the
+risk by name (deploy/machine/risks.py): code directories others can write to, root, system
+directories served as static, a listen address beyond loopback.
 It returns a new Layout with those values resolved and ``run_as`` attached; checking a checked
 layout again gives the same layout.
 """
@@ -22,7 +22,7 @@ from deploy.machine.datasets import check_data_dir
 from deploy.machine.netns import plain_allowed
 from deploy.machine.network import check_backlog
 from deploy.machine.paths import PROJECT_ROOT, existing_dir, output_dir, static_dirs
-from deploy.machine.python import check_virtualenv, default_virtualenv
+from deploy.machine.python import check_uwsgi_bin, check_virtualenv, default_virtualenv
 from deploy.machine.risks import check_code_dirs, check_listen, check_run_user, check_static_locations
 from deploy.machine.users import group_of, resolve_user
 from deploy.model import Layout, LayoutError, RunAs, config_path
@@ -38,8 +38,10 @@ def checked(layout: Layout) -> Layout:
     check_static_locations(layout.static, layout.allow)  # as given: /s=/proc/self resolves to /proc/PID
     static = static_dirs(layout.static)
     tls_dir = check_hosts(layout)
+    uwsgi_bin = check_uwsgi_bin(layout.uwsgi_bin) if layout.uwsgi_bin else ""
     out = replace(layout, app_dir=app_dir, user=user, data_dir=data_dir, run_dir=run_dir, virtualenv=virtualenv,
-                  static=static, uwsgi_tls_dir=tls_dir, run_as=RunAs(group=group_of(user), as_root=os.geteuid() == 0))
+                  static=static, uwsgi_tls_dir=tls_dir, uwsgi_bin=uwsgi_bin,
+                  run_as=RunAs(group=group_of(user), as_root=os.geteuid() == 0))
     check_run_user(out)
     check_listen(out)
     check_code_dirs(out)

@@ -43,10 +43,15 @@ TRANSPORTS = ("tcp", "unix")
 AIO_MODES = ("off", "threads")
 THREAD_POOL = "ul_pool"
 UNIX_SOCKET_MODE = "660"  # never uWSGI's bare `chmod-socket`, which means 666
-PROTOCOLS = ("http", "uwsgi")  # what nginx speaks to gunicorn
+# What nginx speaks to each app server, its default first. uWSGI: uwsgi (uwsgi_pass), http
+# (http-socket: HTTP/1.0, a connection per request) or http11 (http11-socket: HTTP/1.1, connections
+# kept alive by nginx's upstream); gunicorn: http or uwsgi; granian: http.
+PROTOCOLS = {"uwsgi": ("uwsgi", "http", "http11"), "gunicorn": ("http", "uwsgi"), "granian": ("http",)}
+# The uWSGI option that binds a plain socket of each protocol.
+UWSGI_SOCKET_OPTION = {"uwsgi": "socket", "http": "http-socket", "http11": "http11-socket"}
 LOCK_ENGINES = ("", "ipcsem")  # uWSGI's lock-engine: "" = its default (pthread robust mutexes)
 # Options only some strategies take (Strategy.options), with the value meaning "not used".
-STRATEGY_OPTIONS = {"reuse_port": False, "protocol": "http", "lock_engine": ""}
+STRATEGY_OPTIONS = {"reuse_port": False, "lock_engine": "", "keepalive": True}
 # The largest listen backlog any kernel takes; deploy.machine checks this one's somaxconn.
 MAX_BACKLOG = 2**31 - 1
 
@@ -144,10 +149,18 @@ class Layout:
     # Options of some strategies only (variants such as 2x4-gunicorn@reuse_port=on):
     # gunicorn: every worker binds its own SO_REUSEPORT socket and the kernel spreads connections.
     reuse_port: bool = False
-    # gunicorn: what nginx speaks to it, http (proxy_pass) or uwsgi (uwsgi_pass).
-    protocol: str = "http"
+    # What nginx speaks to the app server (PROTOCOLS; "" = the server's default: uwsgi for uWSGI,
+    # http for the peers). uWSGI's http and http11 sockets are variants to measure (README).
+    protocol: str = ""
+    # gunicorn, granian over HTTP: nginx keeps upstream connections open (upstream `keepalive`).
+    # Off, every request opens a connection, so the server's workers accept each one anew.
+    keepalive: bool = True
     # thunder: uWSGI's lock engine for the thunder lock ("" = uWSGI's default, or ipcsem).
     lock_engine: str = ""
+    # The uWSGI binary to run, absolute ("" = the one beside this interpreter, the project's):
+    # another build of the same uWSGI to measure (scripts/build-uwsgi.sh). A bundle names its
+    # own (--uwsgi).
+    uwsgi_bin: str = ""
     # Several app hosts (deploy/model/hosts.py): every host runs this layout's uWSGI bound to its own
     # address, and nginx balances over every socket of every host. () = this machine only.
     hosts: tuple[str, ...] = ()
@@ -214,15 +227,25 @@ class Layout:
         set_("env", parse_env(self.env))
         set_("static", parse_static(self.static, self.data_dir))
         set_("reuse_port", boolean("reuse_port", self.reuse_port))
-        if self.protocol not in PROTOCOLS:
-            raise LayoutError("protocol", f"must be one of {', '.join(PROTOCOLS)} (what nginx speaks to gunicorn), "
-                                          f"got {self.protocol!r}")
+        set_("keepalive", boolean("keepalive", self.keepalive))
+        allowed = PROTOCOLS[strategy.server]
+        set_("protocol", str(self.protocol or "").strip() or allowed[0])
+        if self.protocol not in allowed:
+            takers = [s for s, protocols in PROTOCOLS.items() if self.protocol in protocols]
+            also = f" (only {' and '.join(takers)} speak it)" if takers else ""
+            raise LayoutError("protocol", f"{strategy.server} speaks {', '.join(allowed)} to nginx, got "
+                                          f"{self.protocol!r}{also}")
         if self.lock_engine not in LOCK_ENGINES:
             raise LayoutError("lock_engine", f"must be ipcsem (System V semaphores) or empty for uWSGI's default "
                                              f"(pthread robust mutexes), got {self.lock_engine!r}")
         set_("allow", parse_allow(self.allow))
         self._check_strategy_options(strategy)
+        set_("uwsgi_bin", config_path("uwsgi_bin", str(self.uwsgi_bin or "")))
+        if self.uwsgi_bin and strategy.server != "uwsgi":
+            raise LayoutError("uwsgi_bin", f"is uWSGI's binary; {self.strategy} runs {strategy.server}")
+        self._check_protocol()  # before the certificates are looked for: a TLS conflict says so first
         multihost.validate(self, set_)  # hosts, uwsgi_tls*, max_fails, fail_timeout, retries, connect_timeout
+        self._check_protocol()  # again with uwsgi_tls resolved ("" is suwsgi off loopback)
         self._check_addresses()
 
     # --- derived views --------------------------------------------------------------
@@ -255,7 +278,24 @@ class Layout:
         for uWSGI's https-socket)."""
         if self.uwsgi_tls == "https":
             return "http"
-        return "uwsgi" if self.server == "uwsgi" or self.protocol == "uwsgi" else "http"
+        return "uwsgi" if self.protocol == "uwsgi" else "http"
+
+    @property
+    def upstream_keepalive(self) -> bool:
+        """nginx keeps connections to the app server open (upstream ``keepalive``, HTTP/1.1 and an
+        empty Connection header): the HTTP peers unless ``keepalive`` is off, uWSGI's http11
+        sockets (and its https sockets, as before). Never over the uwsgi protocol (nginx cannot)
+        nor to uWSGI's http-socket (it closes after every answer, so a kept connection would fail)."""
+        if self.nginx_protocol != "http":
+            return False
+        if self.server == "uwsgi":
+            return self.uwsgi_tls == "https" or self.protocol == "http11"
+        return self.keepalive
+
+    @property
+    def uwsgi_socket_option(self) -> str:
+        """The uWSGI option of a plain socket: socket, http-socket or http11-socket."""
+        return UWSGI_SOCKET_OPTION[self.protocol] if self.server == "uwsgi" else "socket"
 
     @property
     def has_stats(self) -> bool:
@@ -316,11 +356,16 @@ class Layout:
     def upstream_servers(self) -> list[tuple[Socket, tuple[str, ...]]]:
         plans = self.strategy_obj.servers(self.socket_plans, self.threads)
         servers = [(self.host_sockets(h)[p.socket_index], p.params) for h in self.app_hosts for p in plans]
+        if self.server == "uwsgi" and self.protocol == "http11":
+            # A kept connection holds one uWSGI thread: at most T connections per worker's socket.
+            servers = [(s, params if any(p.startswith("max_conns=") for p in params)
+                        else (*params, f"max_conns={self.threads}")) for s, params in servers]
         primaries = [s for s, params in servers if "backup" not in params]
-        if self.retries and len(primaries) == 1 and len(servers) == 1:
+        if self.retries and len(primaries) == 1 and len(servers) == 1 and self.protocol != "http11":
             # nginx never retries a lone server, so a request whose worker died would fail.
             # The same socket again, as backup, gives the retry a peer: any other worker
-            # accepting on that socket takes it. It carries no traffic otherwise.
+            # accepting on that socket takes it. It carries no traffic otherwise. (Not for
+            # http11: a second entry would let nginx keep 2 x T connections to T threads.)
             servers.append((primaries[0], ("backup",)))
         # uWSGI's master keeps every socket open (so does gunicorn's; with SO_REUSEPORT the
         # other workers' listeners stay), so a failure means one dead or busy worker that is
@@ -407,10 +452,33 @@ class Layout:
             takers = [name for name, s in STRATEGIES.items() if option in s.options]
             raise LayoutError(option, f"does not apply to {self.strategy} (only to {', '.join(takers)}); "
                                       f"remove it or use e.g. {self.processes}x{self.threads}-{takers[0]}")
+        if not self.keepalive and self.protocol != "http":
+            raise LayoutError("keepalive", f"applies to HTTP only: over {self.protocol} nginx keeps no upstream "
+                                           "connection anyway; remove it")
         if self.reuse_port and self.transport != "tcp":
             raise LayoutError("reuse_port", "needs transport tcp (--transport tcp, or @reuse_port=on,transport=tcp "
                                             "in a variant): SO_REUSEPORT spreads TCP connections, and each worker "
                                             "would replace the others' unix socket")
+
+    def _check_protocol(self) -> None:
+        """uWSGI's HTTP sockets, in the forms that work behind nginx (see the README's overhead
+        section): plain HTTP on one machine, http11 only where nginx can never hold more kept
+        connections to a socket than it has threads (a kept connection pins a uWSGI thread,
+        which then accepts nothing else until uWSGI's socket-timeout)."""
+        if self.server != "uwsgi" or self.protocol == "uwsgi":
+            return
+        if self.uwsgi_tls not in ("", "off"):
+            raise LayoutError("protocol", f"{self.protocol} is plain HTTP; with uwsgi_tls {self.uwsgi_tls} uWSGI "
+                                          "speaks TLS (uwsgi_tls https is HTTP over TLS): drop one of them")
+        if self.protocol == "http11":
+            if self.strategy == "overflow" or (self.processes > 1 and not self.strategy_obj.one_socket_per_worker):
+                raise LayoutError("protocol", f"http11 needs one socket per worker (mapped) or one worker: with "
+                                              f"{self.strategy} kept connections can pin more threads of one worker "
+                                              "than it has")
+            if self.nginx_workers != 1:
+                raise LayoutError("protocol", "http11 needs nginx_workers 1: each nginx worker keeps its own "
+                                              "connections, and more kept connections than threads stall requests "
+                                              "for uWSGI's socket-timeout")
 
     def _check_addresses(self) -> None:
         n = len(self.socket_plans)
@@ -471,8 +539,14 @@ def parse_layout(spec: str, **options) -> Layout:
 
 
 def layout_from_record(data: dict) -> Layout:
-    """The Layout a layout.json records, validated again (the app or its venv may have changed)."""
-    return Layout(**{k: data[k] for k in OPTION_FIELDS if k in data})
+    """The Layout a layout.json records, validated again (the app or its venv may have changed).
+    Format 1 recorded ``protocol: http`` for uWSGI layouts too (then gunicorn's option only): it
+    meant the uwsgi protocol."""
+    options = {k: data[k] for k in OPTION_FIELDS if k in data}
+    strategy = STRATEGIES.get(data.get("strategy"))
+    if data.get("format_version", 1) < 2 and strategy is not None and strategy.server == "uwsgi":
+        options.pop("protocol", None)
+    return Layout(**options)
 
 
 def parse_variant(text: str, **defaults) -> Layout:

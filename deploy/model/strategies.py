@@ -37,6 +37,9 @@ class Strategy:
     # Layout options only this kind of strategy takes (e.g. ``2x4-gunicorn@reuse_port=on``);
     # deploy/model/layout.py refuses them on any other strategy.
     options: frozenset[str] = frozenset()
+    # Variants (``option=value,...`` after the ``@``) a search tries beside the plain strategy:
+    # settings whose best value depends on the workload (bench tune, the peers comparison).
+    variants: tuple[str, ...] = ()
     # Extra uWSGI options: (key, value, why) triples rendered verbatim.
     uwsgi_options: tuple[tuple[str, str, str], ...] = ()
     # nginx balancing directive inside `upstream`, or "" for nginx's default round robin.
@@ -133,12 +136,17 @@ STRATEGIES: dict[str, Strategy] = {
             name="gunicorn",
             summary="gunicorn: P workers on one socket, gthread with T threads each (the sync worker when T = 1)",
             server="gunicorn",
-            options=frozenset({"reuse_port", "protocol"}),
+            options=frozenset({"reuse_port", "keepalive"}),
+            # Keep-alive pins nginx's pooled connections to the gthread worker that accepted them
+            # (one worker's worth of throughput on GIL-bound work) but saves a connect per request.
+            variants=("keepalive=off",),
         ),
         Peer(
             name="granian",
             summary="granian (WSGI): P workers with T blocking threads each, one SO_REUSEPORT listener per worker",
             server="granian",
+            options=frozenset({"keepalive"}),
+            variants=("keepalive=off",),
         ),
     )
 }

@@ -71,7 +71,7 @@ def crosscheck(layout: Layout, conf_dir: Path, *, config_file: str = "", nginx_c
             problems.append(f"{directive} targets {nginx[directive]} instead of "
                             f"{'upstream ' + name if want else f'nothing: nginx speaks {layout.nginx_protocol}'}")
     if layout.nginx_protocol == "http":
-        problems += _keepalive_problems(nginx, upstream)
+        problems += _keepalive_problems(layout, nginx, upstream)
     servers = [args[0].removeprefix("unix:") for args in upstream["servers"]]
     primaries = [args[0].removeprefix("unix:") for args in upstream["servers"] if "backup" not in args[1:]]
     backups = [args[0].removeprefix("unix:") for args in upstream["servers"] if "backup" in args[1:]]
@@ -270,9 +270,17 @@ def _tls_problems(layout: Layout, per_host, nginx: dict, name: str) -> list[str]
 MODE_SETTING = {"uwsgi": "chmod-socket", "gunicorn": "umask", "granian": "GRANIAN_UDS_PERMISSIONS"}
 
 
-def _keepalive_problems(nginx: dict, upstream: dict) -> list[str]:
-    """HTTP peers: nginx keeps upstream connections open only with all three of these."""
+def _keepalive_problems(layout: Layout, nginx: dict, upstream: dict) -> list[str]:
+    """HTTP upstreams: nginx keeps connections open only with all three of these, and must keep
+    none where the layout says so (@keepalive=off), or where the server closes after every
+    answer (uWSGI's http-socket: a kept connection would be reset, a 502)."""
     problems = []
+    if not layout.upstream_keepalive:
+        if "keepalive" in upstream["directives"]:
+            why = ("uWSGI's http-socket closes after every answer, so a kept connection would fail" if
+                   layout.server == "uwsgi" else "the layout says keepalive off")
+            problems.append(f"the HTTP upstream keeps connections (keepalive) but {why}")
+        return problems
     if "keepalive" not in upstream["directives"]:
         problems.append("the HTTP upstream has no keepalive: nginx would open a connection per request")
     location = nginx["location_args"].get("/", {})

@@ -190,6 +190,12 @@ class UWSGI(ServerConfig):
         sockets = [v.split(",")[0] for _, v in bound]
         tls = {v.split(",")[0]: read_tls_socket(k, v) for k, v in bound}
         problems = self._socket_map_problems(layout, values, processes or 1, sockets) + routing_problems(opts)
+        # What nginx speaks must be what every plain socket speaks (uwsgi-socket is socket's alias).
+        plain = {"uwsgi-socket": "socket"}
+        kinds = sorted({plain.get(k, k) for k, _ in bound if UWSGI_SOCKET_OPTIONS[k] == "plain"})
+        if kinds and kinds != [layout.uwsgi_socket_option]:
+            problems.append(f"uwsgi.ini binds {', '.join(kinds)} but nginx speaks {layout.protocol} to it "
+                            f"({layout.uwsgi_socket_option})")
         engines = values("lock-engine")
         if engines != ([layout.lock_engine] if layout.lock_engine else []):
             problems.append(f"uwsgi.ini lock-engine {engines} differs from the layout's {layout.lock_engine!r}")

@@ -31,7 +31,7 @@ from deploy.render.servers import (
 )
 from deploy.render.templates import TEMPLATES_DIR, environment
 
-LAYOUT_JSON_VERSION = 1
+LAYOUT_JSON_VERSION = 2  # 2: protocol is every server's (format 1 wrote gunicorn's default for uWSGI too)
 
 
 def pass_target(layout: Layout, upstream: str = "") -> str:

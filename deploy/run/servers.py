@@ -97,7 +97,7 @@ class UWSGIProcess(ServerProcess):
     death_signal = signal.SIGINT
 
     def command(self, layout):
-        return [uwsgi_binary(), "--ini", str(self.config.config_path(layout))]
+        return [layout.uwsgi_bin or uwsgi_binary(), "--ini", str(self.config.config_path(layout))]
 
     def run_as(self, layout):
         # With TLS the master reads the host's private key as root and keeps root (master-as-root,

@@ -301,6 +301,8 @@ class Bundle:
     lock_engine = property(lambda self: self.layout.lock_engine)
     server = property(lambda self: self.layout.server)
     nginx_protocol = property(lambda self: self.layout.nginx_protocol)
+    upstream_keepalive = property(lambda self: self.layout.upstream_keepalive)
+    uwsgi_socket_option = property(lambda self: self.layout.uwsgi_socket_option)
     has_stats = property(lambda self: self.layout.has_stats)
     # Across app hosts (deploy/model/hosts.py): the failure policy and TLS between nginx and uWSGI.
     hosts = property(lambda self: self.layout.hosts)
@@ -546,6 +548,11 @@ def build_bundle(spec: str, *, app=None, app_dir=None, virtualenv=None, env=None
         ours = ", ".join(n for n, s in STRATEGIES.items() if uwsgi_server(s) == "uwsgi")
         raise LayoutError("layout", f"strategy {layout.strategy} runs {runs}, not uWSGI: a bundle ships uWSGI only "
                                     f"(uWSGI strategies: {ours})")
+    if layout.uwsgi_bin:
+        raise LayoutError("uwsgi_bin", "is the lab's uWSGI; a bundle names the server's with --uwsgi")
+    if layout.protocol != "uwsgi":
+        raise LayoutError("protocol", f"a bundle's nginx speaks uwsgi to uWSGI (uwsgi_pass); {layout.protocol} "
+                                      "is a variant to measure in the lab, not shipped")
     app_dir = server_path("app_dir", app_dir, "--app-dir (the app's directory)")
     venv = server_path("virtualenv", virtualenv, "--virtualenv (the app's virtualenv, which holds uWSGI)")
     uwsgi_bin = server_path("uwsgi", uwsgi or f"{venv}/bin/uwsgi", "--uwsgi")
