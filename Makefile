@@ -31,7 +31,8 @@ help:
 	@echo "make doctor-cost [ARGS='--pairs 12']        throughput with and without doctor attached, paired rounds"
 
 # The venv is rebuilt when pyproject.toml changes (uwsgi compiles: ~35 s the first time).
-# It holds the peers too (gunicorn, granian: the `peers` group), which run the app in its own venv.
+# It holds the peers too (gunicorn, granian: dependencies), which run the app in its own venv, and
+# the console script uwsgi-layouts (an editable install: it runs this checkout).
 # uWSGI is compiled first, with --no-cache-dir: its internal routing (the route-if-not lines that
 # refuse code-loading packets) needs PCRE (libpcre2-dev) at build time, and pip would otherwise
 # reuse a wheel it once built without it. The check fails the build instead of a later start.
@@ -41,7 +42,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q --no-cache-dir '$(UWSGI_REQ)'
 	@$(BIN)/uwsgi --help | grep -q -- '--route-if-not' || { echo "error: $(BIN)/uwsgi was built without PCRE (no internal routing): install libpcre2-dev (make system-deps), then rm -rf $(VENV) && make venv" >&2; exit 1; }
-	$(BIN)/python -m pip install -q -e '.[test,peers]'
+	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
 
 venv: $(BIN)/.installed
@@ -50,44 +51,44 @@ system-deps:
 	@bash scripts/install-system-deps.sh
 
 render: venv
-	$(BIN)/python -m deploy render $(LAYOUT) --out $(OUT) $(ARGS)
+	$(BIN)/uwsgi-layouts render $(LAYOUT) --out $(OUT) $(ARGS)
 
 run: venv system-deps
-	$(BIN)/python -m deploy run $(LAYOUT) $(ARGS)
+	$(BIN)/uwsgi-layouts run $(LAYOUT) $(ARGS)
 
 reload: venv
-	$(BIN)/python -m deploy reload $(LAYOUT) $(ARGS)
+	$(BIN)/uwsgi-layouts reload $(LAYOUT) $(ARGS)
 
 faults: venv system-deps
-	$(BIN)/python -m bench faults $(ARGS)
+	$(BIN)/uwsgi-layouts faults $(ARGS)
 
 # --budget auto: the planned rounds' estimate x 1.3, at least 5 min (about 5 min on 2 cores), then
 # rounds of the key comparisons still undecided; a --budget in ARGS comes later and wins.
 compare: venv system-deps
-	$(BIN)/python -m bench compare --budget auto $(ARGS)
+	$(BIN)/uwsgi-layouts compare --budget auto $(ARGS)
 
 tune: venv system-deps
-	$(BIN)/python -m bench tune $(ARGS)
+	$(BIN)/uwsgi-layouts tune $(ARGS)
 
 tune-accuracy: venv system-deps
-	$(BIN)/python -m bench.tune.accuracy $(ARGS)
+	$(BIN)/uwsgi-layouts tune-accuracy $(ARGS)
 
 report: venv
-	$(BIN)/python -m bench report $(RESULTS) $(ARGS)
+	$(BIN)/uwsgi-layouts report $(RESULTS) $(ARGS)
 
 dataset: venv
-	$(BIN)/python -m bench.dataset $(ARGS)
+	$(BIN)/uwsgi-layouts dataset $(ARGS)
 
 nginx-scenarios: venv system-deps
-	$(BIN)/python -m bench compare --scenario files $(ARGS)
-	$(BIN)/python -m bench compare --scenario files-mixed $(ARGS)
-	$(BIN)/python -m bench compare --scenario reuseport $(ARGS)
+	$(BIN)/uwsgi-layouts compare --scenario files $(ARGS)
+	$(BIN)/uwsgi-layouts compare --scenario files-mixed $(ARGS)
+	$(BIN)/uwsgi-layouts compare --scenario reuseport $(ARGS)
 
 map-scale: venv system-deps
-	$(BIN)/python -m bench.mapscale $(ARGS)
+	$(BIN)/uwsgi-layouts map-scale $(ARGS)
 
 openloop: venv system-deps
-	$(BIN)/python -m bench openloop $(ARGS)
+	$(BIN)/uwsgi-layouts openloop $(ARGS)
 
 sampler-cost: venv system-deps
 	$(BIN)/python scripts/sampler-cost.py $(ARGS)
@@ -102,7 +103,7 @@ uwsgi-builds: venv
 	bash scripts/build-uwsgi.sh o3 pcre nopcre
 
 doctor: venv
-	$(BIN)/python -m bench doctor $(ARGS)
+	$(BIN)/uwsgi-layouts doctor $(ARGS)
 
 doctor-cost: venv system-deps
 	$(BIN)/python scripts/doctor-cost.py $(ARGS)
@@ -117,7 +118,7 @@ test-integration: venv system-deps
 	$(BIN)/python -m pytest -m integration $(ARGS)
 
 lint: venv
-	$(BIN)/ruff check app deploy bench tests scripts
+	$(BIN)/ruff check uwsgi_layouts tests scripts deploy.py bench.py
 
 clean:
 	rm -rf build .pytest_cache .hypothesis

@@ -4,13 +4,13 @@ One stack (default 2x4-mapped, the article's mix, 2P connections) stays up. Each
 cells, doctor detached and attached, in ABBA order (off on, on off, off on, ...) so a drifting
 machine hits both alike. A cell is measured exactly as ``compare`` measures one
 (``LiveRunner.measure``, compare's own sampler off in both), only doctor differs: for an
-"attached" cell ``python -m bench doctor --stats ADDRESS --for D+2`` runs as a user runs it, in
+"attached" cell ``uwsgi-layouts doctor --stats ADDRESS --for D+2`` runs as a user runs it, in
 its own process, and the cell starts once it prints that it is watching. Prints each pair, the
 per-pair throughput ratio attached / detached, their geometric mean with a 95% bootstrap
 interval (pairs resampled), and the verdict against the issue's budget (at most 2% of
 throughput): within it only when the whole interval is above 0.98, over it only when the whole
 interval is below, else undecided (measure more pairs). Saves every cell as a compare results
-file (scenarios ``article-doctor-off`` / ``article-doctor-on``) that ``python -m bench report``
+file (scenarios ``article-doctor-off`` / ``article-doctor-on``) that ``uwsgi-layouts report``
 renders, and each attached doctor's own output under ``doctor/``.
 
     .venv/bin/python scripts/doctor-cost.py [--pairs 12] [--duration 10] [--hz 25] [--transport tcp] [--out DIR]
@@ -39,14 +39,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.environment import capture  # noqa: E402
-from bench.kinds.base import RESULTS_NAME, sigterm_interrupts  # noqa: E402
-from bench.kinds.closedloop import LiveRunner  # noqa: E402
-from bench.load import scenarios as sc  # noqa: E402
-from bench.load.wrk import run_wrks  # noqa: E402
-from bench.options import prepare_out, require_tools  # noqa: E402
-from bench.results import Results, utc_now  # noqa: E402
-from bench.stack import Lab, dir_name  # noqa: E402
+from uwsgi_layouts.bench.environment import capture  # noqa: E402
+from uwsgi_layouts.bench.kinds.base import RESULTS_NAME, sigterm_interrupts  # noqa: E402
+from uwsgi_layouts.bench.kinds.closedloop import LiveRunner  # noqa: E402
+from uwsgi_layouts.bench.load import scenarios as sc  # noqa: E402
+from uwsgi_layouts.bench.load.wrk import run_wrks  # noqa: E402
+from uwsgi_layouts.bench.options import prepare_out, require_tools  # noqa: E402
+from uwsgi_layouts.bench.results import Results, utc_now  # noqa: E402
+from uwsgi_layouts.bench.stack import Lab, dir_name  # noqa: E402
 
 BUDGET = 0.98  # attached / detached throughput, at least (the issue: at most 2% of throughput)
 MIN_PAIRS = 8  # fewer pairs make no interval worth a verdict
@@ -56,11 +56,11 @@ SEED = 20261124
 
 
 class Attached:
-    """``python -m bench doctor`` on the stack's stats server for one cell, in its own process:
+    """``uwsgi-layouts doctor`` on the stack's stats server for one cell, in its own process:
     entered once it prints that it is watching; left once it has exited (its CPU is then known)."""
 
     def __init__(self, stats: str, seconds: float, hz: float, out: Path):
-        self.cmd = [sys.executable, "-m", "bench", "doctor", "--stats", stats, "--for", str(math.ceil(seconds)),
+        self.cmd = [sys.executable, "-m", "uwsgi_layouts", "doctor", "--stats", stats, "--for", str(math.ceil(seconds)),
                     "--hz", f"{hz:g}", "--out", str(out)]
         self.proc: subprocess.Popen | None = None
         self.cpu_s = 0.0

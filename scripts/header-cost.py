@@ -27,11 +27,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.kinds.base import sigterm_interrupts  # noqa: E402
-from bench.load import scenarios as sc  # noqa: E402
-from bench.load.wrk import LUA_REPORT, WrkProcess, run_wrks, write_script  # noqa: E402
-from bench.options import require_tools  # noqa: E402
-from bench.stack import Lab, dir_name  # noqa: E402
+from uwsgi_layouts.bench.kinds.base import sigterm_interrupts  # noqa: E402
+from uwsgi_layouts.bench.load import scenarios as sc  # noqa: E402
+from uwsgi_layouts.bench.load.wrk import LUA_REPORT, WrkProcess, run_wrks, write_script  # noqa: E402
+from uwsgi_layouts.bench.options import require_tools  # noqa: E402
+from uwsgi_layouts.bench.stack import Lab, dir_name  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

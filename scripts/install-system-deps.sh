@@ -7,7 +7,7 @@ set -euo pipefail
 missing=()
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
 command -v wrk >/dev/null 2>&1 || missing+=(wrk)
-command -v httperf >/dev/null 2>&1 || missing+=(httperf)  # python -m bench openloop (and its test)
+command -v httperf >/dev/null 2>&1 || missing+=(httperf)  # uwsgi-layouts openloop (and its test)
 # Bundle tests: systemd-analyze verify on the unit, a throwaway systemd booted with systemd-nspawn
 # (PID 1 is often not systemd), self-signed certificates, HTTP checks inside that container.
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)

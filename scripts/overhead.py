@@ -33,7 +33,7 @@ that cell's /proc CPU per request.
         [--rounds 5] [--duration 8] [--concurrency N] [--arms baseline,http,...] [--transport tcp]
         [--builds build/uwsgi] [--no-profile] [--margin 0.05] [--out DIR]
 
-Writes results.json (a compare run: ``python -m bench report`` renders it; arms are layouts,
+Writes results.json (a compare run: ``uwsgi-layouts report`` renders it; arms are layouts,
 e.g. ``2x4-mapped+sampler-off``), overhead.md (the tables, markdown) and overhead.txt, perf/
 (each profile's report by process and library, and its top functions). Run it alone on a quiet
 machine: its figures are ratios of a few percent.
@@ -59,8 +59,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench import subject as subj  # noqa: E402
-from bench.analysis import (  # noqa: E402
+from uwsgi_layouts.bench import subject as subj  # noqa: E402
+from uwsgi_layouts.bench.analysis import (  # noqa: E402
     Group,
     cell_cpu_ms,
     compare_groups,
@@ -69,18 +69,18 @@ from bench.analysis import (  # noqa: E402
     ranked_at_level,
     server_of,
 )
-from bench.environment import capture  # noqa: E402
-from bench.kinds.base import RESULTS_NAME, sigterm_interrupts  # noqa: E402
-from bench.kinds.closedloop import LiveRunner  # noqa: E402
-from bench.load import scenarios as sc  # noqa: E402
-from bench.load.wrk import run_wrks  # noqa: E402
-from bench.options import BadArgument, margin_arg, prepare_out, require_tools  # noqa: E402
-from bench.paired import DEFAULT_MARGIN  # noqa: E402
-from bench.report.text import md_table, table  # noqa: E402
-from bench.results import Results, utc_now  # noqa: E402
-from bench.stack import Lab  # noqa: E402
-from deploy.machine import checked, find_uwsgi  # noqa: E402
-from deploy.model import LayoutError, StackError, parse_variant  # noqa: E402
+from uwsgi_layouts.bench.environment import capture  # noqa: E402
+from uwsgi_layouts.bench.kinds.base import RESULTS_NAME, sigterm_interrupts  # noqa: E402
+from uwsgi_layouts.bench.kinds.closedloop import LiveRunner  # noqa: E402
+from uwsgi_layouts.bench.load import scenarios as sc  # noqa: E402
+from uwsgi_layouts.bench.load.wrk import run_wrks  # noqa: E402
+from uwsgi_layouts.bench.options import BadArgument, margin_arg, prepare_out, require_tools  # noqa: E402
+from uwsgi_layouts.bench.paired import DEFAULT_MARGIN  # noqa: E402
+from uwsgi_layouts.bench.report.text import md_table, table  # noqa: E402
+from uwsgi_layouts.bench.results import Results, utc_now  # noqa: E402
+from uwsgi_layouts.bench.stack import Lab  # noqa: E402
+from uwsgi_layouts.deploy.machine import checked, find_uwsgi  # noqa: E402
+from uwsgi_layouts.deploy.model import LayoutError, StackError, parse_variant  # noqa: E402
 
 SAMPLER_HZ = 25.0  # compare's default
 PERF_HZ = 999

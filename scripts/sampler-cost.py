@@ -6,7 +6,7 @@ alike. Each cell is measured exactly as ``compare`` measures one (``LiveRunner.m
 the sampler rate differs. Prints each pair, the throughput ratio on / off (median and low–high
 over pairs), the noise of the machine meanwhile (spread of the sampler-off cells alone) and the
 sampler thread's own CPU; saves every cell as a compare results file (scenarios
-``article-sampler-off`` / ``article-sampler-25hz``) that ``python -m bench report`` renders.
+``article-sampler-off`` / ``article-sampler-25hz``) that ``uwsgi-layouts report`` renders.
 
     .venv/bin/python scripts/sampler-cost.py [--pairs 8] [--duration 10] [--hz 25] [--out DIR]
 """
@@ -25,14 +25,14 @@ if str(ROOT) not in sys.path:
 
 import shlex  # noqa: E402
 
-from bench.environment import capture  # noqa: E402
-from bench.kinds.base import RESULTS_NAME, sigterm_interrupts  # noqa: E402
-from bench.kinds.closedloop import LiveRunner  # noqa: E402
-from bench.load import scenarios as sc  # noqa: E402
-from bench.load.wrk import run_wrks  # noqa: E402
-from bench.options import prepare_out, require_tools  # noqa: E402
-from bench.results import Results, utc_now  # noqa: E402
-from bench.stack import Lab, dir_name  # noqa: E402
+from uwsgi_layouts.bench.environment import capture  # noqa: E402
+from uwsgi_layouts.bench.kinds.base import RESULTS_NAME, sigterm_interrupts  # noqa: E402
+from uwsgi_layouts.bench.kinds.closedloop import LiveRunner  # noqa: E402
+from uwsgi_layouts.bench.load import scenarios as sc  # noqa: E402
+from uwsgi_layouts.bench.load.wrk import run_wrks  # noqa: E402
+from uwsgi_layouts.bench.options import prepare_out, require_tools  # noqa: E402
+from uwsgi_layouts.bench.results import Results, utc_now  # noqa: E402
+from uwsgi_layouts.bench.stack import Lab, dir_name  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """Which systemd sandbox options does uWSGI survive? Tried, not guessed.
 
 Boots systemd from this machine's /usr in a throwaway container (tests/integration/nspawn.py),
-installs a bundle of the Flask test app there with ``python -m deploy install``, then for each
+installs a bundle of the Flask test app there with ``uwsgi-layouts install``, then for each
 candidate option adds it in a drop-in, restarts the unit and checks that uWSGI starts (Type=notify
 ready), serves through nginx, chain-reloads and stops cleanly. Prints one line per option.
 
@@ -68,7 +68,7 @@ def main(argv: list[str]) -> int:
         (scratch / "app").mkdir()
         app = build_flask_app(scratch / "app")
         bundle = scratch / "bundle"
-        subprocess.run([sys.executable, "-m", "deploy", "bundle", "2x4-mapped", "--out", str(bundle), "--app",
+        subprocess.run([sys.executable, "-m", "uwsgi_layouts", "bundle", "2x4-mapped", "--out", str(bundle), "--app",
                         app.app, "--app-dir", "/srv/shop", "--virtualenv", "/srv/shop/venv", "--uwsgi",
                         "/opt/uwsgi/bin/uwsgi", "--user", "shop", "--listen", "127.0.0.1:8080"],
                        cwd=REPO, check=True, capture_output=True)
@@ -77,7 +77,7 @@ def main(argv: list[str]) -> int:
         with Container(scratch / "container", binds) as c:
             c.run("useradd", "--system", "--user-group", "--no-create-home", "shop")
             c.run("systemctl", "start", "nginx")
-            c.run(str(REPO / ".venv/bin/python"), "-m", "deploy", "install", "/bundle")
+            c.run(str(REPO / ".venv/bin/python"), "-m", "uwsgi_layouts", "install", "/bundle")
             base = check(c)
             print(f"{'(the unit as generated)':40} {'ok' if not base else base}", flush=True)
             dropin = "/etc/systemd/system/shop.service.d"

@@ -19,10 +19,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from deploy.machine import checked
-from deploy.model import STRATEGIES, Layout, parse_layout
-from deploy.run import free_consecutive_ports
 from tests.flaskapp import FlaskApp, build_flask_app
+from uwsgi_layouts.deploy.machine import checked
+from uwsgi_layouts.deploy.model import STRATEGIES, Layout, parse_layout
+from uwsgi_layouts.deploy.run import free_consecutive_ports
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

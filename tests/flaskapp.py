@@ -130,7 +130,7 @@ class FlaskApp:
         return options
 
     def cli_args(self, *extra: str) -> list[str]:
-        """The same as command-line options of `python -m deploy render|run`."""
+        """The same as command-line options of `uwsgi-layouts render|run`."""
         return ["--app", self.app, "--app-dir", str(self.app_dir), "--virtualenv", str(self.venv),
                 "--static", f"{self.static_prefix}={self.static}", *extra]
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.load.accesslog import parse_line, read_access_log
-from bench.load.traffic import TrafficError
+from uwsgi_layouts.bench.load.accesslog import parse_line, read_access_log
+from uwsgi_layouts.bench.load.traffic import TrafficError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 COMBINED = FIXTURES / "access-combined.log"
@@ -110,13 +110,13 @@ def test_no_usable_line_names_the_reasons(tmp_path):
 
 
 def failures_of(mix, answers: dict[str, str]):
-    from bench.load.traffic import Failure
+    from uwsgi_layouts.bench.load.traffic import Failure
     return [Failure(r, answers[r.target], not answers[r.target].startswith("no answer"))
             for r in mix.requests if r.target in answers]
 
 
 def test_every_failing_request_is_named_in_one_line():
-    from bench.load.traffic import Request, build_mix, failures_line
+    from uwsgi_layouts.bench.load.traffic import Request, build_mix, failures_line
     mix = build_mix([Request("GET", "/ok", 5), Request("GET", "/gone", 2), Request("GET", "/boom"),
                      Request("GET", "/slow")])
     failures = failures_of(mix, {"/gone": "404 Not Found: 'no such page'", "/boom": "500 Internal Server Error",
@@ -129,7 +129,7 @@ def test_every_failing_request_is_named_in_one_line():
 
 
 def test_the_line_names_at_most_twenty_and_counts_the_rest():
-    from bench.load.traffic import Request, build_mix, failures_line
+    from uwsgi_layouts.bench.load.traffic import Request, build_mix, failures_line
     mix = build_mix([Request("GET", f"/p{i}") for i in range(30)])
     line = failures_line(failures_of(mix, {f"/p{i}": "404 Not Found" for i in range(25)}), mix)
     assert line.startswith("25 of 30 distinct requests failed in the pre-flight: GET /p0 -> 404 Not Found; ")
@@ -137,7 +137,7 @@ def test_the_line_names_at_most_twenty_and_counts_the_rest():
 
 
 def test_skip_failing_drops_them_and_the_source_counts_them():
-    from bench.load.traffic import Request, build_mix, without
+    from uwsgi_layouts.bench.load.traffic import Request, build_mix, without
     mix = build_mix([Request("GET", "/ok", 6), Request("GET", "/gone", 3), Request("GET", "/boom", 1)],
                     [("Host", "shop.example")], source="access log shop.log: used 10 of 10 lines")
     kept = without(mix, failures_of(mix, {"/gone": "404 Not Found", "/boom": "500 Internal Server Error"}))

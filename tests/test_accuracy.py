@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from bench.results import Results
-from bench.tune import accuracy
-from bench.tune.space import Candidate
 from tests.tunefakes import FakeClock, FakeMeasure, article_model, fake_run
+from uwsgi_layouts.bench.results import Results
+from uwsgi_layouts.bench.tune import accuracy
+from uwsgi_layouts.bench.tune.space import Candidate
 
 
 def synthetic_grid(rounds: int = 5, threads=(1, 2, 4, 8, 16, 32)) -> Results:

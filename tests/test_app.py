@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from app import wsgi
-from app.wsgi import application
+from uwsgi_layouts.app import wsgi
+from uwsgi_layouts.app.wsgi import application
 
 FAST = "rounds=1&fib=1&io_ms=0"
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from deploy.cli import add_app_options, app_options
-from deploy.machine import checked, preflight, uwsgi_python, virtualenv_python
-from deploy.model import LayoutError, layout_from_record, parse_layout
-from deploy.render import render_texts, write_map
 from tests import flaskapp
+from uwsgi_layouts.deploy.cli import add_app_options, app_options
+from uwsgi_layouts.deploy.machine import checked, preflight, uwsgi_python, virtualenv_python
+from uwsgi_layouts.deploy.model import LayoutError, layout_from_record, parse_layout
+from uwsgi_layouts.deploy.render import render_texts, write_map
 
 RUN = "/tmp/ul-appenv-test"  # never created: validation must not need it
 

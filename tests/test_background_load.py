@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench.load.background import BackgroundLoad, fraction_arg
+from uwsgi_layouts.bench.load.background import BackgroundLoad, fraction_arg
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,7 +60,7 @@ def test_it_stops_when_the_block_raises():
 HOLDER = """
 import sys, time
 sys.path.insert(0, {root!r})
-from bench.load.background import BackgroundLoad
+from uwsgi_layouts.bench.load.background import BackgroundLoad
 with BackgroundLoad(0.3, deathsig={deathsig}) as load:
     print(load.pid, flush=True)
     time.sleep(600)

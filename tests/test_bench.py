@@ -11,14 +11,22 @@ from pathlib import Path
 
 import pytest
 
-from bench import cli as bench_cli
-from bench.analysis import article_verdict, group_cells
-from bench.kinds import compare
-from bench.kinds.closedloop import Plan, Progress, ReplayError, ReplayRunner, default_layouts, default_levels, run_sweep
-from bench.load.scenarios import SCENARIOS
-from bench.load.wrk import WrkError, fraction_script, parse_output, to_run
-from bench.observe import worker_requests
-from bench.results import ResultsError, load
+from uwsgi_layouts.bench import cli as bench_cli
+from uwsgi_layouts.bench.analysis import article_verdict, group_cells
+from uwsgi_layouts.bench.kinds import compare
+from uwsgi_layouts.bench.kinds.closedloop import (
+    Plan,
+    Progress,
+    ReplayError,
+    ReplayRunner,
+    default_layouts,
+    default_levels,
+    run_sweep,
+)
+from uwsgi_layouts.bench.load.scenarios import SCENARIOS
+from uwsgi_layouts.bench.load.wrk import WrkError, fraction_script, parse_output, to_run
+from uwsgi_layouts.bench.observe import worker_requests
+from uwsgi_layouts.bench.results import ResultsError, load
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -1,4 +1,4 @@
-"""`python -m deploy bundle`: the files a Debian/Ubuntu server takes as they are.
+"""`uwsgi-layouts bundle`: the files a Debian/Ubuntu server takes as they are.
 
 The generated files are parsed back with the tools that read them in production: crossplane
 for the nginx site (inside an http {} block, as Debian's nginx.conf includes it), the uwsgi.ini
@@ -19,13 +19,20 @@ from pathlib import Path
 import crossplane
 import pytest
 
-from deploy.machine import PROJECT_ROOT
-from deploy.model import STRATEGIES, LayoutError
-from deploy.model.strategies import Shared
-from deploy.render import find_directives, parse_uwsgi_ini
-from deploy.ship import build_bundle, generated_for, relocate, render_bundle, unit_directives, write_bundle
-from deploy.ship import bundle as bundle_mod
 from tests.bundles import make_cert, systemd_analyze_verify
+from uwsgi_layouts.deploy.machine import PACKAGE_DIR
+from uwsgi_layouts.deploy.model import STRATEGIES, LayoutError
+from uwsgi_layouts.deploy.model.strategies import Shared
+from uwsgi_layouts.deploy.render import find_directives, parse_uwsgi_ini
+from uwsgi_layouts.deploy.ship import (
+    build_bundle,
+    generated_for,
+    relocate,
+    render_bundle,
+    unit_directives,
+    write_bundle,
+)
+from uwsgi_layouts.deploy.ship import bundle as bundle_mod
 
 SERVER = {"app": "shop:app", "app_dir": "/srv/shop", "virtualenv": "/srv/shop/venv",
           "server_names": ["shop.example.com"]}
@@ -45,7 +52,7 @@ def bundle_dir(tmp_path: Path, spec: str = "2x4-mapped", **options) -> Path:
 def site_config(out: Path, name: str = "shop", slot: str = "blue") -> list[dict]:
     """The site parsed by crossplane inside an http {} block, as Debian's nginx.conf includes it."""
     wrapper = out.parent / "nginx.conf"
-    shutil.copy(PROJECT_ROOT / "templates/uwsgi_params", out.parent / "uwsgi_params")
+    shutil.copy(PACKAGE_DIR / "templates/uwsgi_params", out.parent / "uwsgi_params")
     wrapper.write_text(f"events {{}}\nhttp {{\n    include {out}/{slot}/nginx/sites-available/{name}.conf;\n}}\n")
     payload = crossplane.parse(str(wrapper), combine=True)
     assert payload["status"] == "ok", payload["errors"]
@@ -152,7 +159,7 @@ def test_bundle_upstream_is_exactly_the_sockets_and_only_loopback_or_0660(tmp_pa
 def test_bundle_names_no_path_of_this_lab(tmp_path, tls_pair):
     """Only the certificate's paths, which are the server's by definition (used in place)."""
     out = bundle_dir(tmp_path, "2x4-mapped", user="shop", tls_cert=str(tls_pair[0]), tls_key=str(tls_pair[1]))
-    lab = [str(PROJECT_ROOT), sys.prefix, sys.executable, "/tmp/", "build/", str(tmp_path)]
+    lab = [str(PACKAGE_DIR), sys.prefix, sys.executable, "/tmp/", "build/", str(tmp_path)]
     for rel, text in all_texts(out).items():
         text = text.replace(str(tls_pair[0]), "CERT").replace(str(tls_pair[1]), "KEY")
         for path in lab:
@@ -212,7 +219,7 @@ def test_every_file_carries_the_header_with_the_bundle_name(tmp_path, tls_pair):
     for f in record["files"]:
         assert generated_for((out / f["path"]).read_text()) == "shop-eu", f["path"]
     assert "do not edit" in (out / "INSTALL.md").read_text().splitlines()[1]
-    assert generated_for("# Generated from layout 2x4-mapped by `python -m deploy render`: do not edit.") is None
+    assert generated_for("# Generated from layout 2x4-mapped by `uwsgi-layouts render`: do not edit.") is None
     assert out.stat().st_mode & 0o777 == 0o700
 
 
@@ -277,7 +284,7 @@ def test_install_md_has_the_commands_of_this_bundle(tmp_path, tls_pair):
                  "ln -s /etc/nginx/sites-available/shop.conf /etc/nginx/sites-enabled/shop.conf",
                  "install -m 0640 -o www-data -g adm /dev/null /var/log/nginx/shop.$log.log",
                  "nginx -t", "systemctl enable --now shop@blue.service", "systemctl reload shop@SLOT",
-                 "systemctl stop shop@SLOT", "python -m deploy uninstall shop --dry-run",
+                 "systemctl stop shop@SLOT", "uwsgi-layouts uninstall shop --dry-run",
                  "systemctl disable --now shop@SLOT", "rm /etc/uwsgi-layouts/shop@SLOT.ini",
                  "adduser --system --group --no-create-home --home /srv/shop shop",
                  "/srv/shop/venv/bin/pip install 'uwsgi>=2.0.28,<2.1'", "curl -sSI https://shop.example.com/",
@@ -338,7 +345,8 @@ def test_render_is_pure_and_repeatable():
 
 
 def run_bundle(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "deploy", "bundle", *args], cwd=PROJECT_ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "uwsgi_layouts",
+                           "bundle", *args], cwd=PACKAGE_DIR, capture_output=True,
                           text=True, timeout=60)
 
 
@@ -431,7 +439,7 @@ def test_out_must_be_new_or_empty(tmp_path):
                       "--server-name", "shop.example.com")
     assert proc.returncode == 0, proc.stderr
     assert (empty / "bundle.json").is_file()
-    assert "next, on the server: python -m deploy install" in proc.stdout
+    assert "next, on the server: uwsgi-layouts install" in proc.stdout
 
 
 def test_bundle_cli_defaults(tmp_path):
@@ -458,7 +466,7 @@ def test_bundle_cli_defaults(tmp_path):
 
 
 def test_bundle_help_lists_it():
-    proc = subprocess.run([sys.executable, "-m", "deploy", "--help"], cwd=PROJECT_ROOT, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "uwsgi_layouts", "--help"], cwd=PACKAGE_DIR, capture_output=True,
                           text=True, timeout=60)
     assert "bundle" in proc.stdout and "install" in proc.stdout
     assert os.path.basename(bundle_mod.__file__) == "bundle.py"
@@ -469,7 +477,7 @@ def test_bundle_help_lists_it():
 
 def test_nginx_t_messages_about_the_site_name_the_other_file(tmp_path):
     """What nginx prints names one file (or none): the other one is found in the configuration."""
-    from deploy.ship.conflicts import site_conflicts
+    from uwsgi_layouts.deploy.ship.conflicts import site_conflicts
 
     (tmp_path / "sites").mkdir()
     ours = tmp_path / "sites/shop.conf"
@@ -492,7 +500,7 @@ def test_nginx_t_messages_about_the_site_name_the_other_file(tmp_path):
 
 
 def test_the_app_fingerprint_sees_code_and_packages_not_caches_or_uploads(tmp_path):
-    from deploy.ship.manifest import app_fingerprint
+    from uwsgi_layouts.deploy.ship.manifest import app_fingerprint
 
     app, venv = tmp_path / "app", tmp_path / "app/venv"
     for d in (app / "pkg/__pycache__", app / "media", app / "static", venv / "lib"):

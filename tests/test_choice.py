@@ -3,10 +3,10 @@ made with the real Cell/Results constructors; not a measurement)."""
 
 from __future__ import annotations
 
-from bench.analysis import layout_choice, steady_scenarios
-from bench.report import markdown_lines, terminal_lines
-from bench.report.compare import choice_lines
-from bench.results import Cell, Results
+from uwsgi_layouts.bench.analysis import layout_choice, steady_scenarios
+from uwsgi_layouts.bench.report import markdown_lines, terminal_lines
+from uwsgi_layouts.bench.report.compare import choice_lines
+from uwsgi_layouts.bench.results import Cell, Results
 
 LAYOUTS = ("2x4-shared", "2x4-mapped", "2x4-overflow")
 

@@ -1,4 +1,4 @@
-"""`python -m deploy render|run` as a user runs it: exit codes, one-line errors, nothing written."""
+"""`uwsgi-layouts render|run` as a user runs it: exit codes, one-line errors, nothing written."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ FILES = {"nginx.conf", "mime.types", "uwsgi.ini", "layout.json", "uwsgi_params"}
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "deploy", *map(str, args)],
+        [sys.executable, "-m", "uwsgi_layouts", *map(str, args)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout,
     )
 

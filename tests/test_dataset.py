@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from app.files import ID_RE, REL_PATH_RE
-from bench import dataset
-from bench.dataset import (
+from uwsgi_layouts.app.files import ID_RE, REL_PATH_RE
+from uwsgi_layouts.bench import dataset
+from uwsgi_layouts.bench.dataset import (
     DatasetError,
     MincoreUnavailable,
     ensure_dataset,
@@ -285,7 +285,7 @@ def test_cli_bad_values_exit_2_with_one_line(base, capsys, args, field):
 
 
 def test_cli_as_a_module_exits_2_on_an_unknown_option(base):
-    proc = subprocess.run([sys.executable, "-m", "bench.dataset", "--root", str(base / "ds"), "--bogus"],
+    proc = subprocess.run([sys.executable, "-m", "uwsgi_layouts", "dataset", "--root", str(base / "ds"), "--bogus"],
                           capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "unrecognized arguments" in proc.stderr

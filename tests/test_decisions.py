@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench import cli as bench_cli
-from bench.analysis import (
+from uwsgi_layouts.bench import cli as bench_cli
+from uwsgi_layouts.bench.analysis import (
     compare_groups,
     group_cells,
     key_comparisons,
@@ -27,10 +27,10 @@ from bench.analysis import (
     rule_of,
     unpaired_note,
 )
-from bench.environment import Machine, steal_share
-from bench.kinds.closedloop import Plan, ReplayRunner, Until, block_seconds, run_sweep
-from bench.load.wrk import compress
-from bench.paired import (
+from uwsgi_layouts.bench.environment import Machine, steal_share
+from uwsgi_layouts.bench.kinds.closedloop import Plan, ReplayRunner, Until, block_seconds, run_sweep
+from uwsgi_layouts.bench.load.wrk import compress
+from uwsgi_layouts.bench.paired import (
     Rule,
     check_margin,
     compare_rounds,
@@ -39,9 +39,9 @@ from bench.paired import (
     outcome_of,
     t_quantile,
 )
-from bench.report import terminal_lines
-from bench.report.compare import choice_lines
-from bench.results import Cell, load
+from uwsgi_layouts.bench.report import terminal_lines
+from uwsgi_layouts.bench.report.compare import choice_lines
+from uwsgi_layouts.bench.results import Cell, load
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -300,7 +300,7 @@ def test_the_budget_error_names_the_minimum(capsys, tmp_path):
 
 
 def test_auto_budget_is_about_five_minutes_on_two_cores():
-    from bench.kinds.compare import budget_arg, plan_from_args
+    from uwsgi_layouts.bench.kinds.compare import budget_arg, plan_from_args
 
     plan, _ = plan_from_args(bench_cli.build_parser().parse_args(["compare", "--processes", "2"]))
     budget = budget_arg("auto", plan)

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import math
 
-from bench.analysis import best_per_level, compare_groups, group_cells
-from bench.load.wrk import compress
-from bench.report import terminal_lines
-from bench.results import Cell, Results
-from bench.tune.objective import Objective, decide, evaluate
-from bench.tune.search import Inputs, Settings, run_search
-from bench.tune.space import Candidate
 from tests.tunefakes import FakeClock
+from uwsgi_layouts.bench.analysis import best_per_level, compare_groups, group_cells
+from uwsgi_layouts.bench.load.wrk import compress
+from uwsgi_layouts.bench.report import terminal_lines
+from uwsgi_layouts.bench.results import Cell, Results
+from uwsgi_layouts.bench.tune.objective import Objective, decide, evaluate
+from uwsgi_layouts.bench.tune.search import Inputs, Settings, run_search
+from uwsgi_layouts.bench.tune.space import Candidate
 
 LEVEL = 4
 ROUNDS = {"3x4-mapped": (766, 538, 520), "2x2-mapped": (614, 177, 364)}

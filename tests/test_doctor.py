@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import cli
-from bench.diagnosis import (
+from uwsgi_layouts.bench import cli
+from uwsgi_layouts.bench.diagnosis import (
     PILEUP_FINDING,
     Window,
     demand,
@@ -33,8 +33,8 @@ from bench.diagnosis import (
     timeline_of,
     tune_command,
 )
-from bench.kinds.base import RESULTS_NAME
-from bench.observe import (
+from uwsgi_layouts.bench.kinds.base import RESULTS_NAME
+from uwsgi_layouts.bench.observe import (
     LogTail,
     Sample,
     Sampler,
@@ -47,9 +47,9 @@ from bench.observe import (
     unix_listen_queues,
     unix_listeners,
 )
-from bench.report import markdown_lines, terminal_lines
-from bench.report.exporters import export_all
-from bench.results import Diagnosis, Results, ResultsError, load
+from uwsgi_layouts.bench.report import markdown_lines, terminal_lines
+from uwsgi_layouts.bench.report.exporters import export_all
+from uwsgi_layouts.bench.results import Diagnosis, Results, ResultsError, load
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CASES = json.loads((FIXTURES / "doctor-samples.json").read_text())["cases"]
@@ -242,7 +242,7 @@ module = not.this:one
 
 def test_tune_command_is_ready_to_run_or_names_what_to_fill_in():
     d = diagnose(window("2x4-shared-c4"))
-    assert tune_command(d).startswith("python -m bench tune --concurrency ")
+    assert tune_command(d).startswith("uwsgi-layouts tune --concurrency ")
     assert "--app MODULE:CALLABLE --app-dir APP_DIR" in tune_command(d)  # the recording read no ini
     layout = {**d.layout, "app": {"app": "shop.wsgi:app", "app_dir": "/srv/my shop"}}
     d2 = replace(d, layout=layout, access={**summarise_access([], "/var/log/nginx/shop.access.log"), "used": 3})
@@ -385,8 +385,8 @@ def test_unix_listen_queue_and_holder_from_the_kernel(tmp_path):
 
 
 def results_of(d: Diagnosis) -> Results:
-    return Results(kind="doctor", environment={"nproc": 2}, arguments={"stats": d.address, "command": "python -m "
-                   "bench doctor --stats X"}, workload={}, diagnoses=(d,))
+    return Results(kind="doctor", environment={"nproc": 2}, arguments={"stats": d.address, "command": "uwsgi-layouts "
+                   "doctor --stats X"}, workload={}, diagnoses=(d,))
 
 
 def test_record_round_trips_and_the_report_renders_again(tmp_path):
@@ -397,7 +397,7 @@ def test_record_round_trips_and_the_report_renders_again(tmp_path):
     assert cli.main(["report", str(path)]) == 0
     assert {p.name for p in tmp_path.iterdir()} == {RESULTS_NAME, "report.txt", "report.md", "timeline.png"}
     text = (tmp_path / "report.txt").read_text()
-    assert "Findings:" in text and "1. pile-up" in text and "python -m bench tune --concurrency" in text
+    assert "Findings:" in text and "1. pile-up" in text and "uwsgi-layouts tune --concurrency" in text
     md = "\n".join(markdown_lines(loaded, ["timeline.png"]))
     assert "## Findings" in md and "![timeline](timeline.png)" in md and "## Layout to try" in md
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from deploy.cli import add_app_options, app_options, build_parser, import_timeout, main
-from deploy.machine import PROBE_PATH, app_virtualenv, checked, preflight, run_user_ids
-from deploy.model import LayoutError, parse_app, parse_layout
-from deploy.render import render_texts, server_for, write_layout
-from deploy.run import process_for
+from uwsgi_layouts.deploy.cli import add_app_options, app_options, build_parser, import_timeout, main
+from uwsgi_layouts.deploy.machine import PROBE_PATH, app_virtualenv, checked, preflight, run_user_ids
+from uwsgi_layouts.deploy.model import LayoutError, parse_app, parse_layout
+from uwsgi_layouts.deploy.render import render_texts, server_for, write_layout
+from uwsgi_layouts.deploy.run import process_for
 
 RUN = "/tmp/ul-factories-test"  # never created: validation must not need it
 ENTRY = "entry/uwsgi_layouts_entry.py"
@@ -113,7 +113,7 @@ def test_uwsgi_loads_a_generated_entry_module_for_a_factory():
     ini = texts["uwsgi.ini"]
     assert f"wsgi-file = {RUN}/{ENTRY}" in ini and "\nmodule =" not in ini
     entry = entry_of(texts)
-    assert entry.startswith("# Generated from layout 2x2-mapped by `python -m deploy render`: do not edit.")
+    assert entry.startswith("# Generated from layout 2x2-mapped by `uwsgi-layouts render`: do not edit.")
     assert "from shop import create_app as _factory\n" in entry
     assert "application = _factory('prod', debug=False)\n" in entry
     compile(entry, ENTRY, "exec")  # valid Python

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from bench.dataset import make_dataset
-from bench.load.files import (
+from uwsgi_layouts.bench.dataset import make_dataset
+from uwsgi_layouts.bench.load.files import (
     RANDOM_FILES_LUA,
     request_paths,
     write_path_list,
     write_wlog,
     wrk_script_args,
 )
-from bench.load.wrk import parse_output
+from uwsgi_layouts.bench.load.wrk import parse_output
 
 
 @pytest.fixture

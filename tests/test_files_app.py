@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from app import files
-from app.wsgi import application
-from bench.dataset import make_dataset
+from uwsgi_layouts.app import files
+from uwsgi_layouts.app.wsgi import application
+from uwsgi_layouts.bench.dataset import make_dataset
 
 SENTINEL = b"SENTINEL-must-never-be-served-7f3a"
 

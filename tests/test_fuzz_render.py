@@ -1,6 +1,6 @@
 """Property-based fuzz of the layout and render layer, through the real command line.
 
-Every generated argument list is run through ``python -m deploy render`` in-process
+Every generated argument list is run through ``uwsgi-layouts render`` in-process
 (``deploy.cli.main``). Each input must either be refused with exit 2 and exactly one line
 on stderr (nothing written), or render files that pass ``nginx -t`` and the
 cross-checks. An exception escaping ``main`` (a traceback) fails the test; so does any other
@@ -28,12 +28,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from deploy import cli
-from deploy.model import STRATEGIES
-from deploy.render import crosscheck, nginx_test, server_for
+from uwsgi_layouts.deploy import cli
+from uwsgi_layouts.deploy.machine import PACKAGE_DIR
+from uwsgi_layouts.deploy.model import STRATEGIES
+from uwsgi_layouts.deploy.render import crosscheck, nginx_test, server_for
 
-# "error: FIELD: ..." (bad layout input) or argparse's "python -m deploy [render]: error: ...".
-REFUSAL = re.compile(r"^(error: |python -m deploy( render)?: error: )\S")
+# "error: FIELD: ..." (bad layout input) or argparse's "uwsgi-layouts [render]: error: ...".
+REFUSAL = re.compile(r"^(error: |uwsgi-layouts( render)?: error: )\S")
 EXCLUDED = {"--out", "--no-nginx-test", "-h", "--help"}
 MAX_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))  # more: FUZZ_EXAMPLES=5000
 
@@ -80,7 +81,7 @@ PORT = st.integers(1, 65535).map(str)
 # Plausible values per option, so a good share of inputs renders; any option may still get garbage.
 PLAUSIBLE = {
     "--app": st.sampled_from(["app.wsgi:application", "app.wsgi:application", "pkg.mod:app", "x:y"]),
-    "--app-dir": st.sampled_from([str(Path(cli.PROJECT_ROOT)), "/tmp", "/"]),
+    "--app-dir": st.sampled_from([str(PACKAGE_DIR), "/tmp", "/"]),
     "--transport": st.sampled_from(["tcp", "unix"]),
     "--base-port": PORT,
     "--listen": st.builds(lambda h, p: f"{h}:{p}", st.sampled_from(["127.0.0.1", "0.0.0.0", "localhost", "127.0.0.2"]),

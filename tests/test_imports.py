@@ -14,18 +14,23 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = "uwsgi_layouts"
+PACKAGE_DIR = ROOT / PACKAGE
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
+    """A module's name inside the package, without its ``uwsgi_layouts.`` prefix (bench.cli)."""
+    parts = path.relative_to(PACKAGE_DIR).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-MODULES = {module_name(p): p for package in ("bench", "deploy") for p in sorted((ROOT / package).rglob("*.py"))}
+MODULES = {module_name(p): p for package in ("bench", "deploy") for p in sorted((PACKAGE_DIR / package).rglob("*.py"))}
+MODULES["console"] = PACKAGE_DIR / "console.py"
 
 
 def resolve(name: str) -> str | None:
     """The project module ``name`` stands for (a package's names resolve to the package)."""
+    name = name.removeprefix(PACKAGE + ".")
     while name and name not in MODULES:
         name = name.rpartition(".")[0]
     return name or None
@@ -34,7 +39,7 @@ def resolve(name: str) -> str | None:
 def import_targets(module: str) -> list[tuple[str, bool]]:
     """(project module, at top level?) for every import in ``module``'s source, anywhere in it."""
     path = MODULES[module]
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    package = PACKAGE + "." + (module if path.name == "__init__.py" else module.rpartition(".")[0])
     tree = ast.parse(path.read_text(), str(path))
     top_level = {id(node) for node in tree.body}
     # `if TYPE_CHECKING:` blocks at the top are annotations only: not run, not an edge.
@@ -52,11 +57,12 @@ def import_targets(module: str) -> list[tuple[str, bool]]:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
             # ``from bench.report import plots`` imports the submodule bench.report.plots
-            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names]
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}".removeprefix(PACKAGE + ".") in MODULES else base
+                       for alias in node.names]
         else:
             continue
         for target in targets:
-            found = resolve(target) if target.startswith(("bench", "deploy")) else None
+            found = resolve(target) if target.startswith(PACKAGE + ".") else None
             if found and found != module:
                 out.append((found, id(node) in top_level))
     return out
@@ -107,7 +113,7 @@ def test_no_import_cycles():
 
 def test_only_the_entry_points_import_the_cli():
     importers = sorted(m for m, targets in GRAPH.items() if "bench.cli" in targets)
-    assert importers == ["bench.__main__", "bench.faults"]
+    assert importers == ["console"]
 
 
 def test_bench_layers_point_one_way():
@@ -137,7 +143,7 @@ ROOMS = {
     "deploy.ship": {"deploy.model", "deploy.machine", "deploy.render"},
     "deploy.cli": {"deploy.model", "deploy.machine", "deploy.render", "deploy.run", "deploy.ship"},
 }
-FACE = {"deploy", "deploy.__main__"}  # the package's face and entry point
+FACE = {"deploy"}  # the package's face
 
 
 def room_of(module: str) -> str | None:
@@ -197,7 +203,7 @@ def test_the_model_touches_no_disk():
 BENCH_MAY_IMPORT = {"deploy.model", "deploy.machine", "deploy.render", "deploy.run"}
 BENCH_EXTRA = {
     "deploy.ship": {"bench.kinds.tune", "bench.kinds.compare", "bench.stack"},
-    "deploy.cli": {"bench.cli", "bench.subject"},
+    "deploy.cli": {"bench.cli", "bench.subject", "console"},
 }
 
 
@@ -214,8 +220,8 @@ def test_bench_reaches_deploy_through_the_rooms_public_names():
 @pytest.mark.timeout(300)
 def test_every_module_imports_alone_in_a_fresh_interpreter():
     def fresh(module: str) -> tuple[str, int, str]:
-        proc = subprocess.run([sys.executable, "-c", f"import {module}"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=120)
+        proc = subprocess.run([sys.executable, "-c", f"import {PACKAGE}.{module}"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
         return module, proc.returncode, proc.stderr[-800:]
 
     # deploy/run/peer_launch.py runs in the app's interpreter, where our packages are not importable.

@@ -10,8 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from deploy.machine import PROJECT_ROOT, checked, somaxconn
-from deploy.model import MAX_PROCESSES, MAX_THREADS, UNIX_PATH_MAX, Layout, LayoutError, parse_layout, parse_variant
+from uwsgi_layouts.deploy.machine import PACKAGE_DIR, checked, somaxconn
+from uwsgi_layouts.deploy.model import (
+    MAX_PROCESSES,
+    MAX_THREADS,
+    UNIX_PATH_MAX,
+    Layout,
+    LayoutError,
+    parse_layout,
+    parse_variant,
+)
 
 RUN = "/tmp/ul-layout-test"  # never created: validation must not need it
 
@@ -60,7 +68,7 @@ def test_defaults():
     assert lay.backlog == 100
     assert lay.stats_port == 9191
     assert lay.app == "app.wsgi:application"
-    assert Path(lay.app_dir) == PROJECT_ROOT
+    assert Path(lay.app_dir) == PACKAGE_DIR
     assert lay.run_dir == RUN
     assert lay.virtualenv == (sys.prefix if sys.prefix != sys.base_prefix else "")
 

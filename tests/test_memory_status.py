@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from bench.analysis import fit_memory, group_cells, memory_cost
-from bench.load.wrk import status_classes
-from bench.observe import MB, ProcessMemory, memory_record
-from bench.report import markdown_lines, plots, terminal_lines
-from bench.report.exporters import export_all
-from bench.results import Results, ResultsError, load
+from uwsgi_layouts.bench.analysis import fit_memory, group_cells, memory_cost
+from uwsgi_layouts.bench.load.wrk import status_classes
+from uwsgi_layouts.bench.observe import MB, ProcessMemory, memory_record
+from uwsgi_layouts.bench.report import markdown_lines, plots, terminal_lines
+from uwsgi_layouts.bench.report.exporters import export_all
+from uwsgi_layouts.bench.results import Results, ResultsError, load
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results-small.json"
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy.machine import check_tls_dir, checked
-from deploy.machine import netns as machine_netns
-from deploy.model import (
+from uwsgi_layouts.deploy.machine import check_tls_dir, checked
+from uwsgi_layouts.deploy.machine import netns as machine_netns
+from uwsgi_layouts.deploy.model import (
     DEFAULT_TLS_NAME,
     LayoutError,
     RenderError,
@@ -25,10 +25,25 @@ from deploy.model import (
     layout_from_record,
     parse_layout,
 )
-from deploy.render import crosscheck, nginx_summary, parse_nginx, pass_locations, render_texts, write_layout
-from deploy.render import write as render_write
-from deploy.run import netns
-from deploy.ship import build_bundle, certs, generated_for, install, make_certs, unit_directives, write_host_bundles
+from uwsgi_layouts.deploy.render import (
+    crosscheck,
+    nginx_summary,
+    parse_nginx,
+    pass_locations,
+    render_texts,
+    write_layout,
+)
+from uwsgi_layouts.deploy.render import write as render_write
+from uwsgi_layouts.deploy.run import netns
+from uwsgi_layouts.deploy.ship import (
+    build_bundle,
+    certs,
+    generated_for,
+    install,
+    make_certs,
+    unit_directives,
+    write_host_bundles,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HOSTS = ("10.0.0.2", "10.0.0.3")
@@ -116,7 +131,7 @@ def test_check_tls_dir_names_what_does_not_fit(tmp_path, tls_dir):
 
 
 def test_certs_cli(tmp_path):
-    run = lambda *a: subprocess.run([sys.executable, "-m", "deploy", "certs", *a], cwd=REPO_ROOT,  # noqa: E731
+    run = lambda *a: subprocess.run([sys.executable, "-m", "uwsgi_layouts", "certs", *a], cwd=REPO_ROOT,  # noqa: E731
                                     capture_output=True, text=True, timeout=60)
     ok = run(str(tmp_path / "uwsgi_tls"), "--hosts", "10.0.0.2,10.0.0.3")
     assert ok.returncode == 0 and "use: --hosts 10.0.0.2,10.0.0.3 --uwsgi-tls-dir" in ok.stdout, ok.stderr
@@ -147,13 +162,13 @@ def test_hosts_layout_lists_every_socket_of_every_host(tmp_run_dir, tls_dir):
 
 @pytest.mark.parametrize("options,error", [
     ({"uwsgi_tls": "off"}, "uwsgi_tls: plain uwsgi to 10.0.0.2 would let anyone who reaches it make uWSGI load"),
-    ({"uwsgi_tls_dir": ""}, "uwsgi_tls_dir: --uwsgi-tls suwsgi needs the certificates: make them with python -m"),
+    ({"uwsgi_tls_dir": ""}, "uwsgi_tls_dir: --uwsgi-tls suwsgi needs the certificates: make them with uwsgi-layouts certs"),
     ({"transport": "unix"}, "transport: hosts need --transport tcp"),
     ({"spec": "2x4-overflow"}, "hosts: not supported for overflow: use one of shared, thunder, mapped"),
     ({"spec": "2x4-gunicorn"}, "hosts: not supported for gunicorn"),
     ({"uwsgi_tls": "tls13"}, "uwsgi_tls: must be one of off, suwsgi, https"),
     ({"uwsgi_tls_name": "not a name"}, "uwsgi_tls_name: expected a DNS name"),
-    ({"hosts": "10.0.0.2,10.0.0.9"}, r"uwsgi_tls_dir: .*host-10\.0\.0\.9\.crt is missing: make it with python -m"),
+    ({"hosts": "10.0.0.2,10.0.0.9"}, r"uwsgi_tls_dir: .*host-10\.0\.0\.9\.crt is missing: make it with uwsgi-layouts"),
     ({"max_fails": "-1"}, r"max_fails: must be an integer in 0\.\.1000"),
 ])
 def test_hosts_layout_refuses_bad_input(tmp_run_dir, tls_dir, options, error):
@@ -218,7 +233,7 @@ def test_render_https_alternative(tmp_run_dir, tls_dir):
 
 
 def cli_render(out: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "deploy", "render", "2x4-mapped", "--out", str(out), *args],
+    return subprocess.run([sys.executable, "-m", "uwsgi_layouts", "render", "2x4-mapped", "--out", str(out), *args],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
 
 

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from bench import dataset as ds
-from bench.dataset import build_index, make_dataset
-from deploy import cli
-from deploy.machine import map_is_current, read_map_facts
-from deploy.model import OPEN_FILE_CACHE_ON, LayoutError, parse_open_file_cache
-from deploy.model import nginx_map as nm
-from deploy.render import crosscheck, find_directives, parse_nginx, render_texts, write_layout, write_map
+from uwsgi_layouts.bench import dataset as ds
+from uwsgi_layouts.bench.dataset import build_index, make_dataset
+from uwsgi_layouts.deploy import cli
+from uwsgi_layouts.deploy.machine import map_is_current, read_map_facts
+from uwsgi_layouts.deploy.model import OPEN_FILE_CACHE_ON, LayoutError, parse_open_file_cache
+from uwsgi_layouts.deploy.model import nginx_map as nm
+from uwsgi_layouts.deploy.render import crosscheck, find_directives, parse_nginx, render_texts, write_layout, write_map
 
 
 def synthetic_ids(count: int) -> list[str]:
@@ -261,7 +261,7 @@ def test_a_data_set_without_its_map_is_refused(make_layout, dataset):
 
 
 def test_mapscale_report_from_a_synthetic_run():
-    from bench import mapscale
+    from uwsgi_layouts.bench import mapscale
 
     def run(ids, repeat, start_s, pss):  # SYNTHETIC figures, never measured
         return {"ids": ids, "repeat": repeat, "index_s": 0.1, "map_s": 0.05 * repeat, "map_mb": ids * 33e-6,
@@ -283,7 +283,7 @@ def test_mapscale_report_from_a_synthetic_run():
 @pytest.mark.parametrize("argv,field", [(["--counts", "0"], "counts"), (["--counts", "x"], "counts"),
                                         (["--repeats", "0"], "repeats"), (["--workers", "99"], "workers")])
 def test_mapscale_refuses_bad_arguments_in_one_line(tmp_path, capsys, argv, field):
-    from bench import mapscale
+    from uwsgi_layouts.bench import mapscale
 
     assert mapscale.main([*argv, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()

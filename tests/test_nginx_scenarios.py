@@ -8,16 +8,16 @@ import json
 
 import pytest
 
-from bench import cli as bench_cli
-from bench import options
-from bench.dataset import make_dataset
-from bench.kinds import compare
-from bench.load import scenarios as sc
-from bench.load.files import request_paths, weighted_paths
-from bench.observe import spread_extra
-from bench.report import markdown_lines, terminal_lines
-from bench.report import nginx as nr
-from bench.results import Cell, Errors, Latency, Results, load
+from uwsgi_layouts.bench import cli as bench_cli
+from uwsgi_layouts.bench import options
+from uwsgi_layouts.bench.dataset import make_dataset
+from uwsgi_layouts.bench.kinds import compare
+from uwsgi_layouts.bench.load import scenarios as sc
+from uwsgi_layouts.bench.load.files import request_paths, weighted_paths
+from uwsgi_layouts.bench.observe import spread_extra
+from uwsgi_layouts.bench.report import markdown_lines, terminal_lines
+from uwsgi_layouts.bench.report import nginx as nr
+from uwsgi_layouts.bench.results import Cell, Errors, Latency, Results, load
 
 # --- scenarios and the CLI plan ------------------------------------------------------------------
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from bench import cli as bench_cli
-from bench import options
-from bench.analysis import judge_step
-from bench.kinds.openloop import DEFAULT_PATH
-from bench.load import httperf
-from bench.report import openloop as report
-from bench.results import ResultsError, Step, find_knee, from_dict, load
+from uwsgi_layouts.bench import cli as bench_cli
+from uwsgi_layouts.bench import options
+from uwsgi_layouts.bench.analysis import judge_step
+from uwsgi_layouts.bench.kinds.openloop import DEFAULT_PATH
+from uwsgi_layouts.bench.load import httperf
+from uwsgi_layouts.bench.report import openloop as report
+from uwsgi_layouts.bench.results import ResultsError, Step, find_knee, from_dict, load
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 PASSING = FIXTURES / "httperf-2x4-mapped-rate6.txt"  # real: 6 req/s, replies kept up
@@ -114,7 +114,7 @@ def _results() -> dict:
     return {"format_version": 1, "kind": "openloop", "created": "2026-11-22T00:00:00+00:00",
             "environment": {"nproc": 2, "httperf": "0.9.0"},
             "arguments": {"layout": "2x4-mapped", "rates": [6, 30], "step_s": 15, "path": DEFAULT_PATH,
-                          "files": "", "client_nice": 19, "command": "python -m bench openloop --rates 6,30"},
+                          "files": "", "client_nice": 19, "command": "uwsgi-layouts openloop --rates 6,30"},
             "steps": steps, "knee": {"rate": 6, "status": "found"}}
 
 
@@ -126,7 +126,7 @@ def test_report_lines_name_the_knee_and_the_rule():
     md = report.markdown_lines(data, [])
     assert md[0] == "# Open-loop benchmark (httperf)"
     assert any(x.startswith("**knee: 6 req/s") for x in md)
-    assert "python -m bench openloop --rates 6,30" in md
+    assert "uwsgi-layouts openloop --rates 6,30" in md
 
 
 def test_results_file_round_trip_and_report_command(tmp_path, capsys):
@@ -193,7 +193,7 @@ def test_bad_openloop_arguments_exit_2_with_one_line(tmp_path, capsys, argv, fie
 
 
 def test_httperf_replays_a_mix_by_weight_with_its_headers(tmp_path):
-    from bench.load.traffic import Request, build_mix
+    from uwsgi_layouts.bench.load.traffic import Request, build_mix
     mix = build_mix([Request("GET", "/a", 3), Request("GET", "/b?x=1", 1)], [("Host", "shop.example"),
                                                                               ("X-Path", "a\\b")])
     wlog = httperf.write_mix_wlog(tmp_path / "mix.wlog", mix, seed=1, size=400)

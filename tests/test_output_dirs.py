@@ -98,7 +98,7 @@ def test_an_existing_directory_the_run_user_cannot_enter_is_refused_not_changed(
 
 HOLD = """
 import sys, time
-from deploy.run import DirLock
+from uwsgi_layouts.deploy.run import DirLock
 lock = DirLock(sys.argv[1]).acquire()
 print("held", flush=True)
 time.sleep(60)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.analysis import cell_cpu_ms, compare_groups, group_cells
-from bench.load import scenarios as sc
-from bench.results import Cell, Results
+from uwsgi_layouts.bench.analysis import cell_cpu_ms, compare_groups, group_cells
+from uwsgi_layouts.bench.load import scenarios as sc
+from uwsgi_layouts.bench.results import Cell, Results
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "overhead.py"
 _spec = importlib.util.spec_from_file_location("overhead_script", SCRIPT)

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from deploy.machine import checked, find_uwsgi
-from deploy.model import LayoutError, layout_from_record, parse_variant
-from deploy.render import LAYOUT_JSON_VERSION, crosscheck, parse_uwsgi_ini, render_texts, write_layout
-from deploy.ship import build_bundle
 from tests.test_peers_render import make, nginx_directives
+from uwsgi_layouts.deploy.machine import checked, find_uwsgi
+from uwsgi_layouts.deploy.model import LayoutError, layout_from_record, parse_variant
+from uwsgi_layouts.deploy.render import LAYOUT_JSON_VERSION, crosscheck, parse_uwsgi_ini, render_texts, write_layout
+from uwsgi_layouts.deploy.ship import build_bundle
 
 CASES = [
     # (layout, options, uWSGI socket option, nginx keeps connections)

@@ -20,14 +20,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from bench.analysis import alternatives, group_cells, memory_cost, server_of
-from bench.kinds.closedloop import LiveRunner
-from bench.load import scenarios as sc
-from bench.load.wrk import compress, to_run, worker_pid_counts
-from bench.observe import Snapshot, requests_by_worker
-from bench.report import markdown_lines, terminal_lines
-from bench.report.peers import alternatives_lines, target_rows
-from bench.results import Cell, Results, load, server_neutral
+from uwsgi_layouts.bench.analysis import alternatives, group_cells, memory_cost, server_of
+from uwsgi_layouts.bench.kinds.closedloop import LiveRunner
+from uwsgi_layouts.bench.load import scenarios as sc
+from uwsgi_layouts.bench.load.wrk import compress, to_run, worker_pid_counts
+from uwsgi_layouts.bench.observe import Snapshot, requests_by_worker
+from uwsgi_layouts.bench.report import markdown_lines, terminal_lines
+from uwsgi_layouts.bench.report.peers import alternatives_lines, target_rows
+from uwsgi_layouts.bench.results import Cell, Results, load, server_neutral
 
 FIXTURES = Path(__file__).parent / "fixtures"
 V1 = FIXTURES / "results-small.json"

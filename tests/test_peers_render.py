@@ -18,12 +18,12 @@ from pathlib import Path
 import crossplane
 import pytest
 
-from deploy import cli
-from deploy.machine import python as machine_python
-from deploy.model import STRATEGIES, layout_from_record, parse_variant
-from deploy.render import SERVERS, Granian, crosscheck, nginx_test, render_texts, server_for, write_layout
-from deploy.run import LAUNCHER
-from deploy.run.peer_launch import SERVER_PACKAGES
+from uwsgi_layouts.deploy import cli
+from uwsgi_layouts.deploy.machine import python as machine_python
+from uwsgi_layouts.deploy.model import STRATEGIES, layout_from_record, parse_variant
+from uwsgi_layouts.deploy.render import SERVERS, Granian, crosscheck, nginx_test, render_texts, server_for, write_layout
+from uwsgi_layouts.deploy.run import LAUNCHER
+from uwsgi_layouts.deploy.run.peer_launch import SERVER_PACKAGES
 
 # (id, variant, options): every peer shape the integration tests start, over tcp and unix sockets.
 TCP = {"transport": "tcp"}
@@ -114,7 +114,7 @@ def test_peer_renders_files_its_server_accepts(make_layout, variant, options):
     for name in result.files:
         text = (out / name).read_text()
         if name not in ("layout.json", "uwsgi_params", "mime.types"):  # the latter two: copies of nginx's
-            assert text.startswith(f"# Generated from layout {layout.name} by `python -m deploy render`: do not edit.")
+            assert text.startswith(f"# Generated from layout {layout.name} by `uwsgi-layouts render`: do not edit.")
 
     address = layout.sockets[0].address
     if layout.server == "gunicorn":
@@ -282,8 +282,8 @@ def test_a_peer_that_is_not_installed_gives_one_line_saying_how_to_install_it(ca
                    "--listen", f"127.0.0.1:{ports[1]}", "--for", "5"])
     err = capsys.readouterr().err
     assert rc == 1, err
-    assert err.splitlines() == [f"error: {peer} is not installed in {sys.prefix}: run `make venv` "
-                                "(pip install -e '.[peers]')"], err
+    assert err.splitlines() == [f"error: {peer} is not installed in {sys.prefix}: it is a dependency of "
+                                "uwsgi-layouts: reinstall it (in a checkout: make venv)"], err
     assert not run_dir.exists(), "nothing is written or started"
     # Render alone does not need the server.
     out = tmp_run_dir / "out"

@@ -17,10 +17,17 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from deploy.machine import checked
-from deploy.model import STRATEGIES, LayoutError, RenderError, parse_layout
-from deploy.render import TEMPLATES_DIR, crosscheck, nginx_test, parse_uwsgi_ini, render_texts, write_layout
-from deploy.render import write as render
+from uwsgi_layouts.deploy.machine import checked
+from uwsgi_layouts.deploy.model import STRATEGIES, LayoutError, RenderError, parse_layout
+from uwsgi_layouts.deploy.render import (
+    TEMPLATES_DIR,
+    crosscheck,
+    nginx_test,
+    parse_uwsgi_ini,
+    render_texts,
+    write_layout,
+)
+from uwsgi_layouts.deploy.render import write as render
 
 # This file checks uWSGI's files; the peers' (gunicorn.conf.py, granian.env) are in tests/test_peers_render.py.
 UWSGI_STRATEGIES = sorted(name for name, s in STRATEGIES.items() if s.server == "uwsgi")
@@ -256,7 +263,7 @@ def test_nginx_knows_the_mime_types_nginx_ships(make_layout):
 def test_header_names_the_layout_on_every_generated_file(make_layout):
     layout = make_layout("2x4-thunder")
     texts = render_texts(layout)
-    line = "Generated from layout 2x4-thunder by `python -m deploy render`: do not edit."
+    line = "Generated from layout 2x4-thunder by `uwsgi-layouts render`: do not edit."
     assert texts["nginx.conf"].startswith(f"# {line}\n")
     assert texts["uwsgi.ini"].startswith(f"; {line}\n")
 

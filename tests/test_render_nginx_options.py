@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.model import LayoutError
-from deploy.render import crosscheck, find_directives, parse_nginx, write_layout
+from uwsgi_layouts.deploy.model import LayoutError
+from uwsgi_layouts.deploy.render import crosscheck, find_directives, parse_nginx, write_layout
 
 
 def context_of(parsed, name, path=()):
@@ -23,7 +23,7 @@ def context_of(parsed, name, path=()):
 
 @pytest.fixture
 def dataset(run_dirs):
-    from bench.dataset import make_dataset
+    from uwsgi_layouts.bench.dataset import make_dataset
 
     root = run_dirs()
     root.chmod(0o755)  # nginx workers (www-data under root) read the files

@@ -20,12 +20,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.analysis import TARGET_EFFICIENCY, Stat
-from bench.report import markdown_lines, plots, terminal_lines
-from bench.report.compare import verdict_lines
-from bench.report.exporters import EXPORTERS, MarkdownExporter, PlotExporter, TerminalExporter, export_all
-from bench.report.text import fmt_stat
-from bench.results import Latency, Results, ResultsError, load
+from uwsgi_layouts.bench.analysis import TARGET_EFFICIENCY, Stat
+from uwsgi_layouts.bench.report import markdown_lines, plots, terminal_lines
+from uwsgi_layouts.bench.report.compare import verdict_lines
+from uwsgi_layouts.bench.report.exporters import EXPORTERS, MarkdownExporter, PlotExporter, TerminalExporter, export_all
+from uwsgi_layouts.bench.report.text import fmt_stat
+from uwsgi_layouts.bench.results import Latency, Results, ResultsError, load
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FIXTURE = FIXTURES / "results-small.json"
@@ -334,7 +334,7 @@ def test_exporters_share_one_interface():
 
 
 def test_worker_share_level_defaults_to_2p(results, tmp_path):
-    from bench.analysis import group_cells
+    from uwsgi_layouts.bench.analysis import group_cells
 
     groups = group_cells(results, "article")
     assert plots.share_level(results, groups) == 4

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.results import (
+from uwsgi_layouts.bench.results import (
     FORMAT_VERSION,
     KIND_CHECKS,
     KIND_RECORDS,
@@ -107,8 +107,8 @@ def test_a_kind_holds_only_its_own_records(tmp_path):
 
 
 def test_register_kind_lets_a_new_kind_save_cells(tmp_path, monkeypatch):
-    monkeypatch.setattr("bench.results.KIND_RECORDS", dict(KIND_RECORDS))  # restored afterwards
-    monkeypatch.setattr("bench.results.KIND_CHECKS", dict(KIND_CHECKS))
+    monkeypatch.setattr("uwsgi_layouts.bench.results.KIND_RECORDS", dict(KIND_RECORDS))  # restored afterwards
+    monkeypatch.setattr("uwsgi_layouts.bench.results.KIND_CHECKS", dict(KIND_CHECKS))
     register_kind("sweep2", "cells")
     stored = load(COMPARE_V1)
     other = replace(stored, kind="sweep2")
@@ -120,8 +120,8 @@ def test_register_kind_lets_a_new_kind_save_cells(tmp_path, monkeypatch):
 
 
 def test_a_kind_check_runs_on_creation_and_load(tmp_path, monkeypatch):
-    monkeypatch.setattr("bench.results.KIND_RECORDS", dict(KIND_RECORDS))
-    monkeypatch.setattr("bench.results.KIND_CHECKS", dict(KIND_CHECKS))
+    monkeypatch.setattr("uwsgi_layouts.bench.results.KIND_RECORDS", dict(KIND_RECORDS))
+    monkeypatch.setattr("uwsgi_layouts.bench.results.KIND_CHECKS", dict(KIND_CHECKS))
 
     def needs_budget(results):
         if "budget" not in results.arguments:
@@ -210,7 +210,7 @@ def test_fault_record_round_trip(tmp_path):
                          figures={"per_second": [(1, 2, 3)], "respawn_s": 0.01}, seconds=7.5)
     assert record.figures["per_second"] == [[1, 2, 3]]  # kept as its JSON form
     assert not record.ok and [c.target for c in record.failed_checks] == ["respawns"]
-    results = Results(environment={}, arguments={"command": "python -m bench faults"}, workload={},
+    results = Results(environment={}, arguments={"command": "uwsgi-layouts faults"}, workload={},
                       kind="faults", faults=(record,))
     again = load(results.save(tmp_path / "f.json"))
     assert again == results and again.faults[0].figures == record.figures

@@ -1,6 +1,6 @@
 """Risky input is refused with one line (exit 2) naming the field, what was found and the
 ``--allow-RISK`` option that accepts it; with that option the same command goes through.
-Real directories and modes on this machine, the real command line (`python -m deploy render`).
+Real directories and modes on this machine, the real command line (`uwsgi-layouts render`).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy.machine import writable_by_others
-from deploy.model import RISKS, LayoutError, parse_layout
 from tests.test_cli import assert_one_line_error, cli
+from uwsgi_layouts.deploy.machine import writable_by_others
+from uwsgi_layouts.deploy.model import RISKS, LayoutError, parse_layout
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="needs root: chown to other users and groups, --user")

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.analysis import (
+from uwsgi_layouts.bench.analysis import (
     MIN_SLOWER_REQUESTS,
     bootstrap_percentiles,
     compare_groups,
@@ -31,7 +31,7 @@ from bench.analysis import (
     tail_advice,
     warnings,
 )
-from bench.load.wrk import (
+from uwsgi_layouts.bench.load.wrk import (
     compress,
     correction_interval,
     measured_histogram,
@@ -40,8 +40,8 @@ from bench.load.wrk import (
     to_run,
     uncorrect,
 )
-from bench.observe import Sample, Sampler, inflight_summary, read_sample
-from bench.results import Cell, Results, ResultsError, load
+from uwsgi_layouts.bench.observe import Sample, Sampler, inflight_summary, read_sample
+from uwsgi_layouts.bench.results import Cell, Results, ResultsError, load
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TAILS = FIXTURES / "results-tails.json"
@@ -333,7 +333,7 @@ def tails_results() -> Results:
 
 
 def test_terminal_report_shows_pooled_tails_and_pileup(tails_results):
-    from bench.report import terminal_lines
+    from uwsgi_layouts.bench.report import terminal_lines
 
     lines = terminal_lines(tails_results)
     text = "\n".join(lines)
@@ -354,7 +354,7 @@ def test_terminal_report_shows_pooled_tails_and_pileup(tails_results):
 
 
 def test_mechanism_sentences_are_read_from_the_figures(tails_results):
-    from bench.report.compare import mechanism_sentence
+    from uwsgi_layouts.bench.report.compare import mechanism_sentence
 
     by = {}
     for g in group_cells(tails_results):
@@ -376,7 +376,7 @@ def test_mechanism_sentences_are_read_from_the_figures(tails_results):
 
 
 def test_verdict_undecided_declares_no_winner(tails_results):
-    from bench.report.compare import verdict_lines
+    from uwsgi_layouts.bench.report.compare import verdict_lines
 
     # the stall cells relabelled as the article: mapped and shared are undecided there
     stall_as_article = replace(tails_results, cells=tuple(replace(c, scenario="article") for c in tails_results.cells
@@ -389,8 +389,8 @@ def test_verdict_undecided_declares_no_winner(tails_results):
 
 
 def test_markdown_in_flight_section_and_totals_note(tails_results):
-    from bench.report import markdown_lines
-    from bench.report.plots import plot_file_names
+    from uwsgi_layouts.bench.report import markdown_lines
+    from uwsgi_layouts.bench.report.plots import plot_file_names
 
     md = "\n".join(markdown_lines(tails_results, plot_file_names(tails_results)))
     assert "## Requests in flight per worker (the mechanism)" in md
@@ -403,8 +403,8 @@ def test_markdown_in_flight_section_and_totals_note(tails_results):
 
 
 def test_old_files_render_with_per_cell_tails_and_no_inflight_plot(tmp_path):
-    from bench.report import markdown_lines, terminal_lines
-    from bench.report.exporters import export_all
+    from uwsgi_layouts.bench.report import markdown_lines, terminal_lines
+    from uwsgi_layouts.bench.report.exporters import export_all
 
     old = load(FIXTURES / "results-small.json")
     text = "\n".join(terminal_lines(old))
@@ -415,7 +415,7 @@ def test_old_files_render_with_per_cell_tails_and_no_inflight_plot(tmp_path):
 
 
 def test_inflight_plot_is_drawn_from_stored_json(tails_results, tmp_path):
-    from bench.report.plots import plot_inflight
+    from uwsgi_layouts.bench.report.plots import plot_inflight
 
     written = plot_inflight(tails_results, tmp_path / "inflight.png")
     assert [p.name for p in written] == ["inflight-article.png", "inflight-stall.png"]
@@ -423,8 +423,8 @@ def test_inflight_plot_is_drawn_from_stored_json(tails_results, tmp_path):
 
 
 def test_layout_choice_declares_no_verdict_where_an_interval_straddles_the_slack(tails_results):
-    from bench.analysis import layout_choice
-    from bench.report.compare import choice_lines
+    from uwsgi_layouts.bench.analysis import layout_choice
+    from uwsgi_layouts.bench.report.compare import choice_lines
 
     mapped = next(c for c in layout_choice(tails_results) if c.layout == "2x4-mapped")
     assert mapped.p99_unsure == ("stall at 2 connections",) and not mapped.p99_misses
@@ -435,8 +435,8 @@ def test_layout_choice_declares_no_verdict_where_an_interval_straddles_the_slack
 
 
 def test_inflight_hz_option(tmp_path, capsys):
-    from bench import cli as bench_cli
-    from bench.kinds import compare as compare_kind
+    from uwsgi_layouts.bench import cli as bench_cli
+    from uwsgi_layouts.bench.kinds import compare as compare_kind
 
     args = bench_cli.build_parser().parse_args(["compare", "--processes", "2", "--inflight-hz", "0"])
     plan, _ = compare_kind.plan_from_args(args)
@@ -451,7 +451,7 @@ def test_inflight_hz_option(tmp_path, capsys):
 
 
 def test_compare_replay_keeps_tails_and_inflight(tmp_path, capsys):
-    from bench import cli as bench_cli
+    from uwsgi_layouts.bench import cli as bench_cli
 
     out = tmp_path / "replayed"
     assert bench_cli.main(["compare", "--replay", str(TAILS), "--out", str(out)]) == 0
@@ -486,7 +486,7 @@ def test_cells_of_servers_without_a_stats_server_record_no_inflight(tmp_path):
     import time
     from types import SimpleNamespace
 
-    from bench.kinds.closedloop import LiveRunner
+    from uwsgi_layouts.bench.kinds.closedloop import LiveRunner
 
     with socket.socket() as s:  # a loopback port nothing listens on
         s.bind(("127.0.0.1", 0))

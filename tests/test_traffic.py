@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import subject as subj
-from bench.load.scenarios import SCENARIOS
-from bench.load.traffic import (
+from uwsgi_layouts.bench import subject as subj
+from uwsgi_layouts.bench.load.scenarios import SCENARIOS
+from uwsgi_layouts.bench.load.traffic import (
     MAX_BODY,
     MAX_REQUESTS,
     Mix,
@@ -30,8 +30,8 @@ from bench.load.traffic import (
     redact_argv,
     write_mix_script,
 )
-from deploy.machine import PROJECT_ROOT
-from deploy.model import DEFAULT_APP, LayoutError
+from uwsgi_layouts.deploy.machine import PACKAGE_DIR
+from uwsgi_layouts.deploy.model import DEFAULT_APP, LayoutError
 
 # --- request lines ------------------------------------------------------------------------------
 
@@ -259,7 +259,7 @@ def other_app(tmp_path) -> Path:
 
 def test_demo_app_without_traffic_keeps_its_scenarios():
     s = subj.from_args(args())
-    assert s.demo and s.mix is None and s.record["app"] == DEFAULT_APP and s.record["app_dir"] == str(PROJECT_ROOT)
+    assert s.demo and s.mix is None and s.record["app"] == DEFAULT_APP and s.record["app_dir"] == str(PACKAGE_DIR)
     assert subj.default_scenarios(s) == ["article"]
     subj.check_scenarios(("article", "stall"), s, args())
     with pytest.raises(TrafficError, match="scenario: traffic sends your requests"):

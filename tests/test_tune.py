@@ -11,14 +11,15 @@ import math
 
 import pytest
 
-from bench.cli import main
-from bench.report import markdown_lines, terminal_lines
-from bench.report.plots import plot_all
-from bench.results import Results, ResultsError, load
-from bench.tune import record
-from bench.tune.objective import Objective, decide, evaluate, why_lost
-from bench.tune.search import Settings, minimum_budget_s
-from bench.tune.space import (
+from tests.tunefakes import FakeClock, FakeMeasure, Figures, fake_run, inputs, memory_of
+from uwsgi_layouts.bench.cli import main
+from uwsgi_layouts.bench.report import markdown_lines, terminal_lines
+from uwsgi_layouts.bench.report.plots import plot_all
+from uwsgi_layouts.bench.results import Results, ResultsError, load
+from uwsgi_layouts.bench.tune import record
+from uwsgi_layouts.bench.tune.objective import Objective, decide, evaluate, why_lost
+from uwsgi_layouts.bench.tune.search import Settings, minimum_budget_s
+from uwsgi_layouts.bench.tune.space import (
     Candidate,
     MemoryModel,
     candidate_space,
@@ -27,7 +28,6 @@ from bench.tune.space import (
     one_process_twin,
     prune_static,
 )
-from tests.tunefakes import FakeClock, FakeMeasure, Figures, fake_run, inputs, memory_of
 
 SPACE = candidate_space(4, (1, 2, 4, 8, 16, 32), ("mapped", "shared"))
 
@@ -415,7 +415,7 @@ def test_a_stall_no_layout_can_hold_leaves_no_choice_and_names_the_closest():
 
 
 def test_a_cut_keeps_the_cheapest_tied_ones_and_the_fastest():
-    from bench.tune.search import Search
+    from uwsgi_layouts.bench.tune.search import Search
 
     cands = [Candidate(2, 2, "mapped"), Candidate(3, 4, "mapped"), Candidate(4, 4, "mapped"), Candidate(2, 4, "shared")]
     # within 3% of each other with 1% noise: every paired ratio lies within ±5%, equivalent

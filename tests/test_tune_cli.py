@@ -1,4 +1,4 @@
-"""``python -m bench tune`` refuses bad input with one line and exit 2, before anything starts or is
+"""``uwsgi-layouts tune`` refuses bad input with one line and exit 2, before anything starts or is
 written (no results directory). In-process through ``bench.cli.main``; nothing is measured."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.cli import main
-from bench.kinds import tune as kind
-from bench.load.scenarios import SCENARIOS
+from uwsgi_layouts.bench.cli import main
+from uwsgi_layouts.bench.kinds import tune as kind
+from uwsgi_layouts.bench.load.scenarios import SCENARIOS
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -82,7 +82,7 @@ def test_steady_scenarios_offered_are_the_demo_mixes():
 def test_the_stall_middleware_holds_the_thread_and_passes_everything_else(tmp_path, monkeypatch):
     """app/tune_stall.py, called directly: it imports nothing of this project, loads the app from
     its directory, holds ``/?ul_tune_stall_ms=N`` for N ms and answers it itself."""
-    from app import tune_stall
+    from uwsgi_layouts.app import tune_stall
 
     (tmp_path / "toyapp.py").write_text(
         "def app(environ, start_response):\n"

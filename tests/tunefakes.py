@@ -17,12 +17,12 @@ from typing import Callable
 
 import numpy as np
 
-from bench.analysis import percentile_of
-from bench.kinds import tune as kind
-from bench.load.wrk import compress
-from bench.results import Cell, Errors, Latency, Results
-from bench.tune.search import Inputs, Settings, run_search
-from bench.tune.space import Candidate
+from uwsgi_layouts.bench.analysis import percentile_of
+from uwsgi_layouts.bench.kinds import tune as kind
+from uwsgi_layouts.bench.load.wrk import compress
+from uwsgi_layouts.bench.results import Cell, Errors, Latency, Results
+from uwsgi_layouts.bench.tune.search import Inputs, Settings, run_search
+from uwsgi_layouts.bench.tune.space import Candidate
 
 
 class FakeClock:
@@ -110,7 +110,7 @@ class FakeMeasure:
 
 
 def tune_args(**given) -> argparse.Namespace:
-    """What ``python -m bench tune`` parses, with ``given`` set (strings, as on the command line)."""
+    """What ``uwsgi-layouts tune`` parses, with ``given`` set (strings, as on the command line)."""
     names = ("concurrency", "p99_ms", "memory_mb", "budget", "strategies", "stall_share", "stall_ms", "max_processes",
              "threads", "scenario", "transport", "timeout", "app", "app_dir", "virtualenv", "env", "static", "request",
              "requests", "header", "access_log", "out", "replay")

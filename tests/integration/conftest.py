@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from deploy.render import write_layout
-from deploy.run import Stack
+from uwsgi_layouts.deploy.render import write_layout
+from uwsgi_layouts.deploy.run import Stack
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 When PID 1 is not systemd (containers, CI runners, this project's VM), a unit cannot be
 started for real. ``Container`` boots systemd 252 from the host's /usr (read-only) with a copy of
 /etc (the host's enabled units removed) in a temporary root, with a private network (only its
-own loopback), so a bundle can be installed there with ``python -m deploy install`` and its
+own loopback), so a bundle can be installed there with ``uwsgi-layouts install`` and its
 unit started, reloaded and stopped by systemd itself, hardening included.
 
 Nothing outlives the context manager: the container is powered off (then killed), its root

@@ -1,5 +1,5 @@
 """Helpers shared by the integration tests: talk uwsgi to a socket, fire requests together,
-read per-worker counts, start `python -m deploy run` as a user would (the caller stops it
+read per-worker counts, start `uwsgi-layouts run` as a user would (the caller stops it
 with ``kill_run`` in a ``finally``; stacks started through the API: conftest.start_stack)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from deploy.run import http_get, read_stats
+from uwsgi_layouts.deploy.run import http_get, read_stats
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SLOW = "/?rounds=1&fib=0&io_ms={ms}"
@@ -103,7 +103,7 @@ def via_nginx(layout, path: str, timeout: float = 20.0):
     return http_get(layout.listen_host, layout.listen_port, path, timeout=timeout)
 
 
-# --- `python -m deploy run` as a subprocess ------------------------------------------------------
+# --- `uwsgi-layouts run` as a subprocess ------------------------------------------------------
 
 
 def _reset_signals():  # runs in the child: a clean slate even if pytest runs with SIGINT ignored
@@ -112,12 +112,12 @@ def _reset_signals():  # runs in the child: a clean slate even if pytest runs wi
 
 
 def start_deploy_run(*args: str, log_dir: Path) -> subprocess.Popen:
-    """``python -m deploy run ARGS`` in its own session; output in log_dir/run.out and run.err."""
+    """``uwsgi-layouts run ARGS`` in its own session; output in log_dir/run.out and run.err."""
     out = open(log_dir / "run.out", "w")
     err = open(log_dir / "run.err", "w")
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "deploy", "run", *args],
+            [sys.executable, "-m", "uwsgi_layouts", "run", *args],
             cwd=REPO_ROOT, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
             start_new_session=True, preexec_fn=_reset_signals,
         )

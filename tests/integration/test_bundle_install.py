@@ -1,4 +1,4 @@
-"""`python -m deploy install` into a trial root, and the installed bundle serving for real.
+"""`uwsgi-layouts install` into a trial root, and the installed bundle serving for real.
 
 The trial root holds a copy of this machine's /etc/nginx (its nginx.conf pointing inside the
 root: tests/bundles.py). Install's own `nginx -t -c ROOT/etc/nginx/nginx.conf` tests the site as
@@ -29,9 +29,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from deploy.run import nginx_binary
 from tests.bundles import make_cert, make_trial_root, tree_state
 from tests.integration.support import REPO_ROOT
+from uwsgi_layouts.deploy.run import nginx_binary
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -40,7 +40,7 @@ GREETING = "50% off, p%40ss%"
 
 
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "deploy", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "uwsgi_layouts", *args], cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -296,7 +296,7 @@ def test_a_foreign_file_is_refused_and_nothing_changes(flask_app, trial_root, ru
     bundle = make_bundle(run_dirs() / "bundle", flask_app)
     cases = {
         "etc/nginx/sites-available/shop.conf": ("server { listen 8081; }\n", "no generated header"),
-        "etc/uwsgi-layouts/shop@blue.ini": ("; Generated for bundle blog (layout 1x1-shared) by `python -m deploy "
+        "etc/uwsgi-layouts/shop@blue.ini": ("; Generated for bundle blog (layout 1x1-shared) by `uwsgi-layouts "
                                             "bundle`: do not edit.\n[uwsgi]\n", "belongs to bundle blog"),
     }
     for rel, (content, words) in cases.items():

@@ -1,4 +1,4 @@
-"""The bundle under systemd itself: installed by `python -m deploy install` where systemd is PID 1.
+"""The bundle under systemd itself: installed by `uwsgi-layouts install` where systemd is PID 1.
 
 PID 1 of this machine (and of many CI runners) is not systemd, so the tests boot one:
 tests/integration/nspawn.py starts systemd 252 from this machine's /usr in a throwaway container
@@ -47,13 +47,14 @@ WORKERS = ("import json, socket, sys; s = socket.socket(socket.AF_UNIX); s.conne
 # wrk sends the name in the URL as SNI (the site refuses a handshake without it): /etc/hosts names it.
 DOCTOR = (f"grep -q ' {HOST}$' /etc/hosts || echo '127.0.0.1 {HOST}' >> /etc/hosts; "
           f"wrk -t1 -c4 -d5s https://{HOST}/ >/tmp/wrk.out 2>&1 & sleep 1; "
-          f"{PY} -m bench doctor --stats /run/shop/blue/stats.sock --for 2 --access-log /var/log/nginx/shop.access.log "
+          f"{PY} -m uwsgi_layouts doctor --stats /run/shop/blue/stats.sock --for 2 "
+          "--access-log /var/log/nginx/shop.access.log "
           "--out /tmp/doctor; rc=$?; wait; exit $rc")
 
 
 def make_bundle(out: Path, flask_app, spec: str, *extra: str) -> Path:
     proc = subprocess.run(
-        [sys.executable, "-m", "deploy", "bundle", spec, "--out", str(out), "--app", flask_app.app, "--app-dir",
+        [sys.executable, "-m", "uwsgi_layouts", "bundle", spec, "--out", str(out), "--app", flask_app.app, "--app-dir",
          "/srv/shop", "--virtualenv", "/srv/shop/venv", "--static", f"{flask_app.static_prefix}=/srv/shop/static",
          "--uwsgi", "/opt/uwsgi/bin/uwsgi", "--user", "shop", "--server-name", HOST, "--env",
          f"{flask_app.greeting_var}=from systemd", *extra],
@@ -123,7 +124,7 @@ def show(c: Container, unit: str, *props: str) -> dict[str, str]:
 
 
 def install(c: Container, bundle: str) -> str:
-    proc = c.run(PY, "-m", "deploy", "install", bundle, check=False, timeout=300)
+    proc = c.run(PY, "-m", "uwsgi_layouts", "install", bundle, check=False, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -262,7 +263,7 @@ def test_the_unit_under_systemd_serves_stops_gracefully_and_uninstalls(flask_app
         c.run("systemctl", "start", "shop@green")
         slow = [in_background(c, f"https://{HOST}/slow?ms=1500") for _ in range(2)]
         wait_in_flight(c, "green", 2)
-        proc = c.run(PY, "-m", "deploy", "uninstall", "shop", check=False, timeout=300)
+        proc = c.run(PY, "-m", "uwsgi_layouts", "uninstall", "shop", check=False, timeout=300)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert statuses(slow) == ["200", "200"], "uninstall failed requests in flight"
         lines = proc.stdout.splitlines()
@@ -373,7 +374,7 @@ def test_upgrades_under_load_fail_no_request(flask_app, run_dirs, record_propert
                 assert time.monotonic() < deadline and other.poll() is None, "the other service did not start"
                 time.sleep(0.1)  # polling until it listens
             with under_wrk(c, 2 * 2) as failed_start:
-                proc = c.run(PY, "-m", "deploy", "install", "/bundles/broken", check=False, timeout=300)
+                proc = c.run(PY, "-m", "uwsgi_layouts", "install", "/bundles/broken", check=False, timeout=300)
         finally:
             other.kill()
             other.wait(timeout=30)

@@ -1,4 +1,4 @@
-"""A real, short `python -m bench compare`: real nginx, uWSGI and wrk, a few seconds.
+"""A real, short `uwsgi-layouts compare`: real nginx, uWSGI and wrk, a few seconds.
 
 Checks that every recorded field is present and that no request failed, never the ratios
 (performance is measured by `make compare`, not asserted by a timed test).
@@ -37,7 +37,8 @@ def bench_processes() -> list[psutil.Process]:
 
 
 def compare(out: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "bench", "compare", "--out", str(out), "--warmup", "1", "--repeats", "1", *args]
+    cmd = [sys.executable, "-m", "uwsgi_layouts", "compare", "--out", str(out), "--warmup", "1", "--repeats", "1",
+           *args]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=150)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert not bench_processes(), "compare left processes running"

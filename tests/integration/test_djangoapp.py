@@ -19,11 +19,11 @@ import time
 
 import pytest
 
-from deploy.machine import preflight
-from deploy.model import LayoutError
-from deploy.run import http_get
 from tests import djangoapp
 from tests.integration.support import kill_run, via_nginx
+from uwsgi_layouts.deploy.machine import preflight
+from uwsgi_layouts.deploy.model import LayoutError
+from uwsgi_layouts.deploy.run import http_get
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -124,7 +124,8 @@ def test_run_from_the_project_directory_finds_it_and_its_venv(django_app, tmp_ru
     listen, stats = free_ports(2)
     run_dir = tmp_run_dir / "run"
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
-    args = [sys.executable, "-m", "deploy", "run", "1x2-shared", "--transport", "unix", "--run-dir", str(run_dir),
+    args = [sys.executable, "-m", "uwsgi_layouts",
+            "run", "1x2-shared", "--transport", "unix", "--run-dir", str(run_dir),
             "--listen", f"127.0.0.1:{listen}", "--stats-port", str(stats), "--app", django_app.factory + "()",
             "--static", f"/static={django_app.collected}", "--for", "120"]
     with open(tmp_path / "run.out", "w") as out, open(tmp_path / "run.err", "w") as err:

@@ -1,4 +1,4 @@
-"""`python -m bench doctor` against real nginx + uWSGI stacks under real wrk load.
+"""`uwsgi-layouts doctor` against real nginx + uWSGI stacks under real wrk load.
 
 Each stack comes from ``bench.stack.Lab`` (in this test's run directories: the leak check covers
 them) and is loaded by wrk through nginx for a few seconds; doctor runs as a user runs it (the
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.load.wrk import WrkProcess
-from bench.observe import Sampler
-from bench.stack import Lab
 from tests.integration.support import REPO_ROOT, SLOW
+from uwsgi_layouts.bench.load.wrk import WrkProcess
+from uwsgi_layouts.bench.observe import Sampler
+from uwsgi_layouts.bench.stack import Lab
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -37,7 +37,7 @@ def lab(run_dirs, free_ports):
 
 
 def doctor(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bench", "doctor", *args], cwd=REPO_ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "uwsgi_layouts", "doctor", *args], cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -78,7 +78,7 @@ def test_shared_socket_at_2p_piles_up(lab, tmp_path):
     assert d["inflight"]["pileup"] >= 0.10, d["inflight"]
     assert names(d)[0] == "pileup", d["findings"]
     assert "share one socket (shared)" in proc.stdout
-    assert "python -m bench tune --concurrency" in proc.stdout and "--app app.wsgi:application" in proc.stdout
+    assert "uwsgi-layouts tune --concurrency" in proc.stdout and "--app app.wsgi:application" in proc.stdout
     assert {w: f["requests"] > 0 for w, f in d["workers"].items()} == {"1": True, "2": True}
     assert all(f.get("mean_ms", 0) > 50 for f in d["workers"].values()), d["workers"]  # ~100 ms requests
     assert d["memory"]["kind"] == "pss" and set(d["memory"]["workers"]) == {"1", "2"}
@@ -135,7 +135,7 @@ def test_saturation_with_a_small_backlog_fills_the_queue(lab, tmp_path, transpor
 def watching(stack, out: Path):
     """doctor on ``stack`` for a 30-s window in its own process, entered once it watches; killed
     on the way out if it is still running."""
-    proc = subprocess.Popen([sys.executable, "-m", "bench", "doctor", "--stats", stack.layout.stats_address,
+    proc = subprocess.Popen([sys.executable, "-m", "uwsgi_layouts", "doctor", "--stats", stack.layout.stats_address,
                              "--for", "30", "--out", str(out)], cwd=REPO_ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from bench.kinds.faults import (
+from uwsgi_layouts.bench.kinds.faults import (
     FAULT_APP,
     FaultApp,
     Patch,
@@ -26,10 +26,10 @@ from bench.kinds.faults import (
     plan,
     stuck_request,
 )
-from bench.report.faults import format_table
-from bench.results import Check, FaultRecord
-from bench.stack import Lab
-from deploy.machine import PROJECT_ROOT
+from uwsgi_layouts.bench.report.faults import format_table
+from uwsgi_layouts.bench.results import Check, FaultRecord
+from uwsgi_layouts.bench.stack import Lab
+from uwsgi_layouts.deploy.machine import PACKAGE_DIR
 
 
 def integration(test):
@@ -189,10 +189,10 @@ def test_patch_edits_servers_and_location_only_when_asked(tmp_path, make_layout)
 
 def test_make_faults_and_reload_targets():
     out = subprocess.run(["make", "-n", "faults", "reload", "ARGS=--only kill-worker", "BIN=.venv-x/bin",
-                          "LAYOUT=2x4-mapped"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=30)
+                          "LAYOUT=2x4-mapped"], cwd=PACKAGE_DIR.parent, capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
-    assert ".venv-x/bin/python -m bench faults --only kill-worker" in out.stdout
-    assert ".venv-x/bin/python -m deploy reload 2x4-mapped --only kill-worker" in out.stdout
+    assert ".venv-x/bin/uwsgi-layouts faults --only kill-worker" in out.stdout
+    assert ".venv-x/bin/uwsgi-layouts reload 2x4-mapped --only kill-worker" in out.stdout
 
 
 def test_fault_app_is_a_copy_of_app_faults_that_logs_posts_and_sleeps(run_dirs):
@@ -229,9 +229,9 @@ def test_fault_app_is_a_copy_of_app_faults_that_logs_posts_and_sleeps(run_dirs):
 
 def test_faults_results_are_saved_and_re_rendered(tmp_path, capsys):
     """A faults run's results.json (SYNTHETIC records) renders the same table and summary."""
-    from bench import cli as bench_cli
-    from bench.report import terminal_lines
-    from bench.results import Results, load
+    from uwsgi_layouts.bench import cli as bench_cli
+    from uwsgi_layouts.bench.report import terminal_lines
+    from uwsgi_layouts.bench.results import Results, load
 
     ran = FaultRecord("kill-worker", "2x4-mapped", "wrk -c8 GET 5 s", 1, 1234, 0, 0, ("a note",),
                       (Check("0 failed GETs", True, "none"),), seconds=9.4)
@@ -252,7 +252,7 @@ def test_faults_results_are_saved_and_re_rendered(tmp_path, capsys):
 
 
 def test_bad_faults_arguments_exit_2_before_anything_is_written(tmp_path, capsys):
-    from bench import cli as bench_cli
+    from uwsgi_layouts.bench import cli as bench_cli
 
     shop = tmp_path / "shop"
     shop.mkdir()

@@ -16,10 +16,10 @@ import socket
 
 import pytest
 
-from bench.dataset import file_bytes, make_dataset
-from deploy.machine import read_map_facts
-from deploy.render import nginx_test
 from tests.integration.support import settled_requests, via_nginx
+from uwsgi_layouts.bench.dataset import file_bytes, make_dataset
+from uwsgi_layouts.deploy.machine import read_map_facts
+from uwsgi_layouts.deploy.render import nginx_test
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

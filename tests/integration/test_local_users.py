@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from deploy.render import crosscheck, write_layout
-from deploy.run import Stack
 from tests.integration.attacks import ROOT_ONLY, marker_app, request_env, send_as
 from tests.integration.support import FAST, via_nginx
+from uwsgi_layouts.deploy.render import crosscheck, write_layout
+from uwsgi_layouts.deploy.run import Stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180), ROOT_ONLY]
 

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.hostfaults import kill_host, kill_worker_on_host, unreachable_host
-from bench.stack import Lab
-from deploy.machine import enter
-from deploy.run import child_setup, http_get, netns
 from tests.integration.support import SLOW, concurrently, uwsgi_packet
+from uwsgi_layouts.bench.hostfaults import kill_host, kill_worker_on_host, unreachable_host
+from uwsgi_layouts.bench.stack import Lab
+from uwsgi_layouts.deploy.machine import enter
+from uwsgi_layouts.deploy.run import child_setup, http_get, netns
 
 REASON = netns.unavailable()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
@@ -147,7 +147,7 @@ def test_a_respawning_worker_on_a_live_host_is_not_shut_out(lab):
 
 NET_SCRIPT = """
 import json, sys, time
-from deploy.run import netns
+from uwsgi_layouts.deploy.run import netns
 with netns.Net(hosts=1) as net:
     print(json.dumps({"names": [n.netns for n in net.nodes], "bridge": net.bridge, "id": net.run_id}), flush=True)
     time.sleep(60)
@@ -212,7 +212,7 @@ def test_stale_cleanup_touches_only_this_projects_unclaimed_names():
 @pytest.mark.timeout(240)
 def test_bench_compare_hosts(tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "bench", "compare", "--hosts", "2", "--processes", "1", "--threads", "2",
+    cmd = [sys.executable, "-m", "uwsgi_layouts", "compare", "--hosts", "2", "--processes", "1", "--threads", "2",
            "--layouts", "1x2-mapped@uwsgi_tls=off,1x2-mapped", "--concurrency", "2", "--duration", "1", "--warmup", "1",
            "--repeats", "1", "--scenario", "overhead", "--out", str(out)]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=200)
@@ -231,7 +231,7 @@ def test_bench_compare_hosts(tmp_path):
 
 
 def _run_cli(*args: str, namespace: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "deploy", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "uwsgi_layouts", *args], cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=180, preexec_fn=(lambda: enter(namespace)) if namespace else None)
 
 

@@ -2,7 +2,7 @@
 open-loop command: real nginx, uWSGI, wrk and httperf, a few seconds each.
 
 Checks that every recorded field is present and that no request failed, never the ratios
-(performance is measured by `python -m bench compare`, not asserted by a timed test).
+(performance is measured by `uwsgi-layouts compare`, not asserted by a timed test).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.dataset import make_dataset
 from tests.integration.test_compare import bench_processes
+from uwsgi_layouts.bench.dataset import make_dataset
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -32,7 +32,7 @@ def data_dir(run_dirs) -> Path:
 
 
 def bench(out: Path, *args: str, timeout: float = 200) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "bench", *args, "--out", str(out)]
+    cmd = [sys.executable, "-m", "uwsgi_layouts", *args, "--out", str(out)]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert not bench_processes(), "the benchmark left processes running"

@@ -1,4 +1,4 @@
-"""No orphans: SIGKILL `python -m deploy run`, `bench compare` or `bench tune` (the OOM killer,
+"""No orphans: SIGKILL `uwsgi-layouts run`, `bench compare` or `bench tune` (the OOM killer,
 a cancelled CI job) and, within 5 s, no process of their stacks remains and every port is free.
 The backstop for a process that cannot act on its parent-death signal (here: a uWSGI master
 that is stopped): the next run in that directory, or the next lab, stops it and says so in one
@@ -20,9 +20,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench.stack import Lab
 from tests.integration.support import REPO_ROOT, kill_run, port_closed
 from tests.integration.test_stack import start_run, wait_for_hello
+from uwsgi_layouts.bench.stack import Lab
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -122,7 +122,7 @@ def test_sigkill_of_deploy_run_leaves_no_process_and_no_port(tmp_run_dir, tmp_pa
 
 def bench(out: Path, kind: str, *args: str, log: Path) -> subprocess.Popen:
     with open(log, "w") as sink:
-        return subprocess.Popen([sys.executable, "-m", "bench", kind, "--out", str(out), *args], cwd=REPO_ROOT,
+        return subprocess.Popen([sys.executable, "-m", "uwsgi_layouts", kind, "--out", str(out), *args], cwd=REPO_ROOT,
                                 stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from deploy.machine import find_uwsgi
 from tests.integration.support import FAST, concurrently, via_nginx
 from tests.integration.test_peers import variant_options
+from uwsgi_layouts.deploy.machine import find_uwsgi
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

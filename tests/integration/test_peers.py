@@ -23,9 +23,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from deploy.model import StackError
-from deploy.render import write_layout
-from deploy.run import Stack, http_get
 from tests.integration.support import (
     FAST,
     concurrently,
@@ -36,6 +33,9 @@ from tests.integration.support import (
     via_nginx,
 )
 from tests.integration.test_security import bound_inet_sockets, cap_eff, connect_as, tree
+from uwsgi_layouts.deploy.model import StackError
+from uwsgi_layouts.deploy.render import write_layout
+from uwsgi_layouts.deploy.run import Stack, http_get
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -287,7 +287,7 @@ def test_flask_app_from_its_own_virtualenv(flask_app, start_peer, variant):
     stack.check_alive()
 
 
-# --- `python -m deploy run` as a user runs it --------------------------------------------------------------
+# --- `uwsgi-layouts run` as a user runs it --------------------------------------------------------------
 
 
 def wait_serving(proc, port: int, log_dir: Path, timeout: float = 60.0) -> None:
@@ -336,7 +336,7 @@ def test_deploy_run_serves_a_peer_until_sigterm(tmp_run_dir, tmp_path, free_port
 
 def test_reload_of_a_peer_is_refused_with_one_line(start_peer):
     stack = start_peer("1x2-gunicorn")
-    proc = subprocess.run([sys.executable, "-m", "deploy", "reload", stack.layout.name, "--run-dir",
+    proc = subprocess.run([sys.executable, "-m", "uwsgi_layouts", "reload", stack.layout.name, "--run-dir",
                            stack.layout.run_dir], capture_output=True, text=True, timeout=60,
                           cwd=Path(__file__).resolve().parents[2])
     assert proc.returncode == 2, proc.stderr

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy.run import Stack, process_for
 from tests.integration.support import REPO_ROOT, kill_run, port_closed
 from tests.integration.test_stack import start_run, wait_for_hello
+from uwsgi_layouts.deploy.run import Stack, process_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -50,7 +50,8 @@ def test_a_second_run_or_render_into_a_live_run_dir_is_refused_naming_the_holder
             kill_run(second)
         err = (tmp_path / "b" / "run.err").read_text()
         assert err.count("\n") == 1 and err.startswith("error: run_dir: ") and f"(pid {first.pid})" in err, err
-        render = subprocess.run([sys.executable, "-m", "deploy", "render", "1x1-shared", "--out", str(tmp_run_dir)],
+        render = subprocess.run([sys.executable, "-m", "uwsgi_layouts",
+                                 "render", "1x1-shared", "--out", str(tmp_run_dir)],
                                 cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
         assert render.returncode == 2 and f"(pid {first.pid})" in render.stderr, render.stderr
         assert files_of(tmp_run_dir) == before, "a refused command changed the live stack's files"

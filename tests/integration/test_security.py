@@ -28,10 +28,10 @@ from urllib.parse import quote
 import psutil
 import pytest
 
-from deploy.model import STRATEGIES
-from deploy.render import crosscheck, nginx_summary, write_layout
 from tests.integration.attacks import marker_app
 from tests.integration.support import FAST, uwsgi_packet, via_nginx
+from uwsgi_layouts.deploy.model import STRATEGIES
+from uwsgi_layouts.deploy.render import crosscheck, nginx_summary, write_layout
 
 UWSGI_STRATEGIES = [name for name, s in STRATEGIES.items() if s.server == "uwsgi"]  # peers: test_peers.py
 

@@ -16,9 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from deploy.model import StackError
-from deploy.render import write_layout
-from deploy.run import Stack, http_get, read_stats
 from tests.integration.support import (
     FAST,
     SLOW,
@@ -30,6 +27,9 @@ from tests.integration.support import (
     uwsgi_get,
     via_nginx,
 )
+from uwsgi_layouts.deploy.model import StackError
+from uwsgi_layouts.deploy.render import write_layout
+from uwsgi_layouts.deploy.run import Stack, http_get, read_stats
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
@@ -129,7 +129,7 @@ def test_unix_sockets_are_0660_or_tighter_and_vacuumed(start_stack):
     assert not any(p.exists() for p in paths), "vacuum = true: uWSGI removes its sockets on exit"
 
 
-# --- (e) `python -m deploy run` stops cleanly on signals -----------------------------------------
+# --- (e) `uwsgi-layouts run` stops cleanly on signals -----------------------------------------
 
 
 def start_run(run_dir: Path, log_dir: Path, *extra: str, spec: str = "2x4-mapped", ports=None):

@@ -11,10 +11,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from bench.load.traffic import Request, TrafficError, build_mix, preflight_requests, write_mix_script
-from bench.load.wrk import WrkProcess, run_wrks, write_script
-from bench.subject import Subject, check_traffic
 from tests.conftest import find_free_ports
+from uwsgi_layouts.bench.load.traffic import Request, TrafficError, build_mix, preflight_requests, write_mix_script
+from uwsgi_layouts.bench.load.wrk import WrkProcess, run_wrks, write_script
+from uwsgi_layouts.bench.subject import Subject, check_traffic
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -18,8 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from deploy.machine import uwsgi_python
-from deploy.run import read_stats
 from tests import flaskapp
 from tests.integration.support import (
     REPO_ROOT,
@@ -31,6 +29,8 @@ from tests.integration.support import (
     uwsgi_get,
     via_nginx,
 )
+from uwsgi_layouts.deploy.machine import uwsgi_python
+from uwsgi_layouts.deploy.run import read_stats
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -52,7 +52,7 @@ def raw_get(layout, path: str, timeout: float = 10.0) -> tuple[int, bytes]:
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     # No active virtualenv: with --app and without --virtualenv, `run` would take it for the app's.
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
-    return subprocess.run([sys.executable, "-m", "deploy", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "uwsgi_layouts", *args], cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=timeout, env=env)
 
 
@@ -75,7 +75,7 @@ def wait_serving(proc, port: int, log_dir: Path, path: str = "/", timeout: float
         time.sleep(0.1)  # polling interval
 
 
-# --- `python -m deploy run` serves the user's app ---------------------------------------------------
+# --- `uwsgi-layouts run` serves the user's app ---------------------------------------------------
 
 
 def test_run_serves_the_flask_app_from_its_own_virtualenv(flask_app, tmp_run_dir, tmp_path, free_ports,

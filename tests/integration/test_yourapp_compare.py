@@ -1,4 +1,4 @@
-"""`python -m bench compare` on a user's own app: the Flask shop in its own virtualenv
+"""`uwsgi-layouts compare` on a user's own app: the Flask shop in its own virtualenv
 (tests/flaskapp.py), real nginx, uWSGI and wrk, short cells. Checks that every cell carries memory,
 status classes and per-worker counts, that the report names the app and its traffic, and that each
 bad input exits 2 with one line and writes nothing. Never asserts a performance figure."""
@@ -22,7 +22,7 @@ SHORT = ["--layouts", "2x4-shared,2x4-mapped", "--concurrency", "2", "--duration
 
 
 def bench(*args: str, cwd: Path = REPO_ROOT, timeout: float = 200) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "uwsgi_layouts", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout)
 
 

@@ -11,11 +11,11 @@ import sys
 
 import pytest
 
-from bench.kinds.faults import kill_worker, nginx_reloads
-from bench.load.traffic import Request, build_mix
-from bench.stack import Lab
 from tests.integration.test_compare import bench_processes
 from tests.integration.test_yourapp_compare import REPO_ROOT, app_args
+from uwsgi_layouts.bench.kinds.faults import kill_worker, nginx_reloads
+from uwsgi_layouts.bench.load.traffic import Request, build_mix
+from uwsgi_layouts.bench.stack import Lab
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -25,7 +25,7 @@ LOG = "".join(f'127.0.0.1 - - [22/Nov/2026:10:52:{i:02d} +0000] "GET {path} HTTP
 
 
 def bench(*args: str, timeout: float = 200) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "uwsgi_layouts", *args], cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=timeout)
 
 

@@ -1,0 +1,133 @@
+"""What the results were measured on: recorded in every results.json.
+
+The machine is part of the evidence: besides what it is (``capture``), how busy it was, at the
+start and during the run (``Machine``): the load average, the share of CPU time the hypervisor
+stole from this VM (``/proc/stat``'s steal column, over the time between two samples), and the
+CPU frequency governor where ``/sys`` shows one. ``analysis.machine_cautions`` turns them into
+cautions (load above half the cores, steal above 5%).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from uwsgi_layouts.deploy.machine import PACKAGE_DIR
+from uwsgi_layouts.deploy.run import nginx_binary, uwsgi_binary
+
+
+def _first_line(cmd: list[str]) -> str:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return "not found"
+    text = (proc.stdout + proc.stderr).strip()
+    return text.splitlines()[0] if text else "unknown"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _git_commit() -> str:
+    commit = _first_line(["git", "-C", str(PACKAGE_DIR), "rev-parse", "--short=12", "HEAD"])
+    if commit in ("not found", "unknown") or "fatal" in commit:
+        return "unknown"
+    dirty = subprocess.run(["git", "-C", str(PACKAGE_DIR), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    return commit + ("-dirty" if dirty else "")
+
+
+def cpu_ticks(path: str = "/proc/stat") -> tuple[int, int] | None:
+    """(steal, total) CPU ticks since boot from the aggregate ``cpu`` line; None where unreadable."""
+    try:
+        with open(path) as fh:
+            fields = fh.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu" or len(fields) < 5:
+        return None
+    values = [int(x) for x in fields[1:]]
+    # user nice system idle iowait irq softirq steal guest guest_nice: guest time is already in user
+    steal = values[7] if len(values) > 7 else 0
+    return steal, sum(values[:8])
+
+
+def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return max(0, after[0] - before[0]) / (after[1] - before[1])
+
+
+def governor(root: str = "/sys/devices/system/cpu") -> str | None:
+    """The CPU frequency governor(s), e.g. "performance" or "ondemand, performance"; None where the
+    machine shows none (most VMs)."""
+    found = set()
+    for path in glob.glob(f"{root}/cpu[0-9]*/cpufreq/scaling_governor"):
+        try:
+            found.add(Path(path).read_text().strip())
+        except OSError:
+            continue
+    return ", ".join(sorted(found)) if found else None
+
+
+class Machine:
+    """Samples of how busy the machine was while a run measured. ``sample()`` after each block;
+    ``record()`` is what results.json stores under ``environment["machine"]``."""
+
+    def __init__(self, clock=time.monotonic, ticks=cpu_ticks, loadavg=os.getloadavg):
+        self.clock, self.ticks, self.loadavg = clock, ticks, loadavg
+        self.t0 = clock()
+        self.last = ticks()
+        self.samples: list[dict] = []
+        self.governor = governor()
+
+    def sample(self) -> dict:
+        now = self.ticks()
+        entry = {"t_s": round(self.clock() - self.t0, 1), "loadavg_1m": round(self.loadavg()[0], 2),
+                 "steal": _rounded(steal_share(self.last, now))}
+        self.last = now
+        self.samples.append(entry)
+        return entry
+
+    def record(self) -> dict:
+        return {"governor": self.governor, "samples": list(self.samples)}
+
+
+def _rounded(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+def _steal_at_start(window_s: float = 0.5) -> float | None:
+    before = cpu_ticks()
+    time.sleep(window_s)
+    return _rounded(steal_share(before, cpu_ticks()))
+
+
+def capture() -> dict:
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "loadavg_at_start": list(os.getloadavg()),
+        "steal_at_start": _steal_at_start(),
+        "cpu_governor": governor(),
+        "kernel": platform.release(),
+        "python": sys.version.split()[0],
+        "uwsgi": _first_line([uwsgi_binary(), "--version"]),
+        "nginx": _first_line([nginx_binary(), "-v"]).replace("nginx version: ", ""),
+        "wrk": _first_line(["wrk", "-v"]).split("[")[0].strip(),
+        "git_commit": _git_commit(),
+        "hostname": socket.gethostname(),
+    }

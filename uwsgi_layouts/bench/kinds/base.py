@@ -1,0 +1,56 @@
+"""What every experiment kind shares: how it plugs into the CLI, and how a run ends.
+
+A kind is a ``Kind``: its subcommand name, a help line, a function that adds its arguments to
+its subparser, and a function that runs it (returns the exit code; raises ``BadArgument`` for
+bad input, which the CLI prints as one line with exit 2). ``bench.kinds.KINDS`` lists them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from uwsgi_layouts.bench.report import terminal_lines
+from uwsgi_layouts.bench.report.exporters import export_all
+from uwsgi_layouts.bench.results import Results
+
+RESULTS_NAME = "results.json"
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str  # the subcommand: uwsgi-layouts NAME
+    help: str  # one line for `uwsgi-layouts --help`
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]  # the exit code
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def sigterm_interrupts():
+    """Inside: SIGTERM raises KeyboardInterrupt as Ctrl-C does, so every ``with`` stops its
+    stacks and the kind can save what it measured before it exits."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def publish(results: Results, out: Path, saved: Path | None = None) -> list[Path]:
+    """Write every report format of ``results`` into ``out`` (report.txt, report.md, the
+    kind's plots), print the terminal report and what was written (``saved``: the results
+    file, when this run wrote it)."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = export_all(results, out)
+    print("\n".join(terminal_lines(results)))
+    names = ", ".join(p.name for p in written)
+    print(f"\nwrote {saved} and {names} in {out}" if saved else f"\nwrote {names} in {out}")
+    return written

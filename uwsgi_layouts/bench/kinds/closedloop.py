@@ -1,0 +1,563 @@
+"""Closed-loop cells: the sweep and the runners that measure or replay its cells.
+
+The sweep decides which layouts, which levels, in which order: repeats are interleaved (A B C, A
+B C, ...) so that drift of a noisy machine hits every layout alike, with a progress line (ETA)
+and a partial save after every block. Repeat r of every layout runs in round r, and each cell
+records it (``Cell.round``): the pairs every comparison is made of (``bench.paired``). A runner
+does the measuring: ``LiveRunner`` for real, ``ReplayRunner`` to rerun this logic on stored
+cells without timing anything. ``compare`` runs a sweep; ``tune`` will run its own plans through
+the same runners.
+
+``LiveRunner.run_block`` starts one layout's stack once (``bench.stack.Lab``), warms it up,
+loads it at each level (``bench.load.wrk``) and stops it. The app server is uWSGI or a peer
+(gunicorn, granian): every cell is measured the same way, except where only uWSGI can say. Per
+cell: wrk's figures, the per-worker request counts (uWSGI: its stats server, delta over the
+cell; a peer has none: the answers wrk counted per ``X-Worker-Pid`` header, mapped to worker
+numbers with ``Stack.worker_pids``; absent for an app without the header), and the CPU seconds
+of the app server's tree (``cpu_s["app"]``), the nginx tree and wrk (``bench.observe``), the
+requests in flight per worker sampled from the stats server while the load runs (``inflight``,
+``--inflight-hz`` times a second; not for peers), wrk's latency histogram of the measured
+requests (``histogram``), the answers per status class (``status``: report.lua's count) and,
+right after the load, the memory of the app server's tree (PSS, USS, RSS; PSS per worker) and
+of nginx (``memory``). A scenario with the user's requests
+(``Scenario.mix``) sends them through a generated wrk script (``bench.load.traffic``), seeded with
+the repeat number. File scenarios also record, in
+``extra``, the bytes the data set's block device read during the cell, the page-cache
+residency before and after (cold-cache cells are evicted first), the hot file's latencies,
+and for ``nginx_spread`` scenarios the connections and CPU of each nginx worker. From wrk's
+figures and the CPU come two bounds on throughput and the efficiency = throughput / the
+smaller bound:
+  * capacity: cores / CPU-seconds per request (all three share the machine's cores);
+  * closed loop: connections / the latency of one request alone (wrk -c1 while warming up).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol
+
+from uwsgi_layouts.bench import dataset as ds
+from uwsgi_layouts.bench.analysis import extension_blocks, key_comparisons
+from uwsgi_layouts.bench.load.files import RANDOM_FILES_LUA, request_paths, weighted_paths, write_lines
+from uwsgi_layouts.bench.load.scenarios import Scenario
+from uwsgi_layouts.bench.load.traffic import Mix, write_mix_script
+from uwsgi_layouts.bench.load.wrk import WrkProcess, fraction_script, run_wrks
+from uwsgi_layouts.bench.observe import (
+    Sampler,
+    Snapshot,
+    busiest_connections,
+    cpu_seconds,
+    inflight_summary,
+    nginx_workers,
+    requests_by_worker,
+    spread_extra,
+    stack_memory,
+)
+from uwsgi_layouts.bench.results import Cell, Results, utc_now
+from uwsgi_layouts.bench.stack import Lab, dir_name
+from uwsgi_layouts.deploy.model import Layout
+
+
+@dataclass(frozen=True)
+class Plan:
+    layouts: tuple[str, ...]
+    concurrency: tuple[int, ...]
+    repeats: int
+    duration: float
+    warmup: float
+    processes: int
+    threads: int
+    scenarios: tuple[str, ...]
+    workload: dict  # scenario name -> its resolved mix (query strings, stall settings)
+    timeout: float = 10.0
+    inflight_hz: float = 25.0  # stats-server samples per second during each cell; 0 = off
+    command: str = ""
+    options: dict = field(default_factory=dict)
+    hosts: int = 0  # app hosts, each in its own network namespace (0 = this machine alone)
+    # Which app was measured (bench.subject.Subject.record): app, app_dir, virtualenv, demo.
+    app: dict = field(default_factory=dict)
+    margin: float = 0.05  # equivalence margin of every comparison (bench.paired)
+    budget_min: float | None = None  # measure until decided within this many minutes (None: the planned rounds)
+
+    @property
+    def blocks(self) -> list[tuple[int, str]]:
+        """(repeat, layout) in run order: every layout once per repeat, interleaved."""
+        return [(r, layout) for r in range(1, self.repeats + 1) for layout in self.layouts]
+
+    @property
+    def cell_count(self) -> int:
+        return len(self.blocks) * len(self.concurrency) * len(self.scenarios)
+
+    def estimate_seconds(self, per_block_overhead: float = 2.5) -> float:
+        return len(self.blocks) * block_seconds(per_block_overhead, self.warmup, self.duration, len(self.scenarios),
+                                                len(self.concurrency))
+
+    def arguments(self) -> dict:
+        data = asdict(self)
+        data.pop("workload")
+        for key in ("layouts", "concurrency", "scenarios"):
+            data[key] = list(data[key])
+        data["scenario"] = self.scenarios[0]
+        return data
+
+
+def block_seconds(overhead_s: float, warmup_s: float, duration_s: float, scenarios: int, levels: int) -> float:
+    """What one block takes: stack start and stop, a warm-up per scenario, a cell per scenario and level."""
+    return overhead_s + scenarios * (warmup_s + levels * (duration_s + 0.3))
+
+
+def default_levels(processes: int, threads: int) -> tuple[int, ...]:
+    """P and 2P (where the article's effect shows), doubling up to P*T, and P*T itself."""
+    levels, c = set(), processes
+    while c <= processes * threads:
+        levels.add(c)
+        c *= 2
+    levels.add(processes * threads)
+    return tuple(sorted(levels))
+
+
+def default_layouts(processes: int, threads: int) -> tuple[str, ...]:
+    """The article's uWSGI layouts, and the peer a team would pick instead (gunicorn, gthread)."""
+    p, t = processes, threads
+    wanted = [f"1x{t}-shared", f"{p}x1-shared", f"{p}x{t}-shared", f"{p}x{t}-thunder", f"{p}x{t}-mapped",
+              f"{p}x{t}-gunicorn"]
+    return tuple(dict.fromkeys(wanted))  # P=1 or T=1 would repeat a layout
+
+
+def host_shares(before: Snapshot, after: Snapshot) -> dict:
+    """With several app hosts: each host's share of the requests served during the cell
+    (``host1_share``... in the order of the layout's hosts) and the busiest host's share."""
+    served = [max(0, after.hosts[h] - before.hosts.get(h, 0)) for h in after.hosts]
+    total = sum(served)
+    if not total:
+        return {}
+    return {"hosts": len(served), "host_share_max": max(served) / total,
+            **{f"host{i}_share": n / total for i, n in enumerate(served, 1)}}
+
+
+class Runner(Protocol):
+    def run_block(self, spec: str, repeat: int, levels: list[int], scenarios: list[str],
+                  on_cell: Callable[[Cell], None] | None = None) -> list[Cell]: ...
+
+
+class ReplayRunner:
+    """Serves stored cells in place of measuring: the sweep, results and report logic run
+    exactly as live, in milliseconds. Missing cells are an error, not invented."""
+
+    def __init__(self, stored: Results):
+        self.cells = {(c.scenario, *c.key): c for c in stored.cells}
+
+    def run_block(self, spec, repeat, levels, scenarios, on_cell=None):
+        out = []
+        for scenario in scenarios:
+            for level in levels:
+                try:
+                    cell = self.cells[(scenario, spec, level, repeat)]
+                except KeyError:
+                    raise ReplayError(f"replay: no stored {scenario} cell for {spec} at {level} connections, "
+                                      f"repeat {repeat}") from None
+                out.append(cell)
+                if on_cell:
+                    on_cell(cell)
+        return out
+
+
+class ReplayError(KeyError):
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class Progress:
+    """One status line on stderr: layout, level, cells left, ETA (rewritten in place on a TTY)."""
+
+    def __init__(self, plan: Plan, stream=None, clock=time.monotonic):
+        self.plan, self.stream, self.clock = plan, stream or sys.stderr, clock
+        self.done, self.start = 0, clock()
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+
+    def eta_seconds(self) -> float:
+        left = self.plan.cell_count - self.done
+        if self.done == 0:
+            return self.plan.estimate_seconds()
+        return (self.clock() - self.start) / self.done * left
+
+    def line(self, cell: Cell) -> str:
+        scenario = f"{cell.scenario} " if len(self.plan.scenarios) > 1 else ""
+        if self.done > self.plan.cell_count:  # a round added until decided: no plan to count down
+            return (f"[round {cell.round}, until decided] {scenario}{cell.layout} c={cell.concurrency}: "
+                    f"{cell.rps:.1f} req/s, p99 {cell.latency_ms.p99:.0f} ms, {cell.errors.total} errors"
+                    f"{_non_2xx(cell)}")
+        eta = self.eta_seconds()
+        return (f"[{self.done}/{self.plan.cell_count}] {scenario}{cell.layout} c={cell.concurrency} "
+                f"repeat {cell.repeat}/"
+                f"{self.plan.repeats}: {cell.rps:.1f} req/s, p99 {cell.latency_ms.p99:.0f} ms, "
+                f"{cell.errors.total} errors{_non_2xx(cell)} | {self.plan.cell_count - self.done} cells left, "
+                f"ETA {int(eta // 60)}m{int(eta % 60):02d}s")
+
+    def __call__(self, cell: Cell) -> None:
+        self.done += 1
+        text = self.line(cell)
+        if self.tty:
+            self.stream.write("\r\033[K" + text + ("\n" if self.done >= self.plan.cell_count else ""))
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+
+def _non_2xx(cell: Cell) -> str:
+    """``, 3xx 12 4xx 3`` when some answers were not 2xx, else ""."""
+    other = [f"{k} {n}" for k, n in cell.status.items() if k != "2xx" and n]
+    return ", " + " ".join(other) if other else ""
+
+
+MAX_ROUNDS = 12  # the most rounds a comparison may reach by measuring until decided
+RESERVE_S = 10.0  # of a budget, kept for writing the results and reports
+
+
+@dataclass
+class Until:
+    """Measuring until decided (``--budget``): after the planned rounds, more interleaved rounds
+    of the layouts in key comparisons (``analysis.key_comparisons``) that are not settled, until
+    each is, or the budget or the fixed maximum of rounds ends. ``budget_s`` None: a replay, which
+    takes the stored run's rounds (``stored_rounds``) and its fixed maximum (``max_rounds``)."""
+
+    budget_s: float | None
+    clock: Callable[[], float]  # seconds since the run started
+    reserve_s: float = RESERVE_S
+    max_rounds: int = 0  # replay: the stored run's
+    stored_rounds: frozenset[int] = frozenset()
+
+    def left_s(self) -> float:
+        return (self.budget_s or 0.0) - self.reserve_s - self.clock()
+
+
+def run_sweep(plan: Plan, runner: Runner, environment: dict, save=None, progress=None,
+              kind: str = "compare", until: Until | None = None, on_block: Callable[[], None] | None = None
+              ) -> Results:
+    """Run every block in interleaved order; ``save(results)`` after each block keeps what was
+    measured if the run is interrupted (``on_block()`` first: e.g. a sample of the machine's load).
+    With ``until``, then measure until decided (``Until``)."""
+    cells: list[Cell] = []
+    created = utc_now()
+    more: dict = {}  # what measuring until decided adds to the arguments
+    seconds: list[float] = []  # each planned block's wall time
+
+    def snapshot(complete: bool) -> Results:
+        args = plan.arguments() | more | {"complete": complete}
+        return Results(environment=environment, arguments=args, workload=plan.workload,
+                       cells=tuple(cells), created=created, kind=kind)
+
+    def block(spec: str, repeat: int, levels: list[int], scenarios: list[str]) -> None:
+        start = time.monotonic()
+        cells.extend(runner.run_block(spec, repeat, levels, scenarios, on_cell=progress))
+        seconds.append(time.monotonic() - start)
+        if on_block:
+            on_block()
+        if save:
+            save(snapshot(complete=False))
+
+    for repeat, spec in plan.blocks:
+        block(spec, repeat, list(plan.concurrency), list(plan.scenarios))
+    if until is not None:
+        overhead = _overhead(seconds, plan) if until.budget_s is not None else 0.0
+        _until_decided(plan, until, snapshot, block, overhead, more)
+    results = snapshot(complete=True)
+    if save:
+        save(results)
+    return results
+
+
+def _overhead(seconds: list[float], plan: Plan) -> float:
+    """A block's fixed cost (stack start and stop, reads), from the planned blocks' wall times."""
+    load = block_seconds(0.0, plan.warmup, plan.duration, len(plan.scenarios), len(plan.concurrency))
+    fixed = sorted(max(0.5, s - load) for s in seconds)
+    return fixed[len(fixed) // 2] if fixed else 2.5
+
+
+def round_seconds(blocks: dict[str, dict[str, list[int]]], plan: Plan, overhead_s: float) -> float:
+    """What one added round of ``blocks`` (layout -> scenario -> levels) takes."""
+    return sum(block_seconds(overhead_s, plan.warmup, plan.duration, len(scs), len({lv for x in scs.values()
+                                                                                     for lv in x}))
+               for scs in blocks.values())
+
+
+def _until_decided(plan: Plan, until: Until, snapshot, block, overhead_s: float, more: dict) -> None:
+    """Add rounds after the planned ones; what the arguments record about them goes into ``more``
+    at once (a partial save holds it too): ``max_rounds`` and ``until_decided``."""
+    keys = key_comparisons(snapshot(False))
+    if until.budget_s is None:
+        max_rounds = until.max_rounds or plan.repeats
+    else:
+        # The stopping rule's fixed maximum, set before the first look from what the budget holds
+        # if every key comparison needed more rounds: the looks it allows share the error.
+        per_round = round_seconds(extension_blocks(keys, every=True), plan, overhead_s)
+        fit = int(until.left_s() // per_round) if per_round > 0 else 0
+        max_rounds = max(plan.repeats, min(MAX_ROUNDS, plan.repeats + fit))
+    state: dict = {"rounds": [], "settled_at": {}, "stop": ""}
+    more.update({"max_rounds": max_rounds, "until_decided": state})
+    rounds = plan.repeats
+    # The first look (the planned rounds) is judged with the same rule as every later one.
+    keys = key_comparisons(snapshot(False))
+    while True:
+        for k in keys:
+            if k.settled and k.name not in state["settled_at"]:
+                state["settled_at"][k.name] = k.rounds
+        blocks = extension_blocks(keys) or extension_blocks(keys, thin_too=True)  # settled: thin tails next
+        if not blocks:
+            why = "every key comparison settled"
+            break
+        if rounds >= max_rounds:
+            why = (f"the fixed maximum of {max_rounds} rounds" if max_rounds > plan.repeats or until.budget_s is None
+                   else "the budget ended with the planned rounds")
+            break
+        if until.budget_s is None:
+            if rounds + 1 not in until.stored_rounds:
+                why = "the stored run measured no more rounds"
+                break
+        elif round_seconds(blocks, plan, overhead_s) > until.left_s():
+            why = "the budget ended"
+            break
+        rounds += 1
+        for spec in [x for x in plan.layouts if x in blocks]:
+            scenarios = [sc for sc in plan.scenarios if sc in blocks[spec]]
+            levels = sorted({lv for sc in scenarios for lv in blocks[spec][sc]})
+            block(spec, rounds, levels, scenarios)
+        state["rounds"].append({"round": rounds, "layouts": blocks})
+        keys = key_comparisons(snapshot(False))
+    state["stop"] = why
+
+
+class LiveRunner:
+    """Runs blocks for real. ``run_block`` is the unit the sweep interleaves: one stack
+    start, a warm-up, then every scenario at every level, then stop."""
+
+    SPREAD_SAMPLE_S = 0.25  # how often per-nginx-worker connections are counted during a cell
+
+    def __init__(self, lab: Lab, raw_dir: Path, scenarios: dict[str, Scenario],
+                 duration: float, warmup: float, timeout: float, layout_options: dict | None = None,
+                 inflight_hz: float = 25.0):
+        self.lab, self.raw_dir = lab, raw_dir
+        self.inflight_hz = inflight_hz
+        self.scenarios = scenarios
+        self.duration, self.warmup, self.timeout = duration, warmup, timeout
+        self.layout_options = layout_options or {}
+        self.cores = os.cpu_count() or 1
+        self._index: ds.Index | None = None
+        self._lists: dict[str, Path] = {}
+        self._mix_scripts: dict[Mix, Path] = {}
+
+    # --- file scenarios -----------------------------------------------------------------
+
+    @property
+    def index(self) -> ds.Index:
+        if self._index is None:
+            root = self.layout_options.get("data_dir")
+            index = ds.read_index(Path(root)) if root else None
+            if index is None:
+                raise ds.DatasetError("data_dir", f"no valid data set at {root!r}: run uwsgi-layouts dataset")
+            self._index = index
+        return self._index
+
+    def path_list(self, scenario: Scenario) -> Path:
+        """The scenario's request list (written once per run)."""
+        if scenario.name not in self._lists:
+            f = scenario.files
+            paths = weighted_paths(self.index, f.mode, f.which, f.large_share)
+            self._lists[scenario.name] = write_lines(self.lab.work_dir / "lists" / f"{scenario.name}.txt", paths)
+        return self._lists[scenario.name]
+
+    def hot_url(self, layout: Layout) -> str:
+        return f"http://{layout.listen}{request_paths(self.index, 'hot')[0]}"
+
+    def main_load(self, layout: Layout, scenario: Scenario, connections: int, duration: float, seed: int = 1,
+                  timeout: float | None = None) -> WrkProcess:
+        """The scenario's own load: the app's query, or random paths from its file list."""
+        timeout = self.timeout if timeout is None else timeout
+        if scenario.mix is not None:
+            return WrkProcess(layout.url, connections, duration, timeout_s=timeout,
+                              script=self.mix_script(scenario.mix), script_args=[str(seed)])
+        if scenario.files is not None:
+            return WrkProcess(layout.url, connections, duration, timeout_s=timeout, script=RANDOM_FILES_LUA,
+                              script_args=[str(self.path_list(scenario)), str(seed)])
+        return WrkProcess(f"{layout.url}?{scenario.workload.query}", connections, duration, timeout_s=timeout)
+
+    def mix_script(self, mix: Mix) -> Path:
+        """The wrk script sending the user's requests (written once per run)."""
+        if mix not in self._mix_scripts:
+            path = self.lab.work_dir / "traffic" / f"mix-{len(self._mix_scripts) + 1}.lua"
+            self._mix_scripts[mix] = write_mix_script(path, mix)
+        return self._mix_scripts[mix]
+
+    # --- blocks and cells ---------------------------------------------------------------
+
+    def run_block(self, spec: str, repeat: int, levels: list[int], scenarios: list[str], on_cell=None) -> list[Cell]:
+        """``spec`` may carry options (``2x4-mapped@aio=threads``); it stays the cells' label."""
+        cells = []
+        with self.lab.stack(spec, name=dir_name(spec), **self.layout_options) as stack:
+            layout = stack.layout
+            for name in scenarios:
+                scenario = self.scenarios[name]
+                if scenario.files is not None and not scenario.files.cold_cache:
+                    ds.warm(self.index.paths())  # a warm-cache scenario measures nginx and the app, not the disk
+                # Warm-up doubles as the unloaded-latency probe: one connection, nothing queued.
+                (probe,), _ = run_wrks(self.main_load(layout, scenario, 1, self.warmup, seed=repeat))
+                self._save_raw(f"{name}-{layout.name}-warmup-r{repeat}", probe.raw)
+                for level in levels:
+                    cell = self.measure(stack, layout, scenario, level, repeat, probe.latency_ms.p50, label=spec)
+                    stack.check_alive()
+                    cells.append(cell)
+                    if on_cell:
+                        on_cell(cell)
+        return cells
+
+    def _before_files(self, scenario: Scenario) -> dict:
+        """Evict (cold cache) and note the residency and the disk's read counter."""
+        state: dict = {}
+        if scenario.files.cold_cache:
+            state["evicted_mb"] = ds.evict(self.index.root) / 1e6
+            hot = self.index.path(self.index.hot_id)
+            ds.warm([hot])  # the hot file stays hot, as in the thread-pool article
+            state["resident_before"] = self._resident()
+        state["disk"] = ds.disk_read_bytes(self.index.files_dir)
+        return state
+
+    def _after_files(self, scenario: Scenario, state: dict) -> dict:
+        extra: dict = {}
+        disk = ds.disk_read_bytes(self.index.files_dir)
+        if disk is not None and state["disk"] is not None:
+            extra["disk_read_mb"] = max(0, disk - state["disk"]) / 1e6
+        if scenario.files.cold_cache:
+            extra["evicted_mb"] = state["evicted_mb"]
+            after = self._resident()
+            if state["resident_before"] is not None and after is not None:
+                extra["resident_before"] = state["resident_before"]
+                extra["resident_after"] = after
+        return extra
+
+    def _resident(self) -> float | None:
+        try:
+            return ds.resident_fraction(self.index.paths())
+        except ds.MincoreUnavailable:
+            return None
+
+    def _sample_spread(self, stack, layout: Layout, loads: list[WrkProcess]) -> list[int]:
+        """Each nginx worker's client connections while the loads run (the busiest sample)."""
+        return busiest_connections(nginx_workers(stack.pids["nginx"]), layout.listen_port,
+                                   running=lambda: any(w.proc.poll() is None for w in loads),
+                                   deadline=time.monotonic() + max(w.limit for w in loads),
+                                   interval=self.SPREAD_SAMPLE_S)
+
+    def measure(self, stack, layout, scenario: Scenario, level: int, repeat: int, unloaded_ms: float,
+                label: str = "") -> Cell:
+        label = label or layout.name
+        healthy_url = f"{layout.url}?{scenario.workload.query}"
+        stall = scenario.stall
+        files = scenario.files
+        script_dir = Path(layout.run_dir)
+        file_state = self._before_files(scenario) if files is not None else None
+        workers = nginx_workers(stack.pids["nginx"]) if scenario.nginx_spread else []
+        worker_cpu = [cpu_seconds(w) for w in workers]
+        before = Snapshot.take(stack)
+        rusage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if stall and stall.fraction:
+            script = fraction_script(script_dir, f"/?{scenario.workload.query}", f"/?{stall.query}", stall.fraction)
+            loads = [WrkProcess(healthy_url, level, self.duration, timeout_s=self.timeout + stall.wait_ms / 1000,
+                                script=script)]
+        else:
+            loads = [self.main_load(layout, scenario, level, self.duration, seed=repeat)]
+        if stall and stall.clients:
+            # Stalled clients in their own wrk, so their latencies don't mix with the healthy ones.
+            loads.append(WrkProcess(f"{layout.url}?{stall.query}", stall.clients, self.duration,
+                                    timeout_s=self.timeout + stall.wait_ms / 1000))
+        if files is not None and files.hot_clients:
+            # The hot-file clients in their own wrk too: their latencies are the figure of interest.
+            loads.append(WrkProcess(self.hot_url(layout), files.hot_clients, self.duration, timeout_s=self.timeout))
+        with self._inflight(layout, loads[0]) as inflight:
+            conns = self._sample_spread(stack, layout, loads) if workers else []
+            runs, wrk_cpu = run_wrks(*loads, rusage_before=rusage)
+        memory = stack_memory(stack)  # right after the load, before the next cell
+        after = Snapshot.take(stack)
+        name = dir_name(f"{scenario.name}-{label}-c{level}-r{repeat}")
+        raw_name = self._save_raw(name, "\n".join(r.raw for r in runs))
+        extra = {}
+        if stall and stall.clients:
+            s = runs[1]
+            extra = {"stall_clients": stall.clients, "stalled_requests": s.requests,
+                     "stalled_p50_ms": s.latency_ms.p50, "stalled_p99_ms": s.latency_ms.p99,
+                     "stalled_max_ms": s.latency_ms.max, "stalled_errors": s.errors.total}
+        elif stall and stall.fraction:
+            extra = {"stall_fraction": stall.fraction}
+        if files is not None:
+            extra.update(self._after_files(scenario, file_state))
+            if files.hot_clients:
+                h = runs[-1]
+                extra.update({"hot_clients": files.hot_clients, "hot_requests": h.requests, "hot_rps": h.rps,
+                              "hot_p50_ms": h.latency_ms.p50, "hot_p99_ms": h.latency_ms.p99,
+                              "hot_errors": h.errors.total})
+        if workers:
+            extra.update(spread_extra(conns, [max(0.0, cpu_seconds(w) - c) for w, c in zip(workers, worker_cpu,
+                                                                                           strict=True)]))
+        return self.make_cell(label, level, repeat, scenario.name, runs[0], wrk_cpu, before, after,
+                              unloaded_ms, raw_name, extra, inflight=inflight, histogram=runs[0].histogram,
+                              status=runs[0].status, memory=memory)
+
+    @contextmanager
+    def _inflight(self, layout: Layout, load: WrkProcess):
+        """Samples the stats server while the block runs; afterwards the yielded dict is the cell's
+        ``inflight`` record over the load's own window (``bench.observe.inflight_summary``, plus
+        the sampler's own CPU seconds). Empty at ``inflight_hz`` 0 or without a stats server."""
+        hz = self.inflight_hz
+        # Peer servers (gunicorn, granian) have no stats server (``Layout.has_stats``): nothing to sample;
+        # nor across several app hosts (one stats server each: the in-flight record is per stack).
+        stats = layout.stats_address if hz and getattr(layout, "has_stats", True) and \
+            not getattr(layout, "hosts", ()) else None
+        sampler = Sampler(stats, interval=1 / hz if hz else 1.0)
+        record: dict = {}
+        with sampler:
+            yield record
+        start = load.started - sampler.t0
+        summary = inflight_summary(sampler.samples, start, start + self.duration)
+        if summary:
+            record.update(summary, sampler_cpu_s=round(sampler.cpu_s, 4))
+
+    def make_cell(self, spec, level, repeat, scenario, run, wrk_cpu, before, after, unloaded_ms, raw_name,
+                  extra=None, **optional) -> Cell:
+        """``optional``: Cell's optional fields (``inflight``, ``histogram``, ...)."""
+        cpu = {
+            "app": max(0.0, after.app_cpu - before.app_cpu),
+            "nginx": max(0.0, after.nginx_cpu - before.nginx_cpu),
+            "wrk": wrk_cpu,
+        }
+        # Stalled requests cost almost no CPU; counting only healthy ones keeps the bound honest.
+        per_request = sum(cpu.values()) / run.requests if run.requests else 0.0
+        capacity = self.cores / per_request if per_request else 0.0
+        closed_loop = level / (unloaded_ms / 1000) if unloaded_ms else 0.0
+        bounds = [b for b in (capacity, closed_loop) if b > 0]
+        bound = min(bounds) if bounds else 0.0
+        extra = dict(extra or {})
+        if before.pids or after.pids:  # no stats server: the answers wrk counted per X-Worker-Pid
+            workers, unmatched = requests_by_worker(run.worker_pids, before.pids, after.pids)
+            if unmatched:
+                extra["worker_pid_unmatched"] = unmatched  # answers from pids that were no worker we saw
+        else:
+            workers = {w: max(0, after.workers.get(w, 0) - before.workers.get(w, 0)) for w in after.workers}
+        extra |= host_shares(before, after)
+        return Cell(
+            layout=spec, concurrency=level, repeat=repeat, scenario=scenario,
+            duration_s=run.duration_s, requests=run.requests, rps=run.rps,
+            latency_ms=run.latency_ms, errors=run.errors, worker_requests=workers, cpu_s=cpu,
+            unloaded_latency_ms=unloaded_ms, capacity_rps=capacity, closed_loop_rps=closed_loop,
+            efficiency=run.rps / bound if bound else 0.0, raw_output=raw_name, extra=extra, round=repeat, **optional,
+        )
+
+    def _save_raw(self, name: str, text: str) -> str:
+        self.raw_dir.mkdir(parents=True, exist_ok=True)
+        path = self.raw_dir / f"{name}.txt"
+        path.write_text(text)
+        return str(Path(self.raw_dir.name) / path.name)

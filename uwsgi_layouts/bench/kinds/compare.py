@@ -1,0 +1,322 @@
+"""``uwsgi-layouts compare``: measure layouts side by side with wrk (closed loop).
+
+The plan comes from the arguments (or, with ``--replay``, from a stored run): layouts x
+connection levels x interleaved repeats x scenarios, defaults derived from ``nproc``. The sweep
+(``bench.kinds.closedloop``) measures every cell on a stack from ``bench.stack.Lab``, saves
+``results.json`` after every block, and the report (``bench.report``) says which layout to run.
+
+The app and its traffic come from ``bench.subject`` (deploy's app options, --request...): the
+app is imported once (pre-flight) before any stack starts, and each distinct request is sent once
+through nginx before anything is timed; either failing exits 2 with nothing written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from uwsgi_layouts.bench import subject as subj
+from uwsgi_layouts.bench.environment import Machine, capture
+from uwsgi_layouts.bench.kinds.base import RESULTS_NAME, Kind, publish, sigterm_interrupts
+from uwsgi_layouts.bench.kinds.closedloop import (
+    RESERVE_S,
+    LiveRunner,
+    Plan,
+    Progress,
+    ReplayRunner,
+    Until,
+    default_layouts,
+    default_levels,
+    run_sweep,
+)
+from uwsgi_layouts.bench.load import scenarios as sc
+from uwsgi_layouts.bench.load.traffic import redact_argv
+from uwsgi_layouts.bench.options import (
+    BadArgument,
+    MissingTool,
+    command_line,
+    dataset_facts,
+    default_data_dir,
+    float_arg,
+    int_arg,
+    margin_arg,
+    on_off,
+    prepare_dataset,
+    prepare_out,
+    require_tools,
+    split_specs,
+    transport_arg,
+)
+from uwsgi_layouts.bench.results import load
+from uwsgi_layouts.bench.stack import Lab
+from uwsgi_layouts.deploy.machine import checked
+from uwsgi_layouts.deploy.model import MAX_PROCESSES, MAX_THREADS, parse_variant
+from uwsgi_layouts.deploy.run import unavailable as netns_unavailable
+from uwsgi_layouts.deploy.ship import make_certs
+
+# 6 layouts (5 of uWSGI and gunicorn) x 3 levels x 3 repeats of 3 s, plus starts and 1-s warm-ups:
+# about 4 minutes on 2 cores, which leaves a 5-minute budget (make compare) a minute for the
+# rounds that measure the key comparisons until decided.
+DEFAULT_DURATION = 3
+DEFAULT_WARMUP = 1
+DEFAULT_REPEATS = 3
+AUTO_BUDGET_MIN = 5.0  # --budget auto: at least this, or the planned rounds' estimate x AUTO_BUDGET_SHARE
+AUTO_BUDGET_SHARE = 1.3
+# Requests last ~100 ms here: 25 samples a second see each one ~2 times; the cost is measured
+# by scripts/sampler-cost.py (README, "Comparing layouts").
+DEFAULT_INFLIGHT_HZ = 25.0
+MAX_NET_HOSTS = 8
+# With --hosts: what TLS costs on a request that does nothing, and on the article's.
+HOSTS_SCENARIOS = ["overhead", "article"]
+
+
+def hosts_layouts(processes: int, threads: int) -> tuple[str, ...]:
+    """With --hosts: mapped over plain uwsgi (measured only inside the namespaces), over TLS
+    (the default) and over uWSGI's https-socket (the alternative)."""
+    spec = f"{processes}x{threads}-mapped"
+    return (f"{spec}@uwsgi_tls=off", spec, f"{spec}@uwsgi_tls=https")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--processes", help="P of the default matrix (default: nproc)")
+    p.add_argument("--threads", help="T of the default matrix (default 4)")
+    p.add_argument("--layouts", help="comma-separated PxT-STRATEGY list (default: 1xT-shared, Px1-shared, "
+                                     "PxT-shared, PxT-thunder, PxT-mapped, PxT-gunicorn)")
+    p.add_argument("--concurrency", help="comma-separated connection counts (default: P, 2P, ... P*T)")
+    p.add_argument("--duration", help=f"seconds of load per cell (default {DEFAULT_DURATION})")
+    p.add_argument("--warmup", help=f"seconds of one-connection warm-up per stack start (default {DEFAULT_WARMUP})")
+    p.add_argument("--repeats", help=f"interleaved repeats (rounds) of every layout (default {DEFAULT_REPEATS})")
+    p.add_argument("--budget", help="minutes for the whole run, or auto (the planned rounds' estimate x "
+                                    f"{AUTO_BUDGET_SHARE:g}, at least {AUTO_BUDGET_MIN:g}; make compare's default): "
+                                    "after the planned rounds, add rounds of the key comparisons still undecided "
+                                    "until each is decided or equivalent, or the budget ends (default: the planned "
+                                    "rounds only)")
+    p.add_argument("--margin", help="equivalence margin of every comparison: two layouts are equivalent when the "
+                                    "whole interval of their paired ratio lies within ±MARGIN (default 0.05)")
+    p.add_argument("--timeout", help="wrk's per-request timeout in seconds (default 10)")
+    p.add_argument("--scenario",
+                   help=f"named request mix, or several comma-separated: {', '.join(sc.SCENARIOS)} (default: "
+                        "article; traffic with --request or another --app)")
+    p.add_argument("--rounds", help="override the scenario's rounds (0..20)")
+    p.add_argument("--fib", help="override the scenario's fib n (0..30)")
+    p.add_argument("--io-ms", help="override the scenario's sleep per round in ms (0..10000)")
+    p.add_argument("--stall-clients", help="stall scenarios: extra clients that hit the hanging API (default T)")
+    p.add_argument("--stall-fraction", help="stall scenarios: instead, this share (0..0.5) of requests hangs")
+    p.add_argument("--stall-ms", help="stall scenarios: how long the API hangs, ms (default 3000)")
+    p.add_argument("--hot-clients", help="files-mixed: connections asking for the hot file (default 4)")
+    p.add_argument("--cold-cache", help="file scenarios: on = evict the data set before every cell "
+                                        "(default: on for files-mixed, off otherwise)")
+    p.add_argument("--large-share", help="files-mixed: share of requests for a large file (default 0.02)")
+    p.add_argument("--data-dir", help="file scenarios: the data set (default build/dataset, created if missing; "
+                                      "uwsgi-layouts dataset makes others)")
+    p.add_argument("--transport", help="uWSGI sockets: unix or tcp (default unix; tcp with --hosts)")
+    p.add_argument("--hosts", help=f"run every layout on this many app hosts (1..{MAX_NET_HOSTS}), each in its own "
+                                   "network namespace behind a front namespace, with TLS between them (root); "
+                                   "reports each host's share and what TLS costs (layouts ...@uwsgi_tls=off)")
+    p.add_argument("--inflight-hz", help="stats-server samples per second during each cell, for the requests in "
+                                         f"flight per worker (default {DEFAULT_INFLIGHT_HZ:g}; 0 = off)")
+    subj.add_arguments(p)
+    p.add_argument("--out", help="output directory (default results/<timestamp>)")
+    p.add_argument("--replay", metavar="RESULTS_JSON",
+                   help="rerun the sweep and report on stored cells instead of measuring")
+
+
+def plan_from_args(args, stored=None, subject: subj.Subject | None = None) -> tuple[Plan, dict[str, sc.Scenario]]:
+    nproc = os.cpu_count() or 1
+    base = stored.arguments if stored else {}
+    if subject is None:
+        subject = subj.from_stored(base) if stored else subj.from_args(args)
+    p = int_arg("processes", args.processes, 1, MAX_PROCESSES) if args.processes else base.get("processes", nproc)
+    t = int_arg("threads", args.threads, 1, MAX_THREADS) if args.threads else base.get("threads", 4)
+    hosts = int_arg("hosts", args.hosts, 1, MAX_NET_HOSTS) if getattr(args, "hosts", None) else base.get("hosts", 0)
+    scenario_arg = args.scenario or ",".join(base.get("scenarios") or (
+        HOSTS_SCENARIOS if hosts and subject.mix is None else subj.default_scenarios(subject)))
+    given_names = [x.strip() for x in scenario_arg.split(",") if x.strip()]
+    unknown = [n for n in given_names if n not in sc.SCENARIOS and n not in sc.ALIASES]
+    if unknown or not given_names:
+        raise BadArgument(f"scenario: unknown scenario {unknown[0] if unknown else ''!r}; "
+                          f"allowed: {', '.join([*sc.SCENARIOS, *sc.ALIASES])}")
+    names = sc.expand(given_names)
+    if not stored:
+        subj.check_scenarios(names, subject, args)
+    family = sc.family_defaults(names, p, t)
+    if args.layouts:
+        layouts = split_specs(args.layouts)
+    else:
+        layouts = tuple(base.get("layouts") or (family[0] if family else hosts_layouts(p, t) if hosts
+                                                else default_layouts(p, t)))
+    if not layouts:
+        raise BadArgument("layouts: give at least one PxT-STRATEGY")
+    options = _layout_options(args, base, names, hosts) | subject.layout_options
+    with _validation_options(hosts, options) as validation:
+        for spec in layouts:
+            checked(parse_variant(spec, **validation))  # raises LayoutError naming the field
+    if args.concurrency:
+        levels = tuple(sorted({int_arg("concurrency", x, 1, 1000) for x in args.concurrency.split(",") if x.strip()}))
+    else:
+        levels = tuple(base.get("concurrency") or (family[1] if family else default_levels(p * max(1, hosts), t)))
+    overrides = {
+        "rounds": int_arg("rounds", args.rounds, 0, 20) if args.rounds else None,
+        "fib": int_arg("fib", args.fib, 0, 30) if args.fib else None,
+        "io_ms": int_arg("io_ms", args.io_ms, 0, 10000) if args.io_ms else None,
+        "stall_clients": int_arg("stall_clients", args.stall_clients, 0, 1000) if args.stall_clients else None,
+        "stall_fraction": float_arg("stall_fraction", args.stall_fraction, 0.01, 0.5) if args.stall_fraction else None,
+        "stall_ms": int_arg("stall_ms", args.stall_ms, 1, 10000) if args.stall_ms else None,
+        "hot_clients": int_arg("hot_clients", args.hot_clients, 1, 1000) if args.hot_clients else None,
+        "cold_cache": on_off("cold_cache", args.cold_cache) if args.cold_cache else None,
+        "large_share": float_arg("large_share", args.large_share, 0, 0.5) if args.large_share else None,
+    }
+    resolved = {n: sc.SCENARIOS[n].resolved(t, **overrides) for n in names}
+    if subject.mix is not None:
+        resolved = {n: s.with_mix(subject.mix) for n, s in resolved.items()}
+    for scenario in resolved.values():
+        if scenario.workload.rounds * scenario.workload.io_ms > 30000:
+            raise BadArgument("rounds*io_ms: must be at most 30000 ms per request")
+    given = lambda name, default: getattr(args, name) or base.get(name, default)  # noqa: E731
+    duration = float_arg("duration", given("duration", DEFAULT_DURATION), 1, 3600)
+    timeout = float_arg("timeout", given("timeout", 10), 1, 600)
+    # A replayed file without the option was measured without the sampler.
+    inflight_hz = inflight_hz_arg(given("inflight_hz", 0 if stored else DEFAULT_INFLIGHT_HZ))
+    # A replayed file without a warm-up recorded ran with the old default of 2 s.
+    warmup = float_arg("warmup", given("warmup", 2 if stored else DEFAULT_WARMUP), 1, 600)
+    plan = Plan(
+        layouts=layouts, concurrency=levels, repeats=int_arg("repeats", given("repeats", DEFAULT_REPEATS), 1, 100),
+        duration=duration, warmup=warmup, processes=p, threads=t,
+        scenarios=names, workload={n: s.to_dict() for n, s in resolved.items()},
+        timeout=timeout, inflight_hz=inflight_hz, command=_command(args),
+        options=options, app=subject.record, hosts=hosts,
+        margin=margin_arg(args.margin) if getattr(args, "margin", None) else base.get("margin", 0.05),
+    )
+    if stored:
+        return dataclasses.replace(plan, budget_min=base.get("budget_min")), resolved
+    return dataclasses.replace(plan, budget_min=budget_arg(getattr(args, "budget", None), plan)), resolved
+
+
+def budget_arg(raw, plan: Plan) -> float | None:
+    """--budget in minutes (None: the planned rounds only); "auto" from the plan. Below what the
+    planned rounds need: BadArgument naming the minimum."""
+    if raw is None:
+        return None
+    estimate = plan.estimate_seconds() + RESERVE_S
+    if str(raw).strip().lower() == "auto":
+        return round(max(AUTO_BUDGET_MIN * 60, AUTO_BUDGET_SHARE * estimate) / 60, 1)
+    minutes = float_arg("budget", raw, 0.1, 1440)
+    if minutes * 60 < estimate:
+        least = math.ceil(estimate / 6) / 10
+        raise BadArgument(f"budget: {minutes:g} min is less than the planned rounds need: about {least:g} min "
+                          f"({len(plan.layouts)} layouts x {len(plan.concurrency)} levels x {plan.repeats} repeats of "
+                          f"{plan.duration:g} s, stack starts, warm-ups and {RESERVE_S:g} s to write the results); "
+                          f"give --budget {least:g} or more, or fewer --layouts, --repeats or a shorter --duration")
+    return minutes
+
+
+@contextlib.contextmanager
+def _validation_options(hosts: int, options: dict):
+    """What a layout is validated with before anything runs: with --hosts, one stand-in host on
+    loopback and throwaway certificates for it (the real ones are made with the namespaces)."""
+    options = {k: v for k, v in options.items() if k == "transport"}  # the data set may not exist yet
+    if not hosts:
+        yield {"run_dir": "/tmp/validate", **options}
+        return
+    with tempfile.TemporaryDirectory(prefix="ul-validate-") as tmp:
+        uwsgi_tls_dir = make_certs(Path(tmp) / "uwsgi_tls", ["127.0.0.1"]).directory
+        yield {"run_dir": "/tmp/validate", **options, "hosts": ("127.0.0.1",), "uwsgi_tls_dir": str(uwsgi_tls_dir)}
+
+
+def inflight_hz_arg(raw) -> float:
+    """0 (off) or 1..200 samples per second."""
+    value = float_arg("inflight_hz", raw, 0, 200)
+    if 0 < value < 1:
+        raise BadArgument(f"inflight_hz: must be 0 (off) or a number in 1..200, got {value:g}")
+    return value
+
+
+def _command(args) -> str:
+    """The command line to record, credential header values left out."""
+    argv = getattr(args, "argv", None)
+    return command_line("compare", redact_argv(argv) if argv is not None else None)
+
+
+def _layout_options(args, base: dict, names, hosts: int = 0) -> dict:
+    """Options every layout of the run gets (a variant's own ``@option=value`` wins): the
+    transport (a stored run without one was measured over tcp, the default then), and for file
+    scenarios the data set and ``sendfile on``."""
+    stored = base.get("options", {})
+    transport = stored.get("transport", "tcp") if base and not args.transport else transport_arg(args.transport, hosts)
+    options = {"transport": transport}
+    if sc.needs_dataset(names):
+        data_dir = args.data_dir or stored.get("data_dir") or str(default_data_dir())
+        options.update({"data_dir": str(Path(data_dir).absolute()), "sendfile": stored.get("sendfile", "on")})
+    elif args.data_dir:
+        raise BadArgument("data_dir: only file scenarios (files, files-mixed, reuseport) use a data set")
+    return options
+
+
+def run(args) -> int:
+    started = time.monotonic()
+    stored = load(args.replay) if args.replay else None
+    subject = subj.from_stored(stored.arguments) if stored else subj.from_args(args)
+    plan, scenarios = plan_from_args(args, stored, subject)
+    if stored:  # the stored cells were measured with the stored mix, whatever the defaults say now
+        plan = dataclasses.replace(plan, workload=stored.workload)
+    index = None
+    if not stored:
+        require_tools("wrk")
+        if plan.hosts and netns_unavailable():
+            raise MissingTool(f"--hosts: {netns_unavailable()}")
+        for note in subject.notes:
+            print(note, flush=True)
+        # before any stack starts (with --hosts, without the variant: its TLS needs the namespaces' certificates)
+        subj.preflight_app(plan.layouts[0].partition("@")[0] if plan.hosts else plan.layouts[0], plan.options,
+                           subject.import_timeout)
+        index = prepare_dataset(Path(plan.options["data_dir"])) if "data_dir" in plan.options else None
+    with Lab(hosts=plan.hosts) as lab, sigterm_interrupts():
+        if subject.mix is not None and not stored:
+            checked_subject, lines = subj.preflight_traffic(lab, plan.layouts[0], plan.options, subject, plan.timeout)
+            print("\n".join(lines), flush=True)
+            if checked_subject.mix != subject.mix:  # --skip-failing left requests out: plan the others
+                subject = checked_subject
+                plan, scenarios = plan_from_args(args, stored, subject)
+        out = prepare_out(args.out)
+        mode = f"replaying {args.replay} ({subject.app})" if stored else f"measuring {subject.app}"
+        est = plan.estimate_seconds()
+        print(f"{mode}: {len(plan.layouts)} layouts x {len(plan.concurrency)} levels "
+              f"{list(plan.concurrency)} x {plan.repeats} repeats x scenarios {', '.join(plan.scenarios)}, "
+              f"{plan.duration:g} s per cell; about {est / 60:.1f} min; results in {out}", flush=True)
+        results_path = out / RESULTS_NAME
+        until = None
+        on_block = None
+        if stored:
+            runner, environment = ReplayRunner(stored), stored.environment | {"replayed_from": str(args.replay)}
+            if plan.budget_min is not None:
+                until = Until(None, lambda: 0.0, max_rounds=stored.arguments.get("max_rounds") or plan.repeats,
+                              stored_rounds=frozenset(c.round for c in stored.cells))
+        else:
+            runner = LiveRunner(lab, out / "raw", scenarios, plan.duration, plan.warmup, plan.timeout,
+                                layout_options=plan.options, inflight_hz=plan.inflight_hz)
+            environment = capture()
+            if index is not None:
+                environment["dataset"] = dataset_facts(index)
+            machine = Machine()
+            on_block = lambda: environment.update(machine=machine.sample() and machine.record())  # noqa: E731
+            if plan.budget_min is not None:
+                print(f"budget: {plan.budget_min:g} min; after the planned rounds, the key comparisons still "
+                      f"undecided get more rounds (equivalent within ±{plan.margin:.0%})", flush=True)
+                until = Until(plan.budget_min * 60, lambda: time.monotonic() - started)
+        try:
+            results = run_sweep(plan, runner, environment, save=lambda r: r.save(results_path),
+                                progress=Progress(plan), until=until, on_block=on_block)
+        except KeyboardInterrupt:
+            print(f"\ninterrupted: the cells measured so far are in {results_path}", file=sys.stderr)
+            return 130
+    publish(results, out, saved=results_path)
+    return 0
+
+
+KIND = Kind("compare", "measure layouts side by side and write results + report", add_arguments, run)

@@ -1,0 +1,266 @@
+"""``uwsgi-layouts openloop``: offer fixed request rates, step them up until replies fall behind; the knee.
+
+wrk is closed-loop: each connection waits for its answer before asking again, so an
+overloaded server just slows the clients down. httperf (as in the "finding nginx's async
+limit" article) instead opens new connections at a fixed rate R whatever happens, one
+request each, so a server that cannot keep up shows it: replies lag, time out or fail.
+
+    uwsgi-layouts openloop --layout 2x4-mapped --rates 10,20,40 --step 15 [--path /?...]
+    uwsgi-layouts openloop --app shop:app --request 'GET /api/items' ...   (your app: bench.subject)
+
+Per step, httperf runs ``--rate R --num-conns R*step --num-calls 1`` and samples the reply
+rate every 5 s. A step **passes** when replies >= 99% of requests, the lowest reply-rate
+sample >= 95% of R (the first sample is left out when there are others: it holds the
+ramp-up, see ``bench.analysis.steady_min``), and there is no server-side error (4xx/5xx,
+client timeouts, refused or reset connections); a client-side error (fd-unavail, addrunavail, ftab-full, other) makes
+the step **invalid**: the client, not the server, was the limit. The knee is the last rate
+that passed before the first one that did not (stepping stops there unless ``--all``).
+
+httperf busy-polls: it keeps one core at ~100% whatever the rate. On a small machine that
+core is taken from the server, so httperf runs under ``nice 19`` by default (the server
+wins when both want the CPU) and every step records httperf's own CPU share.
+
+Your app and its traffic (``bench.subject``: --app, --request, --access-log..., as compare takes
+them): the app is pre-flighted before the stack starts, each distinct request is sent once through
+nginx before the first step (--skip-failing leaves a log's failing ones out), and httperf replays
+the GET requests in proportion to their weights (``--wlog``, a list of paths; headers go on its
+command line, so credential headers are refused here).
+
+Writes ``results.json`` (kind ``openloop``: the steps, the environment, the arguments; saved
+after every step; ``uwsgi-layouts report`` re-renders it), ``report.txt``, ``report.md``,
+``reply-rate.png`` and httperf's raw output under ``raw/``. The stack comes from
+``bench.stack.Lab``, the load from ``bench.load.httperf``, the verdicts from ``bench.analysis``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+from uwsgi_layouts.bench import subject as subj
+from uwsgi_layouts.bench.analysis import judge_step
+from uwsgi_layouts.bench.environment import capture
+from uwsgi_layouts.bench.kinds.base import RESULTS_NAME, Kind, publish, sigterm_interrupts
+from uwsgi_layouts.bench.load import httperf
+from uwsgi_layouts.bench.load.files import ROUTES, write_wlog
+from uwsgi_layouts.bench.load.traffic import (
+    SAFE_METHODS,
+    SENSITIVE_HEADERS,
+    TrafficError,
+    redact_argv,
+    write_mix_script,
+)
+from uwsgi_layouts.bench.load.wrk import WrkProcess, run_wrks
+from uwsgi_layouts.bench.observe import tree_cpu_seconds
+from uwsgi_layouts.bench.options import (
+    BadArgument,
+    command_line,
+    default_data_dir,
+    float_arg,
+    int_arg,
+    prepare_dataset,
+    prepare_out,
+    require_tools,
+    transport_arg,
+)
+from uwsgi_layouts.bench.report.openloop import step_line
+from uwsgi_layouts.bench.results import Results, Step, utc_now
+from uwsgi_layouts.bench.stack import Lab, dir_name
+from uwsgi_layouts.deploy.model import parse_variant
+
+DEFAULT_PATH = "/?rounds=5&fib=25&io_ms=10"  # the article's request
+DEFAULT_RATES = (5, 10, 15, 20, 25, 30, 40)
+MIN_STEP_S = 15  # httperf samples the reply rate every 5 s: at least 2 full samples
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--layout", help="one PxT-STRATEGY (variants as in compare, e.g. 2x4-mapped@nginx_workers=2)")
+    p.add_argument("--rates", help=f"comma-separated request rates per second, ascending "
+                                   f"(default {','.join(map(str, DEFAULT_RATES))})")
+    p.add_argument("--step", help=f"seconds per rate (default and minimum {MIN_STEP_S})")
+    p.add_argument("--path", help=f"request path (default {DEFAULT_PATH}, the article's request)")
+    p.add_argument("--files", help=f"instead of --path: random data-set files by route {', '.join(ROUTES)} "
+                                   "(httperf --wlog, shuffled)")
+    p.add_argument("--data-dir", help="with --files: the data set (default build/dataset, created if missing)")
+    p.add_argument("--timeout", help="httperf's per-request timeout in seconds (default 5)")
+    p.add_argument("--warmup", help="seconds of one-connection warm-up before the first step (default 2)")
+    p.add_argument("--client-nice", help="niceness of httperf, which busy-polls a core (default 19; 0 = not niced)")
+    p.add_argument("--transport", help="uWSGI sockets: unix or tcp (default unix)")
+    p.add_argument("--all", action="store_true", help="run every rate, not only up to the first that fails")
+    subj.add_arguments(p)
+    p.add_argument("--out", help="output directory (default results/<timestamp>-openloop)")
+
+
+def resolve_args(args) -> "_Args":
+    """Validate and fill defaults; raise BadArgument naming the field."""
+    spec = (args.layout or "2x4-mapped").strip()
+    parse_variant(spec, run_dir="/tmp/validate")  # LayoutError names the field
+    rates = DEFAULT_RATES if not args.rates else [
+        float_arg("rates", x, 0.1, 100000) for x in str(args.rates).split(",") if x.strip()]
+    if not rates:
+        raise BadArgument("rates: give at least one rate")
+    rates = [int(r) if float(r).is_integer() else float(r) for r in rates]
+    if list(rates) != sorted(set(rates)):
+        raise BadArgument(f"rates: must be ascending without repeats, got {','.join(map(str, rates))}")
+    path = args.path or DEFAULT_PATH
+    if not path.startswith("/") or any(c.isspace() for c in path) or len(path) > 2000:
+        raise BadArgument(f"path: must start with / and contain no spaces, got {path!r}")
+    if args.files and args.files not in ROUTES:
+        raise BadArgument(f"files: must be one of {', '.join(ROUTES)}, got {args.files!r}")
+    subject = subj.from_args(args)
+    if subject.mix is not None:
+        _check_mix_for_httperf(subject, args)
+    elif not subject.demo and args.files:
+        raise BadArgument("files: the data set's routes are the demo app's; your app gets --request lines")
+    parse_variant(spec, run_dir="/tmp/validate", **subject.layout_options)
+    return _Args(
+        layout=spec, rates=list(rates), step=float_arg("step", args.step or MIN_STEP_S, MIN_STEP_S, 600),
+        path=path, files=args.files or "", data_dir=str(Path(args.data_dir or default_data_dir()).absolute()),
+        timeout=float_arg("timeout", args.timeout or 5, 1, 60), warmup=float_arg("warmup", args.warmup or 2, 1, 60),
+        client_nice=int_arg("client_nice", args.client_nice if args.client_nice is not None else 19, 0, 19),
+        transport=transport_arg(args.transport), all=bool(args.all), out=args.out,
+        command=command_line("openloop", redact_argv(getattr(args, "argv", None) or []) or None),
+        subject=subject)
+
+
+def _check_mix_for_httperf(subject: subj.Subject, args) -> None:
+    """httperf opens one connection per request from a list of paths, one method for all, and
+    takes headers on its command line (which other local users can read)."""
+    if args.path or args.files:
+        raise BadArgument(f"{'path' if args.path else 'files'}: your requests (--request, --requests, --access-log, "
+                          "or GET / of your --app) replace it: leave it out")
+    other = sorted({r.method for r in subject.mix.requests if r.method not in SAFE_METHODS})
+    if other:
+        raise TrafficError("request", f"openloop sends GET requests only (httperf replays a list of paths), the "
+                                      f"mix has {', '.join(other)}: leave them out (compare and tune send them)")
+    secret = [n for n, _ in subject.mix.headers if n.lower() in SENSITIVE_HEADERS]
+    if secret:
+        raise TrafficError("header", f"{secret[0]}: openloop hands headers to httperf on its command line, which "
+                                     "other local users can read: leave credentials out (compare and tune send "
+                                     "them from a private file)")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Args:
+    layout: str = ""
+    rates: list = dataclasses.field(default_factory=list)
+    step: float = MIN_STEP_S
+    path: str = DEFAULT_PATH
+    files: str = ""
+    data_dir: str = ""
+    timeout: float = 5
+    warmup: float = 2
+    client_nice: int = 19
+    transport: str = "unix"
+    all: bool = False
+    out: str | None = None
+    command: str = ""
+    subject: subj.Subject | None = None  # the app and its traffic (None: the demo app, --path)
+
+    @property
+    def options(self) -> dict:
+        """The layout's options: the transport and the app's."""
+        return {"transport": self.transport, **(self.subject.layout_options if self.subject else {})}
+
+    def arguments(self) -> dict:
+        """What results.json records as the run's arguments."""
+        mix = self.subject is not None and self.subject.mix is not None
+        return {"layout": self.layout, "rates": list(self.rates), "step_s": self.step,
+                "path": "" if mix else self.path, "files": self.files,
+                "data_dir": self.data_dir if self.files else "", "timeout_s": self.timeout,
+                "client_nice": self.client_nice, "warmup_s": self.warmup, "all": self.all,
+                "transport": self.transport, "command": self.command,
+                **({"app": self.subject.record} if self.subject else {})}
+
+
+def measure(a: _Args, lab: Lab, raw: Path, steps: list[Step], on_step=print, traffic: dict | None = None) -> None:
+    """Start the layout's stack once, warm it up, run every step; each finished step is
+    appended to ``steps`` and handed to ``on_step``. Stops after the first step that does not
+    pass, unless ``a.all``. With the user's requests, each is sent once first (the pre-flight);
+    ``traffic["mix"]`` is then the mix measured (without failing ones, with --skip-failing)."""
+    options = a.options
+    wlog, headers, mix = None, (), a.subject.mix if a.subject else None
+    if a.files:
+        index = prepare_dataset(Path(a.data_dir))
+        options.update({"data_dir": str(index.root), "sendfile": "on"})
+        wlog = write_wlog(index, a.files, lab.work_dir / "wlog", seed=0)
+    raw.mkdir(parents=True, exist_ok=True)
+    with lab.stack(a.layout, name=dir_name(a.layout), **options) as stack:
+        layout = stack.layout
+        if mix is not None:
+            subject, lines = subj.check_traffic(a.subject, layout.listen_host, layout.listen_port, a.timeout,
+                                                where=a.layout)
+            print("\n".join(lines), flush=True)
+            mix = subject.mix
+            if traffic is not None:
+                traffic["mix"] = mix
+            wlog, headers = httperf.write_mix_wlog(lab.work_dir / "traffic" / "mix.wlog", mix), mix.headers
+            warm = WrkProcess(layout.url, 1, a.warmup, timeout_s=a.timeout, script_args=["1"],
+                              script=write_mix_script(lab.work_dir / "traffic" / "warmup.lua", mix))
+        else:
+            warm_url = f"http://{layout.listen}{a.path}" if not a.files else layout.url + "healthz"
+            warm = WrkProcess(warm_url, 1, a.warmup, timeout_s=a.timeout)
+        run_wrks(warm)
+        for rate in a.rates:
+            cmd = httperf.command(layout.listen_port, a.path, rate, a.step, a.timeout, nice=a.client_nice, wlog=wlog,
+                                  headers=headers)
+            cpu0 = tree_cpu_seconds(stack.pids["app"]) + tree_cpu_seconds(stack.pids["nginx"])
+            text = httperf.run(cmd, a.step * 2 + a.timeout + 30)
+            cpu1 = tree_cpu_seconds(stack.pids["app"]) + tree_cpu_seconds(stack.pids["nginx"])
+            stack.check_alive()
+            name = f"step-{rate:g}.txt"
+            (raw / name).write_text(text)
+            parsed = httperf.parse(text)
+            verdict, reasons = judge_step(rate, parsed)
+            seconds = parsed["test_duration_s"]
+            step = Step(rate=rate, num_conns=max(1, round(rate * a.step)), **parsed,
+                        server_cpu_cores=(cpu1 - cpu0) / seconds if seconds else 0.0,
+                        verdict=verdict, reasons=tuple(reasons), raw_output=f"raw/{name}")
+            steps.append(step)
+            on_step(step)
+            if verdict != "pass" and not a.all:
+                break
+
+
+def run(args) -> int:
+    a = resolve_args(args)
+    require_tools("httperf", "wrk")
+    for note in a.subject.notes:
+        print(note, flush=True)
+    subj.preflight_app(a.layout, a.options, a.subject.import_timeout)  # before any stack starts
+    out = prepare_out(a.out, suffix="-openloop")
+    est = len(a.rates) * (a.step + 2) + a.warmup + 5
+    print(f"open loop: {a.layout} ({a.subject.app}), rates {','.join(f'{r:g}' for r in a.rates)} req/s, {a.step:g} "
+          f"s each; at most about {est / 60:.1f} min; results in {out}", flush=True)
+    environment = capture() | {"httperf": httperf.version()}
+    created = utc_now()
+    steps: list[Step] = []
+    results_path = out / RESULTS_NAME
+    traffic = {"mix": a.subject.mix}
+
+    def snapshot(complete: bool) -> Results:
+        workload = {"path": a.path, "files": a.files} if traffic["mix"] is None else \
+            {"path": "", "files": "", "traffic": {"description": "your requests, GET by weight (httperf --wlog)",
+                                                  "traffic": traffic["mix"].to_dict()}}
+        return Results(kind="openloop", created=created, environment=environment,
+                       arguments=a.arguments() | {"complete": complete}, workload=workload, steps=tuple(steps))
+
+    def on_step(step: Step) -> None:
+        print(step_line(step), flush=True)
+        snapshot(complete=False).save(results_path)  # an interruption keeps every finished step
+
+    with Lab() as lab, sigterm_interrupts():
+        try:
+            measure(a, lab, out / "raw", steps, on_step=on_step, traffic=traffic)
+        except KeyboardInterrupt:
+            snapshot(complete=False).save(results_path)
+            print(f"\ninterrupted: the steps measured so far are in {results_path}", file=sys.stderr)
+            return 130
+    results = snapshot(complete=True)
+    results.save(results_path)
+    publish(results, out, saved=results_path)
+    return 0
+
+
+KIND = Kind("openloop", "fixed request rates with httperf, stepped up until replies fall behind", add_arguments, run)

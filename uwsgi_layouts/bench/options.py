@@ -1,0 +1,187 @@
+"""Arguments every experiment kind shares: validators that name the field, the output directory,
+the data set, the tools a kind needs, and the command line a run records.
+
+A bad value raises ``BadArgument`` with one line naming the field and what is allowed; the CLI
+prints it and exits 2, before anything is written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+from uwsgi_layouts.bench import dataset as ds
+from uwsgi_layouts.bench.paired import MarginError, check_margin
+
+
+def results_root() -> Path:
+    """Where a run writes results/<timestamp>-KIND/ unless --out says: the current directory's
+    results/ (in a checkout run with make: the checkout's)."""
+    return Path.cwd() / "results"
+
+
+def default_data_dir() -> Path:
+    return ds.default_root()
+
+INSTALL_HINTS = {
+    "wrk": "wrk is not installed: run scripts/install-system-deps.sh",
+    "httperf": "httperf is not installed: apt-get install httperf (or run scripts/install-system-deps.sh)",
+}
+
+
+class BadArgument(ValueError):
+    """A command-line value that is not allowed; the message starts with the field's name."""
+
+
+class MissingTool(RuntimeError):
+    """A program the kind drives is not installed (exit 1: the machine, not the input)."""
+
+
+def int_arg(field: str, raw, low: int, high: int) -> int:
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise BadArgument(f"{field}: must be an integer in {low}..{high}, got {raw!r}") from None
+    if not low <= value <= high:
+        raise BadArgument(f"{field}: must be an integer in {low}..{high}, got {value}")
+    return value
+
+
+def float_arg(field: str, raw, low: float, high: float) -> float:
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise BadArgument(f"{field}: must be a number in {low:g}..{high:g}, got {raw!r}") from None
+    if not low <= value <= high:
+        raise BadArgument(f"{field}: must be a number in {low:g}..{high:g}, got {value:g}")
+    return value
+
+
+def margin_arg(raw) -> float:
+    """The equivalence margin of paired comparisons: a share in (0, 0.5)."""
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise BadArgument(f"margin: must be a share in (0, 0.5), e.g. 0.05 for ±5%, got {raw!r}") from None
+    try:
+        return check_margin(value)
+    except MarginError as exc:
+        raise BadArgument(str(exc)) from None
+
+
+def on_off(field: str, raw) -> bool:
+    text = str(raw).strip().lower()
+    if text in ("on", "true", "yes", "1"):
+        return True
+    if text in ("off", "false", "no", "0"):
+        return False
+    raise BadArgument(f"{field}: must be on or off, got {raw!r}")
+
+
+def transport_arg(raw, hosts: int = 0) -> str:
+    """uWSGI's sockets: ``unix`` (the default; ``tcp`` with hosts, which bind their own addresses)
+    or ``tcp`` (any local user can reach a loopback port: measure it, do not serve with it)."""
+    if raw not in (None, "tcp", "unix"):
+        raise BadArgument(f"transport: must be tcp or unix, got {raw!r}")
+    return raw or ("tcp" if hosts else "unix")
+
+
+def split_specs(text: str) -> tuple[str, ...]:
+    """Comma-separated layouts, where a variant's own options also use commas:
+    ``2x4-mapped@aio=off,sendfile=on,2x4-mapped@aio=threads`` is two layouts. An item that is
+    ``OPTION=VALUE`` (no ``PxT-`` in front) continues the previous layout's options."""
+    specs: list[str] = []
+    for item in (x.strip() for x in str(text).split(",")):
+        if not item:
+            continue
+        if specs and "@" in specs[-1] and "=" in item and "@" not in item and not re.match(r"[+-]?\d+x", item):
+            specs[-1] += "," + item
+        else:
+            specs.append(item)
+    return tuple(dict.fromkeys(specs))
+
+
+def require_tools(*names: str) -> None:
+    """Raise MissingTool naming how to install the first program that is not on PATH."""
+    for name in names:
+        if not shutil.which(name):
+            raise MissingTool(INSTALL_HINTS.get(name, f"{name} is not installed"))
+
+
+def command_line(kind: str, argv: list[str] | None = None) -> str:
+    """The command that reproduces this run: ``argv`` (the arguments after ``uwsgi-layouts``)
+    when known, else this process's own arguments if they start with ``kind``."""
+    if argv is None:
+        argv = sys.argv[1:] if sys.argv[1:2] == [kind] else [kind]
+    return "uwsgi-layouts " + shlex.join(argv)
+
+
+# --------------------------------------------------------------------------- output directory
+
+
+def timestamp_dir() -> str:
+    return dt.datetime.now().strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+
+
+def prepare_out(path: str | None, suffix: str = "") -> Path:
+    """The run's output directory, created empty: ``path``, else results/<timestamp><suffix>.
+    Refused (BadArgument) when it exists with files in it or cannot be made."""
+    out = Path(path) if path else results_root() / (timestamp_dir() + suffix)
+    blocker = next((a for a in [out, *out.parents] if a.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise BadArgument(f"out: {blocker} exists and is not a directory")
+    if out.exists() and any(out.iterdir()):
+        raise BadArgument(f"out: {out} is not empty; choose a new directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadArgument(f"out: cannot create {out}: {exc.strerror or exc}") from None
+    return out
+
+
+# --------------------------------------------------------------------------- the data set
+
+
+def unreachable_parent(path: Path) -> Path | None:
+    """Under root the stack runs as an unprivileged user, who must traverse every directory
+    above ``path``: the first one that others cannot enter (no o+x), else None."""
+    if os.geteuid() != 0:
+        return None
+    for d in [path, *path.parents]:
+        try:
+            if not d.stat().st_mode & 0o001:
+                return d
+        except OSError:
+            return d
+    return None
+
+
+def prepare_dataset(root: Path):
+    """The data set at ``root`` as it is if valid and complete (its nginx map added if missing),
+    else the default one made there."""
+    index = ds.read_index(root)
+    if index is None or not ds.is_complete(index):
+        print(f"creating the data set in {root} (uwsgi-layouts dataset)", flush=True)
+        try:
+            index, _ = ds.ensure_dataset(root)
+        except ds.DatasetError as exc:
+            raise BadArgument(f"data_dir: {exc}") from None
+    elif ds.ensure_map(index):  # a data set made before the nginx map existed
+        print(f"wrote the nginx map of the data set in {root}", flush=True)
+    blocked = unreachable_parent(index.files_dir)
+    if blocked is not None:
+        raise BadArgument(f"data_dir: {blocked} is not enterable by others (mode "
+                          f"{blocked.stat().st_mode & 0o777:o}), so the stack's nginx workers cannot read the "
+                          f"data set: chmod o+x {blocked}, or use --data-dir under /tmp")
+    return index
+
+
+def dataset_facts(index) -> dict:
+    """What a report says about the data set: sizes, where, on which filesystem."""
+    return {**index.params(), "total_bytes": index.total_bytes, "root": str(index.root),
+            "fs_type": ds.fs_type(index.root), "block_device": ds.disk_read_bytes(index.files_dir) is not None}

@@ -1,0 +1,876 @@
+"""The compare report (closed-loop cells): terminal tables, pooled tails and requests in flight
+(the mechanism, one sentence per scenario read from the figures), the article verdict, the layout
+choice, a Markdown report; the nginx scenarios' sections come from ``bench.report.nginx``.
+
+Every function here takes a ``Results`` (freshly measured or loaded from JSON) and RETURNS
+lines; nothing prints, times or starts processes, so the same code renders a live run and a
+replayed one, and tests can check the tables line by line. Printing is the CLI's job; writing
+files is ``bench.report.exporters``'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from uwsgi_layouts.bench.analysis import (
+    CONFIDENCE,
+    GOAL_P99_SLACK,
+    GOAL_RPS_OF_MAPPED,
+    MEMORY_KEY,
+    MIN_SLOWER_REQUESTS,
+    NOISY_SPREAD,
+    TARGET_EFFICIENCY,
+    TARGET_P99_RATIO,
+    TARGET_RPS_RATIO,
+    ClaimAtLevel,
+    Group,
+    Verdict,
+    article_verdict,
+    best_and_runner_up,
+    best_per_level,
+    compare_groups,
+    group_cells,
+    key_comparisons,
+    layout_choice,
+    requests_for_p99,
+    rule_of,
+    steady_scenarios,
+    tail_advice,
+    unpaired_note,
+    warnings,
+)
+from uwsgi_layouts.bench.report import hosts, nginx, peers
+from uwsgi_layouts.bench.report.memory import memory_lines, memory_markdown, pss_column
+from uwsgi_layouts.bench.report.subject import (
+    any_non_2xx,
+    is_demo_run,
+    short_workload,
+    status_text,
+    subject_lines,
+    subject_markdown,
+)
+from uwsgi_layouts.bench.report.text import (
+    comment,
+    fmt_interval,
+    fmt_stat,
+    md_kv,
+    md_table,
+    num,
+    pct,
+    plot_lines,
+    pm,
+    quoted_p99,
+    table,
+    wrap,
+)
+from uwsgi_layouts.bench.results import Results
+
+ARTICLE = "article"
+LATENCY_COLUMNS = (("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max"))
+
+EFFICIENCY_NOTE = (
+    "Efficiency = throughput / min(capacity bound, closed-loop bound), where the capacity bound is "
+    "cores / CPU-seconds per request (the app server + nginx + wrk together) and the closed-loop bound is "
+    "connections / the unloaded latency of a single request. 1.0 means the layout reached the tighter "
+    "of the two bounds; well below 1.0 means requests waited on something other than CPU or the client."
+)
+NOISY_ADVICE = (
+    f"spread (high - low) / median above {NOISY_SPREAD:.0%} across repeats: rerun with a longer "
+    "--duration, more --repeats, or on a quieter machine before quoting these figures."
+)
+
+
+def _repeats(groups: list[Group]) -> int:
+    return max((g.rps.n for g in groups), default=0)
+
+
+def _level_name(results: Results, level: int) -> str:
+    p = results.arguments.get("processes")
+    if p and level == p:
+        return " (P)"
+    if p and level == 2 * p:
+        return " (2P)"
+    return ""
+
+
+def _by_scenario(results: Results) -> dict[str, list[Group]]:
+    return {sc: group_cells(results, sc) for sc in results.scenarios}
+
+
+def _p99_cell(g: Group) -> str:
+    """The table's p99: pooled where the cells hold histograms, else the median of the repeats' own
+    with its spread; "n/q" (not quoted) when fewer than MIN_SLOWER_REQUESTS requests lie above it."""
+    if not g.p99_quotable:
+        return "n/q"
+    return num(g.p99) if g.tails.pooled else pm(g.latency["p99"])
+
+
+def _p999_cell(g: Group, text: str) -> str:
+    """p99.9 (the repeats' own): quoted only from cells of 10,000 requests (10 above it)."""
+    return text if g.min_cell_requests >= 10 * requests_for_p99() else "n/q"
+
+
+def _best_line(best: Group, groups: list[Group]) -> str:
+    """``best at N connections: LAYOUT (...); against the runner-up ...``: the paired comparison
+    with the next layout (``analysis.ranked_at_level``)."""
+    text = (f"best at {best.concurrency} connections: {best.layout} "
+            f"({num(best.rps.median)} req/s, p99 {quoted_p99(best, unit=' ms')})")
+    b = best_and_runner_up([g for g in groups if g.concurrency == best.concurrency])[best.concurrency]
+    if b.runner_up is not None:
+        c = b.rps
+        text += f"; against {b.runner_up.layout}, throughput {c.describe()}"
+    return text
+
+
+def _p99_kind(g: Group) -> str:
+    return "pooled" if g.tails.pooled else "median"
+
+
+# --------------------------------------------------------------------------- verdict
+
+
+@dataclass(frozen=True)
+class _Check:
+    label: str  # the target, as analysis names it, e.g. "throughput >= 1.25x shared"
+    ok: bool
+    measured: str
+    miss: str  # how far a miss missed; "" when passed
+
+    @property
+    def result(self) -> str:
+        return "pass" if self.ok else f"MISS ({self.miss})" if self.miss else "MISS"
+
+
+def _by(d: float) -> str:
+    return f"{d:.2f}" if abs(d) >= 0.01 else f"{d:.3f}"
+
+
+def _checks(lv: ClaimAtLevel) -> list[_Check]:
+    """The targets of one level with the measured values and, for a miss, by how much."""
+    m, s = lv.mapped, lv.shared
+    out = []
+    for label, ok in lv.targets.items():
+        if label.startswith("throughput"):
+            measured = f"{lv.rps_ratio:.2f}x ({num(m.rps.median)} vs {num(s.rps.median)} req/s)"
+            miss = f"short by {_by(TARGET_RPS_RATIO - lv.rps_ratio)}x"
+        elif label.startswith("p99"):
+            measured = (f"{lv.p99_ratio:.2f}x ({quoted_p99(m)} vs {quoted_p99(s)} ms)" if m.p99_quotable and
+                        s.p99_quotable else f"{lv.p99_ratio:.2f}x (the p99s themselves n/q)")
+            miss = f"over by {_by(lv.p99_ratio - TARGET_P99_RATIO)}x"
+        elif label.startswith("efficiency"):
+            measured = f"{m.efficiency.median:.2f} ({m.layout})"
+            miss = f"short by {_by(TARGET_EFFICIENCY - m.efficiency.median)}"
+        elif "error" in label:
+            measured = f"{m.errors + s.errors} (mapped {m.errors}, shared {s.errors})"
+            miss = f"{m.errors + s.errors} failed requests"
+        else:  # a target analysis added that this module does not know yet
+            measured, miss = "", ""
+        out.append(_Check(label, ok, measured, "" if ok else miss))
+    return out
+
+
+def _paired_note(lv: ClaimAtLevel) -> str:
+    """Both paired comparisons with their intervals and how they were judged."""
+    return f"paired by round: throughput {lv.rps.describe()}; p99 {lv.p99.describe()}"
+
+
+def _cautions(lv: ClaimAtLevel) -> list[str]:
+    """Why a figure may not be trusted: noisy groups, an undecided comparison, a thin tail."""
+    m, s = lv.mapped, lv.shared
+    out = []
+    for g in (m, s):
+        if g.noisy_figures:
+            out.append(f"{g.layout} is noisy here ({', '.join(g.noisy_figures)})")
+    for name, c in (("throughput", lv.rps), ("p99", lv.p99)):
+        if c.outcome == "undecided":
+            out.append(f"{name} undecided after {c.rounds} paired round{'s' if c.rounds != 1 else ''}: measure "
+                       "more (--budget, or more --repeats)")
+    for g in (m, s):
+        if not g.p99_quotable and g.tails.pooled:
+            out.append(f"{g.layout}: {tail_advice(g)}")
+    return out
+
+
+def _claim_text(lv: ClaimAtLevel) -> str:
+    if lv.outcome == "holds":
+        return "claim holds"
+    if lv.outcome == "undecided":
+        open_ = [f"{name} {c.text()}" for name, c in (("throughput", lv.rps), ("p99", lv.p99))
+                 if c.outcome == "undecided"]
+        return "undecided (" + ", ".join(open_) + ": the interval straddles 1 or the margin, no winner declared)"
+    why = []
+    for name, c in (("throughput", lv.rps), ("p99", lv.p99)):
+        if c.outcome == "worse":
+            why.append(f"{name} {c.text()} worse beyond noise")
+        elif c.outcome == "equivalent":
+            why.append(f"{name} {c.text()} equivalent (within ±{c.margin:.0%})")
+    return ("claim fails (" if lv.outcome == "fails" else "no difference to claim (") + ", ".join(why) + ")"
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _names(results: Results) -> tuple[str, str]:
+    p, t = results.arguments.get("processes"), results.arguments.get("threads")
+    return f"{p}x{t}-mapped", f"{p}x{t}-shared"
+
+
+def _verdict(results: Results) -> Verdict:
+    if ARTICLE not in results.scenarios:
+        have = ", ".join(results.scenarios) or "none"
+        return Verdict([], missing=f"this run has no '{ARTICLE}' scenario (scenarios: {have})")
+    return article_verdict(results, ARTICLE)
+
+
+CLAIM = ("The article's claim: one socket per worker with nginx least_conn beats one shared socket on "
+         "throughput and p99 at P and 2P connections, P being the number of processes.")
+
+
+def _outcome(v: Verdict) -> str:
+    """"reproduced", "not reproduced", "undecided" or "cannot be checked"."""
+    if not v.levels:
+        return "cannot be checked"
+    if v.reproduced:
+        return "reproduced"
+    return "undecided" if v.undecided and not v.missing else "not reproduced"
+
+
+def _headline(results: Results, v: Verdict) -> str:
+    """The verdict in plain sentences after the outcome word, with the ratios."""
+    if not v.levels:
+        return f"{v.missing[0].upper()}{v.missing[1:]}. {CLAIM}"
+    mapped, shared = _names(results)
+    n = _repeats([g for lv in v.levels for g in (lv.mapped, lv.shared)])
+    if v.reproduced:
+        where = _and([f"{lv.concurrency}{_level_name(results, lv.concurrency)}" for lv in v.levels])
+        text = (f"{mapped} (one socket per worker + least_conn) beat {shared} (one shared socket) at {where} "
+                f"connections: throughput {_and([f'{lv.rps_ratio:.2f}x' for lv in v.levels])}, p99 "
+                f"{_and([f'{lv.p99_ratio:.2f}x' for lv in v.levels])} of {shared} (paired over {n} rounds).")
+    else:
+        failed = [lv for lv in v.levels if lv.outcome != "holds"]
+        held = [lv for lv in v.levels if lv.outcome == "holds"]
+        text = "; ".join(
+            f"at {lv.concurrency} connections {mapped} had {lv.rps_ratio:.2f}x the throughput and "
+            f"{lv.p99_ratio:.2f}x the p99 of {shared}"
+            + {"undecided": " (undecided: an interval straddles 1)", "no difference": " (no difference beyond the "
+               "margin)", "fails": " (worse beyond noise)"}.get(lv.outcome, "") for lv in failed)
+        if text:
+            text = text[0].upper() + text[1:] + f" (paired over {n} rounds)."
+        if held:
+            text += (" " if text else "") + (
+                f"The claim held at {_and([str(lv.concurrency) for lv in held])} connections "
+                f"({_and([f'{lv.rps_ratio:.2f}x' for lv in held])} throughput, "
+                f"{_and([f'{lv.p99_ratio:.2f}x' for lv in held])} p99), but that is only part of the check.")
+        text += f" {CLAIM}"
+    if v.missing:
+        text += f" Not checked: {v.missing}."
+    if any(_cautions(lv) for lv in v.levels):
+        text += " Some of these figures are noisy, undecided or rest on thin tails: see the cautions."
+    return text
+
+
+def _targets_summary(v: Verdict) -> str:
+    checks = [(lv.concurrency, c) for lv in v.levels for c in _checks(lv)]
+    missed = [(lvl, c) for lvl, c in checks if not c.ok]
+    if not missed:
+        return f"Targets: all {len(checks)} met at {_and([str(lv.concurrency) for lv in v.levels])} connections."
+    return f"Targets: {len(checks) - len(missed)} of {len(checks)} met; missed: " + "; ".join(
+        f"{c.label} at {lvl} connections ({c.measured.split(' (')[0]}, {c.miss})" for lvl, c in missed) + "."
+
+
+def verdict_lines(results: Results) -> list[str]:
+    """Whether the article's claim reproduced here, with the ratios at P and 2P and each target.
+
+    Per level: mapped vs shared, "claim holds" or "claim fails (why)", then one row per target
+    (throughput, p99, efficiency, errors) with the measured value and pass or MISS (by how much).
+    """
+    v = _verdict(results)
+    out = wrap(f"Verdict: {_outcome(v)}. {_headline(results, v)}")
+    if not v.levels:
+        return out
+    mapped, shared = _names(results)
+    for lv in v.levels:
+        out.append("")
+        out.extend(wrap(f"{mapped} vs {shared} at {lv.concurrency} connections"
+                        f"{_level_name(results, lv.concurrency)}: {_claim_text(lv)}"))
+        rows = [[c.label, c.measured, c.result] for c in _checks(lv)]
+        out.extend("  " + x for x in table(["target", "measured", "result"], rows, "<<<"))
+        out.extend(wrap(_paired_note(lv), indent="  "))
+        for caution in _cautions(lv):
+            out.extend(wrap(f"caution: {caution}", indent="  "))
+    out.append("")
+    out.extend(wrap(_targets_summary(v)))
+    return out
+
+
+# --------------------------------------------------------------------------- the key comparisons
+
+
+def decision_lines(results: Results, markdown: bool = False) -> list[str]:
+    """The key comparisons (``analysis.key_comparisons``): each with its paired outcomes, the rounds
+    it took to settle (or that it stayed undecided), and, for a run measured until decided, how
+    many rounds were added and why it stopped."""
+    keys = key_comparisons(results)
+    if not keys:
+        return []
+    rule = rule_of(results)
+    state = results.arguments.get("until_decided") or {}
+    settled_at = state.get("settled_at") or {}
+    items = []
+    for k in keys:
+        figures = "; ".join(f"{'throughput' if c.figure == 'rps' else c.figure} {c.describe()}"
+                            for c in k.comparisons)
+        if k.settled:
+            when = settled_at.get(k.name, k.rounds)
+            end = f"settled after {when} round{'s' if when != 1 else ''}"
+            end += f", {k.rounds} measured" if k.rounds != when else ""
+        else:
+            end = f"still undecided after {k.rounds} round{'s' if k.rounds != 1 else ''}"
+        thin = f"; its pooled p99s n/q (fewer than {MIN_SLOWER_REQUESTS} requests above)" if k.thin else ""
+        items.append(f"{'verdict' if k.kind == 'verdict' else 'best vs runner-up'}: {k.name}: {figures} "
+                     f"[{end}{thin}]")
+    head = f"Decisions, paired by round ({rule.words()})."
+    if "max_rounds" in results.arguments and state:
+        added = [r["round"] for r in state.get("rounds", [])]
+        head += (f" Measured until decided within {results.arguments.get('budget_min', 0):g} min: "
+                 + (f"{len(added)} round{'s' if len(added) != 1 else ''} added (rounds {added[0]}–{added[-1]})"
+                    if added else "no round added") + f"; stopped: {state.get('stop') or 'interrupted'}.")
+    undecided = [k.name for k in keys if not k.settled]
+    if undecided:
+        head += f" Undecided: {len(undecided)} of {len(keys)}: measure more (a larger --budget or more --repeats)."
+    if markdown:
+        return ["## Decisions", "", head, ""] + [f"- {x}" for x in items] + [""]
+    out = ["", "decisions:"] + wrap(head, indent="  ", subsequent="  ")
+    for x in items:
+        out += wrap(x, indent="  - ", subsequent="    ")
+    return out
+
+
+# --------------------------------------------------------------------------- terminal
+
+
+def _terminal_table(groups: list[Group]) -> list[str]:
+    headers = ["layout", "req/s", "p50", "p90", "p99", "p99.9", "max", "errors", "eff.",
+               "worker\nCV", "CPU ms\n/req", "noisy"]
+    rows = []
+    for g in groups:
+        rows.append([
+            g.layout, pm(g.rps), num(g.latency["p50"].median), num(g.latency["p90"].median), _p99_cell(g),
+            _p999_cell(g, num(g.latency["p999"].median)), num(g.latency["max"].median), str(g.errors),
+            f"{g.efficiency.median:.2f}", f"{g.cv.median:.2f}" if g.cv.n else "n/a", num(g.cpu_ms_per_request.median),
+            " ".join(g.noisy_figures),
+        ])
+    _optional_columns(groups, headers, rows, markdown=False)
+    out = table(headers, rows, "<" + ">" * (len(headers) - 2) + "<")
+    detail = [f"{g.layout} {status_text(g.status)}" for g in groups if g.non_2xx]
+    if detail:
+        out += wrap("non-2xx answers (summed over repeats): " + "; ".join(detail))
+    # The nginx scenarios' figures have their own section (bench.report.nginx).
+    keys = sorted({k for g in groups if g.scenario not in nginx.NGINX_SCENARIOS for k in g.extra})
+    if keys:
+        out.append("")
+        out.append("scenario figures (medians):")
+        extra_rows = [[g.layout] + [pm(g.extra[k]) if k in g.extra else "" for k in keys] for g in groups]
+        out.extend("  " + x for x in table(["layout", *keys], extra_rows, "<" + ">" * len(keys)))
+    return out
+
+
+# --------------------------------------------------------------------------- tails and in flight
+
+TAILS_NOTE = (f"pooled: p50/p99 of the repeats' requests together ({CONFIDENCE:.0%} bootstrap interval: repeats, "
+              "then requests, resampled); >p99: pooled requests slower than that p99 (! = fewer than "
+              f"{MIN_SLOWER_REQUESTS}: the p99 would be the slowest few requests, so it is not quoted: n/q); "
+              "pile-up: share of time some uWSGI worker held 2 or more requests in flight while another held at "
+              "least 2 fewer (n/a: one worker or one thread each; blank: no stats server to sample, as for "
+              "gunicorn and granian); full: share of time some worker had every thread busy")
+PER_CELL_NOTE = ("tails are per-cell here: these cells carry no latency histograms (written before them, or "
+                 "wrk's histogram walk was skipped), so p99 is the median of the repeats' own p99, each close "
+                 "to its cell's slowest request")
+
+
+def _has_tails_or_inflight(groups: list[Group]) -> bool:
+    return any(g.tails.pooled or g.inflight for g in groups)
+
+
+def _pileup(g: Group) -> str:
+    if g.inflight is None:
+        return ""
+    pile = g.inflight.pileup
+    if pile is None:
+        return "n/a"
+    # A share near 0 makes a relative spread meaningless: show the repeats' range in points.
+    return pct(pile.median) + (f" ({100 * pile.low:.0f}–{100 * pile.high:.0f})" if pile.n > 1 else "")
+
+
+def _tails_rows(groups: list[Group]) -> list[list[str]]:
+    rows = []
+    for g in groups:
+        t = g.tails
+        rows.append([g.layout, num(t.p50.value) if t.pooled else "",
+                     (fmt_interval(t.p99) if g.p99_quotable else "n/q") if t.pooled else "",
+                     (f"{t.slower}" + ("!" if t.thin else "")) if t.pooled else "", _pileup(g),
+                     pct(g.inflight.full.median) if g.inflight else ""])
+    return rows
+
+
+TAILS_HEADERS = ["layout", "p50\npooled", f"p99 pooled\n({CONFIDENCE:.0%} interval)", ">p99", "pile-up", "full"]
+
+
+def _pileup_level(results: Results, groups: list[Group]) -> int | None:
+    """The level a scenario's mechanism is read at: where pile-up differs most between layouts
+    (2P on a tie, then the lowest)."""
+    with_pile = [g for g in groups if g.inflight and g.inflight.pileup is not None]
+    levels = sorted({g.concurrency for g in with_pile})
+    if not levels:
+        return None
+    p = results.arguments.get("processes")
+
+    def gap(level):
+        at = [g.inflight.pileup.median for g in with_pile if g.concurrency == level]
+        return (round(max(at) - min(at), 2), level == (2 * p if p else None), -level)
+    return max(levels, key=gap)
+
+
+SATURATED = 0.9  # some worker of every layout had every thread busy at least this share of the time
+
+
+def mechanism_sentence(results: Results, scenario: str, groups: list[Group]) -> str:
+    """What the in-flight figures say about this scenario, read from the numbers: at the level
+    where pile-up differs most, the layouts with the most and the least of it and whether the one
+    with less also had the shorter pooled tail (beyond noise); how often their workers were full;
+    and from which level every layout's workers were full (no idle thread left to pile onto)."""
+    level = _pileup_level(results, groups)
+    if level is None:
+        return ""
+    at = [g for g in groups if g.concurrency == level and g.inflight and g.inflight.pileup is not None]
+    hi = max(at, key=lambda g: g.inflight.pileup.median)
+    lo = min(at, key=lambda g: g.inflight.pileup.median)
+    a, b = hi.inflight.pileup.median, lo.inflight.pileup.median
+    text = f"{scenario}, {level} connections{_level_name(results, level)}: "
+    if lo is hi:
+        text += (f"{hi.layout} piled requests up {pct(a)} of the time (a worker held 2+ more in flight than "
+                 f"another). Some worker had all its threads busy {pct(hi.inflight.full.median)} of the time.")
+    else:
+        same = a - b < 0.05
+        if same:
+            text += f"pile-up was about the same in every layout ({pct(b)}–{pct(a)} of the time)"
+        else:
+            text += (f"{hi.layout} piled requests up {pct(a)} of the time (a worker held 2+ more in flight than "
+                     f"another while it had idle threads), {lo.layout} {pct(b)}")
+        p99, rps = compare_groups(lo, hi, "p99"), compare_groups(lo, hi, "rps")
+        kind = "p99" if p99.paired else "p99 (unpaired)"
+        if p99.outcome == "better":
+            text += (f"; {lo.layout}'s {kind} was {p99.text()} of {hi.layout}'s and its throughput "
+                     f"{rps.ratio:.2f}x" + ("." if same else ": less pile-up, shorter tail."))
+        elif p99.outcome == "worse":
+            text += (f"; yet {lo.layout}'s {kind} was {p99.text()} of {hi.layout}'s (worse beyond noise)"
+                     + ("." if same else ": the pile-up does not explain the tail here."))
+        elif p99.outcome == "equivalent":
+            text += f"; the {kind}s of {lo.layout} and {hi.layout} are equivalent: {p99.text()}."
+        else:
+            text += f"; {lo.layout}'s {kind} against {hi.layout}'s is undecided: {p99.text()}."
+        text += (f" Some worker had all its threads busy {pct(hi.inflight.full.median)} of the time in "
+                 f"{hi.layout}, {pct(lo.inflight.full.median)} in {lo.layout}.")
+    layouts = {g.layout for g in groups if g.inflight}
+    full_levels = sorted(lv for lv in {g.concurrency for g in groups}
+                         if {g.layout for g in groups if g.concurrency == lv and g.inflight
+                             and g.inflight.full.median >= SATURATED} == layouts)
+    if full_levels:
+        piles = [g.inflight.pileup.median for g in groups if g.concurrency >= full_levels[0] and g.inflight
+                 and g.inflight.pileup is not None]
+        text += (f" From {full_levels[0]} connections every layout had a worker with all its threads busy at least "
+                 f"{SATURATED:.0%} of the time" + (f" and pile-up was at most {pct(max(piles))}" if piles else "")
+                 + ": no idle thread left to pile onto.")
+    return text
+
+
+def balanced_totals_notes(groups: list[Group], threshold: float = 0.2) -> list[str]:
+    """Per layout, the group (most piled up) whose per-worker totals look even (busiest / idlest
+    share at most 1.25) while a worker was piled up at least ``threshold`` of the time: totals
+    hide the mechanism."""
+    found: dict[str, Group] = {}
+    for g in groups:
+        shares = list(g.worker_share.values())
+        if (len(shares) > 1 and min(shares) and max(shares) / min(shares) <= 1.25 and g.inflight
+                and g.inflight.pileup is not None and g.inflight.pileup.median >= threshold):
+            cur = found.get(g.layout)
+            if cur is None or g.inflight.pileup.median > cur.inflight.pileup.median:
+                found[g.layout] = g
+    return [f"{g.layout} at {g.concurrency} connections{'' if g.scenario == 'article' else f' ({g.scenario})'} "
+            "served " + " / ".join(f"{x:.0%}" for x in g.worker_share.values())
+            + f" of the requests, yet a worker was piled up {pct(g.inflight.pileup.median)} of the time"
+            for g in found.values()]
+
+
+def mechanism_lines(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
+    """One sentence per scenario read from the in-flight figures, and where per-worker totals
+    look balanced while requests piled up (terminal form; Markdown wraps the same text)."""
+    out = []
+    for sc, groups in by_sc.items():
+        sentence = mechanism_sentence(results, sc, groups)
+        if sentence:
+            out.append(sentence)
+    notes = [n for groups in by_sc.values() for n in balanced_totals_notes(groups)]
+    if notes:
+        out.append("Per-worker totals count requests, not when they arrive together: " + "; ".join(notes) + ".")
+    return out
+
+
+def _optional_columns(groups: list[Group], headers: list[str], rows: list[list[str]], markdown: bool) -> None:
+    """Before the last column: the app server tree's PSS (when recorded) and the answers that were
+    not 2xx (when any were)."""
+    if any(g.memory.get(MEMORY_KEY) for g in groups):
+        headers.insert(-1, "server PSS MB" if markdown else "PSS\nMB")
+        for g, row in zip(groups, rows, strict=True):
+            row.insert(-1, pss_column(g)[1 if markdown else 0])
+    if any_non_2xx(groups):
+        headers.insert(-1, "non-2xx")
+        for g, row in zip(groups, rows, strict=True):
+            row.insert(-1, status_text(g.status) if markdown else str(g.non_2xx))
+
+
+def terminal_lines(results: Results) -> list[str]:
+    """The plain-text report: per scenario and level a table, the best layout, then the verdict.
+
+    Medians across repeats; "±" is half the low–high range as a percentage of the median;
+    latencies in ms. Lines fit in 100 columns for layout names up to about 14 characters.
+    """
+    by_sc = _by_scenario(results)
+    all_groups = [g for gs in by_sc.values() for g in gs]
+    a = results.arguments
+    out = [f"uWSGI layouts: {len(results.layouts)} layouts x {len(results.levels)} connection levels x "
+           f"{_repeats(all_groups)} repeats"
+           + (f", {a['duration']:g} s per cell" if isinstance(a.get("duration"), (int, float)) else "")
+           + (f", {results.environment['nproc']} cores" if results.environment.get("nproc") else "")]
+    if comment(results):
+        out.extend(wrap(f"note: {comment(results)}"))
+    out += subject_lines(results)
+    if not results.cells:
+        return out + ["no cells in this results file: nothing was measured."]
+    out.extend(wrap("medians across repeats; ±: half the low–high range, % of the median; latency in ms; p99: "
+                     f"pooled over the repeats, n/q (not quoted) when fewer than {MIN_SLOWER_REQUESTS} requests lie "
+                     "above it; eff.: throughput / min(capacity, closed-loop bound); worker CV: spread of requests "
+                     f"across workers (0 = even); noisy: spread above {NOISY_SPREAD:.0%}", subsequent=""))
+    note = unpaired_note(results)
+    if note:
+        out.extend(wrap(f"note: {note}."))
+    if _has_tails_or_inflight(all_groups):
+        out.extend(wrap(TAILS_NOTE, subsequent=""))
+    if any(not g.tails.pooled for g in all_groups):
+        out.extend(wrap(f"note: {PER_CELL_NOTE}."))
+    for sc, groups in by_sc.items():
+        out += ["", f"== scenario: {sc} =="]
+        best = best_per_level(groups)
+        for level in sorted({g.concurrency for g in groups}):
+            at = [g for g in groups if g.concurrency == level]
+            out += ["", f"{level} connections{_level_name(results, level)}"]
+            out += _terminal_table(at)
+            if _has_tails_or_inflight(at):
+                out += [""] + table(TAILS_HEADERS, _tails_rows(at), "<>>>><")
+            out += wrap(_best_line(best[level], at))
+    mechanism = mechanism_lines(results, by_sc)
+    if mechanism:
+        out += ["", "requests in flight per worker (the mechanism):"]
+        for line in mechanism:
+            out += wrap(line, indent="  - ", subsequent="    ")
+    out += memory_lines(results)
+    out += nginx.nginx_lines(results)
+    out += hosts.host_lines(results)
+    out += decision_lines(results) if not nginx.only_nginx(results) else []
+    out += choice_lines(results)
+    out += peers.alternatives_lines(results)
+    # The article's verdict needs the article's scenario, on the demo app's own request.
+    if not nginx.only_nginx(results) and is_demo_run(results):
+        out.append("")
+        out.extend(verdict_lines(results))
+    warns = warnings(results)
+    if warns:
+        out += ["", "warnings:"]
+        for w in warns:
+            out.extend(wrap(w, indent="  - ", subsequent="    "))
+    return out
+
+
+# --------------------------------------------------------------------------- choosing a layout
+
+
+def choice_lines(results: Results, markdown: bool = False) -> list[str]:
+    """Which layout to run across scenarios: each layout's worst healthy p99 relative to the
+    best layout (per scenario, over levels), its steady-state throughput relative to the
+    mapped layout, the stalled requests' p99, and whether it meets the goal. Only shown when
+    the run has more than one scenario or a stall scenario."""
+    stall = [sc for sc in results.scenarios if sc not in steady_scenarios(results)]
+    if (len(results.scenarios) < 2 and not stall) or nginx.only_nginx(results):
+        return []
+    choices = layout_choice(results)
+    p, t = results.arguments.get("processes"), results.arguments.get("threads")
+    headers = (["layout"] + [f"p99/best {sc}" for sc in results.scenarios]
+               + ["rps/mapped"] + [f"stalled p99 {sc}" for sc in stall] + ["goal"])
+    rows = []
+    for c in choices:
+        ratios = [f"{c.p99_vs_best[sc]:.2f}x" if sc in c.p99_vs_best else "" for sc in results.scenarios]
+        rows.append([c.layout] + ratios
+                    + [f"{c.steady_rps_vs_mapped:.2f}x" if c.steady_rps_vs_mapped is not None else "n/a"]
+                    + [num(c.stalled_p99_ms[sc]) if sc in c.stalled_p99_ms else "" for sc in stall]
+                    + [c.goal])
+    goal = (f"p99/best: healthy p99 / the best layout's, paired by round (worst level); rps/mapped: steady-state "
+            f"throughput / {p}x{t}-mapped's, paired (worst level); stalled p99 in ms. Goal: healthy p99 within "
+            f"{GOAL_P99_SLACK - 1:.0%} of the best layout in every scenario and level, and at least "
+            f"{GOAL_RPS_OF_MAPPED:.0%} of the mapped layout's steady-state throughput. Each half is met when the "
+            "ratio's whole interval is on the right side of its threshold, missed when it is wholly on the wrong "
+            "side, undecided otherwise; it cannot be checked when its inputs were not measured.")
+    winners = [c for c in choices if c.meets_goal]
+    undecided = [c for c in choices if c.goal == "undecided"]
+    unchecked = [c for c in choices if c.goal == "cannot be checked"]
+    if winners:
+        verdict = "Meets the goal: " + ", ".join(f"{c.layout} (worst p99 {c.worst_p99_ratio:.2f}x of the best, "
+                                                 f"at {c.worst_where})" for c in winners) + "."
+        if undecided:
+            verdict += " Undecided: " + ", ".join(c.layout for c in undecided) + "."
+    elif unchecked:
+        best = min(unchecked, key=lambda c: c.worst_p99_ratio)
+        verdict = (f"The goal cannot be checked: {unchecked[0].missing} (its throughput half needs the mapped "
+                   f"layout's steady-state throughput). By healthy p99 alone, {best.layout} is closest to the best "
+                   f"everywhere (worst {best.worst_p99_ratio:.2f}x, at {best.worst_where})"
+                   + (f"; missed beyond noise by {', '.join(c.layout for c in choices if c.goal == 'no')}"
+                      if any(c.goal == "no" for c in choices) else "") + ".")
+    elif undecided:
+        verdict = ("No layout meets the goal beyond noise; undecided (an interval straddles a threshold: measure "
+                   "more): " + ", ".join(f"{c.layout} (worst p99 {c.worst_p99_ratio:.2f}x, at {c.worst_where})"
+                                         for c in undecided) + ".")
+    elif choices:
+        close = min(choices, key=lambda c: (c.worst_p99_ratio, -(c.steady_rps_vs_mapped or 0)))
+        verdict = (f"No layout meets the goal here; closest: {close.layout}, whose worst healthy p99 is "
+                   f"{close.worst_p99_ratio:.2f}x the best ({close.worst_where}).")
+    else:
+        verdict = "No layouts to compare."
+    per_scenario = []
+    for sc in results.scenarios:
+        groups = [g for g in group_cells(results, sc)]
+        if groups:
+            worst_level = max(g.concurrency for g in groups)
+            at = [g for g in groups if g.concurrency == worst_level]
+            best = min(at, key=lambda g: g.p99)
+            per_scenario.append(f"{sc}: lowest healthy p99 at {worst_level} connections is {best.layout} "
+                                f"({quoted_p99(best, unit=' ms')}, {num(best.rps.median)} req/s)")
+    if markdown:
+        return (["## Choosing a layout: steady state and stalls", "", goal, ""] + md_table(headers, rows)
+                + ["", f"**{verdict}**", ""] + [f"- {x}" for x in per_scenario] + [""])
+    out = ["", "choosing a layout (steady state and stalls):"]
+    out += wrap(goal, indent="  ", subsequent="  ")
+    out += ["  " + x for x in table(headers, rows, "<" + ">" * (len(headers) - 1))]
+    out += wrap(verdict, indent="  ", subsequent="  ")
+    for x in per_scenario:
+        out += wrap(x, indent="  - ", subsequent="    ")
+    return out
+
+
+# --------------------------------------------------------------------------- markdown
+
+
+def _md_verdict(results: Results) -> list[str]:
+    v = _verdict(results)
+    out = ["## Verdict", "", f"**{_outcome(v).capitalize()}.** {_headline(results, v)}"]
+    if not v.levels:
+        return out + [""]
+    out += ["", _targets_summary(v), ""]
+    mapped, shared = _names(results)
+    headers = ["connections", "claim"] + [c.label for c in _checks(v.levels[0])]
+    rows = []
+    for lv in v.levels:
+        rows.append([f"{lv.concurrency}{_level_name(results, lv.concurrency)}",
+                     f"{_claim_text(lv)}; {_paired_note(lv)}"]
+                    + [c.measured + f": {'pass' if c.ok else '**' + c.result + '**'}" for c in _checks(lv)])
+    out += [f"{mapped} vs {shared}, ratios paired by round (geometric mean of the per-round ratios):", ""] \
+        + md_table(headers, rows) + [""]
+    cautions = [f"at {lv.concurrency} connections: {c}" for lv in v.levels for c in _cautions(lv)]
+    if cautions:
+        out += ["Cautions:", ""] + [f"- {c}" for c in cautions] + [""]
+    return out
+
+
+def _md_reproduce(results: Results) -> list[str]:
+    out = ["## How to reproduce", ""]
+    command = results.arguments.get("command")
+    if command:
+        out += ["The run was made with:", "", "```sh", str(command), "```", ""]
+    else:
+        out += ["The run did not record its command line.", ""]
+    out += ["This report was rendered from the stored results JSON only; re-render it (nothing is re-run) with "
+            "`uwsgi-layouts report <results.json>`.", ""]
+    return out
+
+
+def _md_level_table(groups: list[Group], best: Group | None) -> list[str]:
+    keys = sorted({k for g in groups for k in g.extra})
+    pooled = any(g.tails.pooled for g in groups)
+    inflight = any(g.inflight for g in groups)
+    new = ([f"p99 pooled ms ({CONFIDENCE:.0%} interval)", ">p99"] if pooled else []) + (["pile-up"] if inflight else [])
+    headers = ["layout", "req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "errors", "efficiency",
+               "worker CV", "CPU ms/req", *keys, *new, "noisy"]
+    rows = []
+    for g in groups:
+        name = f"**{g.layout}**" if best is not None and g.layout == best.layout else g.layout
+        latency = {p: fmt_stat(g.latency[p], digits=None) for p, _ in LATENCY_COLUMNS}
+        latency["p99"] = fmt_stat(g.latency["p99"], digits=None) if g.p99_quotable and not g.tails.pooled else \
+            num(g.p99) if g.p99_quotable else "n/q"
+        latency["p999"] = _p999_cell(g, latency["p999"])
+        rows.append([
+            name, fmt_stat(g.rps), *latency.values(),
+            f"{g.errors} of {g.requests}" if g.errors else "0", fmt_stat(g.efficiency, digits=2),
+            fmt_stat(g.cv, digits=2, mark_noisy=False), fmt_stat(g.cpu_ms_per_request, digits=None),
+            *(fmt_stat(g.extra[k], digits=None) if k in g.extra else "" for k in keys),
+            *(([fmt_interval(g.tails.p99) if g.p99_quotable else "n/q", f"{g.tails.slower}"
+                + (" ⚠" if g.tails.thin else "")] if g.tails.pooled else ["", ""]) if pooled else []),
+            *([_pileup(g)] if inflight else []),
+            "⚠ " + ", ".join("req/s" if f == "rps" else f for f in g.noisy_figures) if g.noisy_figures else "",
+        ])
+    _optional_columns(groups, headers, rows, markdown=True)
+    return md_table(headers, rows, "<" + ">" * (len(headers) - 2) + "<")
+
+
+def _md_results(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
+    out = ["## Results", "",
+           "Each figure is the median across repeats with the low–high range in parentheses; `~` marks a figure "
+           f"whose spread (high − low) / median is above {NOISY_SPREAD:.0%}. Latencies are in ms; errors are "
+           "summed over repeats. The best layout per level is in bold.", "", EFFICIENCY_NOTE, ""]
+    groups = [g for gs in by_sc.values() for g in gs]
+    if _has_tails_or_inflight(groups):
+        out += [TAILS_NOTE[0].upper() + TAILS_NOTE[1:].replace("(! = ", "(⚠ = ") + ".", ""]
+    if any(not g.tails.pooled for g in groups):
+        out += [f"> Note: {PER_CELL_NOTE[0].upper()}{PER_CELL_NOTE[1:]}.", ""]
+    for sc, groups in by_sc.items():
+        out += [f"### Scenario: {sc}", ""]
+        best = best_per_level(groups)
+        for level in sorted({g.concurrency for g in groups}):
+            at = [g for g in groups if g.concurrency == level]
+            out += [f"#### {level} connections{_level_name(results, level)}", ""]
+            out += _md_level_table(at, best.get(level)) + [""]
+            best_text = _best_line(best[level], at)
+            out += [best_text[0].upper() + best_text[1:] + ".", ""]
+            noisy = [g.layout for g in at if g.noisy_figures]
+            if noisy:
+                out += [f"> ⚠ Noisy: {', '.join(noisy)}: {NOISY_ADVICE}", ""]
+    return out
+
+
+def _md_shares(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
+    out = ["## Per-worker shares", "",
+           "Share of requests each worker served (worker 1 / worker 2 / ...), pooled over repeats: uWSGI's "
+           "stats server counts them; gunicorn and granian have none, so there the answers are counted by the "
+           "demo app's X-Worker-Pid header (absent for an app without it). An even "
+           "split is 1 / workers each; the article's problem is a skewed split on one shared socket, where one "
+           "process takes several requests while the others idle. max/min is the busiest worker's count over the "
+           "idlest one's (1.00 = even).", ""]
+    notes = [n for groups in by_sc.values() for n in balanced_totals_notes(groups)]
+    if notes:
+        out += ["> Totals can look balanced while requests pile up at the same moment: " + "; ".join(notes)
+                + " (see *Requests in flight per worker*).", ""]
+    for sc, groups in by_sc.items():
+        levels = sorted({g.concurrency for g in groups})
+        rows = []
+        for layout in dict.fromkeys(g.layout for g in groups):
+            at = {g.concurrency: g for g in groups if g.layout == layout}
+            workers = max((len(g.worker_share) for g in at.values()), default=0)
+            if not workers:
+                continue
+            row = [layout, str(workers), f"{1 / workers:.0%}"]
+            for level in levels:
+                g = at.get(level)
+                if g is None or not g.worker_share:
+                    row.append("")
+                    continue
+                shares = list(g.worker_share.values())
+                ratio = f"{max(shares) / min(shares):.2f}" if min(shares) else "∞"
+                row.append(" / ".join(f"{s:.0%}" for s in shares) + f" (max/min {ratio})")
+            rows.append(row)
+        if len(by_sc) > 1:
+            out += [f"Scenario {sc}:", ""]
+        if not rows:
+            out += ["No per-worker counts were recorded.", ""]
+            continue
+        out += md_table(["layout", "workers", "even split", *(f"{x} connections" for x in levels)], rows,
+                         "<>>" + "<" * len(levels)) + [""]
+    return out
+
+
+def _md_inflight(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
+    """The mechanism: pile-up per layout and level, one sentence per scenario read from the
+    figures, the per-worker in-flight distribution at the level the sentence reads."""
+    groups = [g for gs in by_sc.values() for g in gs]
+    if not any(g.inflight for g in groups):
+        return []
+    out = ["## Requests in flight per worker (the mechanism)", "",
+           "Sampled from the uWSGI stats server during every cell (a thread counts from reading a request until "
+           "uWSGI closes it). **Pile-up**: the share of time some worker held 2 or more requests in flight while "
+           "another held at least 2 fewer, i.e. a request shared one worker's GIL while another worker had idle "
+           "threads (3 requests on 2 workers must put 2 in one: 2 / 1 is not a pile-up; n/a with one worker or one "
+           "thread each). **Full**: the share of time some worker had every thread busy. Per-worker request totals "
+           "(next section) can look even while requests pile up at the same moment.", ""]
+    for line in mechanism_lines(results, by_sc):
+        out += [f"- {line}"]
+    out += [""]
+    for sc, gs in by_sc.items():
+        levels = sorted({g.concurrency for g in gs})
+        rows = []
+        for layout in dict.fromkeys(g.layout for g in gs):
+            at = {g.concurrency: g for g in gs if g.layout == layout}
+            rows.append([layout] + [(_pileup(at[lv]) + f" (full {pct(at[lv].inflight.full.median)})")
+                                    if lv in at and at[lv].inflight else "" for lv in levels])
+        if len(by_sc) > 1:
+            out += [f"Scenario {sc}, pile-up (full):", ""]
+        out += md_table(["layout", *(f"{x} connections" for x in levels)], rows, "<" + ">" * len(levels)) + [""]
+        level = _pileup_level(results, gs)
+        dist = [g for g in gs if g.concurrency == level and g.inflight]
+        if dist:
+            threads = max(g.inflight.threads for g in dist)
+            counts = [str(n) for n in range(threads + 1)]
+            rows = [[g.layout, w] + [pct(shares.get(n, 0.0)) for n in counts]
+                    for g in dist for w, shares in g.inflight.shares.items()]
+            out += [f"Share of time each worker had 0, 1, ... requests in flight at {level} connections ({sc}):", ""]
+            out += md_table(["layout", "worker", *(f"{n} in flight" for n in counts)], rows,
+                            "<<" + ">" * len(counts)) + [""]
+    return out
+
+
+def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
+    """The Markdown report: verdict first, how to reproduce, environment, workload, per-level
+    tables (median and low–high for every figure, noisy cells flagged), best layout per level,
+    per-worker shares, warnings, and the plots (``plot_files``, relative to the report) embedded.
+    """
+    by_sc = _by_scenario(results)
+    out = ["# nginx + uWSGI layout benchmark", ""]
+    meta = [f"Results created {results.created}" if results.created else "Results creation time not recorded",
+            f"scenarios: {', '.join(results.scenarios) or 'none'}",
+            f"layouts: {', '.join(results.layouts) or 'none'}",
+            f"connections: {', '.join(map(str, results.levels)) or 'none'}"]
+    out += ["; ".join(meta) + ".", ""]
+    if comment(results):
+        out += [f"> **Note:** {comment(results)}", ""]
+    out += subject_markdown(results)
+    if not nginx.only_nginx(results) and is_demo_run(results):
+        out += _md_verdict(results)
+    if not nginx.only_nginx(results):
+        out += decision_lines(results, markdown=True)
+    note = unpaired_note(results)
+    if note:
+        out += [f"> Note: {note[0].upper()}{note[1:]}.", ""]
+    out += peers.alternatives_lines(results, markdown=True)
+    out += nginx.nginx_lines(results, markdown=True)
+    out += hosts.host_lines(results, markdown=True)
+    out += choice_lines(results, markdown=True)
+    out += _md_reproduce(results)
+    out += md_kv("Environment", results.environment)
+    out += md_kv("Workload", short_workload(results))
+    out += md_kv("Arguments", results.arguments, skip=("command",))
+    if results.cells:
+        out += _md_results(results, by_sc)
+        out += _md_inflight(results, by_sc)
+        out += _md_shares(results, by_sc)
+        out += memory_markdown(results)
+    else:
+        out += ["## Results", "", "No cells in this results file: nothing was measured.", ""]
+    warns = warnings(results)
+    out += ["## Warnings", ""] + ([f"- {w}" for w in warns] if warns else ["None."]) + [""]
+    return out + plot_lines(plot_files)

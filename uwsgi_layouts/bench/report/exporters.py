@@ -1,0 +1,100 @@
+"""Output formats behind one small interface: each exporter writes files and returns their paths.
+
+    export_all(results, out_dir)                   # report.txt, report.md and the PNG plots
+    export_all(results, out_dir, formats=("md",))  # one format
+
+Every exporter works for every results kind: the report and the plots dispatch on
+``results.kind`` (``bench.report.RENDERERS``, ``bench.report.plots.PLOTS``).
+
+Every file is written atomically (temp file in the same directory + ``os.replace``), so a reader
+never sees half a report. Exporters never print: showing ``report.txt`` is the CLI's job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from uwsgi_layouts.bench.report import markdown_lines, plots, terminal_lines
+from uwsgi_layouts.bench.results import Results, write_text_atomic
+
+
+class Exporter(Protocol):
+    name: str  # the format, as given to ``export_all``: "png", "md", "txt"
+
+    def export(self, results: Results, out_dir: Path) -> list[Path]:
+        """Write this format's files for ``results`` into ``out_dir``; return the written paths."""
+        ...
+
+
+@dataclass
+class PlotExporter:
+    """The kind's PNG plots (``bench.report.plots``; compare: throughput, p99, worker share per scenario)."""
+
+    name = "png"
+
+    def export(self, results: Results, out_dir: Path) -> list[Path]:
+        return plots.plot_all(results, Path(out_dir))
+
+
+@dataclass
+class MarkdownExporter:
+    """``report.md``, embedding plots by relative link.
+
+    ``plot_files``: names (relative to ``out_dir``) to embed, as ``PlotExporter`` returned them.
+    When None, embed the plots ``PlotExporter`` would write that already exist in ``out_dir``,
+    so the report never links an image that is not there.
+    """
+
+    plot_files: list[str] | None = None
+    filename: str = "report.md"
+    name = "md"
+
+    def export(self, results: Results, out_dir: Path) -> list[Path]:
+        out_dir = Path(out_dir)
+        files = self.plot_files
+        if files is None:
+            files = [n for n in plots.plot_file_names(results) if (out_dir / n).is_file()]
+        text = "\n".join(markdown_lines(results, list(files))).rstrip("\n") + "\n"
+        return [write_text_atomic(out_dir / self.filename, text)]
+
+
+@dataclass
+class TerminalExporter:
+    """``report.txt``: the plain-text tables, verdict and warnings of ``terminal_lines``."""
+
+    filename: str = "report.txt"
+    name = "txt"
+
+    def export(self, results: Results, out_dir: Path) -> list[Path]:
+        return [write_text_atomic(Path(out_dir) / self.filename, "\n".join(terminal_lines(results)) + "\n")]
+
+
+EXPORTERS: dict[str, type] = {"png": PlotExporter, "md": MarkdownExporter, "txt": TerminalExporter}
+# Plots first, so the Markdown report can embed exactly the files that were written.
+ORDER = ("png", "md", "txt")
+
+
+def export_all(results: Results, out_dir: Path | str, formats: tuple[str, ...] | list[str] = ORDER) -> list[Path]:
+    """Write every requested format into ``out_dir``; return the written paths (plots, md, txt order)."""
+    unknown = [f for f in formats if f not in EXPORTERS]
+    if unknown:
+        raise ValueError(f"unknown report format(s) {unknown}; choose from {list(EXPORTERS)}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    plot_files: list[str] | None = None
+    for fmt in (f for f in ORDER if f in formats):
+        exporter: Exporter
+        if fmt == "png":
+            exporter = PlotExporter()
+        elif fmt == "md":
+            exporter = MarkdownExporter(plot_files=plot_files)
+        else:
+            exporter = EXPORTERS[fmt]()
+        paths = exporter.export(results, out_dir)
+        if fmt == "png":
+            plot_files = [p.relative_to(out_dir).as_posix() for p in paths]
+        written.extend(paths)
+    return written

@@ -1,0 +1,32 @@
+"""Run: the processes of a rendered stack. ``Stack`` starts one app-server master (uWSGI,
+gunicorn or granian) per app host and one nginx, polls them ready, and stops every process
+tree on every exit path; ``claim`` locks a run directory for a stack (and stops what a dead
+owner left running there); ``chain_reload`` replaces uWSGI's workers one at a time; ``Net``
+makes network namespaces for several hosts on one machine; free ports for lab stacks.
+
+Other rooms (and bench/) import these names from ``deploy.run``, never its modules.
+"""
+
+from uwsgi_layouts.deploy.run.netns import Net, NetnsError, clean_stale, existing, unavailable
+from uwsgi_layouts.deploy.run.ownership import DirLock, claim, holder, reap_orphans
+from uwsgi_layouts.deploy.run.ports import free_consecutive_ports, port_is_free
+from uwsgi_layouts.deploy.run.processes import (
+    child_setup,
+    die_with_parent,
+    http_get,
+    nginx_binary,
+    read_stats,
+    tail,
+    terminate_group,
+    uwsgi_binary,
+)
+from uwsgi_layouts.deploy.run.reload import ReloadResult, chain_reload, load_run_layout
+from uwsgi_layouts.deploy.run.servers import LAUNCHER, PROCESSES, Member, ServerProcess, process_for
+from uwsgi_layouts.deploy.run.stack import Placement, Stack, port_taken
+
+__all__ = [
+    "LAUNCHER", "PROCESSES", "DirLock", "Member", "Net", "NetnsError", "Placement", "ReloadResult", "ServerProcess",
+    "Stack", "chain_reload", "child_setup", "claim", "clean_stale", "die_with_parent", "existing",
+    "free_consecutive_ports", "holder", "http_get", "load_run_layout", "nginx_binary", "port_is_free", "port_taken",
+    "process_for", "read_stats", "reap_orphans", "tail", "terminate_group", "unavailable", "uwsgi_binary",
+]

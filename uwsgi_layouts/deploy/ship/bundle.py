@@ -1,0 +1,629 @@
+"""A production bundle: the files a Debian/Ubuntu server takes as they are.
+
+``uwsgi-layouts bundle LAYOUT --out DIR`` writes, for a bundle called NAME::
+
+    SLOT/nginx/sites-available/NAME.conf -> /etc/nginx/sites-available/NAME.conf (+ sites-enabled link)
+    SLOT/uwsgi/NAME@SLOT.ini             -> /etc/uwsgi-layouts/NAME@SLOT.ini
+    SLOT/systemd/NAME@SLOT.service       -> /etc/systemd/system/NAME@SLOT.service
+    logrotate/NAME                       -> /etc/logrotate.d/NAME
+    INSTALL.md, bundle.json              (not installed: the commands for this bundle; what install reads)
+
+SLOT is blue or green: two copies of the service that differ only in their names, run
+directory (/run/NAME/SLOT: sockets, FIFO, stats) and, with TCP, ports. One serves; an upgrade
+that changes uWSGI's configuration starts the other beside it, points nginx at it and stops the
+first (deploy/ship/installer.py). The site of each slot names that slot's sockets.
+
+Certificates are used where they are (``--tls-cert``/``--tls-key`` name files on the server,
+which renewal tools such as certbot rewrite in place): the site names them, nothing copies them.
+
+With ``--hosts A,B`` (app hosts behind one front, deploy/model/hosts.py) it writes one bundle for the
+front and one per app host (``write_host_bundles``): ``front/`` holds the site (its upstream
+lists every socket of every host, over TLS with nginx's client certificate, in
+/etc/nginx/uwsgi-tls/NAME/), ``hosts/ADDR/`` the uwsgi.ini (ssl-sockets bound to ADDR, the
+host's certificate in /etc/uwsgi-layouts/NAME-tls/), the unit and logrotate file. Each is
+installed with ``deploy install`` on its machine; all of them are cross-checked together.
+
+A bundle depends on nothing of the machine it is rendered on: the app's directory, virtualenv,
+uWSGI binary and static directories are paths on the *server*, checked for shape here and for
+existence by ``deploy install`` on the server (deploy/ship/install.py), which also runs the app's
+pre-flight import there. The topology (processes x threads x strategy, failover, timeouts)
+comes from the same ``Layout`` the lab renders, and the files are cross-checked with the lab's
+``render.crosscheck`` before the bundle directory appears.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import pwd
+import re
+import ssl
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from uwsgi_layouts.deploy.machine import blocked_at, check_hosts
+from uwsgi_layouts.deploy.model import (
+    APP_RE,
+    CA_CERT,
+    CLIENT_CERT,
+    CLIENT_KEY,
+    DEFAULT_APP,
+    STRATEGIES,
+    Layout,
+    LayoutError,
+    Socket,
+    host_cert,
+    host_key,
+    parse_app,
+    parse_env,
+    parse_layout,
+    parse_static,
+)
+
+BUNDLE_JSON = "bundle.json"
+BUNDLE_JSON_VERSION = 1
+# Where nginx's workers run on Debian/Ubuntu (the `user` of /etc/nginx/nginx.conf).
+DEBIAN_NGINX_GROUP = "www-data"
+DEFAULT_HTTP_LISTEN = ("80", "[::]:80")
+DEFAULT_HTTPS_LISTEN = ("443", "[::]:443")
+DEFAULT_BODY_SIZE = "10m"
+# Configs for our uWSGI, outside /etc/uwsgi/apps-enabled, which Debian's uwsgi package starts
+# with /usr/bin/uwsgi and the system Python.
+UWSGI_CONF_DIR = "/etc/uwsgi-layouts"
+# The front's client certificate for the app hosts, and the CA it checks them against.
+FRONT_TLS_DIR = "/etc/nginx/uwsgi-tls"
+
+# The two side-by-side copies of a single-machine bundle's service (see the module's docstring).
+SLOTS = ("blue", "green")
+# With --transport tcp, green's sockets are blue's ports plus this (a layout has at most 256 sockets).
+SLOT_PORT_OFFSET = 1000
+# What install wrote, by bundle (deploy/ship/manifest.py): what uninstall removes.
+STATE_DIR = "/var/lib/uwsgi-layouts"
+# Debian's nginx logs: www-data:adm 0640 (/etc/logrotate.d/nginx creates them so).
+NGINX_LOG_OWNER = ("www-data", "adm")
+NGINX_LOG_MODE = 0o640
+# Without --stop-grace and without harakiri: how long `systemctl stop` waits for requests in flight.
+DEFAULT_STOP_GRACE = 30
+MAX_STOP_GRACE = 3600
+
+# NAME names a systemd unit, /run/NAME, /var/log/NAME, files and an nginx upstream and zone.
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
+# Debian's adduser accepts these by default (NAME_REGEX); systemd's User= too.
+ACCOUNT_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+# Server paths go unquoted into nginx, uwsgi.ini ($, %) and systemd (%, $, spaces, quotes).
+SERVER_PATH_RE = re.compile(r"^(/[A-Za-z0-9._+@-]+)+$")
+HOSTNAME_RE = re.compile(r"^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}"
+                         r"[A-Za-z0-9])?)*$")
+BODY_SIZE_RE = re.compile(r"^(0|[1-9][0-9]{0,5}[kKmMgG]?)$")
+# Where a bundle writes; an app path below one of these would be relocated by `install --root`
+# or hidden by the unit's sandbox, so none may be.
+SYSTEM_DIRS = ("/etc", "/run", "/var/log", "/proc", "/sys", "/dev", "/boot")
+TMP_DIRS = ("/tmp", "/var/tmp")  # PrivateTmp= hides them from the service
+HOME_DIRS = ("/home", "/root", "/run/user")  # ProtectHome= hides them
+
+
+
+def _under(path: str, roots: tuple[str, ...]) -> str:
+    return next((r for r in roots if path == r or path.startswith(r + "/")), "")
+
+
+def server_path(field_name: str, raw, what: str) -> str:
+    """An absolute, normalised path on the server, in characters every generated file can hold."""
+    text = str(raw or "")
+    if not text:
+        raise LayoutError(field_name, f"a bundle needs {what} as an absolute path on the server")
+    clean = os.path.normpath(text) if text.startswith("/") else text
+    if clean.startswith("//"):
+        clean = "/" + clean.lstrip("/")
+    if not clean.startswith("/") or clean == "/":
+        raise LayoutError(field_name, f"{text!r} must be an absolute path on the server (such as /srv/shop), not /")
+    if not SERVER_PATH_RE.match(clean):
+        raise LayoutError(field_name, f"{text!r} may hold only letters, digits and . _ + @ - between slashes "
+                                      "(it goes unquoted into nginx, uwsgi.ini and the systemd unit)")
+    taken = _under(clean, SYSTEM_DIRS)
+    if taken:
+        raise LayoutError(field_name, f"{clean} is under {taken}, where the bundle's own files live: "
+                                      "put the app under /srv or /opt")
+    return clean
+
+
+def _account(field_name: str, raw, default: str) -> str:
+    name = str(raw or default)
+    if not ACCOUNT_RE.match(name):
+        raise LayoutError(field_name, f"{name!r} must be a user/group name of lowercase letters, digits, _ and - "
+                                      "(starting with a letter or _, at most 32)")
+    if field_name in ("user", "group") and name == "root":
+        raise LayoutError(field_name, "root is refused: uWSGI runs the app, which must not run as root")
+    return name
+
+
+def _listen(field_name: str, raw: str) -> str:
+    """``PORT``, ``IPV4:PORT`` or ``[IPV6]:PORT`` as nginx's listen takes it."""
+    text = str(raw).strip()
+    host, sep, port = text.rpartition(":") if not text.isdigit() else ("", "", text)
+    if host:
+        try:
+            if host.startswith("[") and host.endswith("]"):
+                ipaddress.IPv6Address(host[1:-1])
+            else:
+                ipaddress.IPv4Address(host)
+        except ValueError:
+            host = "bad"
+    if host == "bad" or (sep and not host) or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise LayoutError(field_name, f"expected PORT, IPV4:PORT or [IPV6]:PORT such as 80, 127.0.0.1:8080 or "
+                                      f"[::]:80, got {text!r}")
+    return f"{host}:{int(port)}" if host else str(int(port))
+
+
+def port_of(listen: str) -> int:
+    return int(listen.rpartition(":")[2])
+
+
+def _server_names(raw) -> tuple[str, ...]:
+    names = tuple(raw or ()) or ("_",)
+    for name in names:
+        if name != "_" and not HOSTNAME_RE.match(name):
+            raise LayoutError("server_name", f"{name!r} must be a host name such as shop.example.com or "
+                                             "*.example.com (or _ for any)")
+    return names
+
+
+def _read_pem(field_name: str, path: str) -> str:
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or "not a text file"
+        raise LayoutError(field_name, f"cannot read {path}: {reason}") from None
+    return text
+
+
+def tls_path(field_name: str, raw) -> str:
+    """A certificate or key path on the server, as nginx's site will name it (absolute, in
+    characters nginx takes unquoted). /etc is allowed: that is where certificates live."""
+    text = str(raw or "")
+    clean = os.path.normpath(text) if text.startswith("/") else text
+    if not clean.startswith("/") or not SERVER_PATH_RE.match(clean):
+        raise LayoutError(field_name, f"{text!r} must be an absolute path on the server holding only letters, digits "
+                                      "and . _ + @ - between slashes (nginx reads it there, at every reload)")
+    taken = _under(clean, ("/proc", "/sys", "/dev"))
+    if taken:
+        raise LayoutError(field_name, f"{clean} is under {taken}, which holds no certificate files")
+    return clean
+
+
+def tls_paths(cert, key) -> tuple[str, str]:
+    """(certificate path, key path) as given with --tls-cert/--tls-key, or ("", "") without TLS."""
+    if not cert and not key:
+        return "", ""
+    if not cert or not key:
+        given, missing = ("tls_cert", "--tls-key") if cert else ("tls_key", "--tls-cert")
+        raise LayoutError(given, f"needs {missing} too: nginx serves HTTPS with a certificate and its key")
+    return tls_path("tls_cert", cert), tls_path("tls_key", key)
+
+
+def check_tls_pair(cert: str, key: str, nobody: tuple[int, int] | None = None) -> None:
+    """The certificate and key as nginx's master (root) reads them at every start and reload:
+    readable, PEM, the key unencrypted and belonging to the certificate, and not readable by every
+    local user (``nobody``: its uid and gid; None skips that check). LayoutError naming the field."""
+    cert_text, key_text = _read_pem("tls_cert", cert), _read_pem("tls_key", key)
+    if "-----BEGIN CERTIFICATE-----" not in cert_text:
+        raise LayoutError("tls_cert", f"{cert} holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
+    if "PRIVATE KEY-----" in cert_text:
+        raise LayoutError("tls_cert", f"{cert} also holds a private key, and a certificate is public: give the key "
+                                      "alone with --tls-key")
+    if not re.search(r"-----BEGIN [A-Z ]*PRIVATE KEY-----", key_text):
+        raise LayoutError("tls_key", f"{key} holds no PEM private key")
+
+    class Encrypted(Exception):
+        pass
+
+    def no_passphrase():
+        raise Encrypted
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(cert, key, password=no_passphrase)
+    except Encrypted:
+        raise LayoutError("tls_key", f"{key} is encrypted: nginx would ask for its passphrase at every start; "
+                                     f"decrypt it (openssl pkey -in {key} -out KEY.pem)") from None
+    except ssl.SSLError as exc:
+        why = "does not belong to the certificate" if "KEY_VALUES_MISMATCH" in str(exc) else f"is unusable ({exc})"
+        raise LayoutError("tls_key", f"{key} {why} in {cert}") from None
+    if nobody is not None and _readable_by(Path(key).resolve(), *nobody):
+        raise LayoutError("tls_key", f"{key} is readable by every local user: chmod 0600 {key} (nginx's master "
+                                     "reads it as root)")
+
+
+def _readable_by(path: Path, uid: int, gid: int) -> bool:
+    """Whether user ``uid`` (group ``gid``) can reach and read the file ``path``."""
+    if blocked_at(path.parent, uid, {gid}, need_read=False) is not None:
+        return False
+    st = path.stat()
+    bits = 6 if st.st_uid == uid else 3 if st.st_gid == gid else 0
+    return bool((st.st_mode >> bits) & 0o4)
+
+
+def nobody_ids() -> tuple[int, int] | None:
+    """uid and gid of ``nobody`` (the stand-in for any local user), None where there is none."""
+    try:
+        entry = pwd.getpwnam("nobody")
+    except KeyError:
+        return None
+    return entry.pw_uid, entry.pw_gid
+
+
+# --- the bundle ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A layout with the server's paths and names. Besides its own fields it answers the
+    attributes the shared templates (nginx/_upstream.j2, _failover.j2, _static.j2, uwsgi/_app.j2,
+    _sockets.j2...) and ``render.crosscheck`` read from a ``Layout``, with server values."""
+
+    layout: Layout  # processes x threads x strategy and the failover/timeouts; its lab paths are unused
+    name: str
+    app: str
+    app_dir: str
+    virtualenv: str
+    uwsgi: str
+    user: str
+    group: str
+    nginx_group: str
+    env: tuple[tuple[str, str], ...] = ()
+    static: tuple[tuple[str, str], ...] = ()
+    writable: tuple[str, ...] = ()
+    server_names: tuple[str, ...] = ("_",)
+    listen: tuple[str, ...] = DEFAULT_HTTP_LISTEN
+    tls_listen: tuple[str, ...] = DEFAULT_HTTPS_LISTEN
+    tls_cert: str = ""  # the certificate's path on the server, used in place; "" = plain HTTP
+    tls_key: str = ""
+    acme_webroot: str = ""  # port 80 serves /.well-known/acme-challenge/ from here (certbot --webroot -w)
+    client_max_body_size: str = DEFAULT_BODY_SIZE
+    stop_grace: int = DEFAULT_STOP_GRACE  # seconds `systemctl stop` lets requests in flight finish
+    slot: str = ""  # "blue" | "green" on one machine (these files are that copy's), "" across hosts
+    # Several app hosts: "front" (the site only) or "host" (uWSGI only, bound to ``host``); "" = one
+    # machine. ``uwsgi_tls_pem``: the PEM texts of the TLS between them (deploy certs), by file.
+    role: str = ""
+    host: str = ""
+    uwsgi_tls_pem: tuple[tuple[str, str], ...] = ()
+
+    # --- what the templates and crosscheck read as from a Layout ---------------------------
+    processes = property(lambda self: self.layout.processes)
+    threads = property(lambda self: self.layout.threads)
+    strategy = property(lambda self: self.layout.strategy)
+    strategy_obj = property(lambda self: self.layout.strategy_obj)
+    transport = property(lambda self: self.layout.transport)
+    backlog = property(lambda self: self.layout.backlog)
+    harakiri = property(lambda self: self.layout.harakiri)
+    retries = property(lambda self: self.layout.retries)
+    connect_timeout = property(lambda self: self.layout.connect_timeout)
+    lock_engine = property(lambda self: self.layout.lock_engine)
+    server = property(lambda self: self.layout.server)
+    nginx_protocol = property(lambda self: self.layout.nginx_protocol)
+    upstream_keepalive = property(lambda self: self.layout.upstream_keepalive)
+    uwsgi_socket_option = property(lambda self: self.layout.uwsgi_socket_option)
+    has_stats = property(lambda self: self.layout.has_stats)
+    # Across app hosts (deploy/model/hosts.py): the failure policy and TLS between nginx and uWSGI.
+    hosts = property(lambda self: self.layout.hosts)
+    app_hosts = property(lambda self: self.layout.app_hosts)
+    socket_plans = property(lambda self: self.layout.socket_plans)
+    max_fails = property(lambda self: self.layout.max_fails)
+    fail_timeout = property(lambda self: self.layout.fail_timeout)
+    uwsgi_tls = property(lambda self: self.layout.uwsgi_tls)
+    uwsgi_tls_name = property(lambda self: self.layout.uwsgi_tls_name)
+    uwsgi_tls_dir = property(lambda self: self.layout.uwsgi_tls_dir)
+    nginx_scheme = property(lambda self: self.layout.nginx_scheme)
+    data_dir = ""  # the lab's data set never ships
+    # The distribution's nginx.conf says `worker_processes auto`: balancing counts need a zone.
+    nginx_workers = "auto"
+    # uid/gid and chown-socket are always written (see the unit for who starts uWSGI).
+    drops_privileges = True
+
+    @property
+    def socket_group(self) -> str:
+        return self.nginx_group
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert)
+
+    @property
+    def instance(self) -> str:
+        """The service's name: NAME@SLOT on one machine, NAME on an app host."""
+        return f"{self.name}@{self.slot}" if self.slot else self.name
+
+    def for_slot(self, slot: str) -> "Bundle":
+        return replace(self, slot=slot)
+
+    @property
+    def slots(self) -> tuple[str, ...]:
+        """The slots this bundle's service comes in: both on one machine, none across hosts."""
+        return SLOTS if self.role != "host" and not self.layout.hosts else ()
+
+    @property
+    def run_dir(self) -> str:
+        return f"/run/{self.name}/{self.slot}" if self.slot else f"/run/{self.name}"
+
+    @property
+    def ini_path(self) -> str:
+        return f"{UWSGI_CONF_DIR}/{self.instance}.ini"
+
+    @property
+    def master_fifos(self) -> list[str]:
+        """Every master FIFO of this bundle's service (one per slot): logrotate writes to each."""
+        return [f"{self.for_slot(s).run_dir}/master.fifo" for s in self.slots] or [f"{self.run_dir}/master.fifo"]
+
+    @property
+    def catch_all(self) -> bool:
+        """Named hosts get a catch-all server before the site's own: other Host headers are closed
+        (444) and other or missing SNI refused, so they never reach the app."""
+        return self.server_names != ("_",)
+
+    @property
+    def catch_all_name(self) -> str:
+        # Unique per bundle (.invalid is reserved, RFC 2606): two catch-alls without a name would
+        # both be server_name "", which nginx reports as a conflicting server name.
+        return f"unknown-host.{self.name}.invalid"
+
+    @property
+    def log_dir(self) -> str:
+        return f"/var/log/{self.name}"
+
+    @property
+    def upstream_name(self) -> str:
+        return f"uwsgi_{self.name}"
+
+    @property
+    def unit(self) -> str:
+        return f"{self.instance}.service"
+
+    @property
+    def sockets(self) -> list[Socket]:
+        if self.layout.hosts:  # each host binds its own address: a host its own sockets, the front all
+            return self.layout.host_sockets(self.host) if self.role == "host" else self.layout.sockets
+        out = []
+        offset = SLOT_PORT_OFFSET if self.slot == SLOTS[1] else 0
+        for s in self.layout.sockets:
+            address = (f"{self.run_dir}/uwsgi-{s.index}.sock" if self.transport == "unix"
+                       else f"127.0.0.1:{self.layout.base_port + offset + s.index}")
+            out.append(replace(s, address=address))
+        return out
+
+    @property
+    def upstream_servers(self) -> list[tuple[Socket, tuple[str, ...]]]:
+        """The lab's servers (retry alias, max_fails=0, the strategy's parameters) on our sockets."""
+        if self.layout.hosts:
+            return self.layout.upstream_servers
+        ours = self.sockets
+        return [(ours[s.index], params) for s, params in self.layout.upstream_servers]
+
+    @property
+    def stats_address(self) -> str:
+        return f"{self.run_dir}/stats.sock"
+
+    @property
+    def https_redirect(self) -> str:
+        port = port_of(self.tls_listen[0])
+        return "https://$host" + ("" if port == 443 else f":{port}") + "$request_uri"
+
+    @property
+    def protect_home(self) -> str:
+        """ProtectHome=: "yes" unless an app path lives under /home or /root (then read-only)."""
+        return "read-only" if any(_under(p, HOME_DIRS) for p in self.app_paths) else "yes"
+
+    @property
+    def private_tmp(self) -> bool:
+        return not any(_under(p, TMP_DIRS) for p in self.app_paths)
+
+    @property
+    def app_paths(self) -> list[str]:
+        return [self.app_dir, self.virtualenv, self.uwsgi, *(d for _, d in self.static), *self.writable]
+
+    def host_layout(self, host: str) -> "Bundle":
+        """The bundle of one app host (crosscheck reads each host's uwsgi.ini through it)."""
+        return replace(self, role="host", host=host)
+
+    @property
+    def uwsgi_tls_files(self) -> dict[str, str]:
+        """Where the TLS files between the front and the hosts live on the server, by role."""
+        if self.role == "front":
+            base = f"{FRONT_TLS_DIR}/{self.name}"
+            return {"ca": f"{base}/ca.crt", "client_cert": f"{base}/front.crt", "client_key": f"{base}/front.key"}
+        if self.role == "host":
+            base = f"{UWSGI_CONF_DIR}/{self.name}-tls"
+            return {"ca": f"{base}/ca.crt", "cert": f"{base}/host.crt", "key": f"{base}/host.key"}
+        return {}
+
+    def files(self) -> list[BundleFile]:
+        return bundle_files(self.name, self.group, self.role)
+
+
+@dataclass(frozen=True)
+class BundleFile:
+    path: str  # inside the bundle directory
+    target: str  # absolute path on the server
+    mode: int
+    group: str = "root"
+    slot: str = ""  # "blue"/"green": install takes the files of one slot; "" = the bundle's only copy
+    kind: str = ""  # site | ini | unit | logrotate | tls: what install does when it changes
+
+
+def bundle_files(name: str, group: str, role: str = "") -> list[BundleFile]:
+    """Every installed file of bundle ``name``: where it lives in the bundle and on the server.
+    ``role``: "" (one machine: the site, ini and unit of each slot), "front" (the site) or
+    "host" (uWSGI) of a bundle across hosts."""
+    def site(slot: str = "") -> BundleFile:
+        inside = f"{slot}/" if slot else ""
+        return BundleFile(f"{inside}nginx/sites-available/{name}.conf", f"/etc/nginx/sites-available/{name}.conf",
+                          0o644, slot=slot, kind="site")
+
+    def service(slot: str = "") -> list[BundleFile]:
+        inside, instance = (f"{slot}/", f"{name}@{slot}") if slot else ("", name)
+        return [
+            # The app's environment (--env) may hold secrets: readable by root and the run group only.
+            BundleFile(f"{inside}uwsgi/{instance}.ini", f"{UWSGI_CONF_DIR}/{instance}.ini", 0o640, group, slot, "ini"),
+            BundleFile(f"{inside}systemd/{instance}.service", f"/etc/systemd/system/{instance}.service", 0o644,
+                       slot=slot, kind="unit"),
+        ]
+
+    logrotate = [BundleFile(f"logrotate/{name}", f"/etc/logrotate.d/{name}", 0o644, kind="logrotate")]
+    if not role:
+        return [f for slot in SLOTS for f in (site(slot), *service(slot))] + logrotate
+    files = [site()] if role == "front" else [*service(), *logrotate]
+    if role == "front":  # nginx's master reads its client key as root
+        base = f"{FRONT_TLS_DIR}/{name}"
+        files += [BundleFile("uwsgi-tls/ca.crt", f"{base}/ca.crt", 0o644, kind="tls"),
+                  BundleFile("uwsgi-tls/front.crt", f"{base}/front.crt", 0o644, kind="tls"),
+                  BundleFile("uwsgi-tls/front.key", f"{base}/front.key", 0o600, kind="tls")]
+    if role == "host":  # systemd starts uWSGI as the run user, who reads the key (group, 0640)
+        base = f"{UWSGI_CONF_DIR}/{name}-tls"
+        files += [BundleFile("uwsgi-tls/ca.crt", f"{base}/ca.crt", 0o644, kind="tls"),
+                  BundleFile("uwsgi-tls/host.crt", f"{base}/host.crt", 0o644, kind="tls"),
+                  BundleFile("uwsgi-tls/host.key", f"{base}/host.key", 0o640, group, kind="tls")]
+    return files
+
+
+def site_link(name: str) -> tuple[str, str]:
+    """(link, target) that enables the site, as Debian's nginx.conf includes sites-enabled/*."""
+    return f"/etc/nginx/sites-enabled/{name}.conf", f"/etc/nginx/sites-available/{name}.conf"
+
+
+def system_paths(name: str) -> tuple[str, ...]:
+    """The system paths a bundle's files name; ``install --root`` moves exactly these. (The
+    certificates, ACME webroot and app paths are the server's own and stay where they are.)"""
+    return ("/etc/nginx", UWSGI_CONF_DIR, "/etc/systemd/system", "/etc/logrotate.d",
+            f"/run/{name}", f"/var/log/{name}", "/var/log/nginx")
+
+
+def _topology(spec: str, name: str, options: dict) -> Layout:
+    """The lab's Layout for processes x threads x strategy and the uWSGI/nginx tuning options. Its
+    lab-only fields (run dir, listen, stats port, user) never reach a bundle file: they get values
+    that always validate and cannot collide with the sockets. Across hosts, the certificates are
+    read from this machine (``_across_hosts`` copies them into the bundle)."""
+    transport = options.get("transport") or ("tcp" if options.get("hosts") else "unix")
+    probe = parse_layout(spec, transport="unix", run_dir=f"/run/{name}")
+    count = len(probe.sockets)
+    base = options.get("base_port") or 5000
+    try:
+        first = int(str(base).strip())
+    except ValueError:
+        first = 5000  # parse_layout names the bad value below
+    spare = [p for p in (1, 2, 65534, 65535) if not first <= p < first + count][:2]
+    layout = parse_layout(spec, transport=transport, base_port=base, listen=f"127.0.0.1:{spare[0]}",
+                          stats_port=spare[1], run_dir=f"/run/{name}",
+                          **{k: v for k, v in options.items() if k not in ("transport", "base_port")})
+    return replace(layout, uwsgi_tls_dir=check_hosts(layout))
+
+
+def uwsgi_server(strategy) -> str:
+    """The server a strategy runs: "uwsgi" unless the strategy says otherwise (``server``)."""
+    return str(getattr(strategy, "server", "uwsgi") or "uwsgi")
+
+
+def default_name(app: str) -> str:
+    return app.partition(":")[0].split(".")[0].lower().replace("_", "-")
+
+
+def build_bundle(spec: str, *, app=None, app_dir=None, virtualenv=None, env=None, static=None, name=None,
+                 uwsgi=None, user=None, group=None, nginx_group=None, writable=None, server_names=None,
+                 listen=None, tls_listen=None, tls_cert=None, tls_key=None, acme_webroot=None,
+                 client_max_body_size=None, stop_grace=None, **layout_options) -> Bundle:
+    """A validated Bundle, or LayoutError naming the field. Reads only the TLS files given, and
+    only when they exist on this machine (``install`` checks them on the server in any case)."""
+    app = str(app or DEFAULT_APP)
+    if not APP_RE.match(app):
+        target = parse_app(app)  # raises, saying what is allowed, unless it is a factory
+        raise LayoutError("app", f"{target.text} is an app factory, which a bundle's uwsgi.ini cannot call: write "
+                                 f"`from {target.module} import {target.name}; application = {target.callable_text}` "
+                                 "into a module of your app (wsgi.py) and give --app wsgi:application")
+        raise LayoutError("app", f"expected an importable module:callable such as shop.wsgi:application, got {app!r}")
+    bundle_name = str(name) if name is not None else default_name(app)
+    if not NAME_RE.match(bundle_name):
+        raise LayoutError("name", f"{bundle_name!r} must be 1-40 lowercase letters, digits, _ and -, starting with a "
+                                  "letter or digit (it names the unit, /run/NAME, /var/log/NAME and the files)")
+    layout = _topology(spec, bundle_name, {k: v for k, v in layout_options.items() if v is not None})
+    runs = uwsgi_server(layout.strategy_obj)
+    if runs != "uwsgi":
+        ours = ", ".join(n for n, s in STRATEGIES.items() if uwsgi_server(s) == "uwsgi")
+        raise LayoutError("layout", f"strategy {layout.strategy} runs {runs}, not uWSGI: a bundle ships uWSGI only "
+                                    f"(uWSGI strategies: {ours})")
+    if layout.uwsgi_bin:
+        raise LayoutError("uwsgi_bin", "is the lab's uWSGI; a bundle names the server's with --uwsgi")
+    if layout.protocol != "uwsgi":
+        raise LayoutError("protocol", f"a bundle's nginx speaks uwsgi to uWSGI (uwsgi_pass); {layout.protocol} "
+                                      "is a variant to measure in the lab, not shipped")
+    app_dir = server_path("app_dir", app_dir, "--app-dir (the app's directory)")
+    venv = server_path("virtualenv", virtualenv, "--virtualenv (the app's virtualenv, which holds uWSGI)")
+    uwsgi_bin = server_path("uwsgi", uwsgi or f"{venv}/bin/uwsgi", "--uwsgi")
+    static_dirs = parse_static(static or (), local=False)
+    for prefix, directory in static_dirs:
+        server_path("static", directory, f"the directory for {prefix}/")
+    writable_dirs = tuple(server_path("writable", d, "--writable DIR") for d in (writable or ()))
+    user_name = _account("user", user, DEBIAN_NGINX_GROUP)
+    cert_path, key_path = tls_paths(tls_cert, tls_key)
+    if cert_path and (os.path.lexists(cert_path) or os.path.lexists(key_path)):
+        check_tls_pair(cert_path, key_path, nobody_ids())
+    webroot = server_path("acme_webroot", acme_webroot, "--acme-webroot DIR") if acme_webroot else ""
+    http = tuple(dict.fromkeys(_listen("listen", x) for x in (listen or DEFAULT_HTTP_LISTEN)))
+    https = tuple(dict.fromkeys(_listen("tls_listen", x) for x in (tls_listen or DEFAULT_HTTPS_LISTEN)))
+    if tls_listen and not cert_path:
+        raise LayoutError("tls_listen", "needs --tls-cert and --tls-key: without them the site is plain HTTP")
+    clash = sorted({port_of(a) for a in http} & {port_of(a) for a in https}) if cert_path else []
+    if clash:
+        raise LayoutError("tls_listen", f"port {clash[0]} is given to both --listen and --tls-listen")
+    if layout.transport == "tcp":
+        taken = {port_of(a) for a in http + (https if cert_path else ())}
+        # On one machine the green slot's sockets sit SLOT_PORT_OFFSET above blue's.
+        offsets = (0,) if layout.hosts else (0, SLOT_PORT_OFFSET)
+        ports = {layout.base_port + o + s.index for o in offsets for s in layout.sockets}
+        if max(ports) > 65535:
+            raise LayoutError("base_port", f"the second slot's sockets need ports up to {max(ports)} "
+                                           f"(--base-port + {SLOT_PORT_OFFSET}): choose a lower --base-port")
+        if taken & ports:
+            raise LayoutError("base_port", f"uWSGI socket port {min(taken & ports)} is also an nginx listen port: "
+                                           "choose another --base-port")
+    size = str(client_max_body_size or DEFAULT_BODY_SIZE).strip()
+    if not BODY_SIZE_RE.match(size):
+        raise LayoutError("client_max_body_size", f"expected a size such as 10m, 512k or 0 (no limit), got {size!r}")
+    return Bundle(
+        layout=layout, name=bundle_name, app=app, app_dir=app_dir, virtualenv=venv, uwsgi=uwsgi_bin,
+        user=user_name, group=_account("group", group, user_name),
+        nginx_group=_account("nginx_group", nginx_group, DEBIAN_NGINX_GROUP),
+        env=parse_env(env or ()), static=static_dirs, writable=writable_dirs, server_names=_server_names(server_names),
+        listen=http, tls_listen=https if cert_path else (), tls_cert=cert_path, tls_key=key_path,
+        acme_webroot=webroot, client_max_body_size=size.lower(), stop_grace=_stop_grace(stop_grace, layout.harakiri),
+        **_across_hosts(layout),
+    )
+
+
+def _stop_grace(raw, harakiri: int) -> int:
+    """Seconds `systemctl stop` waits for requests in flight: --stop-grace, else the harakiri limit
+    (no request runs longer), else DEFAULT_STOP_GRACE."""
+    if raw is None:
+        return harakiri or DEFAULT_STOP_GRACE
+    text = str(raw).strip()
+    if not text.isdigit() or not 1 <= int(text) <= MAX_STOP_GRACE:
+        raise LayoutError("stop_grace", f"expected whole seconds in 1..{MAX_STOP_GRACE}, got {text!r}")
+    return int(text)
+
+
+def _across_hosts(layout: Layout) -> dict:
+    """With hosts: the front's role and the PEM texts of the TLS between front and hosts (read
+    from the layout's uwsgi_tls_dir, which ``_topology`` checked). A bundle ships suwsgi only."""
+    if not layout.hosts:
+        return {}
+    if layout.uwsgi_tls != "suwsgi":
+        raise LayoutError("uwsgi_tls", f"a bundle across hosts speaks suwsgi to them, not {layout.uwsgi_tls} "
+                                       "(https was measured no better: README, Several hosts)")
+    base = Path(layout.uwsgi_tls_dir)
+    names = {"ca.crt": CA_CERT, "front.crt": CLIENT_CERT, "front.key": CLIENT_KEY}
+    for h in layout.hosts:
+        names |= {f"{h}/host.crt": host_cert(h), f"{h}/host.key": host_key(h)}
+    pem = tuple((key, _read_pem("uwsgi_tls_dir", str(base / source))) for key, source in names.items())
+    return {"role": "front", "uwsgi_tls_pem": pem}
+
+
+def host_bundles(front: Bundle) -> list[Bundle]:
+    """One bundle per app host of a front bundle (uWSGI bound to that host, its certificate)."""
+    return [front.host_layout(h) for h in front.layout.hosts]
