@@ -108,14 +108,21 @@ doctor: venv
 doctor-cost: venv system-deps
 	$(BIN)/python scripts/doctor-cost.py $(ARGS)
 
+# The suite runs in parallel (pytest-xdist): most of its wall time is waiting on real processes
+# (stack start-up, load windows), so two workers per core. loadgroup hands out one test at a time
+# and keeps each xdist_group (network namespaces, systemd containers) on one worker.
+# TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=20
+
 test: venv system-deps
-	$(BIN)/python -m pytest $(ARGS)
+	$(PYTEST) $(ARGS)
 
 test-unit: venv
-	$(BIN)/python -m pytest -m "not integration" $(ARGS)
+	$(PYTEST) -m "not integration" $(ARGS)
 
 test-integration: venv system-deps
-	$(BIN)/python -m pytest -m integration $(ARGS)
+	$(PYTEST) -m integration $(ARGS)
 
 lint: venv
 	$(BIN)/ruff check uwsgi_layouts tests scripts deploy.py bench.py

@@ -10,16 +10,15 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
 from tests.flaskapp import FlaskApp, build_flask_app
+from tests.shared import remove_shared, set_run_id, shared_build
 from uwsgi_layouts.deploy.machine import checked
 from uwsgi_layouts.deploy.model import STRATEGIES, Layout, parse_layout
 from uwsgi_layouts.deploy.run import free_consecutive_ports
@@ -114,21 +113,21 @@ def make_layout(run_dirs):
 
 
 @pytest.fixture(scope="session")
-def flask_app() -> Iterator[FlaskApp]:
-    """A Flask shop in its own directory and virtualenv (Flask from PyPI), built once per
-    session under /tmp/ul-flask-XXXXXXXX (world-traversable: the stack runs as www-data under
-    root) and removed afterwards. See tests/flaskapp.py for what it holds. Treat it as
-    read-only: tests that change the code copy it first (``flask_app.copy_app_dir``)."""
-    root = Path(tempfile.mkdtemp(prefix="ul-flask-", dir="/tmp"))
-    try:
-        try:
-            app = build_flask_app(root)
-        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-            pytest.fail(f"cannot build the Flask test app (needs /usr/bin/python3 -m venv and pip access to "
-                        f"PyPI): {exc}", pytrace=False)
-        yield app
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+def flask_app(pytestconfig) -> FlaskApp:
+    """A Flask shop in its own directory and virtualenv (Flask from PyPI), built once per test
+    run (shared by the xdist workers: tests/shared.py) under /tmp/ul-shared-RUN/flask
+    (world-traversable: the stack runs as www-data under root) and removed when the run ends.
+    See tests/flaskapp.py for what it holds. Treat it as read-only: tests that change the code
+    copy it first (``flask_app.copy_app_dir``)."""
+    return shared_build(pytestconfig, "flask", build_flask_app, "the Flask test app")
+
+
+def pytest_configure(config):
+    set_run_id(config)
+
+
+def pytest_sessionfinish(session):
+    remove_shared(session.config)
 
 
 # --- integration hygiene ------------------------------------------------------------------

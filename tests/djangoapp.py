@@ -17,20 +17,14 @@ Layout of ``root``::
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 
 from tests.flaskapp import SYSTEM_PYTHON, _run
+from tests.shared import shared_build
 
-T = TypeVar("T")
 DJANGO_REQUIREMENT = "django==5.2.19"  # the LTS line that runs on Debian 12's Python 3.11
 STATIC_PREFIX = "/static"
 
@@ -157,27 +151,8 @@ def build_django_app(root: Path, python: str = SYSTEM_PYTHON) -> DjangoApp:
     return app
 
 
-@contextmanager
-def built_in_tmp(prefix: str, build: Callable[[Path], T], what: str) -> Iterator[T]:
-    """``build(root)`` in a fresh /tmp/PREFIX-XXXXXXXX (world-traversable: under root the stack
-    runs as www-data, which must read the app), removed afterwards; a build that fails (no
-    PyPI, no venv module) fails the test naming what it needs. (conftest's ``flask_app`` has the
-    same shape: it can use this once its cross-worker cache is settled.)"""
-    root = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
-    try:
-        try:
-            built = build(root)
-        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-            pytest.fail(f"cannot build {what} (needs /usr/bin/python3 -m venv and pip access to PyPI): {exc}",
-                        pytrace=False)
-        yield built
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
 @pytest.fixture(scope="session")
-def django_app() -> Iterator[DjangoApp]:
-    """The Django project, built once per session under /tmp/ul-django-XXXXXXXX and removed
-    afterwards. Treat it as read-only."""
-    with built_in_tmp("ul-django-", build_django_app, "the Django test app") as app:
-        yield app
+def django_app(pytestconfig) -> DjangoApp:
+    """The Django project, built once per test run (shared by the xdist workers: tests/shared.py)
+    under /tmp/ul-shared-RUN/django and removed when the run ends. Treat it as read-only."""
+    return shared_build(pytestconfig, "django", build_django_app, "the Django test app")

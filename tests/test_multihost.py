@@ -162,7 +162,8 @@ def test_hosts_layout_lists_every_socket_of_every_host(tmp_run_dir, tls_dir):
 
 @pytest.mark.parametrize("options,error", [
     ({"uwsgi_tls": "off"}, "uwsgi_tls: plain uwsgi to 10.0.0.2 would let anyone who reaches it make uWSGI load"),
-    ({"uwsgi_tls_dir": ""}, "uwsgi_tls_dir: --uwsgi-tls suwsgi needs the certificates: make them with uwsgi-layouts certs"),
+    ({"uwsgi_tls_dir": ""},
+     "uwsgi_tls_dir: --uwsgi-tls suwsgi needs the certificates: make them with uwsgi-layouts certs"),
     ({"transport": "unix"}, "transport: hosts need --transport tcp"),
     ({"spec": "2x4-overflow"}, "hosts: not supported for overflow: use one of shared, thunder, mapped"),
     ({"spec": "2x4-gunicorn"}, "hosts: not supported for gunicorn"),

@@ -33,7 +33,9 @@ from tests.bundles import make_cert
 from tests.integration.nspawn import Container, ContainerUnavailable
 from tests.integration.support import REPO_ROOT
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+# One xdist worker boots the systemd containers of this module, one at a time (each is a whole
+# systemd with its nginx: two at once would only compete for the same two cores).
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420), pytest.mark.xdist_group("systemd")]
 
 HOST = "shop.example.com"
 PY = str(Path(sys.prefix) / "bin" / "python")

@@ -27,7 +27,9 @@ from uwsgi_layouts.deploy.machine import enter
 from uwsgi_layouts.deploy.run import child_setup, http_get, netns
 
 REASON = netns.unavailable()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+# One xdist worker makes every namespace and bridge of this module, one test at a time: they are the
+# machine's (``ip netns``), not the test's, and the stale-namespace sweep is tested here too.
+pytestmark = [pytest.mark.skipif(REASON is not None, reason=REASON or ""), pytest.mark.xdist_group("netns")]
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 

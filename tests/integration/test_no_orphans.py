@@ -152,8 +152,13 @@ def test_sigkill_of_a_benchmark_under_load_leaves_no_process_and_no_port(tmp_run
 # --- the backstop: what cannot act on the signal is stopped by the next run ----------------------
 
 
+def is_uwsgi(p: psutil.Process) -> bool:
+    """A uWSGI process (its program is uwsgi), not our own ``python -m uwsgi_layouts``."""
+    return command(p).split(" ")[0].endswith("/uwsgi")
+
+
 def uwsgi_master(procs: list[psutil.Process]) -> psutil.Process:
-    masters = [p for p in procs if "uwsgi" in command(p) and p.parent() and "uwsgi" not in command(p.parent())]
+    masters = [p for p in procs if is_uwsgi(p) and p.parent() and not is_uwsgi(p.parent())]
     assert len(masters) == 1, masters
     return masters[0]
 

@@ -27,6 +27,7 @@ from tests.integration.support import (
     uwsgi_get,
     via_nginx,
 )
+from uwsgi_layouts.deploy.machine import PACKAGE_DIR
 from uwsgi_layouts.deploy.model import StackError
 from uwsgi_layouts.deploy.render import write_layout
 from uwsgi_layouts.deploy.run import Stack, http_get, read_stats
@@ -163,7 +164,7 @@ def test_run_stops_cleanly_on_signal(tmp_run_dir, tmp_path, free_ports, leftover
         # The leak check below must be able to see the stack: it does while it runs.
         running = leftover_processes([str(tmp_run_dir)], timeout=0)
         names = " ".join(" ".join(p.cmdline()) for p in running)
-        assert "uwsgi" in names and "nginx" in names and "deploy" in names, names
+        assert "bin/uwsgi --ini" in names and "nginx" in names and "-m uwsgi_layouts run" in names, names
         assert len(running) >= 5, names  # run + uWSGI master + 2 workers + nginx master (+ worker)
 
         proc.send_signal(signum)
@@ -204,7 +205,8 @@ def test_run_with_broken_app_is_refused_before_anything_starts(tmp_run_dir, tmp_
                                                                app, needle):
     base, _, listen, stats = free_ports(4)
     run_dir = tmp_run_dir / "run"
-    proc = start_run(run_dir, tmp_path, "--app", app, ports=(base, listen, stats))
+    # the demo app's package lives in the tool's own directory, not in the current one
+    proc = start_run(run_dir, tmp_path, "--app", app, "--app-dir", str(PACKAGE_DIR), ports=(base, listen, stats))
     try:
         try:
             rc = proc.wait(timeout=30)

@@ -56,7 +56,7 @@ from uwsgi_layouts.bench.tune import record
 from uwsgi_layouts.bench.tune.objective import Objective
 from uwsgi_layouts.bench.tune.search import Event, Inputs, Outcome, Settings, TapeClock, minimum_budget_s, run_search
 from uwsgi_layouts.bench.tune.space import DEFAULT_STRATEGIES, DEFAULT_THREADS, candidate_space, prune_static
-from uwsgi_layouts.deploy.machine import PACKAGE_DIR, check_reachable, checked, find_uwsgi
+from uwsgi_layouts.deploy.machine import PACKAGE_DIR, check_reachable, checked, find_uwsgi, tool_command
 from uwsgi_layouts.deploy.model import MAX_PROCESSES, MAX_THREADS, STRATEGIES, LayoutError, parse_variant
 from uwsgi_layouts.deploy.render import write_layout
 from uwsgi_layouts.deploy.run import http_get
@@ -392,8 +392,8 @@ def bundle_for(spec: str, options: dict):
 
 def run_command(spec: str, options: dict, run_dir: Path) -> str:
     """The ``uwsgi-layouts run`` command that serves the recommended layout (from its own run
-    directory: recommended/ stays as written)."""
-    argv = ["uwsgi-layouts", "run", spec]
+    directory: recommended/ stays as written), as this machine's shell finds the tool."""
+    argv = [*shlex.split(tool_command()), "run", spec]
     for key in ("app", "app_dir", "virtualenv"):
         if options.get(key):
             argv += [f"--{key.replace('_', '-')}", str(options[key])]

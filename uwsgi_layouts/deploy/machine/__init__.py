@@ -31,6 +31,7 @@ from uwsgi_layouts.deploy.machine.python import (
     linked_python,
     server_package_dir,
     server_python,
+    tool_command,
     uwsgi_has_routing,
     uwsgi_has_ssl,
     uwsgi_python,
@@ -53,6 +54,6 @@ __all__ = [
     "check_readable", "check_tls_dir", "check_virtualenv", "checked", "connect", "enter", "find_uwsgi", "group_of",
     "is_isolated", "linked_python", "map_is_current", "mark_isolated", "output_dir", "plain_allowed", "preflight",
     "read_map_facts", "resolve_tls_dir", "resolve_user", "run_in", "run_user_ids", "server_package_dir",
-    "server_python", "somaxconn", "stack_environment", "unmark_isolated", "uwsgi_has_routing", "uwsgi_has_ssl",
-    "uwsgi_python", "virtualenv_python", "worker_environment", "writable_by_others",
+    "server_python", "somaxconn", "stack_environment", "tool_command", "unmark_isolated", "uwsgi_has_routing",
+    "uwsgi_has_ssl", "uwsgi_python", "virtualenv_python", "worker_environment", "writable_by_others",
 ]

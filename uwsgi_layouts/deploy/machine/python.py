@@ -20,6 +20,22 @@ from pathlib import Path
 
 from uwsgi_layouts.deploy.model import LayoutError, config_path
 
+TOOL = "uwsgi-layouts"
+
+
+def tool_command() -> str:
+    """How to start this tool again from a shell, for the commands we print or write to run here:
+    ``uwsgi-layouts`` when PATH finds this very installation (pipx, an activated venv), else the
+    console script beside our interpreter by its absolute path (``make`` in a checkout runs
+    ``.venv/bin/uwsgi-layouts`` without putting it on PATH), else ``python -m uwsgi_layouts``."""
+    beside = Path(sys.executable).parent / TOOL
+    found = shutil.which(TOOL)
+    if found and (not beside.exists() or Path(found).resolve() == beside.resolve()):
+        return TOOL
+    if os.access(beside, os.X_OK):
+        return str(beside)
+    return f"{sys.executable} -m uwsgi_layouts"
+
 
 def find_uwsgi() -> str | None:
     """The uwsgi binary the stack starts: the one pip put beside this interpreter, else PATH's."""
