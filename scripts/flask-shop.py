@@ -39,9 +39,10 @@ def options(root: Path) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: scripts/flask-shop.py DIR", file=sys.stderr)
-        return 2
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print("usage: scripts/flask-shop.py DIR   (prints the options of the Flask shop built in DIR)",
+              file=sys.stderr)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
     root = Path(argv[0]).absolute()
     if (root / MARKER).is_file():
         print(f"reusing the Flask shop in {root}", file=sys.stderr)
