@@ -26,8 +26,8 @@ help:
 	@echo "make openloop [ARGS='--rates 5,10,15,20']   httperf at fixed rates until replies fall behind (the knee)"
 	@echo "make sampler-cost [ARGS='--pairs 12']       throughput with and without the in-flight sampler, interleaved"
 	@echo "make overhead [ARGS='--rounds 5']          uWSGI's CPU per request vs the peers, each candidate change paired against it"
-	@echo "make uwsgi-builds                          uWSGI built again with -O3, with and without PCRE (for make overhead)"
-	@echo "make doctor ARGS='--stats /run/NAME/stats.sock'   diagnose a running uWSGI (60 s window; findings + tune line)"
+	@echo "make uwsgi-builds                          uWSGI built again with -O3 (for make overhead)"
+	@echo "make doctor ARGS='--stats /run/NAME/SLOT/stats.sock'   diagnose a running uWSGI (60 s window; findings + tune line)"
 	@echo "make doctor-cost [ARGS='--pairs 12']        throughput with and without doctor attached, paired rounds"
 
 # The venv is rebuilt when pyproject.toml changes (uwsgi compiles: ~35 s the first time).
@@ -100,7 +100,7 @@ overhead: venv system-deps
 
 # Other builds of the same uWSGI, into build/uwsgi/PROFILE (about 40 s each on 2 cores).
 uwsgi-builds: venv
-	bash scripts/build-uwsgi.sh o3 pcre nopcre
+	bash scripts/build-uwsgi.sh o3
 
 doctor: venv
 	$(BIN)/uwsgi-layouts doctor $(ARGS)

@@ -3,7 +3,8 @@
 # that a benchmark can run it beside the project's own build: a layout's `uwsgi_bin` option, e.g.
 # '2x4-mapped@uwsgi_bin=/path/to/build/uwsgi/o3/bin/uwsgi' (scripts/overhead.py finds them).
 #
-#   scripts/build-uwsgi.sh PROFILE...    (make uwsgi-builds builds o3, pcre and nopcre)
+#   scripts/build-uwsgi.sh PROFILE...    (make uwsgi-builds builds o3; pcre and nopcre stay for the
+#   record: a build without PCRE cannot run our uwsgi.ini, whose route-if-not lines need routing)
 #
 # Profiles: the project's build (pip compiles uWSGI with -O2 and whatever it finds: PCRE, hence
 # internal routing, only if libpcre2-dev was installed when it built) changed in one thing:

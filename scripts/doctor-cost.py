@@ -6,8 +6,9 @@ machine hits both alike. A cell is measured exactly as ``compare`` measures one
 (``LiveRunner.measure``, compare's own sampler off in both), only doctor differs: for an
 "attached" cell ``uwsgi-layouts doctor --stats ADDRESS --for D+2`` runs as a user runs it, in
 its own process, and the cell starts once it prints that it is watching. Prints each pair, the
-per-pair throughput ratio attached / detached, their geometric mean with a 95% bootstrap
-interval (pairs resampled), and the verdict against the issue's budget (at most 2% of
+per-pair throughput ratio attached / detached, their geometric mean with the paired interval
+every comparison of this tool uses (``bench.paired``: a t interval on the log ratios from 4
+pairs), and the verdict against the issue's budget (at most 2% of
 throughput): within it only when the whole interval is above 0.98, over it only when the whole
 interval is below, else undecided (measure more pairs). Saves every cell as a compare results
 file (scenarios ``article-doctor-off`` / ``article-doctor-on``) that ``uwsgi-layouts report``
@@ -33,26 +34,23 @@ import threading
 from contextlib import nullcontext
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from uwsgi_layouts.bench.analysis import against  # noqa: E402
 from uwsgi_layouts.bench.environment import capture  # noqa: E402
 from uwsgi_layouts.bench.kinds.base import RESULTS_NAME, sigterm_interrupts  # noqa: E402
 from uwsgi_layouts.bench.kinds.closedloop import LiveRunner  # noqa: E402
 from uwsgi_layouts.bench.load import scenarios as sc  # noqa: E402
 from uwsgi_layouts.bench.load.wrk import run_wrks  # noqa: E402
 from uwsgi_layouts.bench.options import prepare_out, require_tools  # noqa: E402
+from uwsgi_layouts.bench.paired import judge_ratios  # noqa: E402
 from uwsgi_layouts.bench.results import Results, utc_now  # noqa: E402
 from uwsgi_layouts.bench.stack import Lab, dir_name  # noqa: E402
 
 BUDGET = 0.98  # attached / detached throughput, at least (the issue: at most 2% of throughput)
-MIN_PAIRS = 8  # fewer pairs make no interval worth a verdict
 START_TIMEOUT_S = 30.0
-BOOTSTRAP = 2000
-SEED = 20261124
 
 
 class Attached:
@@ -147,15 +145,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def geometric_interval(ratios: list[float]) -> tuple[float, float, float]:
-    """The geometric mean of per-pair ratios and its 95% bootstrap interval (pairs resampled, seeded)."""
-    logs = np.log(np.asarray(ratios, dtype=float))
-    draws = np.random.default_rng(SEED).integers(0, len(logs), size=(BOOTSTRAP, len(logs)))
-    means = logs[draws].mean(axis=1)
-    return (float(np.exp(logs.mean())), float(np.exp(np.quantile(means, 0.025))),
-            float(np.exp(np.quantile(means, 0.975))))
-
-
 def summary(cells, off_label: str, on_label: str, doctor_cpu: list[float], duration: float,
             load_before: tuple[float, ...]) -> list[str]:
     by = {(c.scenario, c.repeat): c for c in cells}
@@ -165,12 +154,14 @@ def summary(cells, off_label: str, on_label: str, doctor_cpu: list[float], durat
     if not ratios:
         return ["no complete pair: nothing to compare"]
     off = [c.rps for c in cells if c.scenario == off_label]
-    mean, low, high = geometric_interval(ratios)
-    if len(ratios) < MIN_PAIRS:
-        verdict = f"undecided: {len(ratios)} pairs are too few for an interval (at least {MIN_PAIRS})"
-    elif low >= BUDGET:
+    # The paired rounds' interval, as every decision of this tool takes it (bench.paired), and the
+    # budget judged on the whole interval (analysis.against): met only when all of it is above 0.98.
+    c = judge_ratios(ratios, higher_is_better=True, figure="rps")
+    mean, low, high = c.ratio, c.low, c.high
+    state = against(c, BUDGET, at_most=False)
+    if state == "met":
         verdict = f"within the 2% budget: the whole interval is above {BUDGET}"
-    elif high < BUDGET:
+    elif state == "missed":
         verdict = f"over the 2% budget: the whole interval is below {BUDGET}"
     else:
         verdict = (f"undecided: the interval straddles {BUDGET}; measure more pairs (--pairs {2 * len(ratios)}) or "
@@ -178,7 +169,7 @@ def summary(cells, off_label: str, on_label: str, doctor_cpu: list[float], durat
     noise = (max(off) - min(off)) / statistics.median(off) if len(off) > 1 else 0.0
     return [
         "attached / detached per pair: " + " ".join(f"{r:.3f}" for r in ratios),
-        f"geometric mean {mean:.3f} (95% bootstrap interval {low:.3f}-{high:.3f}) over {len(ratios)} pairs: "
+        f"geometric mean {mean:.3f} ({low:.3f}-{high:.3f}; {c.how()}) over {len(ratios)} pairs: "
         f"throughput {mean - 1:+.1%} with doctor attached",
         f"verdict: {verdict}",
         f"machine meanwhile: detached cells spread {noise:.0%} (high - low) / median; load average "

@@ -10,8 +10,9 @@ stopped; the order rotates every round so that none always runs first):
     http           @protocol=http: http-socket per worker, nginx proxy_pass, a connection per request
     http11         @protocol=http11: http11-socket per worker, nginx keeps connections (max_conns=T)
     unix | tcp     the other transport
-    build-PROFILE  another uWSGI build (scripts/build-uwsgi.sh: o3, pcre, nopcre), each one found
-                   under build/uwsgi/ that differs from ours
+    build-PROFILE  another uWSGI build (scripts/build-uwsgi.sh: o3), each one found under
+                   build/uwsgi/ that differs from ours and has internal routing (a build without PCRE
+                   cannot run our uwsgi.ini: its route-if-not lines refuse code-loading packets)
     gunicorn, gunicorn-keepalive-off, granian, granian-keepalive-off
                    the peers' variants; per scenario the best of each (``peer_choices``) is the one
                    uWSGI is held against
@@ -62,6 +63,7 @@ if str(ROOT) not in sys.path:
 from uwsgi_layouts.bench import subject as subj  # noqa: E402
 from uwsgi_layouts.bench.analysis import (  # noqa: E402
     Group,
+    against,
     cell_cpu_ms,
     compare_groups,
     group_cells,
@@ -124,6 +126,11 @@ def find_builds(root: Path, ours: dict) -> tuple[list[dict], list[str]]:
         same = build.get("cflags") == ours["cflags"] and build.get("routing") == ours["routing"]
         if same:
             notes.append(f"build {build.get('profile')}: the same flags and PCRE as ours, nothing to compare")
+        elif not build.get("routing"):
+            # Every uwsgi.ini holds the route-if-not lines that refuse code-loading packets, and
+            # `strict` makes a uWSGI without internal routing refuse the file: it cannot run them.
+            notes.append(f"build {build.get('profile')}: no internal routing (no PCRE), so it cannot run our "
+                         "uwsgi.ini (the route-if-not lines are required): left out")
         elif binary.is_file():
             builds.append({**build, "binary": str(binary)})
     return builds, notes
@@ -438,6 +445,10 @@ def tables(results: Results, arms: list[Arm], profiles: list[dict], markdown: bo
     return out
 
 
+# A target judged on the paired interval (analysis.against): met only when the whole interval clears it.
+VERDICT = {"met": "pass", "missed": "MISS", "unsure": "undecided (the interval straddles it)"}
+
+
 def targets(results: Results, here: dict[str, Group], base: Arm, by_label: dict[str, Arm],
             scenario: str) -> list[list[str]]:
     """uWSGI (the baseline, and its best arm) against each peer's best variant."""
@@ -457,14 +468,14 @@ def targets(results: Results, here: dict[str, Group], base: Arm, by_label: dict[
                                   if choice.runner_up is not None else "")
         for name, g in (("baseline", b), ("leanest", leanest)):
             cpu = compare_groups(g, peer, "cpu")
-            ok = "pass" if cpu.ratio <= 1.0 else "MISS"
+            ok = VERDICT[against(cpu, 1.0, at_most=True)]
             rows.append([f"CPU per request ({name})", by_label[g.layout].name, won,
                          f"{cpu.text()}: {'uWSGI leaner' if cpu.outcome == 'better' else cpu.outcome}",
                          f"<= 1.0x: {ok}" if choice.server == "gunicorn" else ""])
         rps = compare_groups(fastest, peer, "rps")
         target = ""
         if choice.server == "granian" and scenario == "hello":
-            target = f">= 1.0x: {'pass' if rps.ratio >= 1.0 else 'MISS'}"
+            target = f">= 1.0x: {VERDICT[against(rps, 1.0, at_most=False)]}"
         rows.append(["throughput (fastest uWSGI)", by_label[fastest.layout].name, won,
                      f"{rps.text()}: {'uWSGI ahead' if rps.outcome == 'better' else rps.outcome}", target])
     return rows

@@ -31,6 +31,7 @@ from uwsgi_layouts.bench.kinds.closedloop import LiveRunner  # noqa: E402
 from uwsgi_layouts.bench.load import scenarios as sc  # noqa: E402
 from uwsgi_layouts.bench.load.wrk import run_wrks  # noqa: E402
 from uwsgi_layouts.bench.options import prepare_out, require_tools  # noqa: E402
+from uwsgi_layouts.bench.paired import judge_ratios  # noqa: E402
 from uwsgi_layouts.bench.results import Results, utc_now  # noqa: E402
 from uwsgi_layouts.bench.stack import Lab, dir_name  # noqa: E402
 
@@ -93,10 +94,11 @@ def summary(cells, off_label: str, on_label: str, duration: float) -> list[str]:
         return ["no complete pair: nothing to compare"]
     med = statistics.median(ratios)
     noise = (max(off) - min(off)) / statistics.median(off) if len(off) > 1 else 0.0
-    if min(ratios) <= 1 <= max(ratios):
-        verdict = "within noise (pairs go both ways)"
-    else:
-        verdict = "sampler slower in every pair" if max(ratios) < 1 else "sampler faster in every pair"
+    # Judged as every comparison of this tool is (bench.paired): the paired interval of on / off.
+    c = judge_ratios(ratios, higher_is_better=True, figure="rps")
+    verdict = {"equivalent": "equivalent (the sampler costs less than the margin)",
+               "worse": "the sampler costs throughput beyond noise", "better": "faster with the sampler (noise?)",
+               "undecided": "undecided: measure more pairs"}[c.outcome] + f": {c.describe()}"
     return [
         f"throughput off: median {statistics.median(off):.2f} req/s ({min(off):.2f}–{max(off):.2f}); "
         f"on: median {statistics.median(on):.2f} req/s ({min(on):.2f}–{max(on):.2f})",

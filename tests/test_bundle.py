@@ -89,7 +89,8 @@ def test_bundle_upstream_is_exactly_the_sockets_and_only_loopback_or_0660(tmp_pa
                      env=["SHOP_GREETING=50% off"], **tls_opts)
     parsed = site_config(out)
     http = parsed[1]["block"]  # events {}, http { <the site> }
-    assert {d["directive"] for d in http} == {"upstream", "server"}, "only upstream and server blocks"
+    assert {d["directive"] for d in http} == {"upstream", "server", "log_format"}, "upstream, server, log_format"
+    assert [d["args"][0] for d in http if d["directive"] == "log_format"] == ["uwsgi_layouts_shop_timed"]
     assert not find_directives(http, "http") and not find_directives(http, "events")
     [upstream] = find_directives(http, "upstream")
     assert upstream["args"] == ["uwsgi_shop"]
@@ -393,6 +394,8 @@ def bad_inputs(scratch: Path, tls_pair: tuple[Path, Path], open_dir: Path) -> di
         "root-user": ([*app, "--user", "root"], "user", "root is refused"),
         "bad-static": ([*app, "--static", "/=/srv/shop/static"], "static", "prefix '/'"),
         "bad-env": ([*app, "--env", "UWSGI_MODULE=x"], "env", "UWSGI_MODULE is refused"),
+        "static-in-var-lib": ([*app, "--static", "/s=/var/lib/shop"], "static", "--allow-system-static"),
+        "static-in-root": ([*app, "--static", "/s=/root/site"], "static", "--allow-system-static"),
     }
 
 
@@ -518,3 +521,11 @@ def test_the_app_fingerprint_sees_code_and_packages_not_caches_or_uploads(tmp_pa
     assert second != first
     (venv / "lib/flask.py").write_text("V = 22\n")
     assert fingerprint() != second, "a package upgraded in the virtualenv is new code too"
+
+
+def test_a_static_directory_among_the_systems_is_served_only_when_allowed_by_name(tmp_path):
+    app = ["--app", "shop:app", "--app-dir", "/srv/shop", "--virtualenv", "/srv/shop/venv", "--server-name",
+           "shop.example.com", "--static", "/s=/var/lib/shop/static"]
+    proc = run_bundle("2x4-mapped", "--out", str(tmp_path / "allowed"), *app, "--allow-system-static")
+    assert proc.returncode == 0, proc.stderr
+    assert "/var/lib/shop/static" in (tmp_path / "allowed/blue/nginx/sites-available/shop.conf").read_text()

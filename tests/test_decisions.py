@@ -10,6 +10,8 @@ a live block would take. Nothing is measured, nothing is started.
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import zlib
 from dataclasses import replace
 from pathlib import Path
@@ -27,7 +29,7 @@ from uwsgi_layouts.bench.analysis import (
     rule_of,
     unpaired_note,
 )
-from uwsgi_layouts.bench.environment import Machine, steal_share
+from uwsgi_layouts.bench.environment import Machine, others_share, own_cpu_s, steal_share
 from uwsgi_layouts.bench.kinds.closedloop import Plan, ReplayRunner, Until, block_seconds, run_sweep
 from uwsgi_layouts.bench.load.wrk import compress
 from uwsgi_layouts.bench.paired import (
@@ -334,13 +336,43 @@ def test_machine_samples_load_and_steal():
 
 
 def test_machine_cautions_at_half_the_cores_and_five_percent_steal():
+    """Files written before "others" was sampled: judged on the load average during the run, as then."""
     quiet = {"nproc": 2, "loadavg_at_start": [0.4, 0, 0], "steal_at_start": 0.0,
              "machine": {"samples": [{"loadavg_1m": 0.9, "steal": 0.01}]}}
     assert machine_cautions(quiet) == []
     busy = {**quiet, "machine": {"samples": [{"loadavg_1m": 1.6, "steal": 0.08}]}}
     cautions = machine_cautions(busy)
-    assert len(cautions) == 2 and "load average up to 1.6 on 2 cores" in cautions[0] and "8%" in cautions[1]
+    assert len(cautions) == 2 and "load average 1.6 during the run" in cautions[0] and "8%" in cautions[1]
     assert machine_cautions({}) == []
+
+
+def test_the_runs_own_load_is_no_caution_other_processes_cpu_is():
+    """The run's own wrk and servers push the load average past the cores: that is no neighbour.
+    What other processes used is, and so is a busy machine before the run began."""
+    own_load = {"nproc": 2, "loadavg_at_start": [0.3, 0, 0], "steal_at_start": 0.0,
+                "machine": {"samples": [{"loadavg_1m": 3.9, "steal": 0.0, "others": 0.02},
+                                        {"loadavg_1m": 4.2, "steal": 0.0, "others": 0.04}]}}
+    assert machine_cautions(own_load) == []
+    neighbour = {**own_load, "machine": {"samples": [{"loadavg_1m": 4.0, "steal": 0.0, "others": 0.26},
+                                                     {"loadavg_1m": 4.4, "steal": 0.0, "others": 0.22}]}}
+    [caution] = machine_cautions(neighbour)
+    assert "other processes used up to 26% of the machine's CPU time" in caution
+    busy_start = {**own_load, "loadavg_at_start": [1.7, 0, 0]}
+    [caution] = machine_cautions(busy_start)
+    assert "load average 1.7 when the run started on 2 cores" in caution
+
+
+def test_others_share_is_busy_time_less_ours():
+    # 2 cores, 10 s: 2000 ticks of 10 ms; 1200 busy, of which our tree used 9 s -> others 3 s of 20 s
+    assert others_share((0, 0), (1200, 2000), own_s=9.0, tick_s=0.01) == 0.15
+    assert others_share((0, 0), (1200, 2000), own_s=20.0, tick_s=0.01) == 0.0  # never below 0
+    assert others_share(None, (1, 2), 0.0) is None and others_share((5, 100), (5, 100), 0.0) is None
+
+
+def test_own_cpu_counts_a_child_that_ended():
+    before = own_cpu_s()
+    subprocess.run([sys.executable, "-c", "sum(range(3_000_000))"], check=True)
+    assert own_cpu_s() - before > 0.02
 
 
 # ------------------------------------------------------------------------------ cannot be checked

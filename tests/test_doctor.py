@@ -13,7 +13,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import socket
+import subprocess
+import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -35,21 +38,25 @@ from uwsgi_layouts.bench.diagnosis import (
 )
 from uwsgi_layouts.bench.kinds.base import RESULTS_NAME
 from uwsgi_layouts.bench.observe import (
+    ENTRY_NAME,
     LogTail,
     Sample,
     Sampler,
     WorkerCounters,
     app_options_of_ini,
+    factory_of_entry,
     parse_timed_line,
     process_listeners,
     read_stats,
     same_listener,
     unix_listen_queues,
     unix_listeners,
+    uwsgi_config,
 )
 from uwsgi_layouts.bench.report import markdown_lines, terminal_lines
 from uwsgi_layouts.bench.report.exporters import export_all
 from uwsgi_layouts.bench.results import Diagnosis, Results, ResultsError, load
+from uwsgi_layouts.deploy.machine import PACKAGE_DIR
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CASES = json.loads((FIXTURES / "doctor-samples.json").read_text())["cases"]
@@ -235,9 +242,35 @@ module = not.this:one
 """
     assert app_options_of_ini(ini) == {"app": "shop.wsgi:app", "app_dir": "/srv/shop", "virtualenv": "/srv/shop/venv"}
     assert app_options_of_ini("[uwsgi]\nwsgi-file = /srv/x/run.py\ncallable = app\n") == {
-        "app": "run:app", "app_dir": "/srv/x"}
+        "app": "run:app", "app_dir": "/srv/x", "wsgi_file": "/srv/x/run.py"}
+    # env lines: their names only (values may be secrets), the lab's own UL_* left out
+    assert app_options_of_ini("[uwsgi]\nmodule = m:a\nenv = SECRET_KEY=s3cr3t\nenv = UL_DATA_DIR=/d\n"
+                              "env = LANG=C.UTF-8\n") == {"app": "m:a", "env_names": ["SECRET_KEY", "LANG"]}
     assert app_options_of_ini("[uwsgi]\nmodule = plain\nhome = /v\n") == {"app": "plain:application",
                                                                           "virtualenv": "/v"}
+
+
+def test_a_factory_app_is_read_back_from_the_entry_module_render_wrote(tmp_path):
+    """An app factory runs through a generated entry module (wsgi-file): doctor's tune line must
+    name the factory as the user passed it, not the entry module."""
+    app = "storefront:create_app(greeting='a b', debug=False)"
+    template = (PACKAGE_DIR / "templates" / "entry.py.j2").read_text()
+    entry = template.replace("{{ layout.app }}", app).replace("{{ server.label }}", "uWSGI")
+    assert factory_of_entry(entry) == app
+    (tmp_path / "entry").mkdir()
+    (tmp_path / "entry" / ENTRY_NAME).write_text(entry)
+    ini = tmp_path / "uwsgi.ini"
+    ini.write_text(f"[uwsgi]\nchdir = /srv/store\nwsgi-file = {tmp_path}/entry/{ENTRY_NAME}\nenv = TOKEN=x\n")
+    # a process whose command line names the ini as uWSGI's master's does
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "--ini", str(ini)]) as proc:
+        try:
+            path, options = uwsgi_config(proc.pid)
+        finally:
+            proc.kill()
+    assert path == str(ini) and options == {"app": app, "app_dir": "/srv/store", "env_names": ["TOKEN"]}
+    d = diagnose(window("2x4-shared-c4"))
+    line = tune_command(replace(d, layout={**d.layout, "app": options}))
+    assert shlex.split(line)[-6:] == ["--app", app, "--app-dir", "/srv/store", "--env", "TOKEN=..."]
 
 
 def test_tune_command_is_ready_to_run_or_names_what_to_fill_in():

@@ -24,7 +24,7 @@ overhead = importlib.util.module_from_spec(_spec)
 sys.modules["overhead_script"] = overhead  # its dataclasses look their module up
 _spec.loader.exec_module(overhead)
 
-OURS = {"binary": "/venv/bin/uwsgi", "cflags": ["-O2"], "routing": False}
+OURS = {"binary": "/venv/bin/uwsgi", "cflags": ["-O2"], "routing": True}  # PCRE: required now
 
 
 def test_arms_one_change_each_and_both_variants_of_each_peer():
@@ -46,15 +46,18 @@ def test_arms_one_change_each_and_both_variants_of_each_peer():
 
 
 def test_builds_the_same_as_ours_are_left_out_with_a_note(tmp_path):
-    for profile, cflags, routing in (("o3", ["-O2", "-O3"], False), ("nopcre", ["-O2"], False),
+    for profile, cflags, routing in (("o3", ["-O2", "-O3"], True), ("nopcre", ["-O2"], False),
                                      ("pcre", ["-O2"], True)):
         (tmp_path / profile / "bin").mkdir(parents=True)
         (tmp_path / profile / "bin" / "uwsgi").write_text("")
         (tmp_path / profile / "BUILD.json").write_text(json.dumps({"profile": profile, "cflags": cflags,
                                                                    "routing": routing}))
     builds, notes = overhead.find_builds(tmp_path, OURS)
-    assert [b["profile"] for b in builds] == ["o3", "pcre"]
-    assert notes == ["build nopcre: the same flags and PCRE as ours, nothing to compare"]
+    assert [b["profile"] for b in builds] == ["o3"]
+    # without PCRE a uWSGI cannot run our uwsgi.ini (its route-if-not lines): never an arm
+    assert notes == ["build nopcre: no internal routing (no PCRE), so it cannot run our uwsgi.ini (the route-if-not "
+                     "lines are required): left out",
+                     "build pcre: the same flags and PCRE as ours, nothing to compare"]
     assert overhead.find_builds(tmp_path / "none", OURS) == ([], [])
 
 

@@ -400,6 +400,24 @@ def test_install_checks_the_machine_first(flask_app, trial_root, run_dirs):
         assert tree_state(trial_root) == before, name
 
 
+def test_install_refuses_a_world_writable_app_dir_on_the_server_unless_allowed(flask_app, trial_root, run_dirs):
+    """Checked where the directories are: any local user of the server could plant a module there."""
+    scratch = run_dirs()
+    shared = flask_app.copy_app_dir(scratch / "shop")
+    shared.chmod(0o777)
+    bundle = make_bundle(scratch / "bundle", flask_app, "--app-dir", str(shared))
+    before = tree_state(trial_root)
+    proc = run_cli("install", str(bundle), "--root", str(trial_root))
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stdout + proc.stderr
+    assert lines[0].startswith(f"error: app_dir: the app dir {shared}: {shared} is writable by every user"), lines
+    assert "--allow-world-writable" in lines[0]
+    assert tree_state(trial_root) == before
+    proc = run_cli("install", str(bundle), "--root", str(trial_root), "--dry-run", "--allow-world-writable")
+    assert proc.returncode == 0, proc.stderr
+    assert tree_state(trial_root) == before
+
+
 # --- only its own names: another site with the same name --------------------------------------------
 
 

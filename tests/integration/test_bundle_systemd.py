@@ -155,14 +155,19 @@ def check_doctor(c: Container, flask_app) -> None:
     assert (layout["strategy"], layout["config"]) == ("mapped", "/etc/uwsgi-layouts/shop@blue.ini")
     assert [(s["name"], s["workers"]) for s in layout["sockets"]] == [
         ("/run/shop/blue/uwsgi-0.sock", [1]), ("/run/shop/blue/uwsgi-1.sock", [2])]
-    assert layout["app"] == {"app": flask_app.app, "app_dir": "/srv/shop", "virtualenv": "/srv/shop/venv"}
+    # the ini's variables by name only (their values may be secrets)
+    assert layout["app"] == {"app": flask_app.app, "app_dir": "/srv/shop", "virtualenv": "/srv/shop/venv",
+                             "env_names": ["SHOP_GREETING"]}
     assert d["requests"] > 0 and d["memory"]["kind"] == "pss"
     assert d["queue"]["source"].startswith("unix sockets: the kernel")
     assert all(q["backlog"] > 0 for q in d["queue"]["sockets"].values()), d["queue"]
     access = d["access"]
-    assert access["used"] > 0 and access["formats"] == {"combined": access["used"]} and access["timing"] == "none"
+    # the bundle's log format carries the upstream's time and address: latency per socket
+    assert access["used"] > 0 and access["formats"] == {"combined+times": access["used"]}, access
+    assert access["timing"] == "upstream", access
     assert access["status"]["2xx"]["requests"] > 0
-    assert "--app-dir /srv/shop --virtualenv /srv/shop/venv --access-log /var/log/nginx/shop.access.log" in proc.stdout
+    assert ("--app-dir /srv/shop --virtualenv /srv/shop/venv --access-log /var/log/nginx/shop.access.log "
+            "--env SHOP_GREETING=...") in proc.stdout
 
 
 def test_the_unit_under_systemd_serves_stops_gracefully_and_uninstalls(flask_app, run_dirs, record_property):

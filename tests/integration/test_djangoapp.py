@@ -54,13 +54,24 @@ def content_type(layout, path: str) -> tuple[int, str, bytes]:
 # --- nginx serves the admin's static files with their types -------------------------------------
 
 
+def wait_until_counted(stack, requests: int, timeout: float = 10.0) -> int:
+    """The workers' request count once it reached ``requests`` (it never exceeds what was sent)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        counted = sum(w["requests"] for w in stack.stats()["workers"])
+        if counted >= requests or time.monotonic() > deadline:
+            return counted
+        time.sleep(0.05)
+
+
 def test_the_admin_renders_with_its_stylesheet_served_as_text_css(django_app, start_stack):
     stack = start_stack("2x2-mapped", transport="unix", **django_app.layout_options())
     layout = stack.layout
     status, headers, page = via_nginx(layout, "/admin/login/")
     assert status == 200 and b'href="/static/admin/css/base.css"' in page, (status, page[:300])
     assert headers["content-type"].startswith("text/html")
-    served = sum(w["requests"] for w in stack.stats()["workers"])
+    # uWSGI counts a request once it is closed, which may be a moment after nginx answered
+    served = wait_until_counted(stack, 1)
     status, ctype, css = content_type(layout, "/static/admin/css/base.css")
     assert status == 200 and ctype == "text/css", (status, ctype)
     assert css == (django_app.collected / "admin/css/base.css").read_bytes()

@@ -563,12 +563,15 @@ class ClaimAtLevel:
         return self.outcome != "undecided"
 
     @property
-    def targets(self) -> dict[str, bool]:
+    def targets(self) -> dict[str, str]:
+        """Each target: "met", "missed", or "unsure". The ratios are judged by their paired
+        interval (``against``): met only when the whole interval clears the threshold."""
+        yes = lambda ok: "met" if ok else "missed"  # noqa: E731
         return {
-            f"throughput >= {TARGET_RPS_RATIO}x shared": self.rps_ratio >= TARGET_RPS_RATIO,
-            f"p99 <= {TARGET_P99_RATIO}x shared": self.p99_ratio <= TARGET_P99_RATIO,
-            f"efficiency >= {TARGET_EFFICIENCY}": self.mapped.efficiency.median >= TARGET_EFFICIENCY,
-            "zero errors": self.mapped.errors == 0 and self.shared.errors == 0,
+            f"throughput >= {TARGET_RPS_RATIO}x shared": against(self.rps, TARGET_RPS_RATIO, at_most=False),
+            f"p99 <= {TARGET_P99_RATIO}x shared": against(self.p99, TARGET_P99_RATIO, at_most=True),
+            f"efficiency >= {TARGET_EFFICIENCY}": yes(self.mapped.efficiency.median >= TARGET_EFFICIENCY),
+            "zero errors": yes(self.mapped.errors == 0 and self.shared.errors == 0),
         }
 
 
@@ -591,7 +594,8 @@ class Verdict:
 
     @property
     def targets_met(self) -> bool:
-        return bool(self.levels) and not self.missing and all(all(lv.targets.values()) for lv in self.levels)
+        return bool(self.levels) and not self.missing and all(
+            all(v == "met" for v in lv.targets.values()) for lv in self.levels)
 
 
 def article_verdict(results: Results, scenario: str = "article") -> Verdict:
@@ -621,11 +625,13 @@ def article_verdict(results: Results, scenario: str = "article") -> Verdict:
 @dataclass(frozen=True)
 class KeyComparison:
     """One comparison a run exists to decide: the article verdict's pair at P or 2P (throughput
-    and p99), or the best layout at a level against the runner-up (throughput). ``settled``:
+    and p99), the best layout at a level against the runner-up (throughput), and with peers each
+    peer's best variant against its next (throughput) and the best uWSGI layout against the best
+    peer at 2P (the targets, throughput and p99). ``settled``:
     decided or equivalent (no more rounds needed); ``thin``: a p99 of either group rests on fewer
     than MIN_SLOWER_REQUESTS requests above it (more rounds would let it be quoted)."""
 
-    kind: str  # "verdict" or "best"
+    kind: str  # "verdict", "best" (vs the runner-up), "variant" (a peer's best variant), "target" (vs the best peer)
     scenario: str
     level: int
     groups: tuple[Group, Group]
@@ -663,9 +669,26 @@ def key_comparisons(results: Results) -> list[KeyComparison]:
             seen.add(("article", lv.concurrency, frozenset((lv.mapped.layout, lv.shared.layout))))
     for sc in results.scenarios:
         for level, b in best_and_runner_up(group_cells(results, sc)).items():
-            if b.runner_up is None or (sc, level, frozenset((b.best.layout, b.runner_up.layout))) in seen:
+            pair = (sc, level, frozenset((b.best.layout, b.runner_up.layout))) if b.runner_up is not None else None
+            if pair is None or pair in seen:
                 continue
+            seen.add(pair)
             out.append(KeyComparison("best", sc, level, (b.best, b.runner_up), (b.rps,), b.settled))
+    # With peers: which variant of each peer is its best (what "each peer at its best" rests on), and
+    # the best uWSGI layout against the best peer at 2P, settled when each target is met or missed.
+    for sc in results.scenarios:
+        alt = alternatives(results, sc)
+        if alt is None:
+            continue
+        for c in alt.choices:
+            pair = (sc, c.concurrency, frozenset((c.best.layout, c.runner_up.layout))) if c.runner_up else None
+            if pair is None or pair in seen:
+                continue
+            seen.add(pair)
+            out.append(KeyComparison("variant", sc, c.concurrency, (c.best, c.runner_up), (c.rps,), c.rps.settled))
+        m = alt.target
+        if m is not None and (sc, m.concurrency, frozenset((m.uwsgi.layout, m.peer.layout))) not in seen:
+            out.append(KeyComparison("target", sc, m.concurrency, (m.uwsgi, m.peer), (m.rps, m.p99), m.settled))
     return out
 
 
@@ -703,7 +726,8 @@ def tail_advice(g: Group, duration: float | None = None) -> str:
     return text
 
 
-LOAD_CAUTION_SHARE = 0.5  # a load average above half the cores: other work shared them
+LOAD_CAUTION_SHARE = 0.5  # a load average above half the cores before the run: other work shared them
+OTHERS_CAUTION = 0.10  # other processes used more than 10% of the machine's CPU time while it measured
 STEAL_CAUTION = 0.05  # more than 5% of CPU time stolen by the hypervisor
 
 
@@ -712,19 +736,30 @@ def _numbers(values) -> list[float]:
 
 
 def machine_cautions(environment: dict) -> list[str]:
-    """Cautions from the machine's load while the run measured (``bench.environment.Machine``):
-    a load average above half the cores, CPU steal above 5%. [] when the run recorded neither."""
+    """Cautions from how busy the machine was (``bench.environment``): a load average above half
+    the cores when the run started (during the run the load is mostly the run's own), other
+    processes' CPU above 10% of the machine while it measured, CPU steal above 5%. [] when the run
+    recorded none of them. Files written before "others" was sampled are judged on their load
+    average during the run, as they were."""
     nproc = environment.get("nproc")
     samples = (environment.get("machine") or {}).get("samples") or []
     start = environment.get("loadavg_at_start") or [None]
-    loads = _numbers([start[0], *(s.get("loadavg_1m") for s in samples)])
+    others = _numbers(s.get("others") for s in samples)
+    during = [] if others else _numbers(s.get("loadavg_1m") for s in samples)
+    loads = _numbers([start[0], *during])
     steals = _numbers([environment.get("steal_at_start"), *(s.get("steal") for s in samples)])
     out = []
     if isinstance(nproc, int) and nproc and loads and max(loads) > LOAD_CAUTION_SHARE * nproc:
-        out.append(f"the machine was busy: load average up to {max(loads):.1f} on {nproc} cores (median "
-                   f"{statistics.median(loads):.1f}; above {LOAD_CAUTION_SHARE * nproc:g}, half the cores, other work "
-                   "shared them): paired rounds cancel slow drift, not bursts within a round; rerun on a quieter "
-                   "machine before deciding on a few percent.")
+        when = "when the run started" if not during else f"during the run (median {statistics.median(loads):.1f})"
+        out.append(f"the machine was busy: load average {max(loads):.1f} {when} on {nproc} cores (above "
+                   f"{LOAD_CAUTION_SHARE * nproc:g}, half the cores: other work shared them): paired rounds cancel "
+                   "slow drift, not bursts within a round; rerun on a quieter machine before deciding on a few "
+                   "percent.")
+    if others and max(others) > OTHERS_CAUTION:
+        out.append(f"other processes used up to {max(others):.0%} of the machine's CPU time while it measured "
+                   f"(median {statistics.median(others):.0%}, above {OTHERS_CAUTION:.0%}): a neighbour shared the "
+                   "cores; paired rounds cancel slow drift, not bursts within a round; rerun on a quieter machine "
+                   "before deciding on a few percent.")
     if steals and max(steals) > STEAL_CAUTION:
         out.append(f"the hypervisor stole up to {max(steals):.0%} of the CPU time during the run (above "
                    f"{STEAL_CAUTION:.0%}): a neighbour on the host took cores this VM was given; figures may move "
@@ -927,9 +962,16 @@ class Matchup:
         return compare_groups(self.uwsgi, self.peer, "p99")
 
     @property
-    def targets(self) -> dict[str, bool]:
-        return {f"throughput >= {TARGET_VS_PEER_RPS}x the best peer's": self.rps.ratio >= TARGET_VS_PEER_RPS,
-                f"p99 <= {TARGET_VS_PEER_P99}x the best peer's": self.p99.ratio <= TARGET_VS_PEER_P99}
+    def targets(self) -> dict[str, str]:
+        """Each target judged by its paired interval (``against``): "met", "missed" or "unsure"."""
+        return {f"throughput >= {TARGET_VS_PEER_RPS}x the best peer's": against(self.rps, TARGET_VS_PEER_RPS,
+                                                                                  at_most=False),
+                f"p99 <= {TARGET_VS_PEER_P99}x the best peer's": against(self.p99, TARGET_VS_PEER_P99, at_most=True)}
+
+    @property
+    def settled(self) -> bool:
+        """Every target met or missed beyond noise: more rounds would not change the answer."""
+        return all(v != "unsure" for v in self.targets.values())
 
 
 @dataclass(frozen=True)

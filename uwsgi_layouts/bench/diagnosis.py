@@ -177,14 +177,21 @@ def worker_figures(samples: list[Sample], first: Sample | None, latest: Sample |
 
 
 def queue_figures(samples: list[Sample], source: str, kernel_overflows: int | None) -> dict:
-    """Per socket: the longest listen queue seen, its size, the share of samples it was not empty."""
+    """Per socket: the longest listen queue seen, its size, the share of samples it was not empty;
+    and the times uWSGI's master found a queue full in the window (``uwsgi_queue_errors``; a
+    restart in the window resets uWSGI's counter: then only what came after it)."""
     sockets: dict[str, dict] = {}
     n = len(samples)
     for name in dict.fromkeys(name for s in samples for name in s.sockets):
         seen = [s.sockets[name] for s in samples if name in s.sockets]
         sockets[name] = {"max": max(q for q, _ in seen), "backlog": max(b for _, b in seen),
                          "nonempty": round(sum(1 for q, _ in seen if q > 0) / n, 4) if n else 0.0}
-    return {"source": source, "sockets": sockets, "kernel_overflows": kernel_overflows}
+    errors = 0
+    if samples:
+        last = samples[-1]
+        first = next(s for s in samples if s.master == last.master)  # since the last restart, if any
+        errors = max(0, last.queue_errors - first.queue_errors)
+    return {"source": source, "sockets": sockets, "kernel_overflows": kernel_overflows, "uwsgi_queue_errors": errors}
 
 
 def timeline_of(samples: list[Sample], points: int = TIMELINE_POINTS) -> dict:
@@ -331,10 +338,12 @@ def mean_service_ms(d: Diagnosis) -> float | None:
 
 
 def queue_matters(d: Diagnosis) -> bool:
-    """A queue filled up, or requests waited in the queues long enough to matter (QUEUE_WAIT_*)."""
+    """A queue filled up (seen full, or uWSGI counted it full), or requests waited in the queues
+    long enough to matter (QUEUE_WAIT_*)."""
     wait = d.queue.get("mean_wait_ms")
     service = mean_service_ms(d) or 0.0
-    return queue_was_full(d) or (wait is not None and wait >= max(QUEUE_WAIT_MS, QUEUE_WAIT_SHARE * service))
+    return (queue_was_full(d) or bool(d.queue.get("uwsgi_queue_errors"))
+            or (wait is not None and wait >= max(QUEUE_WAIT_MS, QUEUE_WAIT_SHARE * service)))
 
 
 def tune_command(d: Diagnosis) -> str:
@@ -350,6 +359,8 @@ def tune_command(d: Diagnosis) -> str:
         args += ["--virtualenv", app["virtualenv"]]
     if d.access.get("used"):
         args += ["--access-log", d.access["file"]]
+    # The ini's variables by name only (their values may be secrets, and results.json keeps this line).
+    args += [arg for name in app.get("env_names", ()) for arg in ("--env", f"{name}=...")]
     return shlex.join(args)
 
 
@@ -398,9 +409,12 @@ def _queue(d: Diagnosis, tune: str) -> Finding | None:
         size = f" of {f['backlog']}" if f["backlog"] else ""
         full = " (full: new connections were refused or dropped)" if f["backlog"] and f["max"] >= f["backlog"] else ""
         parts.append(f"{name} reached {f['max']}{size}{full}, not empty {_pct(f['nonempty'])} of the time")
-    text = "the listen queue of " + "; of ".join(parts)
+    text = ("the listen queue of " + "; of ".join(parts)) if parts else \
+        "a listen queue (between these reads: none was seen above 0)"
     if d.queue.get("mean_wait_ms") is not None:
         text += f"; requests waited about {_num(d.queue['mean_wait_ms'])} ms there on average"
+    if d.queue.get("uwsgi_queue_errors"):
+        text += f"; uWSGI found its listen queue full {d.queue['uwsgi_queue_errors']} time(s) in the window"
     if d.queue.get("kernel_overflows"):
         text += (f"; the kernel dropped {d.queue['kernel_overflows']} connection(s) on full TCP listen queues "
                  "meanwhile (every socket of this host)")

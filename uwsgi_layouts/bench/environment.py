@@ -2,9 +2,15 @@
 
 The machine is part of the evidence: besides what it is (``capture``), how busy it was, at the
 start and during the run (``Machine``): the load average, the share of CPU time the hypervisor
-stole from this VM (``/proc/stat``'s steal column, over the time between two samples), and the
-CPU frequency governor where ``/sys`` shows one. ``analysis.machine_cautions`` turns them into
-cautions (load above half the cores, steal above 5%).
+stole from this VM (``/proc/stat``'s steal column, over the time between two samples), the share
+of the machine's CPU time that processes other than ours used (busy ticks in ``/proc/stat`` less
+the CPU time of this process and everything it started), and the CPU frequency governor where
+``/sys`` shows one. ``analysis.machine_cautions`` turns them into cautions.
+
+Why "others" and not the load average during the run: the run's own wrk, nginx and app server
+keep every core busy, so the load average while it measures says how hard it works, not whether a
+neighbour shared the cores; it is recorded, and judged only at the start, before the run loads
+the machine.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import psutil
 
 from uwsgi_layouts.deploy.machine import PACKAGE_DIR
 from uwsgi_layouts.deploy.run import nginx_binary, uwsgi_binary
@@ -65,6 +73,48 @@ def cpu_ticks(path: str = "/proc/stat") -> tuple[int, int] | None:
     return steal, sum(values[:8])
 
 
+def busy_ticks(path: str = "/proc/stat") -> tuple[int, int] | None:
+    """(busy, total) CPU ticks since boot: busy is every column but idle, iowait and steal (time
+    some process of this VM ran); None where unreadable."""
+    try:
+        with open(path) as fh:
+            fields = fh.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu" or len(fields) < 5:
+        return None
+    values = [int(x) for x in fields[1:9]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0) + (values[7] if len(values) > 7 else 0)
+    return sum(values) - idle, sum(values)
+
+
+def own_cpu_s() -> float:
+    """CPU seconds used by this process and every process it started, the ended ones included
+    (reaped children's times, which their parents collect in turn: a stopped stack's workers are in
+    its master's, the master's in ours)."""
+    me = psutil.Process()
+    total = 0.0
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:  # ended while we looked: its time arrives with its parent's children times
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+def others_share(before: tuple[int, int] | None, after: tuple[int, int] | None, own_s: float,
+                 tick_s: float | None = None) -> float | None:
+    """The share of the machine's CPU time (all cores) that other processes used between two
+    ``busy_ticks`` readings, while ours used ``own_s`` seconds."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    tick_s = tick_s or 1 / os.sysconf("SC_CLK_TCK")
+    busy_s = (after[0] - before[0]) * tick_s
+    total_s = (after[1] - before[1]) * tick_s
+    return min(1.0, max(0.0, (busy_s - own_s) / total_s))
+
+
 def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
     if before is None or after is None or after[1] <= before[1]:
         return None
@@ -87,18 +137,21 @@ class Machine:
     """Samples of how busy the machine was while a run measured. ``sample()`` after each block;
     ``record()`` is what results.json stores under ``environment["machine"]``."""
 
-    def __init__(self, clock=time.monotonic, ticks=cpu_ticks, loadavg=os.getloadavg):
-        self.clock, self.ticks, self.loadavg = clock, ticks, loadavg
+    def __init__(self, clock=time.monotonic, ticks=cpu_ticks, loadavg=os.getloadavg, busy=busy_ticks,
+                 own=own_cpu_s):
+        self.clock, self.ticks, self.loadavg, self.busy, self.own = clock, ticks, loadavg, busy, own
         self.t0 = clock()
         self.last = ticks()
+        self.last_busy, self.last_own = busy(), own()
         self.samples: list[dict] = []
         self.governor = governor()
 
     def sample(self) -> dict:
-        now = self.ticks()
+        now, busy, own = self.ticks(), self.busy(), self.own()
         entry = {"t_s": round(self.clock() - self.t0, 1), "loadavg_1m": round(self.loadavg()[0], 2),
-                 "steal": _rounded(steal_share(self.last, now))}
-        self.last = now
+                 "steal": _rounded(steal_share(self.last, now)),
+                 "others": _rounded(others_share(self.last_busy, busy, own - self.last_own))}
+        self.last, self.last_busy, self.last_own = now, busy, own
         self.samples.append(entry)
         return entry
 

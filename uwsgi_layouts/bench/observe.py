@@ -267,6 +267,9 @@ class Sample:
     master: int = 0  # the master's pid: a new one means uWSGI was restarted
     # Worker id -> cumulative counters; the Sampler keeps them in its first and latest samples only.
     counters: dict[int, WorkerCounters] = field(default_factory=dict)
+    # uWSGI's own count, since it started, of the times its master found a listen queue full
+    # (``listen_queue_errors``: TCP sockets, read once a second; this service only, unlike the kernel's).
+    queue_errors: int = 0
 
 
 def read_sample(stats: dict, t: float) -> Sample:
@@ -284,7 +287,8 @@ def read_sample(stats: dict, t: float) -> Sample:
                                            int(w.get("respawn_count", 0)), int(w.get("exceptions", 0)),
                                            int(w.get("rss", 0)))
     sockets = {str(s["name"]): (int(s.get("queue", 0)), int(s.get("max_queue", 0))) for s in stats.get("sockets", [])}
-    return Sample(t, workers, inflight, cores, sockets, int(stats.get("pid", 0)), counters)
+    return Sample(t, workers, inflight, cores, sockets, int(stats.get("pid", 0)), counters,
+                  int(stats.get("listen_queue_errors", 0) or 0))
 
 
 class Sampler:
@@ -829,12 +833,36 @@ def uwsgi_config(master_pid: int) -> tuple[str, dict]:
         text = Path(path).read_text(errors="replace")
     except OSError:
         return path, {}
-    return path, app_options_of_ini(text)
+    options = app_options_of_ini(text)
+    entry = options.pop("wsgi_file", "")
+    if Path(entry).name == ENTRY_NAME:  # our generated entry module: the app is the factory it calls
+        try:
+            factory = factory_of_entry(Path(entry).read_text(errors="replace"))
+        except OSError:
+            factory = ""
+        if factory:
+            options["app"] = factory
+    return path, options
+
+
+# The module `render` writes for an app factory (deploy's ENTRY_FILE), and the line in it that names
+# the --app it was made from: what a user would pass again.
+ENTRY_NAME = "uwsgi_layouts_entry.py"
+_ENTRY_APP = re.compile(r"^# --app (.+?) is an app factory", re.MULTILINE)
+
+
+def factory_of_entry(text: str) -> str:
+    """The ``--app`` an entry module was generated for (``storefront:create_app()``), or ""."""
+    m = _ENTRY_APP.search(text)
+    return m[1] if m else ""
 
 
 def app_options_of_ini(text: str) -> dict:
-    """The app options of a uWSGI ini file's [uwsgi] section (the last value of a repeated key)."""
+    """The app options of a uWSGI ini file's [uwsgi] section (the last value of a repeated key),
+    the names of the variables its ``env`` lines set (``env_names``: never their values, which may
+    be secrets), and ``wsgi_file`` when it names one."""
     found: dict[str, str] = {}
+    env_names: list[str] = []
     section = ""
     for raw in text.splitlines():
         line = raw.strip()
@@ -847,7 +875,11 @@ def app_options_of_ini(text: str) -> dict:
         key = key.strip().replace("_", "-")
         if section == "uwsgi" and sep and key in APP_OPTIONS:
             found[APP_OPTIONS[key]] = value.strip()
-    out = {}
+        elif section == "uwsgi" and sep and key == "env":
+            name = value.strip().partition("=")[0].strip()
+            if name and name not in env_names and not name.startswith("UL_"):  # UL_*: the lab's own
+                env_names.append(name)
+    out: dict = {}
     callable_name = found.get("callable", "application")
     if found.get("module"):
         module = found["module"]
@@ -856,8 +888,11 @@ def app_options_of_ini(text: str) -> dict:
         wsgi = Path(found["wsgi_file"])
         out["app"] = f"{wsgi.stem}:{callable_name}"
         out["app_dir"] = str(wsgi.parent)
+        out["wsgi_file"] = found["wsgi_file"]
     if found.get("app_dir"):
         out["app_dir"] = found["app_dir"]
     if found.get("virtualenv"):
         out["virtualenv"] = found["virtualenv"]
+    if env_names:
+        out["env_names"] = env_names
     return out

@@ -638,6 +638,8 @@ def _diag_queue(value) -> dict:
         _share(figures.get("nonempty", 0.0), f"queue.sockets.{sock}.nonempty")
     if value.get("kernel_overflows") is not None:
         _count(value["kernel_overflows"], "queue.kernel_overflows")
+    if value.get("uwsgi_queue_errors") is not None:
+        _count(value["uwsgi_queue_errors"], "queue.uwsgi_queue_errors")
     return dict(value)
 
 
@@ -872,7 +874,9 @@ def from_dict(data, source: str = "results") -> Results:
         data = migrate_v1(data, source)
     kind = data.get("kind")
     if kind not in KIND_RECORDS:
-        raise ResultsError(f"{source}: kind {kind!r} is not one this tool reads ({', '.join(KIND_RECORDS)})")
+        # Kinds beyond the three built in register themselves when their module is imported.
+        raise ResultsError(f"{source}: kind {kind!r} is not one this tool reads ({', '.join(KIND_RECORDS)}); "
+                           "in Python, import uwsgi_layouts.bench.kinds first: it registers every kind")
     records = KIND_RECORDS[kind]
     missing = [k for k in ("environment", "arguments", "workload", records) if k not in data]
     if missing:

@@ -288,6 +288,7 @@ def add_bundle_parsers(sub) -> None:
     bundle.add_argument("--uwsgi-tls-name", help=f"the name the hosts' certificates carry (default {DEFAULT_TLS_NAME})")
     bundle.add_argument("--max-fails", help="with --hosts: failures before nginx leaves a socket out (default T+1)")
     bundle.add_argument("--fail-timeout", help="with --hosts: seconds a failed socket stays out (default 10)")
+    add_risk_options(bundle, "system-static")
     install_p = sub.add_parser("install", help="install a bundle: copy, enable, nginx -t (undone if it fails), "
                                                "start where systemd runs")
     install_p.add_argument("bundle", help="the directory `bundle --out` wrote")
@@ -303,6 +304,7 @@ def add_bundle_parsers(sub) -> None:
     uninstall_p.add_argument("--dry-run", action="store_true", help="list what would be removed; change nothing")
     uninstall_p.add_argument("--purge", action="store_true", help="remove the logs too (/var/log/NAME and the site's "
                                                                   "nginx logs)")
+    add_risk_options(install_p, "world-writable")
     add_import_timeout(install_p)
 
 
@@ -342,7 +344,8 @@ def cmd_bundle(args) -> int:
 
 def cmd_install(args) -> int:
     result = install(args.bundle, root=args.root, dry_run=args.dry_run, app_check=not args.no_app_check,
-                     progress=lambda line: print(line, flush=True), import_timeout=import_timeout(args))
+                     progress=lambda line: print(line, flush=True), import_timeout=import_timeout(args),
+                     allow=("world-writable",) if args.allow_world_writable else ())
     changed = len(result.changed) + len(result.retired)
     verb = "would change" if result.dry_run else "changed"
     serving = f", slot {result.slot}" if result.slot else ""

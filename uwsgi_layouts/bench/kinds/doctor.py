@@ -3,7 +3,7 @@
     uwsgi-layouts doctor --stats ADDRESS [--for SECONDS] [--hz N] [--access-log FILE] [--out DIR]
 
 ADDRESS is a uWSGI stats server: ``127.0.0.1:9191`` or a unix socket path (the bundle's
-``/run/NAME/stats.sock``). Doctor only reads it (the server writes one JSON document per
+``/run/NAME/SLOT/stats.sock``). Doctor only reads it (the server writes one JSON document per
 connection and closes), ``--hz`` times a second for ``--for`` seconds, with compare's in-flight
 sampler (``bench.observe.Sampler``); where the service runs on this machine it also reads the
 workers' memory (PSS when readable, else RSS), which sockets each worker holds (/proc/PID/fd),
@@ -62,9 +62,10 @@ EXIT_INTERRUPTED = 130
 def add_arguments(p) -> None:
     p.add_argument("--stats", required=True, metavar="ADDRESS",
                    help="the uWSGI stats server: HOST:PORT (e.g. 127.0.0.1:9191) or a unix socket path (the "
-                        "bundle's /run/NAME/stats.sock); only read, never written to")
+                        "bundle's /run/NAME/SLOT/stats.sock); only read, never written to")
     p.add_argument("--for", dest="for_s", metavar="SECONDS",
-                   help=f"how long to watch, 1..{MAX_FOR_S} s (default {DEFAULT_FOR_S})")
+                   help=f"how long to watch, 1..{MAX_FOR_S} s (default {DEFAULT_FOR_S}); at most {MAX_SAMPLES} "
+                        f"reads, so beyond {int(MAX_SAMPLES / DEFAULT_HZ)} s lower --hz")
     p.add_argument("--hz", help=f"stats-server reads per second, 1..{MAX_HZ:g} (default {DEFAULT_HZ:g})")
     p.add_argument("--access-log", metavar="FILE",
                    help="nginx's access log of the site (the bundle's, i.e. combined, or combined with "

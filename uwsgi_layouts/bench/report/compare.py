@@ -132,13 +132,21 @@ def _p99_kind(g: Group) -> str:
 @dataclass(frozen=True)
 class _Check:
     label: str  # the target, as analysis names it, e.g. "throughput >= 1.25x shared"
-    ok: bool
+    state: str  # "met", "missed" or "unsure" (the interval straddles the threshold)
     measured: str
-    miss: str  # how far a miss missed; "" when passed
+    miss: str  # how far the point ratio is from the threshold, for a miss or an unsure one
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "met"
 
     @property
     def result(self) -> str:
-        return "pass" if self.ok else f"MISS ({self.miss})" if self.miss else "MISS"
+        if self.state == "met":
+            return "pass"
+        if self.state == "unsure":
+            return "undecided (straddles it)"
+        return f"MISS ({self.miss})" if self.miss else "MISS"
 
 
 def _by(d: float) -> str:
@@ -149,13 +157,13 @@ def _checks(lv: ClaimAtLevel) -> list[_Check]:
     """The targets of one level with the measured values and, for a miss, by how much."""
     m, s = lv.mapped, lv.shared
     out = []
-    for label, ok in lv.targets.items():
+    for label, state in lv.targets.items():
         if label.startswith("throughput"):
-            measured = f"{lv.rps_ratio:.2f}x ({num(m.rps.median)} vs {num(s.rps.median)} req/s)"
+            measured = f"{lv.rps.text()} ({num(m.rps.median)} vs {num(s.rps.median)} req/s)"
             miss = f"short by {_by(TARGET_RPS_RATIO - lv.rps_ratio)}x"
         elif label.startswith("p99"):
-            measured = (f"{lv.p99_ratio:.2f}x ({quoted_p99(m)} vs {quoted_p99(s)} ms)" if m.p99_quotable and
-                        s.p99_quotable else f"{lv.p99_ratio:.2f}x (the p99s themselves n/q)")
+            measured = (f"{lv.p99.text()} ({quoted_p99(m)} vs {quoted_p99(s)} ms)" if m.p99_quotable and
+                        s.p99_quotable else f"{lv.p99.text()} (p99s n/q)")
             miss = f"over by {_by(lv.p99_ratio - TARGET_P99_RATIO)}x"
         elif label.startswith("efficiency"):
             measured = f"{m.efficiency.median:.2f} ({m.layout})"
@@ -165,7 +173,7 @@ def _checks(lv: ClaimAtLevel) -> list[_Check]:
             miss = f"{m.errors + s.errors} failed requests"
         else:  # a target analysis added that this module does not know yet
             measured, miss = "", ""
-        out.append(_Check(label, ok, measured, "" if ok else miss))
+        out.append(_Check(label, state, measured, "" if state == "met" else miss))
     return out
 
 
@@ -272,11 +280,19 @@ def _headline(results: Results, v: Verdict) -> str:
 
 def _targets_summary(v: Verdict) -> str:
     checks = [(lv.concurrency, c) for lv in v.levels for c in _checks(lv)]
-    missed = [(lvl, c) for lvl, c in checks if not c.ok]
-    if not missed:
-        return f"Targets: all {len(checks)} met at {_and([str(lv.concurrency) for lv in v.levels])} connections."
-    return f"Targets: {len(checks) - len(missed)} of {len(checks)} met; missed: " + "; ".join(
-        f"{c.label} at {lvl} connections ({c.measured.split(' (')[0]}, {c.miss})" for lvl, c in missed) + "."
+    missed = [(lvl, c) for lvl, c in checks if c.state == "missed"]
+    unsure = [(lvl, c) for lvl, c in checks if c.state == "unsure"]
+    if not missed and not unsure:
+        return (f"Targets: all {len(checks)} met beyond noise at {_and([str(lv.concurrency) for lv in v.levels])} "
+                "connections.")
+    text = f"Targets: {len(checks) - len(missed) - len(unsure)} of {len(checks)} met beyond noise"
+    if missed:
+        text += "; missed: " + "; ".join(f"{c.label} at {lvl} connections ({c.measured.split(' (')[0]}, {c.miss})"
+                                         for lvl, c in missed)
+    if unsure:
+        text += "; undecided (the interval straddles the threshold): " + "; ".join(
+            f"{c.label} at {lvl} connections ({c.measured.rsplit(' (', 1)[0]})" for lvl, c in unsure)
+    return text + "."
 
 
 def verdict_lines(results: Results) -> list[str]:
@@ -328,7 +344,9 @@ def decision_lines(results: Results, markdown: bool = False) -> list[str]:
         else:
             end = f"still undecided after {k.rounds} round{'s' if k.rounds != 1 else ''}"
         thin = f"; its pooled p99s n/q (fewer than {MIN_SLOWER_REQUESTS} requests above)" if k.thin else ""
-        items.append(f"{'verdict' if k.kind == 'verdict' else 'best vs runner-up'}: {k.name}: {figures} "
+        label = {"verdict": "verdict", "best": "best vs runner-up", "variant": "peer's best variant vs its next",
+                 "target": "best uWSGI vs best peer (targets)"}.get(k.kind, k.kind)
+        items.append(f"{label}: {k.name}: {figures} "
                      f"[{end}{thin}]")
     head = f"Decisions, paired by round ({rule.words()})."
     if "max_rounds" in results.arguments and state:

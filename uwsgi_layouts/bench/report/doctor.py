@@ -96,7 +96,7 @@ def terminal_lines(results: Results) -> list[str]:
         if not found:
             out.append("  none: no sample was read")
         if d.requests:
-            out += ["", "Try (ready to run on a machine with this checkout; measures layouts with your app):",
+            out += ["", "Try (where uwsgi-layouts is installed, with the app's code; measures layouts with your app):",
                     f"  {tune_command(d)}"]
         headers, rows = worker_rows(d)
         out += ["", f"Workers over the window (pile-up {pct(d.inflight.get('pileup'))}, some worker full "
@@ -105,7 +105,9 @@ def terminal_lines(results: Results) -> list[str]:
         out += table(headers, rows, "<>>>>>>>")
         headers, rows = queue_rows(d)
         overflows = d.queue.get("kernel_overflows")
+        errors = d.queue.get("uwsgi_queue_errors")
         out += ["", f"Listen queues ({d.queue.get('source', '')}"
+                    + (f"; uWSGI found a queue full {errors} time(s) in the window" if errors else "")
                     + (f"; kernel TCP listen overflows in the window: {overflows}" if overflows is not None else "")
                     + "):"]
         out += table(headers, rows, "<>>>")

@@ -135,8 +135,21 @@ def _emit(title: str, intro: list[str], blocks: list[tuple[str, list[str], list[
 # --------------------------------------------------------------------------- files
 
 
+def target_verdict(ratio: Stat, target: float) -> str:
+    """A paired ratio against ``target``, judged on the range of its per-repeat ratios (as
+    ``bench.paired`` judges 3 rounds): pass when every repeat clears it, MISS when none does,
+    else undecided; fewer than 3 repeats decide nothing."""
+    if ratio.n < 3:
+        return f"undecided ({ratio.n} repeat{'s' if ratio.n != 1 else ''}: measure at least 3)"
+    if ratio.low >= target:
+        return "pass"
+    if ratio.high < target:
+        return f"MISS (short by {target - ratio.median:.2f}x)"
+    return "undecided (the repeats straddle it: measure more)"
+
+
 def _target_note(ratio: Stat, p99: Stat, capacity: Stat, what: str, target: float) -> str:
-    verdict = "pass" if ratio.median >= target else f"MISS (short by {target - ratio.median:.2f}x)"
+    verdict = target_verdict(ratio, target)
     text = f"{what} / app-streamed throughput: {_x(ratio)}; target >= {target:g}x: {verdict}. p99 {what} / " \
            f"app-streamed: {_x(p99)}."
     if capacity.n:

@@ -43,13 +43,24 @@ def _memory(e: Evaluation) -> str:
     return "n/a" if e.memory_mb is None else f"{e.memory_mb:.1f} MB"
 
 
+def p99_text(tails, p99) -> str:
+    """``p99 240 ms (95%: 220–260)``; a p99 with fewer than MIN_SLOWER_REQUESTS requests above it
+    is not quoted as a figure (the objective still weighs it: the value is shown as what it judged)."""
+    if tails.thin:
+        return f"p99 n/q (judged at {num(p99.value)} ms, resting on {tails.slower} requests above it)"
+    return f"p99 {num(p99.value)} ms (95%: {num(p99.low)}–{num(p99.high)})"
+
+
+def p99_cell(tails, p99) -> str:
+    return f"n/q ({num(p99.value)}, {tails.slower} above)" if tails.thin else fmt_interval(p99)
+
+
 def figures(e: Evaluation, memory_label: str = "PSS") -> str:
     """``21.3 req/s (20.1–22.5 over 7 cells), p50 180 ms, p99 240 ms (95%: 220–260), 24.1 MB PSS, 0 failed``."""
     rps = e.rps
     spread = f" ({num(rps.low)}–{num(rps.high)} over {e.repeats} cells)" if e.repeats > 1 else " (one cell)"
-    p99 = e.p99
-    text = (f"{num(rps.value)} req/s{spread}, p50 {num(e.steady.tails.p50.value)} ms, p99 {num(p99.value)} ms "
-            f"(95%: {num(p99.low)}–{num(p99.high)}), {_memory(e)} {memory_label}, {e.errors} failed or non-2xx")
+    text = (f"{num(rps.value)} req/s{spread}, p50 {num(e.steady.tails.p50.value)} ms, "
+            f"{p99_text(e.steady.tails, e.p99)}, {_memory(e)} {memory_label}, {e.errors} failed or non-2xx")
     return text + (" [p99 borderline]" if e.borderline else "")
 
 
@@ -58,8 +69,7 @@ def stall_figures(e: Evaluation) -> str:
     if s is None:
         return ""
     stalled = s.extra.get("stalled_p50_ms")
-    text = (f"under the stall {num(s.throughput.value)} req/s, healthy p99 {num(s.tails.p99.value)} ms "
-            f"(95%: {num(s.tails.p99.low)}–{num(s.tails.p99.high)})")
+    text = f"under the stall {num(s.throughput.value)} req/s, healthy {p99_text(s.tails, s.tails.p99)}"
     return text + (f", stalled requests p50 {num(stalled.median)} ms" if stalled is not None else "")
 
 
@@ -123,10 +133,10 @@ def measured_rows(outcome: Outcome, markdown: bool = False) -> tuple[list[str], 
         rps = e.rps
         row = [e.spec, _reached(outcome, e.spec), str(e.repeats),
                f"{num(rps.value)}" + (f" ({num(rps.low)}–{num(rps.high)})" if e.repeats > 1 else ""),
-               num(e.steady.tails.p50.value), fmt_interval(e.p99),
+               num(e.steady.tails.p50.value), p99_cell(e.steady.tails, e.p99),
                "n/a" if e.memory_mb is None else f"{e.memory_mb:.1f}", str(e.errors), _outcome_text(outcome, e.spec)]
         if stall:
-            row.insert(7, fmt_interval(e.stall.tails.p99) if e.stall is not None else "")
+            row.insert(7, p99_cell(e.stall.tails, e.stall.tails.p99) if e.stall is not None else "")
         rows.append(row)
     return headers, rows
 

@@ -274,25 +274,35 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     specs, left_out = grid_specs(setup.max_processes, setup.threads, setup.strategies)
+    neighbour = BackgroundLoad(setup.background_load) if setup.background_load else None
+    # Written with every mix, so a run that fails or is interrupted says under what load it measured:
+    # what was asked for from the start, what the neighbour took once it stopped.
+    asked = {"fraction": neighbour.fraction, "period_ms": neighbour.period_ms, "cpu_share_taken": None} \
+        if neighbour is not None else None
     summary = {"environment": capture(), "concurrency": setup.concurrency, "grid_layouts": specs,
                "grid_left_out": left_out, "repeats": setup.repeats, "duration_s": setup.duration,
-               "p99_ms": setup.p99_ms, "background_load": None, "mixes": {}}
+               "p99_ms": setup.p99_ms, "background_load": asked, "mixes": {}}
     print(f"grid: {len(specs)} layouts ({len(left_out)} one-process duplicates left out) x {setup.repeats} rounds "
           f"of {setup.duration:g} s at {setup.concurrency} connections, per mix; then tune on {setup.share:.0%} of "
           "the grid's time" + (f"; a background load of {setup.background_load:g} of one core throughout"
                                if setup.background_load else ""), flush=True)
-    with sigterm_interrupts(), (BackgroundLoad(setup.background_load) if setup.background_load
-                                else contextlib.nullcontext()) as neighbour:
-        for mix in setup.mixes:
-            data = one_mix(setup, mix, specs, out)
-            if data is None:
-                return 1
-            summary["mixes"][mix] = data
+    failed = False
+    try:
+        with sigterm_interrupts(), (neighbour if neighbour is not None else contextlib.nullcontext()):
+            for mix in setup.mixes:
+                data = one_mix(setup, mix, specs, out)
+                if data is None:
+                    failed = True
+                    break
+                summary["mixes"][mix] = data
+                (out / "accuracy.json").write_text(json.dumps(summary, indent=2) + "\n")
+                print("\n".join(summary_lines(mix, data)), flush=True)
+    finally:
+        if neighbour is not None:  # stopped by now, on every path: the share of one core it took
+            summary["background_load"] = neighbour.record()
             (out / "accuracy.json").write_text(json.dumps(summary, indent=2) + "\n")
-            print("\n".join(summary_lines(mix, data)), flush=True)
-    if neighbour is not None:
-        summary["background_load"] = neighbour.record()
-        (out / "accuracy.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if failed:
+        return 1
     print("\n" + "\n".join(table_lines(summary)))
     print(f"\nwrote {out / 'accuracy.json'}")
     return 0
@@ -357,8 +367,13 @@ def summary_lines(mix: str, d: dict) -> list[str]:
 def table_lines(summary: dict) -> list[str]:
     """A Markdown table of every mix (what the README quotes): req/s as the grid measured them,
     median (low–high over its repeats); ratios = tune's choice / the reference (95% interval)."""
-    rows = ["| mix | grid: cells, time | tune: time (share) | tune's choice | the objective's best | ratio | best of "
-            "those holding N | ratio | fastest | ratio | load average |", "|" + "---|" * 11]
+    load = summary.get("background_load")
+    taken = load.get("cpu_share_taken") if load else None
+    rows = [f"background load: {load['fraction']:g} of one core asked, "
+            + (f"{taken:.2f} taken" if taken is not None else "what it took unknown (the run did not end)")
+            if load else "background load: none", ""]
+    rows += ["| mix | grid: cells, time | tune: time (share) | tune's choice | the objective's best | ratio | best of "
+             "those holding N | ratio | fastest | ratio | load average |", "|" + "---|" * 11]
     for mix, d in summary["mixes"].items():
         mine = d["tune_choice_in_grid"]
         rows.append(f"| {mix} | {d['grid_cells']}, {d['grid_s'] / 60:.1f} min | {d['tune_s'] / 60:.1f} min "

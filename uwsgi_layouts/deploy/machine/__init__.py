@@ -38,7 +38,13 @@ from uwsgi_layouts.deploy.machine.python import (
     virtualenv_python,
 )
 from uwsgi_layouts.deploy.machine.resolve import check_hosts, checked
-from uwsgi_layouts.deploy.machine.risks import accept, writable_by_others
+from uwsgi_layouts.deploy.machine.risks import (
+    accept,
+    check_dirs_not_writable,
+    check_static_locations,
+    code_dirs_of,
+    writable_by_others,
+)
 from uwsgi_layouts.deploy.machine.users import (
     blocked_at,
     check_reachable,
@@ -50,6 +56,7 @@ from uwsgi_layouts.deploy.machine.users import (
 
 __all__ = [
     "MAX_PREFLIGHT_TIMEOUT", "NETNS_DIR", "PREFLIGHT_TIMEOUT", "PROBE_PATH", "PACKAGE_DIR", "accept",
+    "check_dirs_not_writable", "check_static_locations", "code_dirs_of",
     "app_virtualenv", "blocked_at", "check_data_dir", "check_hosts", "check_listen_address", "check_reachable",
     "check_readable", "check_tls_dir", "check_virtualenv", "checked", "connect", "enter", "find_uwsgi", "group_of",
     "is_isolated", "linked_python", "map_is_current", "mark_isolated", "output_dir", "plain_allowed", "preflight",

@@ -85,22 +85,32 @@ def writable_by_others(path: Path) -> str:
     return ""
 
 
-def code_dirs(layout: Layout) -> list[tuple[str, str, Path]]:
-    """(field, what, directory) of every directory whose content the workers run or nginx serves."""
-    dirs = [("app_dir", "app dir", Path(layout.app_dir))]
-    if layout.virtualenv:
-        venv = Path(layout.virtualenv)
+def code_dirs_of(app_dir: str, virtualenv: str, static) -> list[tuple[str, str, Path]]:
+    """(field, what, directory) of every directory whose content the workers run or nginx serves:
+    the app dir, the virtualenv and its site-packages, each static directory ((prefix, dir) pairs)."""
+    dirs = [("app_dir", "app dir", Path(app_dir))]
+    if virtualenv:
+        venv = Path(virtualenv)
         dirs.append(("virtualenv", "virtualenv", venv))
         dirs += [("virtualenv", "virtualenv's site-packages", p)
                  for p in sorted(venv.glob("lib*/python*/site-packages")) if p.is_dir()]
-    dirs += [("static", f"static directory for {prefix}/", Path(d)) for prefix, d in layout.static]
+    dirs += [("static", f"static directory for {prefix}/", Path(d)) for prefix, d in static]
     return dirs
+
+
+def code_dirs(layout: Layout) -> list[tuple[str, str, Path]]:
+    return code_dirs_of(layout.app_dir, layout.virtualenv, layout.static)
 
 
 def check_code_dirs(layout: Layout) -> None:
     if layout.allows("world-writable"):
         return
-    for field_name, what, directory in code_dirs(layout):
+    check_dirs_not_writable(code_dirs(layout))
+
+
+def check_dirs_not_writable(dirs: list[tuple[str, str, Path]]) -> None:
+    """LayoutError for the first directory that users other than its owner can change."""
+    for field_name, what, directory in dirs:
         why = writable_by_others(directory.resolve())
         if why:
             raise LayoutError(field_name, f"the {what} {directory}: {why}, who could plant code the workers run or "

@@ -41,7 +41,7 @@ import ssl
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from uwsgi_layouts.deploy.machine import blocked_at, check_hosts
+from uwsgi_layouts.deploy.machine import blocked_at, check_hosts, check_static_locations
 from uwsgi_layouts.deploy.model import (
     APP_RE,
     CA_CERT,
@@ -375,6 +375,11 @@ class Bundle:
         return f"uwsgi_{self.name}"
 
     @property
+    def log_format(self) -> str:
+        """The site's access-log format: nginx's names are global to http {}, hence the bundle's name."""
+        return f"uwsgi_layouts_{self.name}_timed"
+
+    @property
     def unit(self) -> str:
         return f"{self.instance}.service"
 
@@ -528,9 +533,11 @@ def default_name(app: str) -> str:
 def build_bundle(spec: str, *, app=None, app_dir=None, virtualenv=None, env=None, static=None, name=None,
                  uwsgi=None, user=None, group=None, nginx_group=None, writable=None, server_names=None,
                  listen=None, tls_listen=None, tls_cert=None, tls_key=None, acme_webroot=None,
-                 client_max_body_size=None, stop_grace=None, **layout_options) -> Bundle:
+                 client_max_body_size=None, stop_grace=None, allow=(), **layout_options) -> Bundle:
     """A validated Bundle, or LayoutError naming the field. Reads only the TLS files given, and
-    only when they exist on this machine (``install`` checks them on the server in any case)."""
+    only when they exist on this machine (``install`` checks them on the server in any case).
+    ``allow``: risks accepted by name (``system-static``: a static directory under /var/lib,
+    /root...; the directories of /etc, /run, /proc... that the bundle writes to are never taken)."""
     app = str(app or DEFAULT_APP)
     if not APP_RE.match(app):
         target = parse_app(app)  # raises, saying what is allowed, unless it is a factory
@@ -559,6 +566,7 @@ def build_bundle(spec: str, *, app=None, app_dir=None, virtualenv=None, env=None
     static_dirs = parse_static(static or (), local=False)
     for prefix, directory in static_dirs:
         server_path("static", directory, f"the directory for {prefix}/")
+    check_static_locations(static_dirs, tuple(allow or ()))  # /var/lib, /root... as the lab's run refuses them
     writable_dirs = tuple(server_path("writable", d, "--writable DIR") for d in (writable or ()))
     user_name = _account("user", user, DEBIAN_NGINX_GROUP)
     cert_path, key_path = tls_paths(tls_cert, tls_key)

@@ -250,9 +250,14 @@ def _catch_all_checks(bundle: Bundle, parsed: list[dict]) -> list[str]:
 def _site_checks(bundle: Bundle, site: Path) -> list[str]:
     problems = []
     alone = crossplane.parse(str(site), single=True, check_ctx=False, catch_errors=False)["config"][0]["parsed"]
-    top = sorted({d["directive"] for d in alone} - {"upstream", "server"})
+    top = sorted({d["directive"] for d in alone} - {"upstream", "server", "log_format"})
     if top:
-        problems.append(f"the site file has {top} at its top level: only upstream and server blocks belong there")
+        problems.append(f"the site file has {top} at its top level: only upstream, server and log_format blocks "
+                        "belong there")
+    # log_format names are global to http {}: only the bundle's own name, which no other site takes.
+    formats = [d["args"][0] for d in alone if d["directive"] == "log_format" and d["args"]]
+    if formats not in ([], [bundle.log_format]):
+        problems.append(f"the site defines log formats {formats}: only {bundle.log_format} is its own")
     parsed = parse_nginx_site(site)
     passes = [d for d in _walk(parsed) if d["directive"] == "uwsgi_pass"]
     if not passes:

@@ -51,6 +51,8 @@ from pathlib import Path
 from uwsgi_layouts.deploy.machine import (
     PREFLIGHT_TIMEOUT,
     blocked_at,
+    check_dirs_not_writable,
+    code_dirs_of,
     linked_python,
     preflight,
     run_user_ids,
@@ -206,10 +208,11 @@ def nginx_binary() -> str:
 
 
 def check_machine(record: dict, root: Path, app_check: bool = True, installed: bool = False,
-                  import_timeout: float = PREFLIGHT_TIMEOUT) -> None:
+                  import_timeout: float = PREFLIGHT_TIMEOUT, allow: tuple[str, ...] = ()) -> None:
     """What the service needs on this machine, or LayoutError naming the field. A front of app
     hosts runs no uWSGI here (only nginx's checks); an app host no nginx site (only uWSGI's).
-    ``installed``: this bundle was installed here before (its manifest exists)."""
+    ``installed``: this bundle was installed here before (its manifest exists). ``allow``: the
+    risks accepted by name (``world-writable``: code or static directories others may change)."""
     name, server = record["name"], record["server"]
     role = record.get("role", "")
     for field_name in ("user", "group", "nginx_group") if role != "front" else ():
@@ -271,6 +274,9 @@ def check_machine(record: dict, root: Path, app_check: bool = True, installed: b
     for prefix, directory in server.get("static", []):
         if not Path(directory).is_dir():
             raise LayoutError("static", f"{directory} (for {prefix}/) is not a directory on this machine")
+    if "world-writable" not in allow:  # on the server, where the directories really are
+        check_dirs_not_writable(code_dirs_of(server["app_dir"], server["virtualenv"],
+                                             [tuple(pd) for pd in server.get("static", [])]))
     # The app imports as the workers will: its virtualenv, directory, environment and user.
     pairs = lambda key: tuple(tuple(kv) for kv in server.get(key, []))  # noqa: E731
     preflight(types.SimpleNamespace(
@@ -542,7 +548,7 @@ def site_problems(record: dict, root: Path, output: str) -> list[str]:
 
 def install(bundle_dir: Path | str, root: Path | str = "/", dry_run: bool = False, app_check: bool = True,
             progress: Callable[[str], None] = lambda line: None,
-            import_timeout: float = PREFLIGHT_TIMEOUT) -> InstallResult:
+            import_timeout: float = PREFLIGHT_TIMEOUT, allow: tuple[str, ...] = ()) -> InstallResult:
     bundle_dir = Path(bundle_dir).absolute()
     root = Path(root).absolute()
     if not root.is_dir():
@@ -555,7 +561,7 @@ def install(bundle_dir: Path | str, root: Path | str = "/", dry_run: bool = Fals
     if manifest is None:
         check_not_legacy(record, root)
     check_machine(record, root, app_check=app_check, installed=manifest is not None,
-                  import_timeout=import_timeout)
+                  import_timeout=import_timeout, allow=allow)
     slot = choose_slot(record, texts, root, manifest)
     live = manifest.slot if manifest else ""
     steps = plan(record, texts, root, slot)
