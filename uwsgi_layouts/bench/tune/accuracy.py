@@ -86,7 +86,7 @@ def grid_specs(max_processes: int, threads: tuple[int, ...], strategies: tuple[s
 def run_grid(mix: str, specs: list[str], concurrency: int, repeats: int, duration: float, out: Path,
              subject: subj.Subject | None = None) -> tuple[Results, float]:
     scenario = SCENARIOS[mix].resolved(1)
-    options = {"transport": "tcp"}
+    options = {"transport": "unix"}  # as tune measures by default: the grid judges tune's choice on equal terms
     if mix == TRAFFIC:
         scenario = scenario.with_mix(subject.mix)
         options |= subject.layout_options
