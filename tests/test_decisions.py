@@ -23,6 +23,7 @@ from uwsgi_layouts.bench import cli as bench_cli
 from uwsgi_layouts.bench.analysis import (
     compare_groups,
     group_cells,
+    group_of,
     key_comparisons,
     layout_choice,
     machine_cautions,
@@ -30,7 +31,14 @@ from uwsgi_layouts.bench.analysis import (
     unpaired_note,
 )
 from uwsgi_layouts.bench.environment import Machine, others_share, own_cpu_s, steal_share
-from uwsgi_layouts.bench.kinds.closedloop import Plan, ReplayRunner, Until, block_seconds, run_sweep
+from uwsgi_layouts.bench.kinds.closedloop import (
+    EXTENSION_FACTOR,
+    Plan,
+    ReplayRunner,
+    Until,
+    block_seconds,
+    run_sweep,
+)
 from uwsgi_layouts.bench.load.wrk import compress
 from uwsgi_layouts.bench.paired import (
     Rule,
@@ -39,6 +47,7 @@ from uwsgi_layouts.bench.paired import (
     compare_unpaired,
     judge_ratios,
     outcome_of,
+    request_weight,
     t_quantile,
 )
 from uwsgi_layouts.bench.report import terminal_lines
@@ -198,11 +207,13 @@ class FakeRunner:
     def __init__(self, model: dict, clock: FakeClock, plan: Plan, noise: float = 0.02, overhead_s: float = 2.0):
         self.model, self.clock, self.plan, self.noise, self.overhead_s = model, clock, plan, noise, overhead_s
         self.blocks: list[tuple[str, int, tuple[int, ...], tuple[str, ...]]] = []
+        self.durations: list[float] = []
 
-    def run_block(self, spec, repeat, levels, scenarios, on_cell=None):
+    def run_block(self, spec, repeat, levels, scenarios, on_cell=None, duration=None):
         self.blocks.append((spec, repeat, tuple(levels), tuple(scenarios)))
-        self.clock.t += block_seconds(self.overhead_s, self.plan.warmup, self.plan.duration, len(scenarios),
-                                      len(levels))
+        self.durations.append(duration or self.plan.duration)
+        self.clock.t += block_seconds(self.overhead_s, self.plan.warmup, duration or self.plan.duration,
+                                      len(scenarios), len(levels))
         out = []
         for sc in scenarios:
             for level in levels:
@@ -250,6 +261,10 @@ def test_undecided_key_comparisons_get_rounds_of_their_layouts_at_their_levels_o
     extra = [b for b in runner.blocks if b[1] > 3]
     assert extra and {b[0] for b in extra} == {"2x4-mapped", "2x4-shared"}  # never the thunder layout
     assert all(b[2] == (2,) for b in extra)  # only the undecided level
+    # the added rounds measure cells EXTENSION_FACTOR times the planned duration
+    assert runner.durations[:9] == [plan.duration] * 9
+    assert runner.durations[9:] == [plan.duration * EXTENSION_FACTOR] * len(extra)
+    assert results.arguments["extension_duration"] == plan.duration * EXTENSION_FACTOR
     assert [r["round"] for r in state["rounds"]] == list(range(4, 4 + len(state["rounds"])))
     assert clock.t <= plan.budget_min * 60 - 10 or state["stop"] != "the budget ended"
     assert state["stop"] in ("every key comparison settled", "the budget ended",
@@ -342,14 +357,15 @@ def test_machine_cautions_at_half_the_cores_and_five_percent_steal():
     assert machine_cautions(quiet) == []
     busy = {**quiet, "machine": {"samples": [{"loadavg_1m": 1.6, "steal": 0.08}]}}
     cautions = machine_cautions(busy)
-    assert len(cautions) == 2 and "load average 1.6 during the run" in cautions[0] and "8%" in cautions[1]
+    assert len(cautions) == 2 and "load average up to 1.6 on 2 cores" in cautions[0] and "8%" in cautions[1]
     assert machine_cautions({}) == []
 
 
 def test_the_runs_own_load_is_no_caution_other_processes_cpu_is():
-    """The run's own wrk and servers push the load average past the cores: that is no neighbour.
-    What other processes used is, and so is a busy machine before the run began."""
-    own_load = {"nproc": 2, "loadavg_at_start": [0.3, 0, 0], "steal_at_start": 0.0,
+    """The run's own wrk and servers push the load average past the cores, and a run that just
+    ended leaves a one-minute load average behind: neither is a neighbour. What other processes
+    used just before the start and while measuring is."""
+    own_load = {"nproc": 2, "loadavg_at_start": [1.7, 0, 0], "steal_at_start": 0.0, "others_at_start": 0.01,
                 "machine": {"samples": [{"loadavg_1m": 3.9, "steal": 0.0, "others": 0.02},
                                         {"loadavg_1m": 4.2, "steal": 0.0, "others": 0.04}]}}
     assert machine_cautions(own_load) == []
@@ -357,9 +373,9 @@ def test_the_runs_own_load_is_no_caution_other_processes_cpu_is():
                                                      {"loadavg_1m": 4.4, "steal": 0.0, "others": 0.22}]}}
     [caution] = machine_cautions(neighbour)
     assert "other processes used up to 26% of the machine's CPU time" in caution
-    busy_start = {**own_load, "loadavg_at_start": [1.7, 0, 0]}
+    busy_start = {**own_load, "others_at_start": 0.4}
     [caution] = machine_cautions(busy_start)
-    assert "load average 1.7 when the run started on 2 cores" in caution
+    assert "up to 40%" in caution
 
 
 def test_others_share_is_busy_time_less_ours():
@@ -399,3 +415,62 @@ def test_a_budget_the_planned_rounds_used_up_adds_nothing_and_says_so():
     results = run_sweep(plan, runner, {}, until=Until(plan.budget_min * 60, clock))
     assert len(runner.blocks) == 9 and results.arguments["max_rounds"] == 3
     assert results.arguments["until_decided"]["stop"] == "the budget ended with the planned rounds"
+
+
+# ------------------------------------------------------------------------------ rounds of different weight
+
+
+def test_weighted_rounds_equal_weights_give_the_plain_interval():
+    values = [1.03, 1.06, 1.01, 1.04, 1.02]
+    plain, weighted = judge_ratios(values, True), judge_ratios(values, True, weights=[7.0] * 5)
+    assert (plain.ratio, plain.low, plain.high) == pytest.approx((weighted.ratio, weighted.low, weighted.high))
+
+
+def test_a_round_of_more_requests_counts_more():
+    """Three short rounds that wander (66 requests a cell), three long ones that agree (198): the
+    long ones carry the estimate, and the interval narrows to decide what the plain one cannot."""
+    values = [0.985, 1.065, 1.06, 1.03, 1.028, 1.033]
+    weights = [request_weight(66, 64)] * 3 + [request_weight(198, 192)] * 3
+    rule = Rule(first=3, last=6)  # as compare looks: 3 planned rounds, at most 6
+    plain, weighted = judge_ratios(values, True, rule=rule), judge_ratios(values, True, rule=rule, weights=weights)
+    assert plain.outcome == "undecided" and weighted.outcome == "better", (plain.describe(), weighted.describe())
+    assert abs(math.log(weighted.ratio) - math.log(1.031)) < abs(math.log(plain.ratio) - math.log(1.031))
+
+
+def test_weighted_looks_keep_the_error_rate_under_the_null():
+    """No difference, rounds of mixed length (variance 1/requests): the weighted t looks from 4 to
+    9 rounds together call a difference in at most 5% of 4000 simulated runs (Bonferroni)."""
+    rng = np.random.default_rng(20261126)
+    rule = Rule(first=3, last=9)
+    called = 0
+    runs = 4000
+    for _ in range(runs):
+        requests = [66, 66, 66, 198, 198, 198, 198, 198, 198]
+        logs = [rng.normal(0, 1.2 / math.sqrt(n)) for n in requests]
+        ratios_ = [math.exp(x) for x in logs]
+        for n in range(4, 10):
+            c = judge_ratios(ratios_[:n], True, rule=rule, weights=[request_weight(r, r) for r in requests[:n]])
+            if c.outcome in ("better", "worse"):
+                called += 1
+                break
+    assert called / runs <= 0.05, called / runs
+
+
+def test_compare_groups_weighs_rounds_by_their_requests():
+    """Three planned rounds of 3-s cells, three added ones of 9 s: each round weighs by its requests."""
+    rows = [(1, 66, 64), (2, 68, 64), (3, 64, 64), (4, 198, 192), (5, 198, 192), (6, 199, 193)]
+
+    def cell(layout: str, rnd: int, requests: int) -> Cell:
+        seconds = 3.0 if rnd < 4 else 9.0
+        return Cell(layout=layout, concurrency=2, repeat=rnd, round=rnd, scenario="article", duration_s=seconds,
+                    requests=requests, rps=requests / seconds,
+                    latency_ms={"p50": 1, "p90": 2, "p99": 3, "p999": 4, "max": 5}, errors={}, worker_requests={},
+                    cpu_s={"app": 1.0}, unloaded_latency_ms=1.0, capacity_rps=0.0, closed_loop_rps=0.0,
+                    efficiency=0.0)
+
+    a = group_of([cell("2x4-mapped", r, x) for r, x, _ in rows])
+    b = group_of([cell("2x4-shared", r, y) for r, _, y in rows])
+    c = compare_groups(a, b, "rps")
+    assert c.method == "t" and c.rounds == 6
+    expected = judge_ratios([x / y for _, x, y in rows], True, weights=[request_weight(x, y) for _, x, y in rows])
+    assert (c.ratio, c.low, c.high) == pytest.approx((expected.ratio, expected.low, expected.high))

@@ -114,12 +114,13 @@ def test_best_uwsgi_layout_against_each_peer_at_p_and_2p(results):
     gunicorn, granian = by[(4, "2x4-gunicorn")], by[(4, "2x4-granian")]
     # the geometric mean of the per-round ratios 19/15, 20/16, 21/17
     assert gunicorn.rps.outcome == "better"
-    assert gunicorn.rps.ratio == pytest.approx((19 * 20 * 21 / 15 / 16 / 17) ** (1 / 3))
+    # the geometric mean of the per-round ratios, each round weighted by its requests (nearly equal here)
+    assert gunicorn.rps.ratio == pytest.approx((19 * 20 * 21 / 15 / 16 / 17) ** (1 / 3), rel=1e-3)
     assert gunicorn.p99.outcome == "better" and gunicorn.p99.ratio < 0.8
     assert granian.rps.outcome == "equivalent" and granian.p99.outcome == "undecided"
     # The target pits the best uWSGI layout against the best peer (highest throughput): granian.
     assert alt.target.peer.layout == "2x4-granian" and alt.target.concurrency == 4
-    assert alt.layout_spread.ratio == pytest.approx((19 * 20 * 21 / 13 / 14 / 15) ** (1 / 3))
+    assert alt.layout_spread.ratio == pytest.approx((19 * 20 * 21 / 13 / 14 / 15) ** (1 / 3), rel=1e-3)
     assert alt.worst_uwsgi.layout == "2x4-shared"
     hello = alternatives(results, "hello")
     assert hello.target.peer.layout == "2x4-gunicorn" and hello.target.rps.outcome == "worse"
@@ -154,7 +155,7 @@ def test_each_peer_is_compared_at_its_best_measured_variant():
     off = best[("article", 4, "gunicorn")]
     assert off.best.layout == "2x4-gunicorn@keepalive=off" and off.runner_up.layout == "2x4-gunicorn"
     assert off.rps.outcome == "better"
-    assert off.rps.ratio == pytest.approx((19.6 * 20.5 * 21.4 / 15 / 16 / 17) ** (1 / 3))
+    assert off.rps.ratio == pytest.approx((19.6 * 20.5 * 21.4 / 15 / 16 / 17) ** (1 / 3), rel=1e-3)
     assert best[("hello", 4, "gunicorn")].best.layout == "2x4-gunicorn"
     assert best[("article", 4, "granian")].runner_up is None
     # The matchups and the target take the best variant: in the article mix no longer the one

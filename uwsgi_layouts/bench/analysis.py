@@ -40,7 +40,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from uwsgi_layouts.bench.load.httperf import CLIENT_ERRORS, SERVER_ERRORS
-from uwsgi_layouts.bench.paired import DEFAULT_MARGIN, Comparison, Rule, compare_rounds, compare_unpaired
+from uwsgi_layouts.bench.paired import (
+    DEFAULT_MARGIN,
+    Comparison,
+    Rule,
+    compare_rounds,
+    compare_unpaired,
+    request_weight,
+)
 from uwsgi_layouts.bench.results import PERCENTILES, STATUS_CLASSES, Cell, Results
 from uwsgi_layouts.deploy.model import STRATEGIES
 
@@ -296,6 +303,8 @@ class Group:
     # no round), and the values in repeat order (what an unpaired comparison uses).
     per_round: dict[str, dict[int, float]] = field(default_factory=dict, compare=False)
     per_repeat: dict[str, tuple[float, ...]] = field(default_factory=dict, compare=False)
+    # round -> the requests its cell measured: what that round weighs in a paired comparison.
+    round_requests: dict[int, int] = field(default_factory=dict, compare=False)
     rule: Rule = field(default_factory=Rule, compare=False)  # how comparisons with it are judged
 
     def interval(self, figure: str) -> Interval:
@@ -418,6 +427,7 @@ def group_of(cells: list[Cell], rule: Rule | None = None) -> Group:
         status=sum_status(cells),
         memory=memory_stats(cells),
         per_round={name: ({c.round: f(c) for c in cells} if paired else {}) for name, f in FIGURES.items()},
+        round_requests={c.round: c.requests for c in cells} if paired else {},
         per_repeat={name: tuple(f(c) for c in cells) for name, f in FIGURES.items()},
         rule=rule or Rule(),
     )
@@ -433,7 +443,9 @@ def compare_groups(a: Group, b: Group, figure: str = "p99") -> Comparison:
         raise ValueError(f"figure: must be one of {', '.join(FIGURES)}, got {figure!r}")
     higher = figure == "rps"
     if a.paired and b.paired:
-        return compare_rounds(a.per_round[figure], b.per_round[figure], higher, figure, a.rule)
+        weights = {r: request_weight(a.round_requests.get(r, 0), b.round_requests.get(r, 0))
+                   for r in set(a.round_requests) & set(b.round_requests)}
+        return compare_rounds(a.per_round[figure], b.per_round[figure], higher, figure, a.rule, weights=weights)
     return compare_unpaired(list(a.per_repeat[figure]), list(b.per_repeat[figure]), higher, figure, a.rule)
 
 
@@ -726,7 +738,7 @@ def tail_advice(g: Group, duration: float | None = None) -> str:
     return text
 
 
-LOAD_CAUTION_SHARE = 0.5  # a load average above half the cores before the run: other work shared them
+LOAD_CAUTION_SHARE = 0.5  # older files: a load average above half the cores: other work shared them
 OTHERS_CAUTION = 0.10  # other processes used more than 10% of the machine's CPU time while it measured
 STEAL_CAUTION = 0.05  # more than 5% of CPU time stolen by the hypervisor
 
@@ -736,30 +748,30 @@ def _numbers(values) -> list[float]:
 
 
 def machine_cautions(environment: dict) -> list[str]:
-    """Cautions from how busy the machine was (``bench.environment``): a load average above half
-    the cores when the run started (during the run the load is mostly the run's own), other
-    processes' CPU above 10% of the machine while it measured, CPU steal above 5%. [] when the run
-    recorded none of them. Files written before "others" was sampled are judged on their load
-    average during the run, as they were."""
+    """Cautions from how busy the machine was (``bench.environment``): other processes' CPU above
+    10% of the machine just before the run started or while it measured, CPU steal above 5%. []
+    when the run recorded none of them. The load average is recorded, not judged: during the run it
+    is mostly the run's own wrk and servers, and at the start a one-minute average still holds a run
+    that has just ended. Files written before "others" was sampled are judged on their load average
+    (above half the cores), as they were."""
     nproc = environment.get("nproc")
     samples = (environment.get("machine") or {}).get("samples") or []
-    start = environment.get("loadavg_at_start") or [None]
-    others = _numbers(s.get("others") for s in samples)
-    during = [] if others else _numbers(s.get("loadavg_1m") for s in samples)
-    loads = _numbers([start[0], *during])
+    others = _numbers([environment.get("others_at_start"), *(s.get("others") for s in samples)])
     steals = _numbers([environment.get("steal_at_start"), *(s.get("steal") for s in samples)])
     out = []
-    if isinstance(nproc, int) and nproc and loads and max(loads) > LOAD_CAUTION_SHARE * nproc:
-        when = "when the run started" if not during else f"during the run (median {statistics.median(loads):.1f})"
-        out.append(f"the machine was busy: load average {max(loads):.1f} {when} on {nproc} cores (above "
-                   f"{LOAD_CAUTION_SHARE * nproc:g}, half the cores: other work shared them): paired rounds cancel "
-                   "slow drift, not bursts within a round; rerun on a quieter machine before deciding on a few "
-                   "percent.")
-    if others and max(others) > OTHERS_CAUTION:
-        out.append(f"other processes used up to {max(others):.0%} of the machine's CPU time while it measured "
-                   f"(median {statistics.median(others):.0%}, above {OTHERS_CAUTION:.0%}): a neighbour shared the "
-                   "cores; paired rounds cancel slow drift, not bursts within a round; rerun on a quieter machine "
-                   "before deciding on a few percent.")
+    if not others:  # an older file: the load average was its only evidence
+        start = environment.get("loadavg_at_start") or [None]
+        loads = _numbers([start[0], *(s.get("loadavg_1m") for s in samples)])
+        if isinstance(nproc, int) and nproc and loads and max(loads) > LOAD_CAUTION_SHARE * nproc:
+            out.append(f"the machine was busy: load average up to {max(loads):.1f} on {nproc} cores (median "
+                       f"{statistics.median(loads):.1f}; above {LOAD_CAUTION_SHARE * nproc:g}, half the cores, other "
+                       "work shared them): paired rounds cancel slow drift, not bursts within a round; rerun on a "
+                       "quieter machine before deciding on a few percent.")
+    elif max(others) > OTHERS_CAUTION:
+        out.append(f"other processes used up to {max(others):.0%} of the machine's CPU time at the start or while it "
+                   f"measured (median {statistics.median(others):.0%}, above {OTHERS_CAUTION:.0%}): a neighbour "
+                   "shared the cores; paired rounds cancel slow drift, not bursts within a round; rerun on a quieter "
+                   "machine before deciding on a few percent.")
     if steals and max(steals) > STEAL_CAUTION:
         out.append(f"the hypervisor stole up to {max(steals):.0%} of the CPU time during the run (above "
                    f"{STEAL_CAUTION:.0%}): a neighbour on the host took cores this VM was given; figures may move "

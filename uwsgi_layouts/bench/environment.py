@@ -163,18 +163,25 @@ def _rounded(x: float | None) -> float | None:
     return None if x is None else round(x, 4)
 
 
-def _steal_at_start(window_s: float = 0.5) -> float | None:
-    before = cpu_ticks()
+def _at_start(window_s: float = 0.5) -> tuple[float | None, float | None]:
+    """(steal, others' share of the CPU) over a short window before the run loads the machine.
+    Why not the load average: it is a one-minute average, still high for a while after an earlier
+    run ended; this window shows what runs now."""
+    before, busy_before, own_before = cpu_ticks(), busy_ticks(), own_cpu_s()
     time.sleep(window_s)
-    return _rounded(steal_share(before, cpu_ticks()))
+    steal = steal_share(before, cpu_ticks())
+    others = others_share(busy_before, busy_ticks(), own_cpu_s() - own_before)
+    return _rounded(steal), _rounded(others)
 
 
 def capture() -> dict:
+    steal, others = _at_start()
     return {
         "nproc": os.cpu_count(),
         "cpu_model": _cpu_model(),
         "loadavg_at_start": list(os.getloadavg()),
-        "steal_at_start": _steal_at_start(),
+        "steal_at_start": steal,
+        "others_at_start": others,
         "cpu_governor": governor(),
         "kernel": platform.release(),
         "python": sys.version.split()[0],

@@ -18,6 +18,13 @@ The interval of the ratio, from the n rounds both measured:
   geometric mean of the ratios. It assumes roughly normal log-ratio noise; a round that went
   wrong (a neighbour's burst) inflates s and widens the interval rather than narrowing it, so it
   errs towards "undecided". Its level is 95% divided by the number of looks (below).
+  Rounds need not be alike: a round whose cells held more requests says more (a 3-s cell of 66
+  requests moves its throughput by 1.5% per request, a 9-s one by 0.5%). With ``weights`` (w_i:
+  for two cells of N_a and N_b requests, 1 / (1/N_a + 1/N_b), the inverse of a count ratio's
+  variance), the point is the weighted mean of the log ratios and the interval the weighted
+  (generalised least squares) one: variance sigma^2 / w_i per round, sigma^2 estimated by
+  sum w_i (x_i - mean)^2 / (n - 1), the mean's by sigma^2 / sum w_i, Student's t with n - 1
+  degrees of freedom. Equal weights give the plain interval above.
 
 The outcome, for A against B, with the equivalence margin m (default 5%, ``--margin``):
 
@@ -178,26 +185,38 @@ def ratios(a: dict[int, float], b: dict[int, float]) -> list[float]:
 
 
 def compare_rounds(a: dict[int, float], b: dict[int, float], higher_is_better: bool, figure: str = "",
-                   rule: Rule = Rule()) -> Comparison:
-    """A (round -> value) against B, paired by round."""
-    return judge_ratios(ratios(a, b), higher_is_better, figure, rule)
+                   rule: Rule = Rule(), weights: dict[int, float] | None = None) -> Comparison:
+    """A (round -> value) against B, paired by round; ``weights``: round -> what that round's
+    ratio weighs (see the module docstring), equal where None or missing."""
+    rounds = [r for r in sorted(set(a) & set(b)) if a[r] and b[r] and a[r] > 0 and b[r] > 0]
+    w = [weights.get(r, 0.0) for r in rounds] if weights else None
+    return judge_ratios([a[r] / b[r] for r in rounds], higher_is_better, figure, rule,
+                        weights=w if w and all(x > 0 for x in w) else None)
 
 
-def judge_ratios(values: list[float], higher_is_better: bool, figure: str = "", rule: Rule = Rule()) -> Comparison:
+def request_weight(requests_a: int, requests_b: int) -> float:
+    """What a round's ratio of two cells weighs: 1 / (1/N_a + 1/N_b), 0 for a cell without requests."""
+    return 1.0 / (1.0 / requests_a + 1.0 / requests_b) if requests_a > 0 and requests_b > 0 else 0.0
+
+
+def judge_ratios(values: list[float], higher_is_better: bool, figure: str = "", rule: Rule = Rule(),
+                 weights: list[float] | None = None) -> Comparison:
     """The comparison from per-round ratios (see the module docstring for the interval)."""
     n = len(values)
     if not n:
         return Comparison(figure, "undecided", 0.0, 0.0, float("inf"), 0, "too few rounds", 0.0, rule.margin)
     logs = [math.log(x) for x in values]
-    mean = sum(logs) / n
+    w = list(weights) if weights is not None and len(weights) == n and all(x > 0 for x in weights) else [1.0] * n
+    total = sum(w)
+    mean = sum(wi * x for wi, x in zip(w, logs, strict=True)) / total
     point = math.exp(mean)
     if n < MIN_ROUNDS:
         return Comparison(figure, "undecided", point, min(values), max(values), n, "too few rounds", 0.0, rule.margin)
     if n == RANGE_ROUNDS:
         low, high, method = min(values), max(values), "range"
     else:
-        s = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
-        half = t_quantile(rule.look_alpha / 2, n - 1) * s / math.sqrt(n)
+        sigma2 = sum(wi * (x - mean) ** 2 for wi, x in zip(w, logs, strict=True)) / (n - 1)
+        half = t_quantile(rule.look_alpha / 2, n - 1) * math.sqrt(sigma2 / total)
         low, high, method = math.exp(mean - half), math.exp(mean + half), "t"
     return Comparison(figure, outcome_of(low, high, higher_is_better, rule.margin), point, low, high, n, method,
                       rule.level(n), rule.margin)

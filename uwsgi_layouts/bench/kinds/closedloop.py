@@ -143,7 +143,7 @@ def host_shares(before: Snapshot, after: Snapshot) -> dict:
 
 class Runner(Protocol):
     def run_block(self, spec: str, repeat: int, levels: list[int], scenarios: list[str],
-                  on_cell: Callable[[Cell], None] | None = None) -> list[Cell]: ...
+                  on_cell: Callable[[Cell], None] | None = None, duration: float | None = None) -> list[Cell]: ...
 
 
 class ReplayRunner:
@@ -153,8 +153,8 @@ class ReplayRunner:
     def __init__(self, stored: Results):
         self.cells = {(c.scenario, *c.key): c for c in stored.cells}
 
-    def run_block(self, spec, repeat, levels, scenarios, on_cell=None):
-        out = []
+    def run_block(self, spec, repeat, levels, scenarios, on_cell=None, duration=None):
+        out = []  # a stored cell keeps the duration it was measured with
         for scenario in scenarios:
             for level in levels:
                 try:
@@ -217,6 +217,11 @@ def _non_2xx(cell: Cell) -> str:
 
 
 MAX_ROUNDS = 12  # the most rounds a comparison may reach by measuring until decided
+# The rounds added until decided measure cells this many times longer than the planned ones: a
+# round's ratio moves by one request in N (a 3-s cell at 2 connections holds about 66 requests,
+# 1.5% each), so longer cells decide a small difference in fewer rounds, and the paired interval
+# weighs each round by its requests (bench.paired).
+EXTENSION_FACTOR = 3
 RESERVE_S = 10.0  # of a budget, kept for writing the results and reports
 
 
@@ -253,10 +258,12 @@ def run_sweep(plan: Plan, runner: Runner, environment: dict, save=None, progress
         return Results(environment=environment, arguments=args, workload=plan.workload,
                        cells=tuple(cells), created=created, kind=kind)
 
-    def block(spec: str, repeat: int, levels: list[int], scenarios: list[str]) -> None:
+    def block(spec: str, repeat: int, levels: list[int], scenarios: list[str], duration: float | None = None) -> None:
         start = time.monotonic()
-        cells.extend(runner.run_block(spec, repeat, levels, scenarios, on_cell=progress))
-        seconds.append(time.monotonic() - start)
+        more_args = {"duration": duration} if duration is not None else {}
+        cells.extend(runner.run_block(spec, repeat, levels, scenarios, on_cell=progress, **more_args))
+        if duration is None:
+            seconds.append(time.monotonic() - start)  # the planned blocks': what a block's fixed cost is read from
         if on_block:
             on_block()
         if save:
@@ -280,10 +287,15 @@ def _overhead(seconds: list[float], plan: Plan) -> float:
     return fixed[len(fixed) // 2] if fixed else 2.5
 
 
+def extension_duration(plan: Plan) -> float:
+    """The cell duration of the rounds added until decided."""
+    return plan.duration * EXTENSION_FACTOR
+
+
 def round_seconds(blocks: dict[str, dict[str, list[int]]], plan: Plan, overhead_s: float) -> float:
     """What one added round of ``blocks`` (layout -> scenario -> levels) takes."""
-    return sum(block_seconds(overhead_s, plan.warmup, plan.duration, len(scs), len({lv for x in scs.values()
-                                                                                     for lv in x}))
+    return sum(block_seconds(overhead_s, plan.warmup, extension_duration(plan), len(scs),
+                             len({lv for x in scs.values() for lv in x}))
                for scs in blocks.values())
 
 
@@ -300,7 +312,7 @@ def _until_decided(plan: Plan, until: Until, snapshot, block, overhead_s: float,
         fit = int(until.left_s() // per_round) if per_round > 0 else 0
         max_rounds = max(plan.repeats, min(MAX_ROUNDS, plan.repeats + fit))
     state: dict = {"rounds": [], "settled_at": {}, "stop": ""}
-    more.update({"max_rounds": max_rounds, "until_decided": state})
+    more.update({"max_rounds": max_rounds, "until_decided": state, "extension_duration": extension_duration(plan)})
     rounds = plan.repeats
     # The first look (the planned rounds) is judged with the same rule as every later one.
     keys = key_comparisons(snapshot(False))
@@ -327,7 +339,7 @@ def _until_decided(plan: Plan, until: Until, snapshot, block, overhead_s: float,
         for spec in [x for x in plan.layouts if x in blocks]:
             scenarios = [sc for sc in plan.scenarios if sc in blocks[spec]]
             levels = sorted({lv for sc in scenarios for lv in blocks[spec][sc]})
-            block(spec, rounds, levels, scenarios)
+            block(spec, rounds, levels, scenarios, duration=extension_duration(plan))
         state["rounds"].append({"round": rounds, "layouts": blocks})
         keys = key_comparisons(snapshot(False))
     state["stop"] = why
@@ -396,8 +408,18 @@ class LiveRunner:
 
     # --- blocks and cells ---------------------------------------------------------------
 
-    def run_block(self, spec: str, repeat: int, levels: list[int], scenarios: list[str], on_cell=None) -> list[Cell]:
-        """``spec`` may carry options (``2x4-mapped@aio=threads``); it stays the cells' label."""
+    def run_block(self, spec: str, repeat: int, levels: list[int], scenarios: list[str], on_cell=None,
+                  duration: float | None = None) -> list[Cell]:
+        """``spec`` may carry options (``2x4-mapped@aio=threads``); it stays the cells' label.
+        ``duration``: this block's cells (a round added until decided), else the planned one."""
+        planned = self.duration
+        self.duration = duration or planned  # every cell of this block, and its sampler window
+        try:
+            return self._run_block(spec, repeat, levels, scenarios, on_cell)
+        finally:
+            self.duration = planned
+
+    def _run_block(self, spec: str, repeat: int, levels: list[int], scenarios: list[str], on_cell) -> list[Cell]:
         cells = []
         with self.lab.stack(spec, name=dir_name(spec), **self.layout_options) as stack:
             layout = stack.layout

@@ -249,12 +249,15 @@ def _headline(results: Results, v: Verdict) -> str:
     if not v.levels:
         return f"{v.missing[0].upper()}{v.missing[1:]}. {CLAIM}"
     mapped, shared = _names(results)
-    n = _repeats([g for lv in v.levels for g in (lv.mapped, lv.shared)])
+    # The rounds the verdict's own comparisons rest on (a layout may have more, from other comparisons).
+    counts = sorted({lv.rps.rounds for lv in v.levels})
+    how = ("unpaired" if any(lv.rps.method == "unpaired" for lv in v.levels)
+           else f"paired over {_and([str(c) for c in counts])} rounds")
     if v.reproduced:
         where = _and([f"{lv.concurrency}{_level_name(results, lv.concurrency)}" for lv in v.levels])
         text = (f"{mapped} (one socket per worker + least_conn) beat {shared} (one shared socket) at {where} "
                 f"connections: throughput {_and([f'{lv.rps_ratio:.2f}x' for lv in v.levels])}, p99 "
-                f"{_and([f'{lv.p99_ratio:.2f}x' for lv in v.levels])} of {shared} (paired over {n} rounds).")
+                f"{_and([f'{lv.p99_ratio:.2f}x' for lv in v.levels])} of {shared} ({how}).")
     else:
         failed = [lv for lv in v.levels if lv.outcome != "holds"]
         held = [lv for lv in v.levels if lv.outcome == "holds"]
@@ -264,7 +267,7 @@ def _headline(results: Results, v: Verdict) -> str:
             + {"undecided": " (undecided: an interval straddles 1)", "no difference": " (no difference beyond the "
                "margin)", "fails": " (worse beyond noise)"}.get(lv.outcome, "") for lv in failed)
         if text:
-            text = text[0].upper() + text[1:] + f" (paired over {n} rounds)."
+            text = text[0].upper() + text[1:] + f" ({how})."
         if held:
             text += (" " if text else "") + (
                 f"The claim held at {_and([str(lv.concurrency) for lv in held])} connections "
@@ -351,8 +354,10 @@ def decision_lines(results: Results, markdown: bool = False) -> list[str]:
     head = f"Decisions, paired by round ({rule.words()})."
     if "max_rounds" in results.arguments and state:
         added = [r["round"] for r in state.get("rounds", [])]
+        longer = results.arguments.get("extension_duration")
+        cells = f", cells of {longer:g} s" if longer else ""
         head += (f" Measured until decided within {results.arguments.get('budget_min', 0):g} min: "
-                 + (f"{len(added)} round{'s' if len(added) != 1 else ''} added (rounds {added[0]}–{added[-1]})"
+                 + (f"{len(added)} round{'s' if len(added) != 1 else ''} added (rounds {added[0]}–{added[-1]}{cells})"
                     if added else "no round added") + f"; stopped: {state.get('stop') or 'interrupted'}.")
     undecided = [k.name for k in keys if not k.settled]
     if undecided:
