@@ -18,9 +18,11 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
 import pytest
 
 from uwsgi_layouts.bench import cli
@@ -264,6 +266,9 @@ def test_a_factory_app_is_read_back_from_the_entry_module_render_wrote(tmp_path)
     # a process whose command line names the ini as uWSGI's master's does
     with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "--ini", str(ini)]) as proc:
         try:
+            deadline = time.monotonic() + 10  # until /proc shows its own command line (a loaded machine)
+            while "--ini" not in psutil.Process(proc.pid).cmdline() and time.monotonic() < deadline:
+                time.sleep(0.05)
             path, options = uwsgi_config(proc.pid)
         finally:
             proc.kill()

@@ -54,12 +54,17 @@ def content_type(layout, path: str) -> tuple[int, str, bytes]:
 # --- nginx serves the admin's static files with their types -------------------------------------
 
 
-def wait_until_counted(stack, requests: int, timeout: float = 10.0) -> int:
-    """The workers' request count once it reached ``requests`` (it never exceeds what was sent)."""
+def settled_count(stack, quiet_s: float = 0.5, timeout: float = 10.0) -> int:
+    """The workers' request count once it stopped moving for ``quiet_s``: uWSGI counts a request
+    when it closes it, a moment after nginx answered (the readiness probe's included)."""
     deadline = time.monotonic() + timeout
+    last, since = None, time.monotonic()
     while True:
         counted = sum(w["requests"] for w in stack.stats()["workers"])
-        if counted >= requests or time.monotonic() > deadline:
+        now = time.monotonic()
+        if counted != last:
+            last, since = counted, now
+        elif now - since >= quiet_s or now > deadline:
             return counted
         time.sleep(0.05)
 
@@ -70,15 +75,14 @@ def test_the_admin_renders_with_its_stylesheet_served_as_text_css(django_app, st
     status, headers, page = via_nginx(layout, "/admin/login/")
     assert status == 200 and b'href="/static/admin/css/base.css"' in page, (status, page[:300])
     assert headers["content-type"].startswith("text/html")
-    # uWSGI counts a request once it is closed, which may be a moment after nginx answered
-    served = wait_until_counted(stack, 1)
+    served = settled_count(stack)
     status, ctype, css = content_type(layout, "/static/admin/css/base.css")
     assert status == 200 and ctype == "text/css", (status, ctype)
     assert css == (django_app.collected / "admin/css/base.css").read_bytes()
     assert content_type(layout, "/static/admin/js/core.js")[:2] == (200, "application/javascript")
     assert content_type(layout, "/static/admin/img/icon-yes.svg")[:2] == (200, "image/svg+xml")
     # served by nginx itself: uWSGI's workers saw none of them
-    assert sum(w["requests"] for w in stack.stats()["workers"]) == served
+    assert settled_count(stack) == served
 
 
 # --- app factories on every server ---------------------------------------------------------------

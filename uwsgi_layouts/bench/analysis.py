@@ -704,13 +704,12 @@ def key_comparisons(results: Results) -> list[KeyComparison]:
     return out
 
 
-def extension_blocks(keys: list[KeyComparison], thin_too: bool = False, every: bool = False
-                     ) -> dict[str, dict[str, list[int]]]:
+def extension_blocks(keys: list[KeyComparison], thin_too: bool = False) -> dict[str, dict[str, list[int]]]:
     """What one more round measures: layout -> scenario -> levels, for every unsettled key
-    comparison (with ``thin_too``, also those whose p99 cannot be quoted yet; ``every``: all)."""
+    comparison (with ``thin_too``, also those whose p99 cannot be quoted yet)."""
     out: dict[str, dict[str, list[int]]] = {}
     for k in keys:
-        if not every and k.settled and not (thin_too and k.thin):
+        if k.settled and not (thin_too and k.thin):
             continue
         for layout in k.layouts:
             levels = out.setdefault(layout, {}).setdefault(k.scenario, [])

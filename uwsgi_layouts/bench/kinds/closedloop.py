@@ -258,12 +258,14 @@ def run_sweep(plan: Plan, runner: Runner, environment: dict, save=None, progress
         return Results(environment=environment, arguments=args, workload=plan.workload,
                        cells=tuple(cells), created=created, kind=kind)
 
+    clock = until.clock if until is not None else time.monotonic  # the budget's clock times the blocks too
+
     def block(spec: str, repeat: int, levels: list[int], scenarios: list[str], duration: float | None = None) -> None:
-        start = time.monotonic()
+        start = clock()
         more_args = {"duration": duration} if duration is not None else {}
         cells.extend(runner.run_block(spec, repeat, levels, scenarios, on_cell=progress, **more_args))
         if duration is None:
-            seconds.append(time.monotonic() - start)  # the planned blocks': what a block's fixed cost is read from
+            seconds.append(clock() - start)  # the planned blocks': what a block's fixed cost is read from
         if on_block:
             on_block()
         if save:
@@ -306,9 +308,13 @@ def _until_decided(plan: Plan, until: Until, snapshot, block, overhead_s: float,
     if until.budget_s is None:
         max_rounds = until.max_rounds or plan.repeats
     else:
-        # The stopping rule's fixed maximum, set before the first look from what the budget holds
-        # if every key comparison needed more rounds: the looks it allows share the error.
-        per_round = round_seconds(extension_blocks(keys, every=True), plan, overhead_s)
+        # The stopping rule's fixed maximum, set at the first look (the planned rounds), before the
+        # first added round: what the budget holds for the key comparisons still undecided then
+        # (or, when all are settled, for the thin tails the rest of the budget goes to). The looks
+        # it allows share the error. Sizing it as if every key comparison needed more rounds left
+        # a third of the budget unused while the undecided ones stopped at 4 rounds.
+        sizing = extension_blocks(keys) or extension_blocks(keys, thin_too=True)
+        per_round = round_seconds(sizing, plan, overhead_s)
         fit = int(until.left_s() // per_round) if per_round > 0 else 0
         max_rounds = max(plan.repeats, min(MAX_ROUNDS, plan.repeats + fit))
     state: dict = {"rounds": [], "settled_at": {}, "stop": ""}

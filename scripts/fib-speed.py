@@ -1,0 +1,23 @@
+"""How fast an interpreter runs the demo app's Python: fib(25) (the article app's GIL-bound
+part), best of 7, printed in ms. Run it under each interpreter to compare them, alternating:
+
+    .venv/bin/python scripts/fib-speed.py          # what gunicorn and granian run the app in
+    .venv/bin/uwsgi --pyrun scripts/fib-speed.py   # uWSGI's embedded interpreter
+
+The function is the demo app's (uwsgi_layouts/app/wsgi.py), copied so that the script needs
+nothing installed: uWSGI's --pyrun runs it without the project on sys.path.
+"""
+
+import time
+
+
+def fib(n: int) -> int:
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+
+best = float("inf")
+for _ in range(7):
+    start = time.perf_counter()
+    fib(25)
+    best = min(best, time.perf_counter() - start)
+print(f"fib(25) best of 7: {best * 1000:.1f} ms")
