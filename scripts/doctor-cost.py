@@ -14,7 +14,7 @@ interval is below, else undecided (measure more pairs). Saves every cell as a co
 file (scenarios ``article-doctor-off`` / ``article-doctor-on``) that ``uwsgi-layouts report``
 renders, and each attached doctor's own output under ``doctor/``.
 
-    .venv/bin/python scripts/doctor-cost.py [--pairs 12] [--duration 10] [--hz 25] [--transport tcp] [--out DIR]
+    .venv/bin/python scripts/doctor-cost.py [--pairs 12] [--duration 10] [--hz 25] [--transport unix|tcp] [--out DIR]
 
 Run it alone on a quiet machine: its figures are ratios of a few percent.
 """
@@ -103,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", type=float, default=10.0)
     p.add_argument("--pairs", type=int, default=12)
     p.add_argument("--hz", type=float, default=25.0, help="doctor's reads per second")
-    p.add_argument("--transport", default="tcp", choices=("tcp", "unix"))
+    # unix by default, as deploy's layouts and bundles are: doctor then also reads each socket's
+    # listen queue from the kernel (sock_diag) at every sample, the heavier case.
+    p.add_argument("--transport", default="unix", choices=("tcp", "unix"))
     p.add_argument("--out")
     args = p.parse_args(argv)
     require_tools("wrk")
