@@ -30,7 +30,7 @@ from uwsgi_layouts.bench.analysis import (
     rule_of,
     unpaired_note,
 )
-from uwsgi_layouts.bench.environment import Machine, others_share, own_cpu_s, steal_share
+from uwsgi_layouts.bench.environment import Machine, busy_ticks, cpu_ticks, others_share, own_cpu_s, steal_share
 from uwsgi_layouts.bench.kinds.closedloop import (
     EXTENSION_FACTOR,
     Plan,
@@ -383,6 +383,19 @@ def test_others_share_is_busy_time_less_ours():
     assert others_share((0, 0), (1200, 2000), own_s=9.0, tick_s=0.01) == 0.15
     assert others_share((0, 0), (1200, 2000), own_s=20.0, tick_s=0.01) == 0.0  # never below 0
     assert others_share(None, (1, 2), 0.0) is None and others_share((5, 100), (5, 100), 0.0) is None
+
+
+def test_proc_stat_ticks(tmp_path):
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    stat.write_text("cpu  100 5 50 800 20 3 2 7 40 0\ncpu0 50 2 25 400 10 1 1 3 20 0\n")
+    assert cpu_ticks(str(stat)) == (7, 987)  # guest is inside user: not added again
+    assert busy_ticks(str(stat)) == (160, 987)  # idle, iowait and steal are not busy
+    stat.write_text("cpu  100 5 50 800\n")  # an old kernel: no iowait, no steal
+    assert cpu_ticks(str(stat)) == (0, 955) and busy_ticks(str(stat)) == (155, 955)
+    stat.write_text("intr 1 2 3\n")
+    assert cpu_ticks(str(stat)) is None and busy_ticks(str(stat)) is None
+    assert cpu_ticks(str(tmp_path / "absent")) is None and busy_ticks(str(tmp_path / "absent")) is None
 
 
 def test_own_cpu_counts_a_child_that_ended():

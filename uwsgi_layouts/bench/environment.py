@@ -58,8 +58,8 @@ def _git_commit() -> str:
     return commit + ("-dirty" if dirty else "")
 
 
-def cpu_ticks(path: str = "/proc/stat") -> tuple[int, int] | None:
-    """(steal, total) CPU ticks since boot from the aggregate ``cpu`` line; None where unreadable."""
+def _cpu_line(path: str) -> list[int] | None:
+    """The aggregate ``cpu`` line of /proc/stat as ticks since boot; None where unreadable."""
     try:
         with open(path) as fh:
             fields = fh.readline().split()
@@ -67,7 +67,14 @@ def cpu_ticks(path: str = "/proc/stat") -> tuple[int, int] | None:
         return None
     if not fields or fields[0] != "cpu" or len(fields) < 5:
         return None
-    values = [int(x) for x in fields[1:]]
+    return [int(x) for x in fields[1:]]
+
+
+def cpu_ticks(path: str = "/proc/stat") -> tuple[int, int] | None:
+    """(steal, total) CPU ticks since boot from the aggregate ``cpu`` line; None where unreadable."""
+    values = _cpu_line(path)
+    if values is None:
+        return None
     # user nice system idle iowait irq softirq steal guest guest_nice: guest time is already in user
     steal = values[7] if len(values) > 7 else 0
     return steal, sum(values[:8])
@@ -76,14 +83,10 @@ def cpu_ticks(path: str = "/proc/stat") -> tuple[int, int] | None:
 def busy_ticks(path: str = "/proc/stat") -> tuple[int, int] | None:
     """(busy, total) CPU ticks since boot: busy is every column but idle, iowait and steal (time
     some process of this VM ran); None where unreadable."""
-    try:
-        with open(path) as fh:
-            fields = fh.readline().split()
-    except OSError:
+    values = _cpu_line(path)
+    if values is None:
         return None
-    if not fields or fields[0] != "cpu" or len(fields) < 5:
-        return None
-    values = [int(x) for x in fields[1:9]]
+    values = values[:8]
     idle = values[3] + (values[4] if len(values) > 4 else 0) + (values[7] if len(values) > 7 else 0)
     return sum(values) - idle, sum(values)
 
