@@ -27,6 +27,8 @@ from uwsgi_layouts.bench.analysis import (
     key_comparisons,
     layout_choice,
     machine_cautions,
+    peer_choices,
+    ranked_at_level,
     rule_of,
     unpaired_note,
 )
@@ -487,3 +489,30 @@ def test_compare_groups_weighs_rounds_by_their_requests():
     assert c.method == "t" and c.rounds == 6
     expected = judge_ratios([x / y for _, x, y in rows], True, weights=[request_weight(x, y) for _, x, y in rows])
     assert (c.ratio, c.low, c.high) == pytest.approx((expected.ratio, expected.low, expected.high))
+
+
+def test_the_best_of_three_agrees_with_the_paired_ratio_of_the_two_when_one_missed_rounds():
+    """As measured for the peers' variants: two gunicorn variants got three added (longer) rounds
+    until decided, a third only the five planned ones. Over the five rounds all three share,
+    keepalive=off is ahead; over all eight the two share, weighted by requests, keep-alive on is
+    ahead: the best named must be the one its own quoted ratio puts ahead."""
+    rounds = {  # round: (keep-alive on, keepalive=off, reuse_port) requests; rounds 6-8 three times as long
+        1: (230, 236, 200), 2: (228, 240, 190), 3: (232, 238, 205), 4: (229, 235, 199), 5: (231, 239, 201),
+        6: (720, 690, 0), 7: (722, 688, 0), 8: (719, 692, 0)}
+
+    def cell(layout: str, rnd: int, requests: int) -> Cell:
+        seconds = 10.0 if rnd <= 5 else 30.0
+        return Cell(layout=layout, concurrency=4, repeat=rnd, round=rnd, scenario="article", duration_s=seconds,
+                    requests=requests, rps=requests / seconds,
+                    latency_ms={"p50": 1, "p90": 2, "p99": 3, "p999": 4, "max": 5}, errors={}, worker_requests={},
+                    cpu_s={"app": 1.0}, unloaded_latency_ms=1.0, capacity_rps=0.0, closed_loop_rps=0.0,
+                    efficiency=0.0)
+
+    layouts = ("2x4-gunicorn", "2x4-gunicorn@keepalive=off", "2x4-gunicorn@reuse_port=on,transport=tcp")
+    groups = [group_of([cell(name, r, n[i]) for r, n in rounds.items() if n[i]]) for i, name in enumerate(layouts)]
+    on, off, _ = groups
+    assert compare_groups(on, off, "rps").ratio > 1  # over the 8 rounds the two share
+    ranked = ranked_at_level(groups)
+    assert ranked[0].layout == "2x4-gunicorn" and ranked[1].layout == "2x4-gunicorn@keepalive=off"
+    choice, = peer_choices(groups)
+    assert choice.best.layout == "2x4-gunicorn" and choice.rps.ratio > 1

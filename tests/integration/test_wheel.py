@@ -138,7 +138,13 @@ def test_run_serves_the_flask_app_then_stops_on_ctrl_c(installed, flask_app, run
         assert [a[0] for a in answers] == [200] * 5
         assert answers[0][2] == b"Hello from shop" and json.loads(answers[1][2])[0]["name"] == "teapot"
         os.killpg(proc.pid, signal.SIGINT)
-        assert proc.wait(timeout=30) == 0
+        try:
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            code = None
+        assert code == 0, f"run after Ctrl-C: {code}\n" + (run_dir.parent / f"{run_dir.name}.log").read_text() + \
+            "".join(f"\n--- {f.name}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-20:])
+                    for f in sorted((run_dir / "run" / "logs").glob("*")) if f.is_file())
     finally:
         kill_run(proc)
         (run_dir.parent / f"{run_dir.name}.log").unlink(missing_ok=True)

@@ -470,8 +470,9 @@ def memory_stats(cells) -> dict[str, Stat]:
 
 def throughput_scores(groups: list[Group]) -> dict[int, float]:
     """Per group (by id), the throughput that orders it among the others: the geometric mean over
-    the rounds every group measured (so that two groups' scores agree with their paired ratio),
-    else, without shared rounds (unpaired cells), the median."""
+    the rounds every group measured (it agrees with two groups' paired ratio when they measured no
+    other rounds; ``ahead_of_next`` mends the order where they did), else, without shared rounds
+    (unpaired cells), the median."""
     shared = set.intersection(*(set(g.per_round.get("rps", {})) for g in groups)) if groups else set()
     out = {}
     for g in groups:
@@ -480,15 +481,35 @@ def throughput_scores(groups: list[Group]) -> dict[int, float]:
     return out
 
 
+def ahead_of_next(ordered: list[Group]) -> list[Group]:
+    """``ordered`` rearranged so that each group's paired throughput ratio to the next is at least
+    1, the order the reports quote (best against runner-up). A score over the rounds all groups
+    share can disagree with two groups' own ratio when a third missed rounds they measured (the
+    rounds added until decided); an insertion sort on the paired ratio keeps every neighbour pair
+    in agreement, even if the ratios of three are not transitive."""
+    out: list[Group] = []
+    for g in ordered:
+        i = len(out)
+        while i > 0 and _ahead(g, out[i - 1]):
+            i -= 1
+        out.insert(i, g)
+    return out
+
+
+def _ahead(a: Group, b: Group) -> bool:
+    c = compare_groups(a, b, "rps")
+    return c.rounds > 0 and c.ratio > 1
+
+
 def ranked_at_level(groups: list[Group]) -> list[Group]:
     """One level's groups, best first. Unbeaten first (no other group had more throughput beyond
-    noise, paired by round), by throughput (``throughput_scores``); an unbeaten group whose
+    noise, paired by round), by throughput (``throughput_scores``, then ``ahead_of_next``); an unbeaten group whose
     throughput is equivalent to that leader's and whose p99 is better beyond noise goes ahead of
     it; then the beaten ones, by throughput."""
     score = throughput_scores(groups)
     by_rps = sorted(groups, key=lambda g: (-score[id(g)], g.layout))
     beaten = {id(g) for g in groups for h in groups if h is not g and compare_groups(h, g, "rps").outcome == "better"}
-    unbeaten = [g for g in by_rps if id(g) not in beaten] or by_rps
+    unbeaten = ahead_of_next([g for g in by_rps if id(g) not in beaten] or by_rps)
     leader = unbeaten[0]
     for g in unbeaten[1:]:
         if compare_groups(g, leader, "rps").outcome == "equivalent" and \
