@@ -106,7 +106,7 @@ def via_nginx(layout, path: str, timeout: float = 20.0):
 # --- `uwsgi-layouts run` as a subprocess ------------------------------------------------------
 
 
-def _reset_signals():  # runs in the child: a clean slate even if pytest runs with SIGINT ignored
+def reset_signals():  # runs in the child: a clean slate even if pytest runs with SIGINT ignored (a background job)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
@@ -119,7 +119,7 @@ def start_deploy_run(*args: str, log_dir: Path) -> subprocess.Popen:
         return subprocess.Popen(
             [sys.executable, "-m", "uwsgi_layouts", "run", *args],
             cwd=REPO_ROOT, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=_reset_signals,
+            start_new_session=True, preexec_fn=reset_signals,
         )
     finally:
         out.close()

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.flaskapp import SYSTEM_PYTHON
-from tests.integration.support import REPO_ROOT, kill_run
+from tests.integration.support import REPO_ROOT, kill_run, reset_signals
 from tests.tunefakes import fake_run
 from uwsgi_layouts.deploy.run import http_get
 
@@ -121,7 +121,8 @@ def test_run_serves_the_flask_app_then_stops_on_ctrl_c(installed, flask_app, run
         proc = subprocess.Popen([str(venv / "bin" / "uwsgi-layouts"), "run", "2x2-mapped", *flask_app.cli_args(),
                                  "--run-dir", str(run_dir / "run"), "--listen", f"127.0.0.1:{listen}",
                                  "--base-port", str(base), "--stats-port", str(stats), "--for", "60"],
-                                cwd=work, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                cwd=work, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=reset_signals)  # Ctrl-C works even where make test runs in the background
     try:
         deadline = time.monotonic() + 60
         while True:
