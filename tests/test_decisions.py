@@ -516,3 +516,36 @@ def test_the_best_of_three_agrees_with_the_paired_ratio_of_the_two_when_one_miss
     assert ranked[0].layout == "2x4-gunicorn" and ranked[1].layout == "2x4-gunicorn@keepalive=off"
     choice, = peer_choices(groups)
     assert choice.best.layout == "2x4-gunicorn" and choice.rps.ratio > 1
+
+
+def test_every_unbeaten_layout_is_ahead_of_the_next_by_its_paired_ratio():
+    """Synthetic levels of 3-6 layouts, some missing the added rounds: in the ranked order, each
+    unbeaten layout's paired throughput ratio to the next one is at least 1 (p99s alike, so the
+    tail rule never reorders)."""
+    rng = np.random.default_rng(7)
+
+    def cell(layout: str, rnd: int, rps: float) -> Cell:
+        return Cell(layout=layout, concurrency=4, repeat=rnd, round=rnd, scenario="article", duration_s=10.0,
+                    requests=int(rps * 10), rps=rps,
+                    latency_ms={"p50": 1, "p90": 2, "p99": 3, "p999": 4, "max": 5}, errors={}, worker_requests={},
+                    cpu_s={"app": 1.0}, unloaded_latency_ms=1.0, capacity_rps=0.0, closed_loop_rps=0.0,
+                    efficiency=0.0)
+
+    checked = 0
+    for _ in range(200):
+        n = int(rng.integers(3, 7))
+        groups = []
+        for i in range(n):
+            rounds = 5 + (3 if rng.random() < 0.5 else 0)
+            level = 40 * (1 + rng.normal(0, 0.03))
+            groups.append(group_of([cell(f"2x{i + 1}-mapped", r, level * (1 + rng.normal(0, 0.08)))
+                                    for r in range(1, rounds + 1)]))
+        ranked = ranked_at_level(groups)
+        beaten = {g.layout for g in groups for h in groups if h is not g
+                  and compare_groups(h, g, "rps").outcome == "better"}
+        unbeaten = [g for g in ranked if g.layout not in beaten] or ranked
+        assert ranked[:len(unbeaten)] == unbeaten  # the unbeaten come first
+        for a, b in zip(unbeaten, unbeaten[1:], strict=False):
+            assert compare_groups(a, b, "rps").ratio >= 1, (a.layout, b.layout)
+            checked += 1
+    assert checked > 300

@@ -516,8 +516,8 @@ def ranked_at_level(groups: list[Group]) -> list[Group]:
                 compare_groups(g, leader, "p99").outcome == "better":
             leader = g
             break
-    rest = [g for g in by_rps if g is not leader]
-    return [leader] + [g for g in rest if id(g) not in beaten] + [g for g in rest if id(g) in beaten]
+    first = [leader] + [g for g in unbeaten if g is not leader]  # the mended order, not the score's
+    return first + [g for g in by_rps if all(g is not h for h in first)]
 
 
 def best_per_level(groups: list[Group]) -> dict[int, Group]:
