@@ -179,19 +179,14 @@ def outcome_of(low: float, high: float, higher_is_better: bool, margin: float) -
     return "undecided"
 
 
-def ratios(a: dict[int, float], b: dict[int, float]) -> list[float]:
-    """A_i / B_i over the rounds both measured (in round order), rounds with a zero left out."""
-    return [a[r] / b[r] for r in sorted(set(a) & set(b)) if a[r] and b[r] and a[r] > 0 and b[r] > 0]
-
-
 def compare_rounds(a: dict[int, float], b: dict[int, float], higher_is_better: bool, figure: str = "",
                    rule: Rule = Rule(), weights: dict[int, float] | None = None) -> Comparison:
-    """A (round -> value) against B, paired by round; ``weights``: round -> what that round's
-    ratio weighs (see the module docstring), equal where None or missing."""
+    """A (round -> value) against B, paired by the rounds both measured (a round with a zero or
+    missing value left out); ``weights``: round -> what that round's ratio weighs (see the module
+    docstring); all rounds weigh alike unless every round has a weight above 0."""
     rounds = [r for r in sorted(set(a) & set(b)) if a[r] and b[r] and a[r] > 0 and b[r] > 0]
-    w = [weights.get(r, 0.0) for r in rounds] if weights else None
     return judge_ratios([a[r] / b[r] for r in rounds], higher_is_better, figure, rule,
-                        weights=w if w and all(x > 0 for x in w) else None)
+                        weights=[weights.get(r, 0.0) for r in rounds] if weights else None)
 
 
 def request_weight(requests_a: int, requests_b: int) -> float:
