@@ -37,7 +37,7 @@ help:
 # refuse code-loading packets) needs PCRE (libpcre2-dev) at build time, and pip would otherwise
 # reuse a wheel it once built without it. The check fails the build instead of a later start.
 UWSGI_REQ := $(shell sed -n 's/^ *"\(uwsgi[<>=!~][^"]*\)".*/\1/p' pyproject.toml)
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml | system-deps
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q --no-cache-dir '$(UWSGI_REQ)'
@@ -53,24 +53,24 @@ system-deps:
 render: venv
 	$(BIN)/uwsgi-layouts render $(LAYOUT) --out $(OUT) $(ARGS)
 
-run: venv system-deps
+run: venv
 	$(BIN)/uwsgi-layouts run $(LAYOUT) $(ARGS)
 
 reload: venv
 	$(BIN)/uwsgi-layouts reload $(LAYOUT) $(ARGS)
 
-faults: venv system-deps
+faults: venv
 	$(BIN)/uwsgi-layouts faults $(ARGS)
 
 # --budget auto: the planned rounds' estimate x 1.3, at least 5 min (about 5 min on 2 cores), then
 # rounds of the key comparisons still undecided; a --budget in ARGS comes later and wins.
-compare: venv system-deps
+compare: venv
 	$(BIN)/uwsgi-layouts compare --budget auto $(ARGS)
 
-tune: venv system-deps
+tune: venv
 	$(BIN)/uwsgi-layouts tune $(ARGS)
 
-tune-accuracy: venv system-deps
+tune-accuracy: venv
 	$(BIN)/uwsgi-layouts tune-accuracy $(ARGS)
 
 report: venv
@@ -79,23 +79,23 @@ report: venv
 dataset: venv
 	$(BIN)/uwsgi-layouts dataset $(ARGS)
 
-nginx-scenarios: venv system-deps
+nginx-scenarios: venv
 	$(BIN)/uwsgi-layouts compare --scenario files $(ARGS)
 	$(BIN)/uwsgi-layouts compare --scenario files-mixed $(ARGS)
 	$(BIN)/uwsgi-layouts compare --scenario reuseport $(ARGS)
 
-map-scale: venv system-deps
+map-scale: venv
 	$(BIN)/uwsgi-layouts map-scale $(ARGS)
 
-openloop: venv system-deps
+openloop: venv
 	$(BIN)/uwsgi-layouts openloop $(ARGS)
 
-sampler-cost: venv system-deps
+sampler-cost: venv
 	$(BIN)/python scripts/sampler-cost.py $(ARGS)
 
 # Paired rounds of the baseline uWSGI layout against each candidate change and the peers' variants,
 # hello and article, then a perf profile (about 25 min on 2 cores with the builds; see README).
-overhead: venv system-deps
+overhead: venv
 	$(BIN)/python scripts/overhead.py $(ARGS)
 
 # Other builds of the same uWSGI, into build/uwsgi/PROFILE (about 40 s each on 2 cores).
@@ -105,7 +105,7 @@ uwsgi-builds: venv
 doctor: venv
 	$(BIN)/uwsgi-layouts doctor $(ARGS)
 
-doctor-cost: venv system-deps
+doctor-cost: venv
 	$(BIN)/python scripts/doctor-cost.py $(ARGS)
 
 # The suite runs in parallel (pytest-xdist): most of its wall time is waiting on real processes
@@ -115,13 +115,13 @@ doctor-cost: venv system-deps
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
 PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=20
 
-test: venv system-deps
+test: venv
 	$(PYTEST) $(ARGS)
 
 test-unit: venv
 	$(PYTEST) -m "not integration" $(ARGS)
 
-test-integration: venv system-deps
+test-integration: venv
 	$(PYTEST) -m integration $(ARGS)
 
 lint: venv
