@@ -64,8 +64,8 @@ def test_render_all_options(tmp_run_dir, free_ports, run_dirs):
     out = tmp_run_dir / "o"
     ports = free_ports(3)
     proc = cli("render", "3x2-mapped", "--out", out, "--transport", "unix", "--listen", f"127.0.0.1:{ports[0]}",
-               "--stats-port", ports[1], "--allow-tcp-stats", "--nginx-workers", "2", "--backlog", "50", "--app", "mod:app",
-               "--app-dir", tmp_path)
+               "--stats-port", ports[1], "--allow-tcp-stats", "--nginx-workers", "2", "--backlog", "50",
+               "--app", "mod:app", "--app-dir", tmp_path)
     assert proc.returncode == 0, proc.stderr
     ini = (out / "uwsgi.ini").read_text()
     for line in ("module = mod:app", f"chdir = {tmp_path.resolve()}", "listen = 50", "chmod-socket = 660",
