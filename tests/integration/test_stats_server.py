@@ -12,7 +12,7 @@ real as ``nobody`` while a request carrying a session cookie and a bearer token 
 * our own reader (``read_stats``, used by the samplers, doctor and every record) drops the
   request variables: the raw document holds the cookie, what the reader returns does not.
 
-The installed bundle: test_bundle_install.py. doctor's records: test_doctor.py.
+The installed bundle: test_bundle_install.py (the same attack on its /run/NAME/SLOT/stats.sock).
 """
 
 from __future__ import annotations
@@ -43,15 +43,15 @@ SECRETS = ("SECRET-SESSION-123", "TOKEN-XYZ")
 
 
 @contextmanager
-def request_in_flight(port: int, ms: int = 4000):
-    """A GET through nginx on 127.0.0.1:``port`` carrying a session cookie and a bearer token, held
-    ``ms`` in the app (released GIL: ``io_ms``) while the block runs; its status in the yielded list."""
+def request_in_flight(port: int, path: str = SLOW.format(ms=4000), host: str = "localhost"):
+    """A GET ``path`` (a slow one) through nginx on 127.0.0.1:``port`` carrying a session cookie and
+    a bearer token, in flight while the block runs; its status in the yielded list (0: it failed)."""
     status: list[int] = []
 
     def send():
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         try:
-            conn.request("GET", SLOW.format(ms=ms), headers={"Cookie": COOKIE, "Authorization": TOKEN})
+            conn.request("GET", path, headers={"Host": host, "Cookie": COOKIE, "Authorization": TOKEN})
             status.append(conn.getresponse().status)
         except OSError:  # the stack went away under it (compare restarts its stacks)
             status.append(0)
@@ -168,7 +168,7 @@ def test_a_compare_stack_mid_run_is_closed_to_nobody_and_stores_no_cookie(tmp_pa
         address = str(run_dir / "control" / "stats.sock")
         listen = json.loads((run_dir / "layout.json").read_text())["listen"].rpartition(":")[2]
         for attempt in range(1, 6):  # compare restarts the stack between its phases: a request may miss it
-            with request_in_flight(int(listen), ms=3000) as status:
+            with request_in_flight(int(listen), SLOW.format(ms=3000)) as status:
                 try:
                     wait_for_secret(address, status, timeout=6)
                 except AssertionError:
