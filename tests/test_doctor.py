@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import pwd
 import shlex
 import socket
 import subprocess
@@ -547,6 +548,23 @@ def test_a_unix_stats_socket_is_exposed_only_when_others_can_reach_and_open_it(r
         found = stats_exposure(str(path))
         assert found.who == "every local user" and "666" in found.why and "chmod-socket = 660" in found.fix
         top.chmod(0o750)  # its directory closed to others: they cannot reach it
+        assert stats_exposure(str(path)).who == ""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: hands the socket to other users")
+def test_a_group_socket_is_exposed_when_its_group_has_members_besides_its_owner(run_dirs):
+    data = pwd.getpwnam("www-data")
+    top = run_dirs()
+    top.chmod(0o755)
+    path = top / "stats.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    with server:
+        path.chmod(0o660)
+        os.chown(path, 0, data.pw_gid)  # root's socket, www-data's group: www-data may connect
+        found = stats_exposure(str(path))
+        assert found.who == "the other members of group www-data (www-data)" and "660 (root:www-data)" in found.why
+        os.chown(path, data.pw_uid, data.pw_gid)  # the service's own user and group (the lab under root)
         assert stats_exposure(str(path)).who == ""
 
 

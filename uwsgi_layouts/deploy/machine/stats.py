@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from uwsgi_layouts.deploy.machine.netns import connect
+from uwsgi_layouts.deploy.machine.risks import group_members
 
 STATS_MAX_BYTES = 64 * 1024 * 1024  # a document this large is not a stats server's (P x T cores of vars)
 # What a core (a worker's thread) says of the request it is serving: its variables and its details.
@@ -107,10 +108,6 @@ class Exposure:
         return {"address": self.address, "who": self.who, "why": self.why, "fix": self.fix}
 
 
-UNIX_FIX = ("make the stats server a unix socket in a directory only the service's users can traverse, with "
-            "chmod-socket = 660 (uWSGI applies it to the stats socket too)")
-
-
 def _name(lookup, key: int) -> str:
     try:
         return lookup(key)[0]
@@ -119,9 +116,10 @@ def _name(lookup, key: int) -> str:
 
 
 def stats_exposure(address: str) -> Exposure:
-    """Whether users other than the socket's owner and group can open the stats server at
-    ``address``: any local user reaches a TCP port (on any address, loopback included); a unix
-    socket needs write permission on it and search (x) permission on every directory above it."""
+    """Who besides the service's own user can open the stats server at ``address``: any local user
+    reaches a TCP port (on any address, loopback included); a unix socket needs write permission on
+    it and search (x) permission on every directory above it: for everyone (o+w, o+x all the way
+    up), or for the members of its group (g+w) when the group has members besides its owner."""
     if not is_unix_address(address):
         host = address.rpartition(":")[0]
         where = "every local user" + ("" if host in ("127.0.0.1", "localhost", "[::1]", "::1") else
@@ -129,29 +127,39 @@ def stats_exposure(address: str) -> Exposure:
         return Exposure(address, where, f"the stats server listens on TCP {address}: a TCP port has no owner, so "
                                         "anyone who can connect reads the variables of every request in flight "
                                         "(Cookie, Authorization headers)",
-                        f"replace `stats = {address}` with a unix socket, e.g. `stats = /run/NAME/stats.sock`: "
-                        + UNIX_FIX)
+                        f"replace `stats = {address}` with a unix socket, e.g. `stats = /run/NAME/stats.sock`, in a "
+                        "directory only the service's users can traverse, with chmod-socket = 660 (uWSGI applies it "
+                        "to the stats socket too)")
     path = Path(address.removeprefix("unix:"))
     try:
         st = path.stat()
     except OSError:
         return Exposure(address, "", "", "")  # doctor read it, then it went: nothing to judge
-    if not st.st_mode & stat.S_IWOTH:
-        return Exposure(address, "", "", "")
-    closed = next((d for d in path.parents if _no_search_for_others(d)), None)
-    if closed is not None:
-        return Exposure(address, "", "", "")
     owner, group = _name(pwd.getpwuid, st.st_uid), _name(grp.getgrgid, st.st_gid)
-    return Exposure(address, "every local user",
-                    f"the socket is mode {stat.S_IMODE(st.st_mode):03o} ({owner}:{group}) and every directory above "
-                    "it lets others through (o+x): anyone can connect and read the variables of every request in "
-                    "flight (Cookie, Authorization headers)",
-                    "set chmod-socket = 660 in uwsgi.ini (uWSGI applies it to the stats socket too) and keep the "
-                    f"socket's directory {path.parent} closed to others (chmod o-rwx)")
+    shown = f"the socket is mode {stat.S_IMODE(st.st_mode):03o} ({owner}:{group})"
+    fix = ("set chmod-socket = 660 in uwsgi.ini (uWSGI applies it to the stats socket too) and keep the socket's "
+           f"directory {path.parent} closed to others (chmod o-rwx)")
+    if st.st_mode & stat.S_IWOTH and all(_passes(d, stat.S_IXOTH) for d in path.parents):
+        return Exposure(address, "every local user",
+                        f"{shown} and every directory above it lets others through (o+x): anyone can connect and "
+                        "read the variables of every request in flight (Cookie, Authorization headers)", fix)
+    members = sorted(group_members(st.st_gid) - {owner, "root"})
+    if st.st_mode & stat.S_IWGRP and members and all(_passes(d, stat.S_IXOTH) or _passes(d, stat.S_IXGRP, st.st_gid)
+                                                      for d in path.parents):
+        names = ", ".join(members[:3]) + (", ..." if len(members) > 3 else "")
+        return Exposure(address, f"the other members of group {group} ({names})",
+                        f"{shown}: its group may connect, and has members besides the service's user, who read the "
+                        "variables of every request in flight (Cookie, Authorization headers)",
+                        "run uWSGI with a group only the service's users are in (its gid =: the stats socket gets "
+                        f"uWSGI's own group), and keep {path.parent} closed to others")
+    return Exposure(address, "", "", "")
 
 
-def _no_search_for_others(directory: Path) -> bool:
+def _passes(directory: Path, bit: int, gid: int | None = None) -> bool:
+    """``directory`` has the search (x) ``bit`` (and, given, belongs to group ``gid``); one that
+    cannot be read counts as passable (the worst case)."""
     try:
-        return not os.stat(directory).st_mode & stat.S_IXOTH
+        st = os.stat(directory)
     except OSError:
-        return False
+        return True
+    return bool(st.st_mode & bit) and (gid is None or st.st_gid == gid)
