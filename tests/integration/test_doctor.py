@@ -160,7 +160,8 @@ def test_a_service_that_stops_mid_window_ends_it_with_the_figures_so_far(lab, tm
     assert "STOPPED EARLY: the stats server stopped answering at" in stdout
     d = record(out)
     assert d["ended"] == "stopped" and 1.0 <= d["observed_s"] < 10, d["observed_s"]
-    assert "connection refused" in d["end_note"].lower()
+    # uWSGI removes its stats socket as it stops (vacuum): why the reads failed, in the note
+    assert "no such file or directory" in d["end_note"].lower()
 
 
 def test_bad_input_is_one_line_and_writes_nothing(lab, tmp_path, free_ports):
