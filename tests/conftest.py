@@ -92,16 +92,15 @@ def tmp_run_dir(run_dirs) -> Path:
 def make_layout(run_dirs):
     """``make_layout(spec, **opts)`` -> Layout with distinct free ports and a fresh run_dir.
 
-    Ports: the sockets take base_port.., then the nginx listen port, then the stats port,
-    all consecutive and bind-tested. Any option given explicitly wins.
+    Ports: the sockets take base_port.., then the nginx listen port, all consecutive and
+    bind-tested; the stats server is the default unix socket. Any option given explicitly wins.
     """
 
     def make(spec: str, **opts) -> Layout:
         n = socket_count(spec)
-        ports = find_free_ports(n + 2)
+        ports = find_free_ports(n + 1)
         opts.setdefault("base_port", ports[0])
         opts.setdefault("listen", f"127.0.0.1:{ports[n]}")
-        opts.setdefault("stats_port", ports[n + 1])
         if "run_dir" not in opts:
             opts["run_dir"] = str(run_dirs())
         return checked(parse_layout(spec, **opts))

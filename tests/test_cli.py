@@ -20,9 +20,8 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 
 
 def port_args(free_ports, n_sockets: int) -> list[str]:
-    ports = free_ports(n_sockets + 2)
-    return ["--base-port", str(ports[0]), "--listen", f"127.0.0.1:{ports[n_sockets]}",
-            "--stats-port", str(ports[n_sockets + 1])]
+    ports = free_ports(n_sockets + 1)
+    return ["--base-port", str(ports[0]), "--listen", f"127.0.0.1:{ports[n_sockets]}"]
 
 
 def snapshot(root: Path) -> dict[str, bytes | None]:
@@ -65,8 +64,8 @@ def test_render_all_options(tmp_run_dir, free_ports, run_dirs):
     out = tmp_run_dir / "o"
     ports = free_ports(3)
     proc = cli("render", "3x2-mapped", "--out", out, "--transport", "unix", "--listen", f"127.0.0.1:{ports[0]}",
-               "--stats-port", ports[1], "--nginx-workers", "2", "--backlog", "50", "--app", "mod:app",
-               "--app-dir", tmp_path)
+               "--stats-port", ports[1], "--allow-tcp-stats", "--nginx-workers", "2", "--backlog", "50",
+               "--app", "mod:app", "--app-dir", tmp_path)
     assert proc.returncode == 0, proc.stderr
     ini = (out / "uwsgi.ini").read_text()
     for line in ("module = mod:app", f"chdir = {tmp_path.resolve()}", "listen = 50", "chmod-socket = 660",
@@ -113,7 +112,10 @@ BAD = [
     ("static-dotdot", "2x4-mapped", ["--static", "/a/../b=/tmp"], "static"),
     ("static-dir", "2x4-mapped", ["--static", "/assets=/nonexistent/dir/for/ul"], "static"),
     ("static-overlap", "2x4-mapped", ["--static", "/a=/tmp", "--static", "/a/b=/tmp"], "static"),
-    ("stats-on-listen", "2x4-mapped", ["--listen", "127.0.0.1:8000", "--stats-port", "8000"], "stats_port"),
+    ("stats-on-listen", "2x4-mapped", ["--listen", "127.0.0.1:8000", "--stats-port", "8000", "--allow-tcp-stats"],
+     "stats_port"),
+    # TCP stats hands every local user the cookies of requests in flight: only with the option named for it.
+    ("stats-port-unaccepted", "2x4-mapped", ["--stats-port", "9191"], "stats_port"),
     ("bogus-option", "2x4-mapped", ["--bogus"], "--bogus"),
     ("bogus-option-value", "2x4-mapped", ["--bogus=1"], "--bogus"),
 ]

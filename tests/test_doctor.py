@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import pwd
 import shlex
 import socket
 import subprocess
@@ -49,6 +50,7 @@ from uwsgi_layouts.bench.observe import (
     factory_of_entry,
     parse_timed_line,
     process_listeners,
+    read_sample,
     read_stats,
     same_listener,
     unix_listen_queues,
@@ -58,7 +60,7 @@ from uwsgi_layouts.bench.observe import (
 from uwsgi_layouts.bench.report import markdown_lines, terminal_lines
 from uwsgi_layouts.bench.report.exporters import export_all
 from uwsgi_layouts.bench.results import Diagnosis, Results, ResultsError, load
-from uwsgi_layouts.deploy.machine import PACKAGE_DIR
+from uwsgi_layouts.deploy.machine import PACKAGE_DIR, stats_exposure, without_requests
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CASES = json.loads((FIXTURES / "doctor-samples.json").read_text())["cases"]
@@ -456,6 +458,7 @@ def test_an_idle_window_renders_without_a_tune_line(tmp_path):
     ({"queue": {"sockets": {"a": {"max": 1, "nonempty": 2}}}}, "queue.sockets.a.nonempty: must be a share"),
     ({"memory": {"kind": "vsz", "workers": {}}}, "memory.kind: must be pss or rss"),
     ({"findings": ({"name": "x"},)}, "findings[0]: must hold the strings name, text and action"),
+    ({"exposure": {"address": "127.0.0.1:9191", "who": "every local user"}}, "exposure: must hold"),
 ])
 def test_a_bad_record_is_refused_in_one_line(change, message):
     d = diagnose(window("2x4-shared-c4"))
@@ -495,3 +498,83 @@ def test_stats_is_required(capsys):
         cli.main(["doctor"])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "--stats" in err and err.count("\n") == 1
+
+
+# ------------------------------------------------------------------------------ the stats server's secrets (issue 31)
+
+IN_FLIGHT = ["REQUEST_METHOD=GET", "HTTP_COOKIE=session=SECRET-SESSION-123", "HTTP_AUTHORIZATION=Bearer TOKEN-XYZ"]
+
+
+def with_a_request_in_flight(doc: dict) -> dict:
+    """The stats document as uWSGI writes it while worker 1's first thread serves a request."""
+    doc = json.loads(json.dumps(doc))
+    core = doc["workers"][0]["cores"][0]
+    core.update(in_request=1, vars=IN_FLIGHT, req_info={"request_start": 1764226000})
+    return doc
+
+
+def test_the_reader_drops_every_request_variable_and_keeps_the_counters(tmp_path):
+    doc = with_a_request_in_flight(STATS_DOC)
+    assert "SECRET-SESSION-123" in json.dumps(doc)
+    path = str(tmp_path / "stats.sock")
+    thread = serve_once(path, [json.dumps(doc).encode()])
+    read = read_stats(path)
+    thread.join(timeout=5)
+    text = json.dumps(read)
+    assert "SECRET-SESSION-123" not in text and "TOKEN-XYZ" not in text and '"vars"' not in text
+    assert "req_info" not in text
+    assert read_sample(read, 0.0).inflight[1] == 1  # what the samplers need is still there
+    assert read == without_requests(doc) and doc["workers"][0]["cores"][0]["vars"] == IN_FLIGHT  # input untouched
+    assert read["workers"][0]["requests"] == doc["workers"][0]["requests"]
+
+
+def test_a_tcp_stats_server_is_exposed_to_every_local_user():
+    found = stats_exposure("127.0.0.1:9191")
+    assert found.who == "every local user" and "TCP 127.0.0.1:9191" in found.why and "unix socket" in found.fix
+    assert "network" in stats_exposure("0.0.0.0:1717").who
+
+
+def test_a_unix_stats_socket_is_exposed_only_when_others_can_reach_and_open_it(run_dirs):
+    top = run_dirs()  # under /tmp, which every user traverses
+    top.chmod(0o755)
+    path = top / "stats.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    with server:
+        assert all(os.stat(p).st_mode & 0o001 for p in [top, *top.parents])
+        path.chmod(0o660)
+        assert stats_exposure(str(path)).who == ""
+        path.chmod(0o666)
+        found = stats_exposure(str(path))
+        assert found.who == "every local user" and "666" in found.why and "chmod-socket = 660" in found.fix
+        top.chmod(0o750)  # its directory closed to others: they cannot reach it
+        assert stats_exposure(str(path)).who == ""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: hands the socket to other users")
+def test_a_group_socket_is_exposed_when_its_group_has_members_besides_its_owner(run_dirs):
+    data = pwd.getpwnam("www-data")
+    top = run_dirs()
+    top.chmod(0o755)
+    path = top / "stats.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    with server:
+        path.chmod(0o660)
+        os.chown(path, 0, data.pw_gid)  # root's socket, www-data's group: www-data may connect
+        found = stats_exposure(str(path))
+        assert found.who == "the other members of group www-data (www-data)" and "660 (root:www-data)" in found.why
+        os.chown(path, data.pw_uid, data.pw_gid)  # the service's own user and group (the lab under root)
+        assert stats_exposure(str(path)).who == ""
+
+
+def test_an_exposed_stats_server_is_the_first_finding_even_of_an_idle_window():
+    exposure = stats_exposure("127.0.0.1:9191").to_dict()
+    for case in ("2x4-mapped-idle", "2x4-shared-c4"):
+        d = diagnose(window(case, exposure=exposure))
+        first = findings(d)[0]
+        assert first.name == "stats-exposed" and "every local user" in first.text and "cookies" in first.text
+        assert first.action == exposure["fix"]
+        assert names(d)[1:] == names(diagnose(window(case)))  # the rest as without it
+        assert Diagnosis.from_dict(json.loads(json.dumps(d.to_dict()))).exposure == exposure
+    assert "stats-exposed" not in names(diagnose(window("2x4-shared-c4")))

@@ -66,7 +66,8 @@ def test_defaults():
     assert lay.listen == "127.0.0.1:8000"
     assert lay.nginx_workers == 1
     assert lay.backlog == 100
-    assert lay.stats_port == 9191
+    assert lay.stats_port == 0  # a unix socket beside the master FIFO, only the run user's group opens it
+    assert lay.stats_address == f"{RUN}/control/stats.sock"
     assert lay.app == "app.wsgi:application"
     assert Path(lay.app_dir) == PACKAGE_DIR
     assert lay.run_dir == RUN
@@ -75,7 +76,7 @@ def test_defaults():
 
 def test_string_options_are_converted():
     lay = layout("2x4-mapped", base_port="6000", listen="localhost:7000", stats_port=" 7001 ",
-                 nginx_workers="2", backlog="128")
+                 nginx_workers="2", backlog="128", allow="tcp-stats")
     assert (lay.base_port, lay.stats_port, lay.nginx_workers, lay.backlog) == (6000, 7001, 2, 128)
     assert lay.listen == "127.0.0.1:7000"  # localhost normalised to IPv4 loopback
     assert (lay.listen_host, lay.listen_port) == ("127.0.0.1", 7000)
@@ -143,7 +144,7 @@ def test_to_dict_is_json_and_complete():
         {"address": "127.0.0.1:6000", "params": ["max_fails=0"]},
         {"address": "127.0.0.1:6001", "params": ["max_fails=0"]},
     ]
-    assert data["stats"] == "127.0.0.1:9191"
+    assert data["stats"] == f"{RUN}/control/stats.sock"
 
 
 def test_highest_base_port_that_fits():
@@ -210,8 +211,8 @@ def test_base_port_sockets_past_65535(spec, base):
         ("2x4-mapped", dict(base_port=8000, listen="127.0.0.1:8000")),
         ("2x4-mapped", dict(base_port=7999, listen="127.0.0.1:8000")),  # second socket hits listen
         ("2x4-mapped", dict(base_port=7999, listen="0.0.0.0:8000")),
-        ("1x4-shared", dict(base_port=9191)),  # = default stats_port
-        ("4x4-mapped", dict(base_port=9188)),  # last socket hits stats 9191
+        ("1x4-shared", dict(base_port=9191, stats_port=9191)),
+        ("4x4-mapped", dict(base_port=9188, stats_port=9191)),  # last socket hits stats 9191
         ("4x4-mapped", dict(base_port=6000, stats_port=6003)),
     ],
 )
@@ -226,7 +227,13 @@ def test_stats_port_on_listen_port():
     assert field_of(transport="unix", stats_port=8000, listen="127.0.0.1:8000").field == "stats_port"
 
 
-@pytest.mark.parametrize("value", [0, 65536, "x", -5])
+def test_tcp_stats_is_a_warning():
+    assert layout("2x4-mapped").warnings == []
+    (line,) = layout("2x4-mapped", stats_port=9191, allow="tcp-stats").warnings
+    assert "127.0.0.1:9191" in line and "Cookie" in line and "--allow-tcp-stats" in line
+
+
+@pytest.mark.parametrize("value", [65536, "x", -5])
 def test_bad_stats_port(value):
     assert field_of(stats_port=value).field == "stats_port"
 
@@ -290,7 +297,10 @@ def test_unix_socket_path_limit_boundary(processes):
 
 
 def test_long_run_dir_is_fine_for_tcp():
-    assert layout("4x2-mapped", run_dir="/tmp/" + "d" * 200, transport="tcp").transport == "tcp"
+    # Its stats server too must be on TCP: the unix one (RUN_DIR/control/stats.sock) would be too long.
+    assert layout("4x2-mapped", run_dir="/tmp/" + "d" * 200, transport="tcp", stats_port=9191,
+                  allow="tcp-stats").transport == "tcp"
+    assert field_of("4x2-mapped", run_dir="/tmp/" + "d" * 200, transport="tcp").field == "run_dir"
 
 
 def test_unix_path_limit_counts_bytes_not_characters():

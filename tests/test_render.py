@@ -185,14 +185,14 @@ def test_rendered_files_match_layout(make_layout, shape, strategy, transport):
         assert ini_single(pairs, flag) == "true", flag
     assert ini_single(pairs, "listen") == "64"
     assert ini_single(pairs, "module") == "app.wsgi:application"
-    assert ini_single(pairs, "stats") == f"127.0.0.1:{layout.stats_port}"
+    assert ini_single(pairs, "stats") == layout.stats_address == f"{layout.run_dir}/control/stats.sock"
     want = expected(layout)
     sockets = ini_values(pairs, "socket")
     assert sockets == expected_socket_addresses(layout)
     assert len(sockets) == want["n"]
     assert ini_values(pairs, "map-socket") == want["maps"]
     assert ini_values(pairs, "thunder-lock") == (["true"] if strategy == "thunder" else [])
-    assert ini_values(pairs, "chmod-socket") == (["660"] if transport == "unix" else [])
+    assert ini_values(pairs, "chmod-socket") == ["660"]  # the app's unix sockets, or the stats socket alone
     assert not ini_values(pairs, "workers"), "processes is the one worker count"
 
     # --- nginx.conf
@@ -405,7 +405,12 @@ TAMPER = [
     ("threads", "2x4-mapped", {}, "uwsgi.ini", "threads = 4", "threads = 8", "threads"),
     ("extra-socket", "1x4-shared", {}, "uwsgi.ini", "socket = {sock0}", "socket = {sock0}\nsocket = 127.0.0.1:1",
      "upstream"),
-    ("stats-public", "2x4-mapped", {}, "uwsgi.ini", "stats = 127.0.0.1:", "stats = 0.0.0.0:", "loopback"),
+    ("stats-public", "2x4-mapped", {"stats_port": 9191, "allow": "tcp-stats"}, "uwsgi.ini", "stats = 127.0.0.1:",
+     "stats = 0.0.0.0:", "loopback"),
+    # The stats JSON holds every request in flight's variables: its socket must stay the stack's own.
+    ("stats-chmod-666", "2x4-mapped", {}, "uwsgi.ini", "chmod-socket = 660", "chmod-socket = 666", "stats server"),
+    ("stats-chmod-dropped", "2x4-mapped", {}, "uwsgi.ini", "chmod-socket = 660\n", "", "stats server"),
+    ("stats-on-tcp", "2x4-mapped", {}, "uwsgi.ini", "stats = {stats}", "stats = 127.0.0.1:9191", "tcp-stats"),
     ("socket-public", "1x4-shared", {}, "uwsgi.ini", "socket = 127.0.0.1:", "socket = 0.0.0.0:", None),
     ("chmod-666", "2x4-mapped", {"transport": "unix"}, "uwsgi.ini", "chmod-socket = 660", "chmod-socket = 666",
      "chmod-socket"),
@@ -522,7 +527,8 @@ def test_crosscheck_catches_tampering(make_layout, case):
     layout = make_layout(spec, **{"transport": "tcp", **opts})  # the cases name TCP addresses unless they say unix
     out, _ = render_into(layout)
     assert crosscheck(layout, out) == []
-    subst = {f"sock{s.index}": s.address for s in layout.sockets} | {"listen": layout.listen, "port": layout.base_port}
+    subst = {f"sock{s.index}": s.address for s in layout.sockets} | {"listen": layout.listen, "port": layout.base_port,
+                                                                     "stats": layout.stats_address}
     old, new = old.format(**subst), new.format(**subst)
     path = out / filename
     text = path.read_text()
@@ -552,7 +558,7 @@ def layout_args(draw):
         base = draw(st.one_of(st.integers(1024, 65535), st.integers(65400, 65535)))
         near = st.integers(max(1, base - 2), min(65535, base + 70))
         listen = draw(st.one_of(st.integers(1, 65535), near))
-        stats = draw(st.one_of(st.integers(1, 65535), near, st.just(listen)))
+        stats = draw(st.one_of(st.just(0), st.integers(1, 65535), near, st.just(listen)))  # 0: the unix socket
     nginx_workers = draw(st.integers(1, 4))
     return p, t, strategy, transport, base, listen, stats, nginx_workers
 
@@ -577,7 +583,7 @@ def test_property_render_is_consistent(args):
     os.chmod(run_dir, 0o711)  # an existing run dir keeps its mode: the run user must be able to enter it
     try:
         opts = dict(transport=transport, base_port=base, listen=f"127.0.0.1:{listen}", stats_port=stats,
-                    nginx_workers=nginx_workers, run_dir=run_dir)
+                    nginx_workers=nginx_workers, run_dir=run_dir, allow="tcp-stats" if stats else "")
         want_error = expected_error_field(p, strategy, transport, base, listen, stats)
         event(f"rejected: {want_error}" if want_error else f"rendered {strategy}/{transport}")
         if want_error:
@@ -616,7 +622,7 @@ def test_property_render_is_consistent(args):
         everything = listens + sockets + [stats_addr]
         assert len(set(everything)) == len(everything), everything
         if transport == "tcp":
-            ports = [int(a.rpartition(":")[2]) for a in everything]
+            ports = [int(a.rpartition(":")[2]) for a in everything if not a.startswith("/")]
             assert len(set(ports)) == len(ports), "all on 127.0.0.1: ports must differ too"
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)

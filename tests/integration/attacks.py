@@ -56,11 +56,44 @@ def request_env(path: str = "/healthz", **extra: str) -> dict[str, str]:
 
 def send_as(user: str, address: str, env: dict[str, str], timeout: float = 40.0) -> str:
     """Send a raw uwsgi packet as ``user``: the answer's status line, "errno N", or "timeout ..."."""
+    return run_as(user, SEND, [address, uwsgi_packet(env).hex()], timeout)
+
+
+def run_as(user: str, script: str, args: list[str], timeout: float) -> str:
+    """Run a Python ``script`` as ``user`` (uid, gid and groups switched): what it printed."""
     entry = pwd.getpwnam(user)
-    proc = subprocess.run([CHILD_PYTHON, "-c", SEND, address, uwsgi_packet(env).hex()], user=entry.pw_uid,
-                          group=entry.pw_gid, extra_groups=os.getgrouplist(user, entry.pw_gid), cwd="/",
-                          capture_output=True, text=True, timeout=timeout, env={"PATH": "/usr/bin:/bin"})
+    proc = subprocess.run([CHILD_PYTHON, "-c", script, *args], user=entry.pw_uid, group=entry.pw_gid,
+                          extra_groups=os.getgrouplist(user, entry.pw_gid), cwd="/", capture_output=True, text=True,
+                          timeout=timeout, env={"PATH": "/usr/bin:/bin"})
     return proc.stdout.strip() or proc.stderr.strip()
+
+
+# Reads what a stats server (argv[1]: HOST:PORT or a unix path) writes and prints it, or the errno
+# of a refused connect.
+READ = r"""
+import socket, sys
+address = sys.argv[1]
+if address.startswith("/"):
+    conn, target = socket.socket(socket.AF_UNIX), address
+else:
+    host, _, port = address.rpartition(":")
+    conn, target = socket.socket(socket.AF_INET), (host, int(port))
+conn.settimeout(10)
+try:
+    conn.connect(target)
+except OSError as e:
+    print("errno", e.errno)
+    sys.exit(0)
+data = b""
+while chunk := conn.recv(65536):
+    data += chunk
+print("read", data.decode("utf-8", "replace"))
+"""
+
+
+def read_as(user: str, address: str, timeout: float = 30.0) -> str:
+    """Read a stats server as ``user``: "read DOCUMENT", or "errno N" when the connect was refused."""
+    return run_as(user, READ, [address], timeout)
 
 
 def marker_app(directory: Path) -> tuple[Path, Path]:

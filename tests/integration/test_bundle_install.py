@@ -11,6 +11,7 @@ that no process outlives a test. systemd itself: test_bundle_systemd.py.
 
 from __future__ import annotations
 
+import errno
 import grp
 import http.client
 import json
@@ -30,8 +31,10 @@ import psutil
 import pytest
 
 from tests.bundles import make_cert, make_trial_root, tree_state
+from tests.integration.attacks import read_as
 from tests.integration.support import REPO_ROOT
-from uwsgi_layouts.deploy.run import nginx_binary
+from tests.integration.test_stats_server import SECRETS, request_in_flight, wait_for_secret
+from uwsgi_layouts.deploy.run import nginx_binary, read_stats
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -574,3 +577,36 @@ def test_uninstall_refuses_a_file_that_is_no_longer_ours(flask_app, trial_root, 
     proc = run_cli("uninstall", "shop", "--root", str(trial_root))
     assert proc.returncode == 2 and proc.stderr.startswith(f"error: {ini}: no longer carries bundle shop's header")
     assert len(proc.stderr.splitlines()) == 1 and tree_state(trial_root) == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: only root can act as other users")
+def test_the_installed_bundles_stats_server_is_closed_to_nobody(flask_app, trial_root, run_dirs, free_ports):
+    """Issue 31 against an installed bundle: while a request with a session cookie is served, a
+    local user (nobody) cannot open the stats socket, whose raw document holds that cookie, and
+    our reader (what doctor, chain reloads and samplers read) drops it."""
+    port = free_ports(1)[0]
+    bundle = make_bundle(run_dirs() / "bundle", flask_app, "--listen", f"127.0.0.1:{port}")
+    assert run_cli("install", str(bundle), "--root", str(trial_root)).returncode == 0
+    address = str(trial_root / "run/shop/blue/stats.sock")
+    with served(trial_root) as procs:
+        deadline = time.monotonic() + 60
+        while not Path(address).is_socket() or not port_answers(port):
+            assert all(p.poll() is None for p in procs) and time.monotonic() < deadline, \
+                (trial_root / "uwsgi.out").read_text()[-2000:]
+            time.sleep(0.1)  # polling: uWSGI and nginx starting
+        st = Path(address).stat()
+        assert (stat.S_IMODE(st.st_mode), st.st_uid) == (0o660, pwd.getpwnam("www-data").pw_uid)
+        with request_in_flight(port, "/slow?ms=4000", host=HOST) as status:
+            wait_for_secret(address, status)
+            assert read_as("nobody", address) == f"errno {errno.EACCES}"
+            assert not any(s in json.dumps(read_stats(address)) for s in SECRETS)
+        assert status == [200]
+
+
+def port_answers(port: int) -> bool:
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        conn.request("GET", "/", headers={"Host": HOST})
+        return conn.getresponse().status == 200
+    except OSError:
+        return False

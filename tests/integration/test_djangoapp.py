@@ -136,12 +136,12 @@ def test_a_factory_without_its_parentheses_is_refused_naming_the_fix(django_app,
 def test_run_from_the_project_directory_finds_it_and_its_venv(django_app, tmp_run_dir, free_ports,
                                                               tmp_path):
     """No --app-dir, no --virtualenv: the current directory and its ./.venv (said in one line)."""
-    listen, stats = free_ports(2)
+    (listen,) = free_ports(1)
     run_dir = tmp_run_dir / "run"
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
     args = [sys.executable, "-m", "uwsgi_layouts",
             "run", "1x2-shared", "--transport", "unix", "--run-dir", str(run_dir),
-            "--listen", f"127.0.0.1:{listen}", "--stats-port", str(stats), "--app", django_app.factory + "()",
+            "--listen", f"127.0.0.1:{listen}", "--app", django_app.factory + "()",
             "--static", f"/static={django_app.collected}", "--for", "120"]
     with open(tmp_path / "run.out", "w") as out, open(tmp_path / "run.err", "w") as err:
         proc = subprocess.Popen(args, cwd=django_app.app_dir, env=env, stdout=out, stderr=err,

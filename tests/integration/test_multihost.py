@@ -71,9 +71,10 @@ def test_requests_spread_over_every_worker_of_every_host(lab):
         layout = stack.layout
         front = layout.listen_host
         assert front == lab.net.front.address and layout.uwsgi_tls == "suwsgi"
-        for member in stack.members:  # each host binds its own address (and its stats server loopback)
+        for member in stack.members:  # each host binds its own address; its stats server is a unix socket
             ports = {s.address for s in layout.host_sockets(member.host)}
-            assert listening(member.proc.pid) == ports | {layout.stats_address}
+            assert listening(member.proc.pid) == ports
+            assert member.layout.stats_address == f"{layout.host_dir(member.host)}/control/stats.sock"
         before = {h: {w["id"]: w["requests"] for w in s["workers"]} for h, s in stack.host_stats().items()}
         path = SLOW.format(ms=200)
         answers = concurrently(lambda: http_get(front, layout.listen_port, path, timeout=30), [()] * 32)

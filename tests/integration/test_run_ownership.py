@@ -91,7 +91,7 @@ def test_a_busy_port_fails_at_once_naming_it_and_never_says_serving(tmp_run_dir,
     squatter = Squatter(listen if busy == "listen" else stats)
     try:
         start = time.monotonic()
-        proc = start_run(tmp_run_dir, tmp_path, ports=(base, listen, stats))
+        proc = start_run(tmp_run_dir, tmp_path, ports=(base, listen, stats), tcp_stats=busy == "stats")
         try:
             rc = proc.wait(timeout=60)
         finally:

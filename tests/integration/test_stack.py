@@ -133,10 +133,14 @@ def test_unix_sockets_are_0660_or_tighter_and_vacuumed(start_stack):
 # --- (e) `uwsgi-layouts run` stops cleanly on signals -----------------------------------------
 
 
-def start_run(run_dir: Path, log_dir: Path, *extra: str, spec: str = "2x4-mapped", ports=None):
+def start_run(run_dir: Path, log_dir: Path, *extra: str, spec: str = "2x4-mapped", ports=None,
+              tcp_stats: bool = False):
+    """``run`` on ports (base, listen, stats); the stats port is used only with ``tcp_stats`` (the
+    risk accepted), else the stats server is its unix socket."""
     base, listen, stats = ports
+    stats_args = ("--stats-port", str(stats), "--allow-tcp-stats") if tcp_stats else ()
     return start_deploy_run(spec, "--run-dir", str(run_dir), "--listen", f"127.0.0.1:{listen}",
-                            "--base-port", str(base), "--stats-port", str(stats), *extra, log_dir=log_dir)
+                            "--base-port", str(base), *stats_args, *extra, log_dir=log_dir)
 
 
 def wait_for_hello(proc, listen: int, log_dir: Path, timeout: float = 30.0) -> None:

@@ -82,10 +82,10 @@ def test_tune_end_to_end_then_deploy_run_serves_the_recommendation(tmp_run_dir, 
     serve = re.search(r"uwsgi-layouts run (.+)", (recommended / "RUN.md").read_text())[1].split()
     assert serve[0] == chosen and serve[-2:] == ["--run-dir", str(run_dir)]
     n_sockets = len(json.loads((recommended / "layout.json").read_text())["sockets"])
-    ports = free_ports(n_sockets + 2)
-    listen, stats = ports[n_sockets], ports[n_sockets + 1]
+    ports = free_ports(n_sockets + 1)
+    listen = ports[n_sockets]
     run = start_deploy_run(*serve, "--listen", f"127.0.0.1:{listen}", "--base-port", str(ports[0]),
-                           "--stats-port", str(stats), "--for", "120", log_dir=tmp_path)
+                           "--for", "120", log_dir=tmp_path)
     try:
         wait_serving(run, listen, tmp_path)
         conn = http.client.HTTPConnection("127.0.0.1", listen, timeout=20)

@@ -115,12 +115,12 @@ def test_render_the_demo_app_and_the_flask_app_from_another_directory(installed,
 
 def test_run_serves_the_flask_app_then_stops_on_ctrl_c(installed, flask_app, run_dirs, free_ports):
     venv, _, work = installed
-    base, listen, stats = free_ports(3)
+    base, listen = free_ports(2)
     run_dir = run_dirs()
     with open(run_dir.parent / f"{run_dir.name}.log", "w") as log:
         proc = subprocess.Popen([str(venv / "bin" / "uwsgi-layouts"), "run", "2x2-mapped", *flask_app.cli_args(),
                                  "--run-dir", str(run_dir / "run"), "--listen", f"127.0.0.1:{listen}",
-                                 "--base-port", str(base), "--stats-port", str(stats), "--for", "60"],
+                                 "--base-port", str(base), "--for", "60"],
                                 cwd=work, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                 preexec_fn=reset_signals)  # Ctrl-C works even where make test runs in the background
     try:

@@ -30,7 +30,6 @@ from tests.integration.support import (
     via_nginx,
 )
 from uwsgi_layouts.deploy.machine import uwsgi_python
-from uwsgi_layouts.deploy.run import read_stats
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -80,11 +79,11 @@ def wait_serving(proc, port: int, log_dir: Path, path: str = "/", timeout: float
 
 def test_run_serves_the_flask_app_from_its_own_virtualenv(flask_app, tmp_run_dir, tmp_path, free_ports,
                                                           leftover_processes):
-    base, _, listen, stats = free_ports(4)
+    base, _, listen = free_ports(3)
     run_dir = tmp_run_dir / "run"
     proc = start_deploy_run(
         "2x4-mapped", "--run-dir", str(run_dir), "--listen", f"127.0.0.1:{listen}", "--base-port", str(base),
-        "--stats-port", str(stats), *flask_app.cli_args("--env", f"{flask_app.greeting_var}={GREETING}"),
+        *flask_app.cli_args("--env", f"{flask_app.greeting_var}={GREETING}"),
         "--for", "120", log_dir=tmp_path)
     try:
         wait_serving(proc, listen, tmp_path)
@@ -268,9 +267,9 @@ def test_bad_app_input_exits_2_with_one_line_and_writes_nothing(flask_app, run_d
     record_property("cases", list(cases))
     for name, (options, field, words) in cases.items():
         run_dir = run_dirs() / "run"
-        base, _, listen, stats = free_ports(4)
+        base, _, listen = free_ports(3)
         proc = run_cli("run", "2x4-mapped", "--run-dir", str(run_dir), "--listen", f"127.0.0.1:{listen}",
-                       "--base-port", str(base), "--stats-port", str(stats), "--for", "5", *options)
+                       "--base-port", str(base), "--for", "5", *options)
         lines = proc.stderr.splitlines()
         assert proc.returncode == 2, (name, proc.returncode, proc.stderr)
         assert len(lines) == 1 and "Traceback" not in proc.stderr, (name, proc.stderr)
@@ -280,5 +279,3 @@ def test_bad_app_input_exits_2_with_one_line_and_writes_nothing(flask_app, run_d
         assert not run_dir.exists() and not list(run_dir.parent.iterdir()), (name, "wrote something")
         assert port_closed(listen), name
     assert leftover_processes(run_dirs.dirs, timeout=5) == []
-    with pytest.raises(OSError):
-        read_stats(f"127.0.0.1:{stats}", timeout=1)

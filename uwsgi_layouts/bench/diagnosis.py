@@ -43,7 +43,7 @@ MB = 1e6
 
 @dataclass(frozen=True)
 class Finding:
-    name: str  # idle, stuck, pileup, saturated, queue, harakiri, respawns, memory, errors, healthy
+    name: str  # stats-exposed, idle, stuck, pileup, saturated, queue, harakiri, respawns, memory, errors, healthy
     text: str  # what was seen, with its figures
     action: str  # what to do about it
 
@@ -141,6 +141,7 @@ class Window:
     ended: str = "complete"
     end_note: str = ""
     observed_s: float | None = None  # default: from the first to the last sample
+    exposure: dict = field(default_factory=dict)  # who else can open the stats server ({} = nobody)
 
 
 def served(samples: list[Sample]) -> dict[int, int]:
@@ -256,6 +257,7 @@ def diagnose(w: Window) -> Diagnosis:
         address=w.address, planned_s=w.planned_s, observed_s=round(observed, 3), hz=w.hz, layout=w.layout,
         requests=requests, workers=workers, inflight=inflight, queue=queue, timeline=timeline_of(samples),
         memory=memory_figures(w.memory, w.memory_kind), access=w.access, ended=w.ended, end_note=w.end_note,
+        exposure=w.exposure,
     )
     return replace(record, findings=tuple(f.to_dict() for f in findings(record)))
 
@@ -495,8 +497,25 @@ def _errors(d: Diagnosis) -> Finding | None:
                    "in time (a full TCP listen queue, slow requests): nginx's error log says which")
 
 
+def _exposed(d: Diagnosis) -> Finding | None:
+    """A stats server other local users can open: its JSON holds the variables of every request in
+    flight (Cookie, Authorization headers), so any of them can take over the app's users' sessions."""
+    if not d.exposure:
+        return None
+    e = d.exposure
+    return Finding("stats-exposed", f"{e['who']} can read the stats server {e['address']}, and with it the "
+                                    f"cookies and Authorization headers of every request in flight: {e['why']}",
+                   e["fix"])
+
+
 def findings(d: Diagnosis) -> list[Finding]:
-    """What the record's figures say, most important first; "healthy" when traffic showed none."""
+    """What the record's figures say, most important first (a stats server others can read, first
+    of all); "healthy" when traffic showed none."""
+    exposed = _exposed(d)
+    return ([exposed] if exposed else []) + _load_findings(d)
+
+
+def _load_findings(d: Diagnosis) -> list[Finding]:
     restarts = _restarts(d)
     memory = _memory(d)
     extra = [f for f in (*restarts, memory, _errors(d)) if f]

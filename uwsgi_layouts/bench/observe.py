@@ -11,8 +11,10 @@ Nothing here starts or stops anything (``bench.stack`` does); every function rea
   requests in flight per worker, summarised per cell by ``inflight_summary``; the sockets' listen
   queues and the workers' cumulative counters, for ``doctor``); for a server without a stats
   server, from the app's ``X-Worker-Pid`` header as wrk counted it, mapped to worker numbers
-  (``requests_by_worker``). A stats server is reached over TCP (``HOST:PORT``) or a unix socket
-  (a path: the bundle's ``/run/NAME/stats.sock``), ``read_stats``;
+  (``requests_by_worker``). A stats server is a unix socket (a path: the lab's
+  ``RUN_DIR/control/stats.sock``, the bundle's ``/run/NAME/stats.sock``) or, where the user accepted
+  the risk, ``HOST:PORT``; it is read by deploy.machine's ``read_stats`` only, which drops the
+  variables of requests in flight (cookies, Authorization headers) before anything here sees them;
 - the kernel's view of listening sockets: unix listen queues (``unix_listen_queues``, sock_diag
   netlink: uWSGI cannot see them on stock Linux), TCP listen overflows (``kernel_listen_overflows``),
   which listening sockets a process holds (``process_listeners``);
@@ -26,7 +28,6 @@ Nothing here starts or stops anything (``bench.stack`` does); every function rea
 from __future__ import annotations
 
 import ipaddress
-import json
 import math
 import os
 import re
@@ -41,9 +42,9 @@ from typing import Callable, NamedTuple
 
 import psutil
 
+from uwsgi_layouts.deploy.machine import is_unix_address, read_stats
 from uwsgi_layouts.deploy.model import StackError
 from uwsgi_layouts.deploy.run import Stack
-from uwsgi_layouts.deploy.run import read_stats as read_tcp_stats
 
 # --------------------------------------------------------------------------- CPU and requests
 
@@ -210,39 +211,6 @@ def stack_memory(stack: Stack) -> dict:
 
 
 # --------------------------------------------------------------------------- the stats server over time
-
-STATS_MAX_BYTES = 64 * 1024 * 1024  # a document this large is not a stats server's (P x T cores of vars)
-
-
-def is_unix_address(address: str) -> bool:
-    """A unix socket path (``/run/shop/stats.sock``; nginx's ``unix:`` prefix allowed), not HOST:PORT."""
-    return address.startswith(("/", "unix:"))
-
-
-def read_stats(address: str, timeout: float = 2.0, namespace: str = "") -> dict:
-    """The uWSGI stats server's JSON document, read over TCP (``HOST:PORT``, from inside
-    ``namespace`` when given: ``deploy.run.read_stats``) or a unix socket (a path). It writes
-    one document and closes; reading never writes a byte to it. Raises OSError (nothing there,
-    refused, timed out) or ValueError (not JSON, not a stats document)."""
-    if not is_unix_address(address):
-        doc = read_tcp_stats(address, timeout=timeout, namespace=namespace)
-    else:
-        deadline = time.monotonic() + timeout
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.settimeout(timeout)
-            conn.connect(address.removeprefix("unix:"))
-            chunks, size = [], 0
-            while chunk := conn.recv(65536):
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > STATS_MAX_BYTES or time.monotonic() > deadline:
-                    raise ValueError(f"more than {STATS_MAX_BYTES} bytes or {timeout:g} s of data: not a stats "
-                                     "document")
-        doc = json.loads(b"".join(chunks).decode("utf-8", "replace"))
-    if not isinstance(doc, dict) or not isinstance(doc.get("workers"), list):
-        raise ValueError("a JSON document without a list of workers")
-    return doc
-
 
 class WorkerCounters(NamedTuple):
     """A worker slot's cumulative counters (uWSGI keeps them across the slot's respawns)."""

@@ -670,6 +670,19 @@ def _diag_memory(value) -> dict:
     return dict(value)
 
 
+EXPOSURE_KEYS = ("address", "who", "why", "fix")
+
+
+def _diag_exposure(value) -> dict:
+    """{} (only the service's own users can open its stats server) or who else can, why, and the fix."""
+    _mapping(value, "exposure")
+    if not value:
+        return {}
+    _check(set(value) == set(EXPOSURE_KEYS) and all(isinstance(value[k], str) and value[k] for k in EXPOSURE_KEYS),
+           f"exposure: must hold the non-empty strings {', '.join(EXPOSURE_KEYS)}")
+    return dict(value)
+
+
 def _diag_access(value) -> dict:
     _mapping(value, "access")
     if not value:
@@ -705,7 +718,9 @@ class Diagnosis:
     queued (all sockets), at most a few thousand points; ``memory``: per worker PSS (or RSS) at
     the window's ends and its growth per hour; ``access``: the access log's lines of the window,
     latency per status class and upstream socket. ``ended``: complete, stopped (the service
-    stopped answering: ``end_note`` says when and why) or interrupted. ``findings``: derived
+    stopped answering: ``end_note`` says when and why) or interrupted. ``exposure``: who besides
+    the service's own users can open its stats server (``address``, ``who``, ``why``, ``fix``), {}
+    when nobody: its JSON holds the variables of requests in flight. ``findings``: derived
     (``bench.diagnosis.findings``), written for readers of the JSON and recomputed by reports."""
 
     address: str
@@ -723,6 +738,7 @@ class Diagnosis:
     ended: str = "complete"
     end_note: str = ""
     findings: tuple = ()
+    exposure: dict = field(default_factory=dict)
 
     def __post_init__(self):
         _check(isinstance(self.address, str) and self.address, "address: must be a non-empty string")
@@ -737,7 +753,7 @@ class Diagnosis:
         extra = {"peak": _count(inflight["peak"], "inflight.peak")} if "peak" in inflight else {}
         object.__setattr__(self, "inflight", {**_inflight({k: v for k, v in inflight.items() if k != "peak"}), **extra})
         for name, validate in (("queue", _diag_queue), ("timeline", _diag_timeline), ("memory", _diag_memory),
-                               ("access", _diag_access)):
+                               ("access", _diag_access), ("exposure", _diag_exposure)):
             object.__setattr__(self, name, validate(getattr(self, name)))
         _check(isinstance(self.findings, (list, tuple)), "findings: must be a list")
         for i, f in enumerate(self.findings):

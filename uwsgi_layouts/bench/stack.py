@@ -158,14 +158,13 @@ class Lab:
     def layout(self, spec: str, name: str = "", **options) -> Layout:
         """``spec`` (``PxT-STRATEGY[@option=value,...]``) with free ports and its own run directory."""
         n = len(parse_variant(spec.partition("@")[0], run_dir="/tmp/x").sockets)  # only to count the sockets
-        ports = self.free_ports(n + 2)
+        ports = self.free_ports(n + 1)  # the sockets (with --transport tcp) and nginx; stats: a unix socket
         options.setdefault("base_port", ports[0])
         if self.net:
             options.setdefault("hosts", self.net.host_addresses)
             options.setdefault("uwsgi_tls_dir", str(self._tls_dir))
             options.setdefault("listen", f"{self.net.front.address}:{ports[n]}")
         options.setdefault("listen", f"127.0.0.1:{ports[n]}")
-        options.setdefault("stats_port", ports[n + 1])
         options.setdefault("run_dir", str(self.new_dir(name)))
         layout = checked(parse_variant(spec, **options))
         if layout.warnings and layout.transport not in self._warned:  # once per lab, not once per stack

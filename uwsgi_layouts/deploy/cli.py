@@ -64,7 +64,9 @@ def add_layout_options(p: argparse.ArgumentParser, preflight: bool = True) -> No
     p.add_argument("--listen", help="nginx listen IPV4:PORT (default 127.0.0.1:8000)")
     p.add_argument("--nginx-workers", help="nginx worker_processes (default 1, as in the article)")
     p.add_argument("--backlog", help="uWSGI listen backlog per socket (default 100, at most net.core.somaxconn)")
-    p.add_argument("--stats-port", help="uWSGI stats server port on 127.0.0.1 (default 9191)")
+    p.add_argument("--stats-port", help="put uWSGI's stats server on this 127.0.0.1 TCP port, where every local user "
+                                        "reads the variables of requests in flight; needs --allow-tcp-stats "
+                                        "(default: a unix socket, RUN_DIR/control/stats.sock, mode 0660)")
     p.add_argument("--access-log", help="on: nginx logs each request with its upstream socket (default off)")
     p.add_argument("--user", help="run uWSGI and nginx workers as this user when started as root "
                                   "(default www-data, else nobody)")

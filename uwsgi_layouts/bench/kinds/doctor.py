@@ -2,14 +2,16 @@
 
     uwsgi-layouts doctor --stats ADDRESS [--for SECONDS] [--hz N] [--access-log FILE] [--out DIR]
 
-ADDRESS is a uWSGI stats server: ``127.0.0.1:9191`` or a unix socket path (the bundle's
-``/run/NAME/SLOT/stats.sock``). Doctor only reads it (the server writes one JSON document per
-connection and closes), ``--hz`` times a second for ``--for`` seconds, with compare's in-flight
-sampler (``bench.observe.Sampler``); where the service runs on this machine it also reads the
-workers' memory (PSS when readable, else RSS), which sockets each worker holds (/proc/PID/fd),
-unix sockets' listen queues (sock_diag) and the kernel's TCP listen overflows. ``--access-log``:
-nginx's log of the site, read from its end for the same window. Nothing of a request's variables
-(headers, cookies) is kept.
+ADDRESS is a uWSGI stats server: a unix socket path (the bundle's ``/run/NAME/SLOT/stats.sock``,
+the lab's ``RUN_DIR/control/stats.sock``) or ``HOST:PORT``. Doctor only reads it (the server
+writes one JSON document per connection and closes), ``--hz`` times a second for ``--for``
+seconds, with compare's in-flight sampler (``bench.observe.Sampler``); where the service runs on
+this machine it also reads the workers' memory (PSS when readable, else RSS), which sockets each
+worker holds (/proc/PID/fd), unix sockets' listen queues (sock_diag) and the kernel's TCP listen
+overflows. ``--access-log``: nginx's log of the site, read from its end for the same window.
+Nothing of a request's variables (headers, cookies) is kept: the stats reader (deploy.machine's
+``read_stats``) drops them. A stats server other local users can open (TCP on any address, or a
+unix socket others may connect to and reach) is the first finding, with what to change.
 
 The window's figures become one ``Diagnosis`` (``bench.diagnosis``) in ``results.json`` of kind
 ``doctor``; the findings, the layout in use and the ``bench tune`` suggestion are printed, and
@@ -45,6 +47,7 @@ from uwsgi_layouts.bench.observe import (
 )
 from uwsgi_layouts.bench.options import BadArgument, command_line, float_arg, int_arg, prepare_out
 from uwsgi_layouts.bench.results import Results, utc_now
+from uwsgi_layouts.deploy.machine import stats_exposure
 
 DEFAULT_FOR_S = 60
 MAX_FOR_S = 3600
@@ -61,8 +64,8 @@ EXIT_INTERRUPTED = 130
 
 def add_arguments(p) -> None:
     p.add_argument("--stats", required=True, metavar="ADDRESS",
-                   help="the uWSGI stats server: HOST:PORT (e.g. 127.0.0.1:9191) or a unix socket path (the "
-                        "bundle's /run/NAME/SLOT/stats.sock); only read, never written to")
+                   help="the uWSGI stats server: a unix socket path (the bundle's /run/NAME/SLOT/stats.sock) or "
+                        "HOST:PORT (e.g. 127.0.0.1:9191); only read, never written to")
     p.add_argument("--for", dest="for_s", metavar="SECONDS",
                    help=f"how long to watch, 1..{MAX_FOR_S} s (default {DEFAULT_FOR_S}); at most {MAX_SAMPLES} "
                         f"reads, so beyond {int(MAX_SAMPLES / DEFAULT_HZ)} s lower --hz")
@@ -103,6 +106,12 @@ def probe(address: str) -> dict:
     except (ValueError, KeyError, TypeError) as exc:
         reason = f"no field {exc}" if isinstance(exc, KeyError) else str(exc).splitlines()[0][:120]
         raise BadArgument(f"stats: {address} is not a uWSGI stats server ({reason})") from None
+
+
+def exposure(address: str) -> dict:
+    """Who besides the service's own users can open its stats server ({} = nobody), as recorded."""
+    found = stats_exposure(address)
+    return found.to_dict() if found.who else {}
 
 
 def open_log(path: str | None) -> LogTail | None:
@@ -215,7 +224,7 @@ def run(args) -> int:
         kernel_overflows=(max(0, overflows_after - overflows_before) if overflows_after is not None
                           and overflows_before is not None else None),
         access=summarise_access(lines, str(args.access_log), tail.cut) if tail else {},
-        ended=ended, end_note=note))
+        ended=ended, end_note=note, exposure=exposure(address)))
     results = Results(kind="doctor", environment=capture(), created=utc_now(), diagnoses=(record,), workload={},
                       arguments={"stats": address, "for": for_s, "hz": hz, "access_log": args.access_log,
                                  "command": command_line("doctor", getattr(args, "argv", None))})

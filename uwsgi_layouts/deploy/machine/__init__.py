@@ -2,7 +2,8 @@
 know about it. Its Pythons (our uWSGI's libpython, a virtualenv's version, the peers'
 packages), the run user and what that user can read, the app's directories, the data set's
 map, the certificates, the network (backlog cap, listen address, network namespaces), and
-the pre-flight import of the app as the workers will run it. It reads; it never writes.
+the pre-flight import of the app as the workers will run it, and uWSGI's stats server (the one
+reader, without request variables, and who else could read it). It reads; it never writes.
 
 ``checked(layout)`` is the way in: every command passes its layout through it once, before
 rendering or running anything. Other rooms import these names from ``deploy.machine``.
@@ -45,6 +46,7 @@ from uwsgi_layouts.deploy.machine.risks import (
     code_dirs_of,
     writable_by_others,
 )
+from uwsgi_layouts.deploy.machine.stats import Exposure, is_unix_address, read_stats, stats_exposure, without_requests
 from uwsgi_layouts.deploy.machine.users import (
     blocked_at,
     check_reachable,
@@ -55,12 +57,13 @@ from uwsgi_layouts.deploy.machine.users import (
 )
 
 __all__ = [
-    "MAX_PREFLIGHT_TIMEOUT", "NETNS_DIR", "PREFLIGHT_TIMEOUT", "PROBE_PATH", "PACKAGE_DIR", "accept",
-    "check_dirs_not_writable", "check_static_locations", "code_dirs_of",
-    "app_virtualenv", "blocked_at", "check_data_dir", "check_hosts", "check_listen_address", "check_reachable",
-    "check_readable", "check_tls_dir", "check_virtualenv", "checked", "connect", "enter", "find_uwsgi", "group_of",
-    "is_isolated", "linked_python", "map_is_current", "mark_isolated", "output_dir", "plain_allowed", "preflight",
-    "read_map_facts", "resolve_tls_dir", "resolve_user", "run_in", "run_user_ids", "server_package_dir",
-    "server_python", "somaxconn", "stack_environment", "tool_command", "unmark_isolated", "uwsgi_has_routing",
-    "uwsgi_has_ssl", "uwsgi_python", "virtualenv_python", "worker_environment", "writable_by_others",
+    "MAX_PREFLIGHT_TIMEOUT", "NETNS_DIR", "PACKAGE_DIR", "PREFLIGHT_TIMEOUT", "PROBE_PATH", "Exposure", "accept",
+    "app_virtualenv", "blocked_at", "check_data_dir", "check_dirs_not_writable", "check_hosts",
+    "check_listen_address", "check_reachable", "check_readable", "check_static_locations", "check_tls_dir",
+    "check_virtualenv", "checked", "code_dirs_of", "connect", "enter", "find_uwsgi", "group_of", "is_isolated",
+    "is_unix_address", "linked_python", "map_is_current", "mark_isolated", "output_dir", "plain_allowed",
+    "preflight", "read_map_facts", "read_stats", "resolve_tls_dir", "resolve_user", "run_in", "run_user_ids",
+    "server_package_dir", "server_python", "somaxconn", "stack_environment", "stats_exposure", "tool_command",
+    "unmark_isolated", "uwsgi_has_routing", "uwsgi_has_ssl", "uwsgi_python", "virtualenv_python",
+    "without_requests", "worker_environment", "writable_by_others"
 ]

@@ -23,7 +23,13 @@ from uwsgi_layouts.deploy.machine.netns import plain_allowed
 from uwsgi_layouts.deploy.machine.network import check_backlog
 from uwsgi_layouts.deploy.machine.paths import PACKAGE_DIR, existing_dir, output_dir, static_dirs
 from uwsgi_layouts.deploy.machine.python import check_uwsgi_bin, check_virtualenv, default_virtualenv
-from uwsgi_layouts.deploy.machine.risks import check_code_dirs, check_listen, check_run_user, check_static_locations
+from uwsgi_layouts.deploy.machine.risks import (
+    check_code_dirs,
+    check_listen,
+    check_run_user,
+    check_static_locations,
+    check_stats,
+)
 from uwsgi_layouts.deploy.machine.users import group_of, resolve_user
 from uwsgi_layouts.deploy.model import Layout, LayoutError, RunAs, config_path
 
@@ -44,6 +50,7 @@ def checked(layout: Layout) -> Layout:
                   run_as=RunAs(group=group_of(user), as_root=os.geteuid() == 0))
     check_run_user(out)
     check_listen(out)
+    check_stats(out)
     check_code_dirs(out)
     return out
 

@@ -10,6 +10,10 @@ layout's ``allow``; deploy.model's RISKS says what each means).
   /run or /var/lib (checked as given and where symlinks lead: /s=/proc/self is /proc/PID).
 * public-listen: the lab's nginx would listen beyond loopback (an isolated network this
   process made for its hosts is not "public").
+* tcp-stats: uWSGI's stats server would listen on loopback TCP (a stats_port) instead of its
+  unix socket. A TCP port has no owner: every local user could connect, and the stats JSON holds
+  the variables of every request in flight (Cookie, Authorization headers), so any of them could
+  take over the app's users' sessions.
 
 Each refusal is one LayoutError naming the field, what was found and the option that accepts it.
 """
@@ -158,3 +162,12 @@ def check_listen(layout: Layout) -> None:
     raise LayoutError("listen", f"{layout.listen} would serve the lab's stack on {shown}, reachable by other "
                                 "machines; listen on 127.0.0.1 (a production site is `uwsgi-layouts bundle`) "
                                 f"or pass {accept('public-listen')}")
+
+
+def check_stats(layout: Layout) -> None:
+    if not layout.has_stats or not layout.stats_port or layout.allows("tcp-stats"):
+        return
+    raise LayoutError("stats_port", f"--stats-port {layout.stats_port} would put uWSGI's stats server on "
+                                    f"{layout.stats_address}, where every local user reads the variables of requests "
+                                    "in flight (cookies, Authorization headers): drop it (the default is a unix "
+                                    f"socket only the stack's users can open) or pass {accept('tcp-stats')}")

@@ -139,6 +139,8 @@ RISKS = {
     "root": "the app runs as root (--user root)",
     "system-static": "nginx serves a directory under /etc, /proc, /sys, /dev, /boot, /root, /run or /var/lib",
     "public-listen": "nginx listens on an address other machines can reach (the lab's stacks are for loopback)",
+    "tcp-stats": "uWSGI's stats server on 127.0.0.1 TCP (--stats-port), where every local user reads the variables "
+                 "of requests in flight: cookies, Authorization headers",
 }
 
 

@@ -43,6 +43,7 @@ TRANSPORTS = ("tcp", "unix")
 AIO_MODES = ("off", "threads")
 THREAD_POOL = "ul_pool"
 UNIX_SOCKET_MODE = "660"  # never uWSGI's bare `chmod-socket`, which means 666
+STATS_SOCKET = "stats.sock"  # the lab's uWSGI stats server, in RUN_DIR/control/
 # What nginx speaks to each app server, its default first. uWSGI: uwsgi (uwsgi_pass), http
 # (http-socket: HTTP/1.0, a connection per request) or http11 (http11-socket: HTTP/1.1, connections
 # kept alive by nginx's upstream); gunicorn: http or uwsgi; granian: http.
@@ -106,7 +107,11 @@ class Layout:
     listen: str = "127.0.0.1:8000"
     nginx_workers: int | str = 1  # a count, or "auto" (one per core)
     backlog: int = 100
-    stats_port: int = 9191
+    # uWSGI's stats server: 0 = a unix socket (stats_address: RUN_DIR/control/stats.sock, mode 0660 in
+    # the run user's 0750 control/), which only the stack's own users can open. A port puts it on
+    # 127.0.0.1 TCP, where every local user reads the variables of requests in flight (cookies,
+    # Authorization headers): refused unless the user accepts the risk tcp-stats (deploy.machine.risks).
+    stats_port: int = 0
     # Per-request nginx log with the upstream each request went to (off: it costs CPU).
     access_log: bool = False
     # Started as root, uWSGI (uid/gid) and nginx's workers run as this user. "" = the
@@ -203,7 +208,7 @@ class Layout:
         else:
             set_("nginx_workers", int_in("nginx_workers", self.nginx_workers, 1, MAX_NGINX_WORKERS))
         set_("backlog", int_in("backlog", self.backlog, 1, MAX_BACKLOG))
-        set_("stats_port", int_in("stats_port", self.stats_port, 1, 65535))
+        set_("stats_port", int_in("stats_port", self.stats_port, 0, 65535))
         set_("access_log", boolean("access_log", self.access_log))
         set_("harakiri", int_in("harakiri", self.harakiri, 0, 3600))
         set_("user", str(self.user or "").strip())
@@ -303,6 +308,11 @@ class Layout:
         return self.server == "uwsgi"
 
     @property
+    def unix_stats(self) -> bool:
+        """uWSGI's stats server is a unix socket (stats_address), the default."""
+        return self.has_stats and not self.stats_port
+
+    @property
     def app_hosts(self) -> tuple[str, ...]:
         """The addresses uWSGI binds: the hosts, or this machine's loopback ("" for unix sockets)."""
         return self.hosts or (("127.0.0.1",) if self.transport == "tcp" else ("",))
@@ -387,11 +397,16 @@ class Layout:
     @property
     def warnings(self) -> list[str]:
         """What this layout exposes that the user chose and should hear about (one line each)."""
+        out = []
+        if self.has_stats and self.stats_port:
+            out.append(f"stats on {self.stats_address} (--allow-tcp-stats): any local user can read uWSGI's stats "
+                       "server, and with it the variables of every request in flight (Cookie, Authorization "
+                       "headers); the default, a unix socket only the run user's group can open, keeps them out")
         if self.transport != "tcp" or self.hosts or self.uwsgi_tls != "off" or self.server != "uwsgi":
-            return []
+            return out
         first, last = self.base_port, self.base_port + len(self.socket_plans) - 1
         ports = str(first) if first == last else f"{first}-{last}"
-        return [f"transport tcp: any local user can send raw uwsgi packets to 127.0.0.1:{ports}, bypassing nginx "
+        return out + [f"transport tcp: any local user can send raw uwsgi packets to 127.0.0.1:{ports}, bypassing nginx "
                 "(UWSGI_SETENV changes a worker's environment, UWSGI_POSTFILE reads a file as the run user); "
                 "code-loading packets get a 403; unix sockets (the default) keep other users out"]
 
@@ -414,8 +429,9 @@ class Layout:
 
     @property
     def stats_address(self) -> str:
-        # Loopback only: the stats server exposes pids, memory and request counts.
-        return f"127.0.0.1:{self.stats_port}"
+        """A unix socket beside uWSGI's pid file and master FIFO (control/: the run user's, 0750),
+        or with a stats_port, loopback TCP: the stats server shows every request in flight."""
+        return f"127.0.0.1:{self.stats_port}" if self.stats_port else str(Path(self.run_dir) / "control" / STATS_SOCKET)
 
     @property
     def listen_host(self) -> str:
@@ -490,7 +506,7 @@ class Layout:
                     f"{n} sockets need ports {self.base_port}..{last}; must end at 65535 or below",
                 )
             ports = {self.base_port + i: f"{self.server} socket {i}" for i in range(n)}
-            taken = {self.stats_port: "stats_port"} if self.has_stats else {}
+            taken = {self.stats_port: "stats_port"} if self.has_stats and self.stats_port else {}
             if self.listen_host in ("127.0.0.1", "0.0.0.0", *self.hosts):
                 taken[self.listen_port] = "listen"
             for port, what in ports.items():
@@ -500,8 +516,9 @@ class Layout:
                         f"{what} would use port {port}, already taken by {taken[port]}; "
                         f"choose ports {self.base_port}..{last} clear of listen and stats_port",
                     )
-        else:
-            longest = max((s.address for s in self.sockets), key=len)
+        unix = [s.address for s in self.sockets if s.is_unix] + ([self.stats_address] if self.unix_stats else [])
+        if unix:
+            longest = max(unix, key=len)
             if len(longest.encode()) + 1 > UNIX_PATH_MAX:
                 raise LayoutError(
                     "run_dir",

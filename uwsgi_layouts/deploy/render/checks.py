@@ -93,9 +93,14 @@ def crosscheck(layout: Layout, conf_dir: Path, *, config_file: str = "", nginx_c
     # 3. The uwsgi protocol can load code (and no server needs more): loopback or 0660 unix
     #    sockets, or, off loopback, TLS with a client certificate uWSGI requires (see 11).
     for _, host in per_host:
-        for address in host.private:
-            if not address.startswith("/") and not _is_loopback(address):
+        for address in host.private:  # the stats server: its JSON holds every request in flight's variables
+            if address.startswith("/") and (host.unix_mode is None or host.unix_mode & ~0o660):
+                problems.append(f"the stats server's unix socket {address} needs chmod-socket 660 or tighter")
+            elif not address.startswith("/") and not _is_loopback(address):
                 problems.append(f"{address} is not a loopback address")
+            elif not address.startswith("/") and not layout.allows("tcp-stats"):
+                problems.append(f"the stats server listens on TCP {address}, open to every local user, and the "
+                                "risk tcp-stats was not accepted")
         for address in host.addresses:
             tls = host.socket_tls.get(address)
             if address.startswith("/") or plain_allowed(address):

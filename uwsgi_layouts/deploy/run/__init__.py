@@ -7,6 +7,7 @@ makes network namespaces for several hosts on one machine; free ports for lab st
 Other rooms (and bench/) import these names from ``deploy.run``, never its modules.
 """
 
+from uwsgi_layouts.deploy.machine import read_stats
 from uwsgi_layouts.deploy.run.netns import Net, NetnsError, clean_stale, existing, unavailable
 from uwsgi_layouts.deploy.run.ownership import DirLock, claim, holder, reap_orphans
 from uwsgi_layouts.deploy.run.ports import free_consecutive_ports, port_is_free
@@ -15,7 +16,6 @@ from uwsgi_layouts.deploy.run.processes import (
     die_with_parent,
     http_get,
     nginx_binary,
-    read_stats,
     tail,
     terminate_group,
     uwsgi_binary,

@@ -1,7 +1,7 @@
 """Processes of a stack, one by one: the binaries, how a child is set up between fork and exec
 (its own process group, maybe inside a network namespace, as the run user, dying with us), how
-a process group is stopped, and what a running one answers (uWSGI's stats server, HTTP through
-nginx, its log).
+a process group is stopped, and what a running one answers (HTTP through nginx, its log;
+uWSGI's stats server is read by deploy.machine's ``read_stats``).
 
 Dying with us: PR_SET_PDEATHSIG sends the child a signal when our process dies, SIGKILL
 included. The kernel clears it whenever the child's credentials change, so a child that is to
@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import ctypes
 import http.client
-import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 from pathlib import Path
 
-from uwsgi_layouts.deploy.machine import connect, enter, find_uwsgi
+from uwsgi_layouts.deploy.machine import enter, find_uwsgi
 from uwsgi_layouts.deploy.model import StackError
 
 PR_SET_PDEATHSIG = 1
@@ -79,19 +77,6 @@ def nginx_binary() -> str:
     if not found:
         raise StackError("nginx is not installed: run scripts/install-system-deps.sh (apt-get install nginx)")
     return found
-
-
-def read_stats(address: str, timeout: float = 2.0, namespace: str = "") -> dict:
-    """The uWSGI stats server's JSON (it writes one document and closes), read from inside
-    ``namespace`` when given."""
-    host, _, port = address.rpartition(":")
-    conn = connect(namespace, host, int(port), timeout) if namespace else \
-        socket.create_connection((host, int(port)), timeout=timeout)
-    with conn:
-        chunks = []
-        while chunk := conn.recv(65536):
-            chunks.append(chunk)
-    return json.loads(b"".join(chunks).decode("utf-8", "replace"))
 
 
 def tail(path: Path, lines: int = 20) -> str:

@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from uwsgi_layouts.deploy.machine import PREFLIGHT_TIMEOUT, checked, preflight
+from uwsgi_layouts.deploy.machine import PREFLIGHT_TIMEOUT, checked, preflight, read_stats
 from uwsgi_layouts.deploy.model import LayoutError, StackError, layout_from_record
-from uwsgi_layouts.deploy.run.processes import read_stats, tail
+from uwsgi_layouts.deploy.run.processes import tail
 
 
 @dataclass

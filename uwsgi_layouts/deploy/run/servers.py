@@ -26,10 +26,10 @@ from pathlib import Path
 
 import psutil
 
-from uwsgi_layouts.deploy.machine import run_user_ids, server_package_dir
+from uwsgi_layouts.deploy.machine import read_stats, run_user_ids, server_package_dir
 from uwsgi_layouts.deploy.model import Layout, StackError
 from uwsgi_layouts.deploy.render import SERVERS, Granian, Gunicorn, ServerConfig
-from uwsgi_layouts.deploy.run.processes import read_stats, uwsgi_binary
+from uwsgi_layouts.deploy.run.processes import uwsgi_binary
 
 LAUNCHER = Path(__file__).resolve().parent / "peer_launch.py"
 INSTALL_PEERS = "it is a dependency of uwsgi-layouts: reinstall it (in a checkout: make venv)"

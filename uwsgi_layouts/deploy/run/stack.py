@@ -33,10 +33,10 @@ from typing import Callable
 
 import psutil
 
-from uwsgi_layouts.deploy.machine import run_in, stack_environment, worker_environment
+from uwsgi_layouts.deploy.machine import read_stats, run_in, stack_environment, worker_environment
 from uwsgi_layouts.deploy.model import Layout, StackError
 from uwsgi_layouts.deploy.run.ownership import DirLock, claim, forget, record
-from uwsgi_layouts.deploy.run.processes import child_setup, http_get, nginx_binary, read_stats, tail, terminate_group
+from uwsgi_layouts.deploy.run.processes import child_setup, http_get, nginx_binary, tail, terminate_group
 from uwsgi_layouts.deploy.run.servers import Member, process_for
 
 
@@ -172,7 +172,7 @@ class Stack:
         out = [("listen", self.placement.front, layout.listen_host, layout.listen_port)]
         for m in self.members:
             where = f" of {m.host}" if len(self.members) > 1 else ""
-            if m.layout.has_stats:
+            if m.layout.has_stats and m.layout.stats_port:
                 host, _, port = m.layout.stats_address.rpartition(":")
                 out.append((f"stats_port{where}", m.netns, host, int(port)))
             for s in m.layout.host_sockets(m.layout.app_hosts[0]) if m.layout.transport == "tcp" else ():

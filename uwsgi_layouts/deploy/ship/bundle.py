@@ -503,7 +503,7 @@ def system_paths(name: str) -> tuple[str, ...]:
 
 def _topology(spec: str, name: str, options: dict) -> Layout:
     """The lab's Layout for processes x threads x strategy and the uWSGI/nginx tuning options. Its
-    lab-only fields (run dir, listen, stats port, user) never reach a bundle file: they get values
+    lab-only fields (run dir, listen, user) never reach a bundle file: they get values
     that always validate and cannot collide with the sockets. Across hosts, the certificates are
     read from this machine (``_across_hosts`` copies them into the bundle)."""
     transport = options.get("transport") or ("tcp" if options.get("hosts") else "unix")
@@ -514,9 +514,9 @@ def _topology(spec: str, name: str, options: dict) -> Layout:
         first = int(str(base).strip())
     except ValueError:
         first = 5000  # parse_layout names the bad value below
-    spare = [p for p in (1, 2, 65534, 65535) if not first <= p < first + count][:2]
+    spare = [p for p in (1, 2, 65534, 65535) if not first <= p < first + count][:1]
     layout = parse_layout(spec, transport=transport, base_port=base, listen=f"127.0.0.1:{spare[0]}",
-                          stats_port=spare[1], run_dir=f"/run/{name}",
+                          run_dir=f"/run/{name}",
                           **{k: v for k, v in options.items() if k not in ("transport", "base_port")})
     return replace(layout, uwsgi_tls_dir=check_hosts(layout))
 

@@ -5,8 +5,6 @@ until its old workers are gone, so that nothing sends to a slot about to stop.
 
 from __future__ import annotations
 
-import json
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -14,6 +12,7 @@ from pathlib import Path
 
 import psutil
 
+from uwsgi_layouts.deploy.machine import read_stats
 from uwsgi_layouts.deploy.model import StackError
 
 SYSTEMCTL_TIMEOUT = 120
@@ -88,14 +87,8 @@ def reload_nginx(wait: float, progress: Callable[[str], None]) -> str:
 
 
 def worker_pids(stats_socket: str) -> list[int]:
-    """The worker pids uWSGI's stats server reports (unix socket; the JSON document)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-        conn.settimeout(5)
-        conn.connect(stats_socket)
-        data = b""
-        while chunk := conn.recv(65536):
-            data += chunk
-    return [w["pid"] for w in json.loads(data)["workers"]]
+    """The worker pids uWSGI's stats server reports (its unix socket)."""
+    return [w["pid"] for w in read_stats(stats_socket, timeout=5)["workers"]]
 
 
 def chain_reload(unit: str, stats_socket: str, timeout: float) -> str:
