@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from uwsgi_layouts.bench import dataset as ds
-from uwsgi_layouts.bench.analysis import extension_blocks, key_comparisons
+from uwsgi_layouts.bench.decisions import extension_blocks, key_comparisons
 from uwsgi_layouts.bench.load.files import RANDOM_FILES_LUA, request_paths, weighted_paths, write_lines
 from uwsgi_layouts.bench.load.scenarios import Scenario
 from uwsgi_layouts.bench.load.traffic import Mix, write_mix_script
@@ -228,7 +228,7 @@ RESERVE_S = 10.0  # of a budget, kept for writing the results and reports
 @dataclass
 class Until:
     """Measuring until decided (``--budget``): after the planned rounds, more interleaved rounds
-    of the layouts in key comparisons (``analysis.key_comparisons``) that are not settled, until
+    of the layouts in key comparisons (``decisions.key_comparisons``) that are not settled, until
     each is, or the budget or the fixed maximum of rounds ends. ``budget_s`` None: a replay, which
     takes the stored run's rounds (``stored_rounds``) and its fixed maximum (``max_rounds``)."""
 

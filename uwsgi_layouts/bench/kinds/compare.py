@@ -53,6 +53,7 @@ from uwsgi_layouts.bench.options import (
     split_specs,
     transport_arg,
 )
+from uwsgi_layouts.bench.report.headline import headline_lines
 from uwsgi_layouts.bench.results import load
 from uwsgi_layouts.bench.stack import Lab
 from uwsgi_layouts.deploy.machine import checked
@@ -123,6 +124,9 @@ def add_arguments(p) -> None:
                                          f"flight per worker (default {DEFAULT_INFLIGHT_HZ:g}; 0 = off)")
     subj.add_arguments(p)
     p.add_argument("--out", help="output directory (default results/<timestamp>)")
+    p.add_argument("--full", action="store_true",
+                   help="print the full report (every table, the decisions, the warnings) instead of the headline; "
+                        "it is in report.txt and report.md either way")
     p.add_argument("--replay", metavar="RESULTS_JSON",
                    help="rerun the sweep and report on stored cells instead of measuring")
 
@@ -315,7 +319,8 @@ def run(args) -> int:
         except KeyboardInterrupt:
             print(f"\ninterrupted: the cells measured so far are in {results_path}", file=sys.stderr)
             return 130
-    publish(results, out, saved=results_path)
+    # The answer where the eye lands; the tables are in report.txt (or here with --full).
+    publish(results, out, saved=results_path, screen=None if args.full else headline_lines(results, str(out)))
     return 0
 
 
