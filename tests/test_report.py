@@ -20,12 +20,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from uwsgi_layouts.bench.analysis import TARGET_EFFICIENCY, Stat
+from uwsgi_layouts.bench.analysis import Stat
 from uwsgi_layouts.bench.report import markdown_lines, plots, terminal_lines
 from uwsgi_layouts.bench.report.compare import verdict_lines
 from uwsgi_layouts.bench.report.exporters import EXPORTERS, MarkdownExporter, PlotExporter, TerminalExporter, export_all
 from uwsgi_layouts.bench.report.text import fmt_stat
 from uwsgi_layouts.bench.results import Latency, Results, ResultsError, load
+from uwsgi_layouts.bench.verdict import TARGET_EFFICIENCY
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FIXTURE = FIXTURES / "results-small.json"

@@ -132,23 +132,40 @@ class TargetJudgement:
             return max(0.0, (t - self.low) / t), max(0.0, (self.high - t) / t)
         return max(0.0, (self.high - t) / t), max(0.0, (t - self.low) / t)
 
-    def words(self) -> str:
-        """``1.03x (1.00–1.07): far below the 1.25x claimed``; a check: ``0.91: clears 0.85``."""
-        what = f"the {self.threshold:g}x claimed" if self.claim else f"{self.threshold:g}"
+    @property
+    def side(self) -> str:
+        """``far below``, ``above``, ``just above``: where a cleared or missed interval lies."""
         side = ("above" if self.at_most else "below") if self.standing is Standing.MISSES else \
             ("below" if self.at_most else "above")
+        return ("far " if self.gap > FAR else "just " if self.gap < NEAR else "") + side
+
+    def words(self) -> str:
+        """``1.03x (1.00–1.07): misses it, far below the 1.25x claimed``; a check: ``0.91: meets it,
+        above 0.85``."""
+        what = f"the {self.threshold:g}x claimed" if self.claim else f"{self.threshold:g}"
         if self.figure == "errors":
             return "no failed requests" if self.standing is Standing.CLEARS else f"{self.value:g} failed requests"
         if self.standing is Standing.STRADDLES:
             past, short = self.reach
-            return (f"{self.measured}: straddles {what} (the interval reaches {past:.0%} past it and "
-                    f"{short:.0%} short of it)")
-        degree = "far " if self.gap > FAR else "just " if self.gap < NEAR else ""
+            return (f"{self.measured}: straddles {what} (the interval reaches {_share(past)} past it and "
+                    f"{_share(short)} short of it)")
         verb = "meets" if self.standing is Standing.CLEARS else "misses"
-        return f"{self.measured}: {verb} it, {degree}{side} {what}"
+        return f"{self.measured}: {verb} it, {self.side} {what}"
+
+    def brief(self) -> str:
+        """``1.03x (1.00–1.07) far below 1.25x``, ``1.21x (1.13–1.30) straddles 1.25x (4% past, 10% short)``."""
+        if self.standing is Standing.STRADDLES:
+            past, short = self.reach
+            return f"{self.measured} straddles {self.threshold:g}x ({_share(past)} past, {_share(short)} short)"
+        return f"{self.measured} {self.side} {self.threshold:g}x"
 
 
 TARGET_FIGURES = ("rps", "p99", "efficiency", "errors")
+
+
+def _share(x: float) -> str:
+    """``10%``; below 1%, one decimal (``0.4%``), so that a sliver past a threshold does not read 0%."""
+    return f"{x:.1%}" if 0 < x < 0.01 else f"{x:.0%}"
 
 
 @dataclass(frozen=True)

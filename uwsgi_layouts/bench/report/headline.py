@@ -56,15 +56,13 @@ def _levels(levels) -> str:
 
 
 def run_here(rec: Recommendation) -> str:
-    """``Run here: 2x4-mapped: first at 4 and 8 of 2, 4 and 8 connections (article); against
-    2x4-thunder at 4: throughput 1.05x (0.98–1.10; t over 5 rounds, 95%): undecided.``"""
-    text = (f"Run here: {rec.layout}: ranked first at {_levels(rec.best_at)} of {_levels(rec.levels)} connections "
-            f"({rec.scenario}, by paired throughput, then p99)")
+    """``Run here: 2x4-mapped (ranked first at 2 and 4 of 2 and 4 connections, article; throughput
+    against the runner-up: 1.03x (0.97–1.09) undecided vs 2x4-shared at 2, ...).``"""
+    text = f"Run here: {rec.layout} (first at {_levels(rec.best_at)} of {_levels(rec.levels)} connections"
     if rec.against:
-        text += "; against the runner-up, throughput " + "; ".join(f"{c.text()} {c.outcome} than {other} at {lv}"
-                                                                  if c.decided else f"{c.text()} {c.outcome} against "
-                                                                  f"{other} at {lv}" for lv, other, c in rec.against)
-    return text + "."
+        text += "; throughput vs the runner-up: " + ", ".join(
+            f"{c.text()} {c.outcome} vs {other} at {lv}" for lv, other, c in rec.against)
+    return text + ")."
 
 
 def changed(v: Verdict) -> str:
@@ -78,15 +76,27 @@ def changed(v: Verdict) -> str:
     return f"One socket per worker ({v.mapped} vs {v.shared}): " + "; ".join(parts) + "."
 
 
+def short_claim(v: Verdict) -> str:
+    """``The article's claim (>= 1.25x throughput, <= 0.7x p99 at P and 2P): does not hold here.``"""
+    return (f"The article's claim (>= {TARGET_RPS_RATIO:g}x throughput, <= {TARGET_P99_RATIO:g}x p99 at P and 2P): "
+            f"{v.outcome.value}" + (" here" if v.levels else "") + ".")
+
+
+def short_level(v: Verdict, lv: LevelJudgement) -> str:
+    """``P: does not hold: throughput 1.03x (1.00–1.07) far below 1.25x; p99 ...``."""
+    name = v.level_name(lv.concurrency) or f"{lv.concurrency} connections"
+    parts = [f"{'throughput' if t.figure == 'rps' else t.figure} {t.brief()}" for t in lv.claim_targets]
+    return f"{name}: {lv.outcome.value}: " + "; ".join(parts)
+
+
 def how_sure(results: Results, v: Verdict | None) -> str:
     """The confidence level, the rounds and what measuring until decided did."""
     rule = rule_of(results)
     text = f"How sure: {confidence_words(v)}" if v is not None and v.levels else \
         f"How sure: {percent(rule.confidence)} intervals"
-    text += " (every decision of this run at the same level"
+    text += ", every decision at that level"
     if rule.last > rule.first:
-        text += f"; {rule.t_looks} looks, each at {percent(1 - rule.look_alpha)}"
-    text += ")"
+        text += f" ({rule.t_looks} looks, each at {percent(1 - rule.look_alpha)})"
     state = results.arguments.get("until_decided") or {}
     added = [r["round"] for r in state.get("rounds", [])]
     if state:
@@ -94,7 +104,7 @@ def how_sure(results: Results, v: Verdict | None) -> str:
                  "; no round added") + f", stopped: {state.get('stop') or 'interrupted'}"
     straddling = [t for t in (v.targets if v is not None else ()) if t.claim and t.standing is Standing.STRADDLES]
     if straddling:
-        text += "; undecided targets need more rounds (make compare ARGS=\"--budget 10\")"
+        text += "; a straddling target needs more rounds (--budget 10)"
     return text + "."
 
 
@@ -107,14 +117,14 @@ def machine(results: Results) -> str:
     load = (env.get("loadavg_at_start") or [None])[0]
     parts = []
     if others:
-        parts.append(f"other processes used up to {max(others):.0%} of the CPU at the start or while it measured")
+        parts.append(f"other processes used up to {max(others):.0%} of the CPU")
     if isinstance(load, (int, float)):
         parts.append(f"load average {load:.1f} at the start")
     if env.get("nproc"):
         parts.append(f"{env['nproc']} cores")
     text = "Machine: " + (", ".join(parts) if parts else "no load recorded")
     cautions = machine_cautions(env)
-    return text + (": busy, so treat differences of a few percent with care." if cautions else ".")
+    return text + ("; busy: differences of a few percent are suspect." if cautions else ".")
 
 
 def headline_lines(results: Results, where: str | None = None) -> list[str]:
@@ -130,18 +140,17 @@ def headline_lines(results: Results, where: str | None = None) -> list[str]:
     if v is not None and v.levels:
         out += wrap(changed(v))
     if v is not None:
-        sentence = claim_sentence(v)
-        out += wrap(sentence[0].upper() + sentence[1:])
+        out += wrap(short_claim(v))
         for lv in v.levels:
-            out += wrap(level_sentence(v, lv), indent="  - ", subsequent="    ")
+            out += wrap(short_level(v, lv), indent="  - ", subsequent="    ")
         if v.missing:
             out += wrap(f"Not checked: {v.missing}.", indent="  ", subsequent="  ")
     out += wrap(how_sure(results, v))
     out += wrap(machine(results))
     count = len(warnings(results))
-    more = f"tables, decisions, alternatives and {count} warning{'s' if count != 1 else ''}"
+    more = f"{count} warning{'s' if count != 1 else ''}"
     if where is not None:
-        out += wrap(f"Full report ({more}): {where}/report.txt and report.md; --full prints it here.")
+        out += wrap(f"Full report ({more}): {where}/report.txt and report.md (--full prints it here).")
     else:
         out += wrap(f"The full report ({more}) follows.")
     return out
