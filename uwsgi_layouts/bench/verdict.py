@@ -152,6 +152,16 @@ class TargetJudgement:
         verb = "meets" if self.standing is Standing.CLEARS else "misses"
         return f"{self.measured}: {verb} it, {self.side} {what}"
 
+    def judged(self) -> str:
+        """The target table's cell: ``misses: far below by 0.18``, ``straddles: 4% past, 10% short``."""
+        if self.standing is Standing.STRADDLES:
+            past, short = self.reach
+            return f"straddles: {_share(past)} past, {_share(short)} short"
+        if self.figure == "errors":
+            return self.standing.value
+        near = self.high if (self.standing is Standing.MISSES) != self.at_most else self.low
+        return f"{self.standing.value}: {self.side} by {abs(near - self.threshold):.2f}"
+
     def brief(self) -> str:
         """``1.03x (1.00–1.07) far below 1.25x``, ``1.21x (1.13–1.30) straddles 1.25x (4% past, 10% short)``."""
         if self.standing is Standing.STRADDLES:

@@ -32,7 +32,7 @@ from uwsgi_layouts.bench.analysis import (
 )
 from uwsgi_layouts.bench.decisions import key_comparisons
 from uwsgi_layouts.bench.report import hosts, nginx, peers
-from uwsgi_layouts.bench.report.headline import at_level, claim_sentence, headline_markdown, level_sentence
+from uwsgi_layouts.bench.report.headline import claim_sentence, headline_markdown, level_sentence
 from uwsgi_layouts.bench.report.memory import memory_lines, memory_markdown, pss_column
 from uwsgi_layouts.bench.report.subject import (
     any_non_2xx,
@@ -138,12 +138,13 @@ def _names(results: Results) -> tuple[str, str]:
 
 def _target_rows(v: Verdict) -> list[list[str]]:
     """One row per judgement (``Verdict.targets``): the table the verdict above is read from."""
-    return [[at_level(v, t.concurrency), t.label + ("" if t.claim else " (a check, not the claim)"),
-             t.measured, t.standing.value]
+    return [[f"{t.concurrency}" + (f" ({v.level_name(t.concurrency)})" if v.level_name(t.concurrency) else ""),
+             t.label + ("" if t.claim else " (check)"),
+             t.measured, t.judged()]
             for t in v.targets]
 
 
-TARGET_HEADERS = ["level", "target", "measured", "judged"]
+TARGET_HEADERS = ["connections", "target", "measured", "judged"]
 
 
 def verdict_lines(results: Results) -> list[str]:
@@ -159,7 +160,8 @@ def verdict_lines(results: Results) -> list[str]:
         out += wrap(level_sentence(v, lv), indent="  - ", subsequent="    ")
     out.append("")
     out += ["  " + x for x in table(TARGET_HEADERS, _target_rows(v), "<<<<")]
-    out += [f"  at {lv.concurrency} connections, {_paired_note(lv.pair)}" for lv in v.levels]
+    for lv in v.levels:
+        out += wrap(f"at {lv.concurrency} connections, {_paired_note(lv.pair)}", indent="  ", subsequent="    ")
     cautions = [f"at {lv.concurrency} connections: {c}" for lv in v.levels for c in _cautions(lv.pair)]
     for caution in cautions:
         out += wrap(f"caution: {caution}", indent="  ", subsequent="    ")
@@ -537,7 +539,9 @@ def choice_lines(results: Results, markdown: bool = False) -> list[str]:
 
 def _md_verdict(results: Results) -> list[str]:
     v = article_verdict(results)
-    out = ["## Verdict", "", f"**{claim_sentence(v)}**" + (f" ({confidence_words(v)}.)" if v.levels else ""), ""]
+    sentence = claim_sentence(v)
+    out = ["## Verdict", "", f"**{sentence[0].upper()}{sentence[1:]}**" + (f" ({confidence_words(v)}.)" if v.levels
+                                                                            else ""), ""]
     if v.missing:
         out += [f"Not checked: {v.missing}.", ""]
     if not v.levels:
