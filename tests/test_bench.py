@@ -189,7 +189,10 @@ def test_compare_replay_writes_results_and_report(tmp_path, capsys):
     assert {"results.json", "report.md", "report.txt", "throughput.png", "p99.png"} <= names
     replayed = load(out / "results.json")
     assert replayed.environment["replayed_from"].endswith("results-small.json")
-    assert "Verdict" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    # the headline, not the tables: those are in report.txt (or on the terminal with --full)
+    assert "== the answer ==" in shown and "The article's claim" in shown and "Run here: " in shown
+    assert "best at 2 connections" not in shown and "best at 2 connections" in (out / "report.txt").read_text()
 
 
 def test_scenarios_resolve_stall_defaults():
