@@ -75,9 +75,28 @@ def test_default_matrix_follows_processes_and_threads():
     assert default_levels(4, 4) == (4, 8, 16)
     assert default_levels(3, 4) == (3, 6, 12)
     assert default_levels(1, 1) == (1,)
+    # gunicorn at its best on the article's mix: without nginx's upstream keep-alive
     assert default_layouts(2, 4) == ("1x4-shared", "2x1-shared", "2x4-shared", "2x4-thunder", "2x4-mapped",
-                                     "2x4-gunicorn")
-    assert default_layouts(1, 4) == ("1x4-shared", "1x1-shared", "1x4-thunder", "1x4-mapped", "1x4-gunicorn")
+                                     "2x4-gunicorn@keepalive=off")
+    assert default_layouts(1, 4) == ("1x4-shared", "1x1-shared", "1x4-thunder", "1x4-mapped",
+                                     "1x4-gunicorn@keepalive=off")
+
+
+def test_the_verdicts_cells_run_longer_than_the_context_cells():
+    args = bench_cli.build_parser().parse_args(["compare", "--processes", "2"])
+    plan, _ = compare.plan_from_args(args)
+    assert plan.key_cells == (("2x4-mapped", 2), ("2x4-mapped", 4), ("2x4-shared", 2), ("2x4-shared", 4))
+    assert plan.durations("2x4-mapped", (2, 4, 8)) == {2: 12, 4: 12, 8: 2}
+    assert plan.durations("2x4-thunder", (2, 4, 8)) == {2: 2, 4: 2, 8: 2}
+    assert plan.durations("2x4-mapped", (2, 8), added=True) == {2: 12, 8: 6}  # rounds added until decided
+    assert plan.arguments()["key_cells"][0] == ["2x4-mapped", 2] and plan.arguments()["key_duration"] == 12
+    # never shorter than --duration; none without the pair, or for another app's requests
+    longer, _ = compare.plan_from_args(bench_cli.build_parser().parse_args(
+        ["compare", "--processes", "2", "--duration", "20"]))
+    assert longer.durations("2x4-shared", (2,)) == {2: 20}
+    without, _ = compare.plan_from_args(bench_cli.build_parser().parse_args(
+        ["compare", "--processes", "2", "--layouts", "2x4-mapped,2x4-thunder"]))
+    assert without.key_cells == () and without.durations("2x4-mapped", (2,)) == {2: 2}
 
 
 def plan_like(results, **kw) -> Plan:
@@ -151,6 +170,7 @@ def test_default_plan_fits_in_about_five_minutes_on_two_cores():
 @pytest.mark.parametrize("argv,field", [
     (["--duration", "0"], "duration"),
     (["--duration", "soon"], "duration"),
+    (["--key-duration", "0"], "key_duration"),
     (["--repeats", "0"], "repeats"),
     (["--concurrency", "2,x"], "concurrency"),
     (["--concurrency", "0"], "concurrency"),

@@ -410,6 +410,7 @@ def terminal_lines(results: Results) -> list[str]:
     out = [f"uWSGI layouts: {len(results.layouts)} layouts x {len(results.levels)} connection levels x "
            f"{_repeats(all_groups)} repeats"
            + (f", {a['duration']:g} s per cell" if isinstance(a.get("duration"), (int, float)) else "")
+           + (f" ({a['key_duration']:g} s for the verdict's)" if a.get("key_cells") and a.get("key_duration") else "")
            + (f", {results.environment['nproc']} cores" if results.environment.get("nproc") else "")]
     if comment(results):
         out.extend(wrap(f"note: {comment(results)}"))
