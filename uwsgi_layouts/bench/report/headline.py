@@ -56,9 +56,9 @@ def _levels(levels) -> str:
 
 
 def run_here(rec: Recommendation) -> str:
-    """``Run here: 2x4-mapped (ranked first at 2 and 4 of 2 and 4 connections, article; throughput
-    against the runner-up: 1.03x (0.97–1.09) undecided vs 2x4-shared at 2, ...).``"""
-    text = f"Run here: {rec.layout} (first at {_levels(rec.best_at)} of {_levels(rec.levels)} connections"
+    """``Run here: 2x4-mapped (first at 4 and 8 connections, of 2, 4 and 8; throughput vs the
+    runner-up: 1.05x (0.98–1.12) undecided vs 2x4-thunder at 4, ...).``"""
+    text = f"Run here: {rec.layout} (first at {_levels(rec.best_at)} connections, of {_levels(rec.levels)}"
     if rec.against:
         text += "; throughput vs the runner-up: " + ", ".join(
             f"{c.text()} {c.outcome} vs {other} at {lv}" for lv, other, c in rec.against)
