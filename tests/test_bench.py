@@ -86,10 +86,10 @@ def test_the_verdicts_cells_run_longer_than_the_context_cells():
     args = bench_cli.build_parser().parse_args(["compare", "--processes", "2"])
     plan, _ = compare.plan_from_args(args)
     assert plan.key_cells == (("2x4-mapped", 2), ("2x4-mapped", 4), ("2x4-shared", 2), ("2x4-shared", 4))
-    assert plan.durations("2x4-mapped", (2, 4, 8)) == {2: 12, 4: 12, 8: 2}
+    assert plan.durations("2x4-mapped", (2, 4, 8)) == {2: 10, 4: 10, 8: 2}
     assert plan.durations("2x4-thunder", (2, 4, 8)) == {2: 2, 4: 2, 8: 2}
-    assert plan.durations("2x4-mapped", (2, 8), added=True) == {2: 12, 8: 6}  # rounds added until decided
-    assert plan.arguments()["key_cells"][0] == ["2x4-mapped", 2] and plan.arguments()["key_duration"] == 12
+    assert plan.durations("2x4-mapped", (2, 8), added=True) == {2: 10, 8: 6}  # rounds added until decided
+    assert plan.arguments()["key_cells"][0] == ["2x4-mapped", 2] and plan.arguments()["key_duration"] == 10
     # never shorter than --duration; none without the pair, or for another app's requests
     longer, _ = compare.plan_from_args(bench_cli.build_parser().parse_args(
         ["compare", "--processes", "2", "--duration", "20"]))

@@ -339,9 +339,9 @@ def test_auto_budget_is_about_five_minutes_on_two_cores():
     plan, _ = plan_from_args(bench_cli.build_parser().parse_args(["compare", "--processes", "2"]))
     budget = budget_arg("auto", plan)
     assert 5.0 <= budget <= 6.0
-    # what a round of the verdict's cells at P takes is left for the rounds until decided
-    at_p = 2 * block_time(2.5, plan.warmup, [plan.key_duration], 1)
-    assert plan.estimate_seconds() + at_p <= budget * 60
+    # a round of the verdict's pairs at P and 2P is left for the rounds until decided
+    pairs = 2 * block_time(2.5, plan.warmup, [plan.key_duration] * 2, 1)
+    assert plan.estimate_seconds() + 10 + pairs <= budget * 60
 
 
 # ------------------------------------------------------------------------------ older files, the machine

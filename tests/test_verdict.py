@@ -4,11 +4,12 @@ views that render it: the verdict, its target table and the headline must never 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from uwsgi_layouts.bench.decisions import key_comparisons, recommend
+from uwsgi_layouts.bench.decisions import KeyComparison, key_comparisons, next_blocks, recommend
 from uwsgi_layouts.bench.report import markdown_lines
 from uwsgi_layouts.bench.report.compare import verdict_lines
 from uwsgi_layouts.bench.report.headline import headline_lines
@@ -161,3 +162,16 @@ def test_the_headline_is_short_and_names_the_layout():
     assert "other processes used up to 2% of the CPU" in text and "load average 0.4 at the start" in text
     assert "results/run/report.txt" in text
     assert all(len(x) <= 100 for x in lines)
+
+
+def test_added_rounds_go_to_the_verdicts_pairs_first():
+    """A straddling verdict pair and an undecided other comparison: the next round measures the
+    verdict's layouts at the straddling level only; once the verdict is settled, the others."""
+    r = results_of({2: [(1.20, 0.60), (1.30, 0.62), (1.24, 0.58)], 4: [(1.50, 0.50), (1.52, 0.52), (1.49, 0.51)]})
+    keys = key_comparisons(r)
+    verdict_at_2 = next(k for k in keys if k.kind == "verdict" and k.level == 2)
+    other = KeyComparison("best", "article", 4, (verdict_at_2.groups[0], verdict_at_2.groups[1]), (), False)
+    other = replace(other, groups=tuple(replace(g, layout=g.layout.replace("2x4", "1x4")) for g in other.groups))
+    assert next_blocks([*keys, other]) == {"2x4-mapped": {"article": [2]}, "2x4-shared": {"article": [2]}}
+    settled = [replace(k, settled=True) for k in keys]
+    assert next_blocks([*settled, other]) == {"1x4-mapped": {"article": [4]}, "1x4-shared": {"article": [4]}}

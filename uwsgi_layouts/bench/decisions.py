@@ -91,6 +91,14 @@ def key_comparisons(results: Results) -> list[KeyComparison]:
     return out
 
 
+def next_blocks(keys: list[KeyComparison]) -> dict[str, dict[str, list[int]]]:
+    """What the next added round measures: the verdict's pairs first while any is unsettled or
+    thin (they are what a run exists to answer, and a budget rarely holds a round of everything),
+    then every other unsettled key comparison, then the thin tails of the rest."""
+    verdict = [k for k in keys if k.kind == "verdict"]
+    return extension_blocks(verdict) or extension_blocks(keys) or extension_blocks(keys, thin_too=True)
+
+
 def extension_blocks(keys: list[KeyComparison], thin_too: bool = False) -> dict[str, dict[str, list[int]]]:
     """What one more round measures: layout -> scenario -> levels, for every unsettled key
     comparison and every thin pair whose p99s the verdict quotes (with ``thin_too``, also the

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from uwsgi_layouts.bench import dataset as ds
-from uwsgi_layouts.bench.decisions import extension_blocks, key_comparisons
+from uwsgi_layouts.bench.decisions import key_comparisons, next_blocks
 from uwsgi_layouts.bench.load.files import RANDOM_FILES_LUA, request_paths, weighted_paths, write_lines
 from uwsgi_layouts.bench.load.scenarios import Scenario
 from uwsgi_layouts.bench.load.traffic import Mix, write_mix_script
@@ -339,7 +339,7 @@ def _until_decided(plan: Plan, until: Until, snapshot, block, overhead_s: float,
         # (or, when all are settled, for the thin tails the rest of the budget goes to). The looks
         # it allows share the error. Sizing it as if every key comparison needed more rounds left
         # a third of the budget unused while the undecided ones stopped at 4 rounds.
-        sizing = extension_blocks(keys) or extension_blocks(keys, thin_too=True)
+        sizing = next_blocks(keys)
         per_round = round_seconds(sizing, plan, overhead_s)
         fit = int(until.left_s() // per_round) if per_round > 0 else 0
         max_rounds = max(plan.repeats, min(MAX_ROUNDS, plan.repeats + fit))
@@ -352,7 +352,7 @@ def _until_decided(plan: Plan, until: Until, snapshot, block, overhead_s: float,
         for k in keys:
             if k.settled and k.name not in state["settled_at"]:
                 state["settled_at"][k.name] = k.rounds
-        blocks = extension_blocks(keys) or extension_blocks(keys, thin_too=True)  # settled: thin tails next
+        blocks = next_blocks(keys)  # the verdict's first, then the other key comparisons, then thin tails
         if not blocks:
             why = "every key comparison settled"
             break

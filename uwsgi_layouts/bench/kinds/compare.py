@@ -63,16 +63,17 @@ from uwsgi_layouts.deploy.run import unavailable as netns_unavailable
 from uwsgi_layouts.deploy.ship import make_certs
 
 # 6 layouts (5 of uWSGI and gunicorn at its best) x 3 levels x 3 repeats, plus starts and 1-s
-# warm-ups: the verdict's cells (PxT-mapped and PxT-shared at P and 2P) 12 s each, every other
-# cell 2 s: about 5 minutes on 2 cores. At P (about 22 req/s on 2 cores) three 12-s cells pool
-# about 800 requests, a round added until decided about 260 more: the 1,000 that put 10 above
-# the pooled p99 the verdict quotes. --budget auto adds AUTO_EXTENSION_S for those rounds.
+# warm-ups: the verdict's cells (PxT-mapped and PxT-shared at P and 2P) 10 s each, every other
+# cell 2 s: about 4.7 minutes on 2 cores. At P (about 22 req/s on 2 cores) three 10-s cells pool
+# about 660 requests; the rounds added until decided (the verdict's pairs first, AUTO_EXTENSION_S
+# holds one of both levels or two of P alone) bring it towards the 1,000 that put 10 above the
+# pooled p99 the verdict quotes.
 DEFAULT_DURATION = 2
-DEFAULT_KEY_DURATION = 12
+DEFAULT_KEY_DURATION = 10
 DEFAULT_WARMUP = 1
 DEFAULT_REPEATS = 3
 AUTO_BUDGET_MIN = 5.0  # --budget auto: at least this, or the planned rounds' estimate + AUTO_EXTENSION_S
-AUTO_EXTENSION_S = 45.0
+AUTO_EXTENSION_S = 65.0
 # Requests last ~100 ms here: 25 samples a second see each one ~2 times; the cost is measured
 # by scripts/sampler-cost.py (README, "Comparing layouts").
 DEFAULT_INFLIGHT_HZ = 25.0
