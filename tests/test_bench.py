@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from uwsgi_layouts.bench import cli as bench_cli
-from uwsgi_layouts.bench.analysis import article_verdict, group_cells
+from uwsgi_layouts.bench.analysis import group_cells
 from uwsgi_layouts.bench.kinds import compare
 from uwsgi_layouts.bench.kinds.closedloop import (
     Plan,
@@ -27,6 +27,7 @@ from uwsgi_layouts.bench.load.scenarios import SCENARIOS
 from uwsgi_layouts.bench.load.wrk import WrkError, fraction_script, parse_output, to_run
 from uwsgi_layouts.bench.observe import worker_requests
 from uwsgi_layouts.bench.results import ResultsError, load
+from uwsgi_layouts.bench.verdict import article_verdict
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -74,9 +75,28 @@ def test_default_matrix_follows_processes_and_threads():
     assert default_levels(4, 4) == (4, 8, 16)
     assert default_levels(3, 4) == (3, 6, 12)
     assert default_levels(1, 1) == (1,)
+    # gunicorn at its best on the article's mix: without nginx's upstream keep-alive
     assert default_layouts(2, 4) == ("1x4-shared", "2x1-shared", "2x4-shared", "2x4-thunder", "2x4-mapped",
-                                     "2x4-gunicorn")
-    assert default_layouts(1, 4) == ("1x4-shared", "1x1-shared", "1x4-thunder", "1x4-mapped", "1x4-gunicorn")
+                                     "2x4-gunicorn@keepalive=off")
+    assert default_layouts(1, 4) == ("1x4-shared", "1x1-shared", "1x4-thunder", "1x4-mapped",
+                                     "1x4-gunicorn@keepalive=off")
+
+
+def test_the_verdicts_cells_run_longer_than_the_context_cells():
+    args = bench_cli.build_parser().parse_args(["compare", "--processes", "2"])
+    plan, _ = compare.plan_from_args(args)
+    assert plan.key_cells == (("2x4-mapped", 2), ("2x4-mapped", 4), ("2x4-shared", 2), ("2x4-shared", 4))
+    assert plan.durations("2x4-mapped", (2, 4, 8)) == {2: 10, 4: 10, 8: 2}
+    assert plan.durations("2x4-thunder", (2, 4, 8)) == {2: 2, 4: 2, 8: 2}
+    assert plan.durations("2x4-mapped", (2, 8), added=True) == {2: 10, 8: 6}  # rounds added until decided
+    assert plan.arguments()["key_cells"][0] == ["2x4-mapped", 2] and plan.arguments()["key_duration"] == 10
+    # never shorter than --duration; none without the pair, or for another app's requests
+    longer, _ = compare.plan_from_args(bench_cli.build_parser().parse_args(
+        ["compare", "--processes", "2", "--duration", "20"]))
+    assert longer.durations("2x4-shared", (2,)) == {2: 20}
+    without, _ = compare.plan_from_args(bench_cli.build_parser().parse_args(
+        ["compare", "--processes", "2", "--layouts", "2x4-mapped,2x4-thunder"]))
+    assert without.key_cells == () and without.durations("2x4-mapped", (2,)) == {2: 2}
 
 
 def plan_like(results, **kw) -> Plan:
@@ -112,7 +132,7 @@ def test_replay_runs_the_sweep_in_interleaved_order_and_reproduces_the_results()
     assert len(saves[0].cells) == len(plan.concurrency)
     # Same cells, so the same conclusions.
     assert sorted(c.key for c in replayed.cells) == sorted(c.key for c in stored.cells)
-    assert article_verdict(replayed).reproduced == article_verdict(stored).reproduced
+    assert article_verdict(replayed) == article_verdict(stored)
     assert [g.rps.median for g in group_cells(replayed)] == [g.rps.median for g in group_cells(stored)]
     lines = stream.getvalue().splitlines()
     assert len(lines) == plan.cell_count
@@ -150,6 +170,7 @@ def test_default_plan_fits_in_about_five_minutes_on_two_cores():
 @pytest.mark.parametrize("argv,field", [
     (["--duration", "0"], "duration"),
     (["--duration", "soon"], "duration"),
+    (["--key-duration", "0"], "key_duration"),
     (["--repeats", "0"], "repeats"),
     (["--concurrency", "2,x"], "concurrency"),
     (["--concurrency", "0"], "concurrency"),
@@ -188,7 +209,10 @@ def test_compare_replay_writes_results_and_report(tmp_path, capsys):
     assert {"results.json", "report.md", "report.txt", "throughput.png", "p99.png"} <= names
     replayed = load(out / "results.json")
     assert replayed.environment["replayed_from"].endswith("results-small.json")
-    assert "Verdict" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    # the headline, not the tables: those are in report.txt (or on the terminal with --full)
+    assert "== the answer ==" in shown and "The article's claim" in shown and "Run here: " in shown
+    assert "best at 2 connections" not in shown and "best at 2 connections" in (out / "report.txt").read_text()
 
 
 def test_scenarios_resolve_stall_defaults():

@@ -8,8 +8,11 @@ shaped so that the pooled p99s are the issue's (31 vs 70 ms); nothing is measure
     2x2-mapped:  614   177   364 req/s
 
 The overlap of the two throughput ranges had made tune call them "within noise" and the memory
-tie-break then picked 2x2-mapped, which lost every round. On pairs, 3x4-mapped is better in
-every round: tune must recommend it and compare must call it better.
+tie-break then picked 2x2-mapped, which lost every round. On pairs, 3x4-mapped is ahead in every
+round, but by 1.25x, 3.04x and 1.43x: at the 95% every decision is held to, three rounds that
+scattered cannot call a throughput winner (the range of three, a 75% interval, did). compare
+names none on throughput (its p99 is better beyond noise), and tune still recommends 3x4-mapped:
+2x2-mapped's throughput is unsteady, and it beat 3x4-mapped in no round.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ def cell(spec: str, rnd: int, scenario: str = "traffic", duration_s: int = DURAT
                 memory={"app_pss_mb": MEMORY_MB[spec]})
 
 
-def test_compare_calls_3x4_mapped_better_on_pairs():
+def test_compare_names_no_throughput_winner_from_three_scattered_rounds():
     cells = tuple(cell(spec, r) for r in (1, 2, 3) for spec in ROUNDS)
     results = Results(environment={"_comment": "SYNTHETIC latencies, the issue's throughputs", "nproc": 2},
                       arguments={"layouts": list(ROUNDS), "repeats": 3, "processes": 2, "threads": 4,
@@ -70,13 +73,13 @@ def test_compare_calls_3x4_mapped_better_on_pairs():
     # the ranges overlap (520-766 vs 177-614): the old rule said "within noise"
     assert big.rps.low < small.rps.high
     rps = compare_groups(big, small, "rps")
-    assert rps.outcome == "better" and rps.method == "range" and rps.rounds == 3
-    assert (round(rps.low, 2), round(rps.high, 2)) == (1.25, 3.04)
-    assert compare_groups(small, big, "rps").outcome == "worse"
+    assert rps.outcome == "undecided" and rps.method == "t" and rps.rounds == 3 and rps.level == 0.95
+    assert (round(rps.low, 2), round(rps.high, 2)) == (0.56, 4.30)  # weighted by each round's requests
+    assert compare_groups(small, big, "rps").outcome == "undecided"
     assert compare_groups(big, small, "p99").outcome == "better"
     assert best_per_level(list(groups.values()))[LEVEL].layout == "3x4-mapped"
     text = "\n".join(terminal_lines(results))
-    assert "best at 4 connections: 3x4-mapped" in text and "range of 3 rounds, 75%): better" in text
+    assert "best at 4 connections: 3x4-mapped" in text and "t over 3 rounds, 95%): undecided" in text
 
 
 def test_tune_decides_on_the_same_cells_directly():
@@ -85,8 +88,8 @@ def test_tune_decides_on_the_same_cells_directly():
              for spec in ("2x2-mapped", "3x4-mapped")]
     d = decide(evals)
     assert d.chosen.spec == "3x4-mapped"  # not the cheaper 2x2-mapped: it lost every round
-    assert d.beaten == {"2x2-mapped": "3x4-mapped"} and [e.spec for e in d.tied] == ["3x4-mapped"]
-    assert d.runner_up.spec == "2x2-mapped" and d.why.startswith("lower throughput beyond noise: ")
+    assert d.beaten == {} and [e.spec for e in d.tied] == ["3x4-mapped"]  # not beaten at 95%, yet not tied
+    assert d.runner_up.spec == "2x2-mapped" and d.why.startswith("unsteady: its throughput spread 120%")
 
 
 class IssueMeasure:
@@ -107,9 +110,11 @@ def test_tune_search_recommends_3x4_mapped_from_the_issue_rounds():
     space = (Candidate.parse("2x2-mapped"), Candidate.parse("3x4-mapped"))
     clock = FakeClock()
     measure = IssueMeasure(clock)
-    inputs = Inputs(Objective(LEVEL), space, Settings(budget_s=120, min_keep=2, finalists=2), "traffic", "stall", 2)
+    # a budget that holds the issue's three rounds and no fourth (a fourth would be asked for: the
+    # three do not decide at 95%)
+    inputs = Inputs(Objective(LEVEL), space, Settings(budget_s=70, min_keep=2, finalists=2), "traffic", "stall", 2)
     outcome = run_search(inputs, measure, clock)
     assert sorted(r for _, r in measure.calls) == [1, 1, 2, 2, 3, 3]  # the three rounds, nothing more
     assert outcome.chosen.spec == "3x4-mapped"
-    assert outcome.stop.startswith("decided: 3x4-mapped is ahead of every other finalist beyond noise")
-    assert outcome.states["2x2-mapped"].reason.startswith("lower throughput beyond noise")
+    assert outcome.stop == "the budget ran out"
+    assert outcome.states["2x2-mapped"].reason.startswith("unsteady: its throughput spread 120%")

@@ -226,7 +226,7 @@ def test_bench_reaches_deploy_through_the_rooms_public_names():
 # of an interpreter's start here is matplotlib and numpy.
 FORK_EACH = """
 import importlib, os, sys, traceback
-import cryptography.x509, crossplane, jinja2, matplotlib.pyplot, numpy, psutil
+import cryptography.x509, crossplane, jinja2, matplotlib.pyplot, numpy, psutil, scipy.stats
 assert not any(name.startswith("uwsgi_layouts") for name in sys.modules)
 for module in sys.argv[1:]:
     read, write = os.pipe()

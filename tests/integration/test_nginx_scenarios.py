@@ -40,9 +40,9 @@ def bench(out: Path, *args: str, timeout: float = 200) -> subprocess.CompletedPr
 
 
 def compare(out: Path, data_dir: Path, *args: str) -> tuple[dict, str]:
-    proc = bench(out, "compare", "--warmup", "1", "--repeats", "1", "--duration", "2", "--data-dir", str(data_dir),
-                 *args)
-    return json.loads((out / "results.json").read_text()), proc.stdout
+    """The results and the full text report (the terminal shows the headline only)."""
+    bench(out, "compare", "--warmup", "1", "--repeats", "1", "--duration", "2", "--data-dir", str(data_dir), *args)
+    return json.loads((out / "results.json").read_text()), (out / "report.txt").read_text()
 
 
 def test_smoke_files_four_routes(tmp_path, data_dir):

@@ -42,6 +42,7 @@ import numpy as np
 from uwsgi_layouts.bench.load.httperf import CLIENT_ERRORS, SERVER_ERRORS
 from uwsgi_layouts.bench.paired import (
     DEFAULT_MARGIN,
+    MIN_ROUNDS,
     Comparison,
     Rule,
     compare_rounds,
@@ -53,11 +54,6 @@ from uwsgi_layouts.deploy.model import STRATEGIES
 
 NOISY_SPREAD = 0.10  # (max - min) / median across repeats above this is flagged
 MIN_REQUESTS_FOR_P99 = 100  # below this a "p99" is the sample's max
-
-# Targets from the benchmark issue, at P and 2P connections, medians of repeats.
-TARGET_RPS_RATIO = 1.25  # mapped / shared throughput, at least
-TARGET_P99_RATIO = 0.70  # mapped / shared p99, at most
-TARGET_EFFICIENCY = 0.85  # mapped, at least
 
 
 @dataclass(frozen=True)
@@ -551,194 +547,6 @@ def best_and_runner_up(groups: list[Group]) -> dict[int, BestAtLevel]:
     return out
 
 
-@dataclass(frozen=True)
-class ClaimAtLevel:
-    """mapped against shared at one level, on throughput and p99, each a paired comparison."""
-
-    concurrency: int
-    shared: Group
-    mapped: Group
-
-    @property
-    def rps(self) -> Comparison:
-        """mapped vs shared throughput, paired by round."""
-        return compare_groups(self.mapped, self.shared, "rps")
-
-    @property
-    def p99(self) -> Comparison:
-        """mapped vs shared p99 (each round's own), paired by round."""
-        return compare_groups(self.mapped, self.shared, "p99")
-
-    @property
-    def rps_ratio(self) -> float:
-        return self.rps.ratio
-
-    @property
-    def p99_ratio(self) -> float:
-        return self.p99.ratio
-
-    @property
-    def outcome(self) -> str:
-        """"holds" (more throughput and a lower p99, both beyond noise), "fails" (either one worse
-        beyond noise), "no difference" (neither worse, one equivalent: no advantage to claim) or
-        "undecided" (measure more)."""
-        outcomes = (self.rps.outcome, self.p99.outcome)
-        if "worse" in outcomes:
-            return "fails"
-        if outcomes == ("better", "better"):
-            return "holds"
-        if "equivalent" in outcomes and "undecided" not in outcomes:
-            return "no difference"
-        return "undecided"
-
-    @property
-    def settled(self) -> bool:
-        return self.outcome != "undecided"
-
-    @property
-    def targets(self) -> dict[str, str]:
-        """Each target: "met", "missed", or "unsure". The ratios are judged by their paired
-        interval (``against``): met only when the whole interval clears the threshold."""
-        yes = lambda ok: "met" if ok else "missed"  # noqa: E731
-        return {
-            f"throughput >= {TARGET_RPS_RATIO}x shared": against(self.rps, TARGET_RPS_RATIO, at_most=False),
-            f"p99 <= {TARGET_P99_RATIO}x shared": against(self.p99, TARGET_P99_RATIO, at_most=True),
-            f"efficiency >= {TARGET_EFFICIENCY}": yes(self.mapped.efficiency.median >= TARGET_EFFICIENCY),
-            "zero errors": yes(self.mapped.errors == 0 and self.shared.errors == 0),
-        }
-
-
-@dataclass(frozen=True)
-class Verdict:
-    levels: list[ClaimAtLevel]
-    missing: str = ""  # why the claim could not be checked, if it could not
-
-    @property
-    def reproduced(self) -> bool:
-        # Both P and 2P must have been measured: half a check is not a reproduction; and each
-        # must be beyond noise on both figures.
-        return bool(self.levels) and not self.missing and all(lv.outcome == "holds" for lv in self.levels)
-
-    @property
-    def undecided(self) -> bool:
-        """Not reproduced, and no level contradicts the claim: some comparison is undecided."""
-        return (bool(self.levels) and not self.reproduced
-                and all(lv.outcome in ("holds", "undecided") for lv in self.levels))
-
-    @property
-    def targets_met(self) -> bool:
-        return bool(self.levels) and not self.missing and all(
-            all(v == "met" for v in lv.targets.values()) for lv in self.levels)
-
-
-def article_verdict(results: Results, scenario: str = "article") -> Verdict:
-    """Does `PxT-mapped` beat `PxT-shared` at P and 2P connections, as in the article?"""
-    p, t = results.arguments.get("processes"), results.arguments.get("threads")
-    if not p or not t:
-        return Verdict([], missing="the run does not record processes/threads")
-    shared_name, mapped_name = f"{p}x{t}-shared", f"{p}x{t}-mapped"
-    groups = {(g.layout, g.concurrency): g for g in group_cells(results, scenario)}
-    levels, absent = [], []
-    for level in (p, 2 * p):
-        s, m = groups.get((shared_name, level)), groups.get((mapped_name, level))
-        if s is None or m is None:
-            absent.append(level)
-            continue
-        levels.append(ClaimAtLevel(level, s, m))
-    missing = ""
-    if absent:
-        missing = (f"{shared_name} and {mapped_name} were not both measured at "
-                   f"{' and '.join(map(str, absent))} connections")
-    return Verdict(levels, missing=missing)
-
-
-# --- the key comparisons: what a budgeted compare measures until settled ----------------------
-
-
-@dataclass(frozen=True)
-class KeyComparison:
-    """One comparison a run exists to decide: the article verdict's pair at P or 2P (throughput
-    and p99), the best layout at a level against the runner-up (throughput), and with peers each
-    peer's best variant against its next (throughput) and the best uWSGI layout against the best
-    peer at 2P (the targets, throughput and p99). ``settled``:
-    decided or equivalent (no more rounds needed); ``thin``: a p99 of either group rests on fewer
-    than MIN_SLOWER_REQUESTS requests above it (more rounds would let it be quoted)."""
-
-    kind: str  # "verdict", "best" (vs the runner-up), "variant" (a peer's best variant), "target" (vs the best peer)
-    scenario: str
-    level: int
-    groups: tuple[Group, Group]
-    comparisons: tuple[Comparison, ...]
-    settled: bool
-
-    @property
-    def layouts(self) -> tuple[str, str]:
-        return self.groups[0].layout, self.groups[1].layout
-
-    @property
-    def rounds(self) -> int:
-        return min(len(g.rounds) or g.rps.n for g in self.groups)
-
-    @property
-    def thin(self) -> bool:
-        return any(not g.p99_quotable for g in self.groups)
-
-    @property
-    def name(self) -> str:
-        a, b = self.layouts
-        return f"{a} vs {b} at {self.level} connections ({self.scenario})"
-
-
-def key_comparisons(results: Results) -> list[KeyComparison]:
-    """The verdict's pairs (demo runs with the article scenario) first, then, per scenario and
-    level, the best layout against the runner-up (a pair already listed is not listed twice)."""
-    out: list[KeyComparison] = []
-    seen: set[tuple] = set()
-    demo = (results.arguments.get("app") or {}).get("demo", True)
-    if demo and "article" in results.scenarios:
-        for lv in article_verdict(results).levels:
-            out.append(KeyComparison("verdict", "article", lv.concurrency, (lv.mapped, lv.shared), (lv.rps, lv.p99),
-                                     lv.settled))
-            seen.add(("article", lv.concurrency, frozenset((lv.mapped.layout, lv.shared.layout))))
-    for sc in results.scenarios:
-        for level, b in best_and_runner_up(group_cells(results, sc)).items():
-            pair = (sc, level, frozenset((b.best.layout, b.runner_up.layout))) if b.runner_up is not None else None
-            if pair is None or pair in seen:
-                continue
-            seen.add(pair)
-            out.append(KeyComparison("best", sc, level, (b.best, b.runner_up), (b.rps,), b.settled))
-    # With peers: which variant of each peer is its best (what "each peer at its best" rests on), and
-    # the best uWSGI layout against the best peer at 2P, settled when each target is met or missed.
-    for sc in results.scenarios:
-        alt = alternatives(results, sc)
-        if alt is None:
-            continue
-        for c in alt.choices:
-            pair = (sc, c.concurrency, frozenset((c.best.layout, c.runner_up.layout))) if c.runner_up else None
-            if pair is None or pair in seen:
-                continue
-            seen.add(pair)
-            out.append(KeyComparison("variant", sc, c.concurrency, (c.best, c.runner_up), (c.rps,), c.rps.settled))
-        m = alt.target
-        if m is not None and (sc, m.concurrency, frozenset((m.uwsgi.layout, m.peer.layout))) not in seen:
-            out.append(KeyComparison("target", sc, m.concurrency, (m.uwsgi, m.peer), (m.rps, m.p99), m.settled))
-    return out
-
-
-def extension_blocks(keys: list[KeyComparison], thin_too: bool = False) -> dict[str, dict[str, list[int]]]:
-    """What one more round measures: layout -> scenario -> levels, for every unsettled key
-    comparison (with ``thin_too``, also those whose p99 cannot be quoted yet)."""
-    out: dict[str, dict[str, list[int]]] = {}
-    for k in keys:
-        if k.settled and not (thin_too and k.thin):
-            continue
-        for layout in k.layouts:
-            levels = out.setdefault(layout, {}).setdefault(k.scenario, [])
-            if k.level not in levels:
-                levels.append(k.level)
-    return {layout: {sc: sorted(lv) for sc, lv in scs.items()} for layout, scs in out.items()}
-
-
 def requests_for_p99(slower: int = MIN_SLOWER_REQUESTS) -> int:
     """Pooled requests for ``slower`` of them to lie above the p99 (1% of the requests)."""
     return slower * 100
@@ -903,7 +711,7 @@ def steady_scenarios(results: Results) -> list[str]:
 
 def against(c: Comparison, threshold: float, at_most: bool) -> str:
     """A ratio's interval against a threshold: "met", "missed" or "unsure" (it straddles it)."""
-    if c.method == "too few rounds" or (c.method != "unpaired" and c.rounds < 3):
+    if c.method == "too few rounds" or (c.method != "unpaired" and c.rounds < MIN_ROUNDS):
         return "unsure"
     low_ok, high_ok = (c.high <= threshold, c.low <= threshold) if at_most else (c.low >= threshold,
                                                                                   c.high >= threshold)

@@ -5,19 +5,18 @@ other on the same machine, so a slowdown of the whole machine in that round hits
 moves their ratio. A is compared with B through the per-round ratios r_i = A_i / B_i (throughput,
 or each round's p99), never through two ranges that overlap.
 
-The interval of the ratio, from the n rounds both measured:
+The interval of the ratio, from the n rounds both measured, always at the run's one confidence
+level (``CONFIDENCE``, 95%, split over the looks below), whatever n is:
 
-* n < 3: none; the outcome is "undecided" (two rounds cannot say anything at any useful level).
-* n = 3 (``RANGE_ROUNDS``): the range [min r_i, max r_i]. Why it holds, with no assumption about
-  the shape of the noise: when the rounds are independent and the ratio's distribution is the
-  same in every round, each r_i lies on either side of the true median ratio with probability
-  1/2, so the range misses it only when all three lie on one side: 2 x (1/2)^3 = 25%. A 75%
-  interval, then, and a difference called from 3 rounds (all three on the same side of 1) is a
-  fluke at most 1 time in 8 per direction. That is the price of three rounds; more rounds buy more.
-* n >= 4: Student's t interval on the log ratios (mean +- t x s / sqrt(n)), whose point is the
-  geometric mean of the ratios. It assumes roughly normal log-ratio noise; a round that went
-  wrong (a neighbour's burst) inflates s and widens the interval rather than narrowing it, so it
-  errs towards "undecided". Its level is 95% divided by the number of looks (below).
+* n < 2 (``MIN_ROUNDS``): none; the outcome is "undecided" (one round has no spread to judge by).
+* n >= 2: Student's t interval on the log ratios (mean +- t x s / sqrt(n), the t quantile from
+  ``scipy.stats``), whose point is the geometric mean of the ratios. It assumes roughly normal
+  log-ratio noise; a round that went wrong (a neighbour's burst) inflates s and widens the
+  interval rather than narrowing it, so it errs towards "undecided". Few rounds pay in width,
+  not in level: with 3 rounds the t quantile is 4.30 (95%, 2 degrees of freedom) against 2.78 with
+  5, so a small difference needs more rounds to be called, and a difference called from 3 rounds
+  is still a fluke at most 1 time in 40 per direction. (The range of 3 ratios, used before, is
+  only a 75% interval: 1 time in 8 per direction.)
   Rounds need not be alike: a round whose cells held more requests says more (a 3-s cell of 66
   requests moves its throughput by 1.5% per request, a 9-s one by 0.5%). With ``weights`` (w_i:
   for two cells of N_a and N_b requests, 1 / (1/N_a + 1/N_b), the inverse of a count ratio's
@@ -38,9 +37,8 @@ every round. Each look could call a difference by chance, so the stopping rule f
 of rounds before the first extra round is measured (``Rule.last``) and splits the 5% error over
 the t looks that maximum allows (Bonferroni: ``Rule.look_alpha``): however many of them are
 taken, the chance that any of them calls a difference (or an equivalence) that is not there stays
-at most 5%, on top of the first look's own (1 in 8 per direction at 3 rounds; none at 2). The
-3-round range needs no correction: once one ratio falls on the other side of 1, no later range
-can exclude 1 again.
+at most 5%. Every comparison of a run is judged by the same rule, so every interval a report
+quotes has the same level (``Rule.level``).
 
 Unpaired (``compare_unpaired``): cells without a round index (results written before rounds were
 recorded) cannot be paired; their ratio interval is the conservative [min A / max B, max A / min B]
@@ -53,10 +51,12 @@ import functools
 import math
 from dataclasses import dataclass
 
-RANGE_ROUNDS = 3  # with exactly this many rounds, the interval is their range
-MIN_ROUNDS = 3  # fewer paired rounds decide nothing
+from scipy import stats
+
+MIN_ROUNDS = 2  # fewer paired rounds decide nothing: one ratio has no spread
+UNPAIRED_MIN = 3  # unpaired cells: fewer on either side decide nothing (their cross-ratio range has no level)
 DEFAULT_MARGIN = 0.05
-CONFIDENCE = 0.95
+CONFIDENCE = 0.95  # every decision of a run, over all its looks (docs/compare.md)
 OUTCOMES = ("better", "worse", "equivalent", "undecided")
 
 
@@ -85,13 +85,15 @@ class Rule:
 
     def __post_init__(self):
         check_margin(self.margin)
+        if not 0.9 <= self.confidence < 1:
+            raise ValueError(f"confidence: must be in [0.9, 1), got {self.confidence!r}")
 
     @property
     def t_looks(self) -> int:
-        """The looks that use the t interval (more than ``RANGE_ROUNDS`` rounds); at least 1."""
+        """The looks that can decide (``MIN_ROUNDS`` rounds or more), from ``first`` to ``last``; at least 1."""
         if self.last <= self.first:
             return 1
-        return max(1, sum(1 for n in range(self.first, self.last + 1) if n > RANGE_ROUNDS))
+        return max(1, sum(1 for n in range(self.first, self.last + 1) if n >= MIN_ROUNDS))
 
     @property
     def look_alpha(self) -> float:
@@ -99,17 +101,14 @@ class Rule:
         return (1 - self.confidence) / self.t_looks
 
     def level(self, rounds: int) -> float:
-        """The confidence of the interval at ``rounds`` rounds (exact for the range)."""
-        if rounds < MIN_ROUNDS:
-            return 0.0
-        if rounds == RANGE_ROUNDS:
-            return 1 - 2 * 0.5 ** rounds
-        return 1 - self.look_alpha
+        """The confidence of one interval at ``rounds`` rounds: the same for every look that can decide."""
+        return 0.0 if rounds < MIN_ROUNDS else 1 - self.look_alpha
 
     def words(self) -> str:
-        looks = (f"; looks from {self.first} to at most {self.last} rounds, each t look at "
+        looks = (f"; looks from {self.first} to at most {self.last} rounds, each at "
                  f"{percent(1 - self.look_alpha)} (Bonferroni over {self.t_looks})" if self.last > self.first else "")
-        return f"equivalent within ±{percent(self.margin)}{looks}"
+        return (f"{percent(self.confidence)} confidence, t intervals on the log ratios{looks}; "
+                f"equivalent within ±{percent(self.margin)}")
 
 
 @dataclass(frozen=True)
@@ -123,7 +122,7 @@ class Comparison:
     low: float
     high: float
     rounds: int = 0  # paired rounds behind it (unpaired: the fewer cells of the two)
-    method: str = "range"  # "range", "t", "unpaired", "too few rounds"
+    method: str = "t"  # "t", "unpaired", "too few rounds"
     level: float = 0.0  # the interval's confidence
     margin: float = DEFAULT_MARGIN
 
@@ -148,16 +147,15 @@ class Comparison:
         return f"{self.ratio:.2f}x ({self.low:.2f}–{self.high:.2f})"
 
     def how(self) -> str:
-        """``"range of 3 rounds, 75%"``, ``"t over 5 rounds, 98.3%"``, ``"unpaired: ..."``."""
+        """``"t over 5 rounds, 98.3%"``, ``"unpaired: ..."``."""
         if self.method == "unpaired":
             return "unpaired: the cells record no rounds"
         if self.method == "too few rounds":
             return f"{self.rounds} paired round{'s' if self.rounds != 1 else ''}: too few to judge"
-        kind = "range of" if self.method == "range" else "t over"
-        return f"{kind} {self.rounds} rounds, {percent(self.level)}"
+        return f"t over {self.rounds} rounds, {percent(self.level)}"
 
     def describe(self) -> str:
-        """``"1.25x (1.10–1.40; range of 3 rounds, 75%): better"``."""
+        """``"1.25x (1.10–1.40; t over 3 rounds, 95%): better"``."""
         inner = self.how() if self.method == "too few rounds" else f"{self.low:.2f}–{self.high:.2f}; {self.how()}"
         return f"{self.ratio:.2f}x ({inner}): {self.outcome}"
 
@@ -207,13 +205,10 @@ def judge_ratios(values: list[float], higher_is_better: bool, figure: str = "", 
     point = math.exp(mean)
     if n < MIN_ROUNDS:
         return Comparison(figure, "undecided", point, min(values), max(values), n, "too few rounds", 0.0, rule.margin)
-    if n == RANGE_ROUNDS:
-        low, high, method = min(values), max(values), "range"
-    else:
-        sigma2 = sum(wi * (x - mean) ** 2 for wi, x in zip(w, logs, strict=True)) / (n - 1)
-        half = t_quantile(rule.look_alpha / 2, n - 1) * math.sqrt(sigma2 / total)
-        low, high, method = math.exp(mean - half), math.exp(mean + half), "t"
-    return Comparison(figure, outcome_of(low, high, higher_is_better, rule.margin), point, low, high, n, method,
+    sigma2 = sum(wi * (x - mean) ** 2 for wi, x in zip(w, logs, strict=True)) / (n - 1)
+    half = t_quantile(rule.look_alpha / 2, n - 1) * math.sqrt(sigma2 / total)
+    low, high = math.exp(mean - half), math.exp(mean + half)
+    return Comparison(figure, outcome_of(low, high, higher_is_better, rule.margin), point, low, high, n, "t",
                       rule.level(n), rule.margin)
 
 
@@ -229,7 +224,7 @@ def compare_unpaired(a: list[float], b: list[float], higher_is_better: bool, fig
         return Comparison(figure, "undecided", 0.0, 0.0, float("inf"), 0, "unpaired", 0.0, rule.margin)
     point = _median(a) / _median(b)
     low, high = min(a) / max(b), max(a) / min(b)
-    outcome = outcome_of(low, high, higher_is_better, rule.margin) if n >= MIN_ROUNDS else "undecided"
+    outcome = outcome_of(low, high, higher_is_better, rule.margin) if n >= UNPAIRED_MIN else "undecided"
     return Comparison(figure, outcome, point, low, high, n, "unpaired", 0.0, rule.margin)
 
 
@@ -239,57 +234,9 @@ def _median(values: list[float]) -> float:
     return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
 
 
-# --- Student's t quantile (no scipy here): the regularised incomplete beta function ------------
-
-
-def _beta_fraction(a: float, b: float, x: float) -> float:
-    """The continued fraction of the incomplete beta function (Lentz's method)."""
-    tiny, eps = 1e-300, 3e-16
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 500):
-        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-            d = 1.0 + num * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + num / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < eps:
-            break
-    return h
-
-
-def incomplete_beta(a: float, b: float, x: float) -> float:
-    """I_x(a, b), the regularised incomplete beta function."""
-    if x <= 0:
-        return 0.0
-    if x >= 1:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1) / (a + b + 2):
-        return front * _beta_fraction(a, b, x) / a
-    return 1.0 - front * _beta_fraction(b, a, 1.0 - x) / b
-
-
-def t_tail(t: float, df: int) -> float:
-    """P(T > t) for Student's t with ``df`` degrees of freedom, t >= 0."""
-    return 0.5 * incomplete_beta(df / 2, 0.5, df / (df + t * t))
-
-
 @functools.lru_cache(maxsize=256)
 def t_quantile(upper: float, df: int) -> float:
-    """The q with P(T > q) = ``upper`` (0 < upper <= 0.5), by bisection on the tail."""
+    """The q with P(T > q) = ``upper`` (0 < upper <= 0.5) for Student's t with ``df`` degrees of freedom."""
     if not 0 < upper <= 0.5:
         raise ValueError(f"upper tail must be in (0, 0.5], got {upper}")
-    low, high = 0.0, 1.0
-    while t_tail(high, df) > upper:
-        high *= 2
-    for _ in range(100):
-        mid = (low + high) / 2
-        if t_tail(mid, df) > upper:
-            low = mid
-        else:
-            high = mid
-    return (low + high) / 2
+    return float(stats.t.isf(upper, df))

@@ -44,13 +44,13 @@ def sigterm_interrupts():
         signal.signal(signal.SIGTERM, previous)
 
 
-def publish(results: Results, out: Path, saved: Path | None = None) -> list[Path]:
+def publish(results: Results, out: Path, saved: Path | None = None, screen: list[str] | None = None) -> list[Path]:
     """Write every report format of ``results`` into ``out`` (report.txt, report.md, the
-    kind's plots), print the terminal report and what was written (``saved``: the results
-    file, when this run wrote it)."""
+    kind's plots), print the terminal report (or ``screen``: what the kind shows instead, e.g.
+    compare's headline) and what was written (``saved``: the results file, when this run wrote it)."""
     out.mkdir(parents=True, exist_ok=True)
     written = export_all(results, out)
-    print("\n".join(terminal_lines(results)))
+    print("\n".join(terminal_lines(results) if screen is None else screen))
     names = ", ".join(p.name for p in written)
     print(f"\nwrote {saved} and {names} in {out}" if saved else f"\nwrote {names} in {out}")
     return written

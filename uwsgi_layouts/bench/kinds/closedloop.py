@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from uwsgi_layouts.bench import dataset as ds
-from uwsgi_layouts.bench.analysis import extension_blocks, key_comparisons
+from uwsgi_layouts.bench.decisions import key_comparisons, next_blocks
 from uwsgi_layouts.bench.load.files import RANDOM_FILES_LUA, request_paths, weighted_paths, write_lines
 from uwsgi_layouts.bench.load.scenarios import Scenario
 from uwsgi_layouts.bench.load.traffic import Mix, write_mix_script
@@ -84,6 +84,11 @@ class Plan:
     app: dict = field(default_factory=dict)
     margin: float = 0.05  # equivalence margin of every comparison (bench.paired)
     budget_min: float | None = None  # measure until decided within this many minutes (None: the planned rounds)
+    # The cells the verdict quotes ((layout, level): PxT-mapped and PxT-shared at P and 2P) run
+    # key_duration seconds, the others duration: the budget goes where the verdict needs tails it
+    # can quote (10 requests above the pooled p99), the context layouts get shorter cells.
+    key_duration: float | None = None
+    key_cells: tuple[tuple[str, int], ...] = ()
 
     @property
     def blocks(self) -> list[tuple[int, str]]:
@@ -95,21 +100,37 @@ class Plan:
         return len(self.blocks) * len(self.concurrency) * len(self.scenarios)
 
     def estimate_seconds(self, per_block_overhead: float = 2.5) -> float:
-        return len(self.blocks) * block_seconds(per_block_overhead, self.warmup, self.duration, len(self.scenarios),
-                                                len(self.concurrency))
+        return sum(block_time(per_block_overhead, self.warmup, self.durations(spec, self.concurrency).values(),
+                              len(self.scenarios)) for _, spec in self.blocks)
+
+    def cell_seconds(self, spec: str, level: int, added: bool = False) -> float:
+        """How long a cell of ``spec`` at ``level`` runs: a key cell at least ``key_duration``; a
+        round added until decided ``EXTENSION_FACTOR`` times the planned duration."""
+        base = self.duration * EXTENSION_FACTOR if added else self.duration
+        return max(base, self.key_duration) if self.key_duration and (spec, level) in self.key_cells else base
+
+    def durations(self, spec: str, levels, added: bool = False) -> dict[int, float]:
+        """Level -> seconds, for one block of ``spec``."""
+        return {lv: self.cell_seconds(spec, lv, added) for lv in levels}
 
     def arguments(self) -> dict:
         data = asdict(self)
         data.pop("workload")
         for key in ("layouts", "concurrency", "scenarios"):
             data[key] = list(data[key])
+        data["key_cells"] = [list(x) for x in self.key_cells]
         data["scenario"] = self.scenarios[0]
         return data
 
 
 def block_seconds(overhead_s: float, warmup_s: float, duration_s: float, scenarios: int, levels: int) -> float:
     """What one block takes: stack start and stop, a warm-up per scenario, a cell per scenario and level."""
-    return overhead_s + scenarios * (warmup_s + levels * (duration_s + 0.3))
+    return block_time(overhead_s, warmup_s, [duration_s] * levels, scenarios)
+
+
+def block_time(overhead_s: float, warmup_s: float, durations, scenarios: int) -> float:
+    """What one block takes whose levels run ``durations`` seconds each (per scenario)."""
+    return overhead_s + scenarios * (warmup_s + sum(d + 0.3 for d in durations))
 
 
 def default_levels(processes: int, threads: int) -> tuple[int, ...]:
@@ -123,10 +144,13 @@ def default_levels(processes: int, threads: int) -> tuple[int, ...]:
 
 
 def default_layouts(processes: int, threads: int) -> tuple[str, ...]:
-    """The article's uWSGI layouts, and the peer a team would pick instead (gunicorn, gthread)."""
+    """The article's uWSGI layouts, and the peer a team would pick instead (gunicorn, gthread) at
+    its best on the article's mix: without nginx's upstream keep-alive (docs/alternatives.md:
+    behind kept connections one gthread worker holds them all, 21 against 38 req/s at 8
+    connections), so that the default never compares uWSGI with a crippled peer."""
     p, t = processes, threads
     wanted = [f"1x{t}-shared", f"{p}x1-shared", f"{p}x{t}-shared", f"{p}x{t}-thunder", f"{p}x{t}-mapped",
-              f"{p}x{t}-gunicorn"]
+              f"{p}x{t}-gunicorn@keepalive=off"]
     return tuple(dict.fromkeys(wanted))  # P=1 or T=1 would repeat a layout
 
 
@@ -143,7 +167,8 @@ def host_shares(before: Snapshot, after: Snapshot) -> dict:
 
 class Runner(Protocol):
     def run_block(self, spec: str, repeat: int, levels: list[int], scenarios: list[str],
-                  on_cell: Callable[[Cell], None] | None = None, duration: float | None = None) -> list[Cell]: ...
+                  on_cell: Callable[[Cell], None] | None = None,
+                  durations: dict[int, float] | None = None) -> list[Cell]: ...
 
 
 class ReplayRunner:
@@ -153,7 +178,7 @@ class ReplayRunner:
     def __init__(self, stored: Results):
         self.cells = {(c.scenario, *c.key): c for c in stored.cells}
 
-    def run_block(self, spec, repeat, levels, scenarios, on_cell=None, duration=None):
+    def run_block(self, spec, repeat, levels, scenarios, on_cell=None, durations=None):
         out = []  # a stored cell keeps the duration it was measured with
         for scenario in scenarios:
             for level in levels:
@@ -228,7 +253,7 @@ RESERVE_S = 10.0  # of a budget, kept for writing the results and reports
 @dataclass
 class Until:
     """Measuring until decided (``--budget``): after the planned rounds, more interleaved rounds
-    of the layouts in key comparisons (``analysis.key_comparisons``) that are not settled, until
+    of the layouts in key comparisons (``decisions.key_comparisons``) that are not settled, until
     each is, or the budget or the fixed maximum of rounds ends. ``budget_s`` None: a replay, which
     takes the stored run's rounds (``stored_rounds``) and its fixed maximum (``max_rounds``)."""
 
@@ -260,12 +285,12 @@ def run_sweep(plan: Plan, runner: Runner, environment: dict, save=None, progress
 
     clock = until.clock if until is not None else time.monotonic  # the budget's clock times the blocks too
 
-    def block(spec: str, repeat: int, levels: list[int], scenarios: list[str], duration: float | None = None) -> None:
+    def block(spec: str, repeat: int, levels: list[int], scenarios: list[str], added: bool = False) -> None:
         start = clock()
-        more_args = {"duration": duration} if duration is not None else {}
-        cells.extend(runner.run_block(spec, repeat, levels, scenarios, on_cell=progress, **more_args))
-        if duration is None:
-            seconds.append(clock() - start)  # the planned blocks': what a block's fixed cost is read from
+        durations = plan.durations(spec, levels, added)
+        cells.extend(runner.run_block(spec, repeat, levels, scenarios, on_cell=progress, durations=durations))
+        if not added:  # the planned blocks': what a block's fixed cost is read from
+            seconds.append(clock() - start - block_time(0.0, plan.warmup, durations.values(), len(scenarios)))
         if on_block:
             on_block()
         if save:
@@ -283,22 +308,23 @@ def run_sweep(plan: Plan, runner: Runner, environment: dict, save=None, progress
 
 
 def _overhead(seconds: list[float], plan: Plan) -> float:
-    """A block's fixed cost (stack start and stop, reads), from the planned blocks' wall times."""
-    load = block_seconds(0.0, plan.warmup, plan.duration, len(plan.scenarios), len(plan.concurrency))
-    fixed = sorted(max(0.5, s - load) for s in seconds)
+    """A block's fixed cost (stack start and stop, reads): the median of the planned blocks' wall
+    times beyond their warm-ups and cells."""
+    fixed = sorted(max(0.5, s) for s in seconds)
     return fixed[len(fixed) // 2] if fixed else 2.5
 
 
 def extension_duration(plan: Plan) -> float:
-    """The cell duration of the rounds added until decided."""
+    """The cell duration of the rounds added until decided (a key cell: at least its own)."""
     return plan.duration * EXTENSION_FACTOR
 
 
 def round_seconds(blocks: dict[str, dict[str, list[int]]], plan: Plan, overhead_s: float) -> float:
     """What one added round of ``blocks`` (layout -> scenario -> levels) takes."""
-    return sum(block_seconds(overhead_s, plan.warmup, extension_duration(plan), len(scs),
-                             len({lv for x in scs.values() for lv in x}))
-               for scs in blocks.values())
+    return sum(block_time(overhead_s, plan.warmup,
+                          plan.durations(spec, sorted({lv for x in scs.values() for lv in x}), added=True).values(),
+                          len(scs))
+               for spec, scs in blocks.items())
 
 
 def _until_decided(plan: Plan, until: Until, snapshot, block, overhead_s: float, more: dict) -> None:
@@ -313,7 +339,7 @@ def _until_decided(plan: Plan, until: Until, snapshot, block, overhead_s: float,
         # (or, when all are settled, for the thin tails the rest of the budget goes to). The looks
         # it allows share the error. Sizing it as if every key comparison needed more rounds left
         # a third of the budget unused while the undecided ones stopped at 4 rounds.
-        sizing = extension_blocks(keys) or extension_blocks(keys, thin_too=True)
+        sizing = next_blocks(keys)
         per_round = round_seconds(sizing, plan, overhead_s)
         fit = int(until.left_s() // per_round) if per_round > 0 else 0
         max_rounds = max(plan.repeats, min(MAX_ROUNDS, plan.repeats + fit))
@@ -326,7 +352,7 @@ def _until_decided(plan: Plan, until: Until, snapshot, block, overhead_s: float,
         for k in keys:
             if k.settled and k.name not in state["settled_at"]:
                 state["settled_at"][k.name] = k.rounds
-        blocks = extension_blocks(keys) or extension_blocks(keys, thin_too=True)  # settled: thin tails next
+        blocks = next_blocks(keys)  # the verdict's first, then the other key comparisons, then thin tails
         if not blocks:
             why = "every key comparison settled"
             break
@@ -345,7 +371,7 @@ def _until_decided(plan: Plan, until: Until, snapshot, block, overhead_s: float,
         for spec in [x for x in plan.layouts if x in blocks]:
             scenarios = [sc for sc in plan.scenarios if sc in blocks[spec]]
             levels = sorted({lv for sc in scenarios for lv in blocks[spec][sc]})
-            block(spec, rounds, levels, scenarios, duration=extension_duration(plan))
+            block(spec, rounds, levels, scenarios, added=True)
         state["rounds"].append({"round": rounds, "layouts": blocks})
         keys = key_comparisons(snapshot(False))
     state["stop"] = why
@@ -415,17 +441,18 @@ class LiveRunner:
     # --- blocks and cells ---------------------------------------------------------------
 
     def run_block(self, spec: str, repeat: int, levels: list[int], scenarios: list[str], on_cell=None,
-                  duration: float | None = None) -> list[Cell]:
+                  durations: dict[int, float] | None = None) -> list[Cell]:
         """``spec`` may carry options (``2x4-mapped@aio=threads``); it stays the cells' label.
-        ``duration``: this block's cells (a round added until decided), else the planned one."""
+        ``durations``: level -> seconds of this block's cells (a key cell, a round added until
+        decided), else the planned duration."""
         planned = self.duration
-        self.duration = duration or planned  # every cell of this block, and its sampler window
         try:
-            return self._run_block(spec, repeat, levels, scenarios, on_cell)
+            return self._run_block(spec, repeat, levels, scenarios, on_cell, durations or {}, planned)
         finally:
             self.duration = planned
 
-    def _run_block(self, spec: str, repeat: int, levels: list[int], scenarios: list[str], on_cell) -> list[Cell]:
+    def _run_block(self, spec: str, repeat: int, levels: list[int], scenarios: list[str], on_cell,
+                   durations: dict[int, float], planned: float) -> list[Cell]:
         cells = []
         with self.lab.stack(spec, name=dir_name(spec), **self.layout_options) as stack:
             layout = stack.layout
@@ -437,6 +464,7 @@ class LiveRunner:
                 (probe,), _ = run_wrks(self.main_load(layout, scenario, 1, self.warmup, seed=repeat))
                 self._save_raw(f"{name}-{layout.name}-warmup-r{repeat}", probe.raw)
                 for level in levels:
+                    self.duration = durations.get(level, planned)  # the cell's, and its sampler window
                     cell = self.measure(stack, layout, scenario, level, repeat, probe.latency_ms.p50, label=spec)
                     stack.check_alive()
                     cells.append(cell)

@@ -53,21 +53,27 @@ from uwsgi_layouts.bench.options import (
     split_specs,
     transport_arg,
 )
+from uwsgi_layouts.bench.report.headline import headline_lines
 from uwsgi_layouts.bench.results import load
 from uwsgi_layouts.bench.stack import Lab
+from uwsgi_layouts.bench.verdict import ARTICLE
 from uwsgi_layouts.deploy.machine import checked
 from uwsgi_layouts.deploy.model import MAX_PROCESSES, MAX_THREADS, parse_variant
 from uwsgi_layouts.deploy.run import unavailable as netns_unavailable
 from uwsgi_layouts.deploy.ship import make_certs
 
-# 6 layouts (5 of uWSGI and gunicorn) x 3 levels x 3 repeats of 3 s, plus starts and 1-s warm-ups:
-# about 4 minutes on 2 cores, which leaves a 5-minute budget (make compare) a minute for the
-# rounds that measure the key comparisons until decided.
-DEFAULT_DURATION = 3
+# 6 layouts (5 of uWSGI and gunicorn at its best) x 3 levels x 3 repeats, plus starts and 1-s
+# warm-ups: the verdict's cells (PxT-mapped and PxT-shared at P and 2P) 10 s each, every other
+# cell 2 s: about 4.7 minutes on 2 cores. At P (about 22 req/s on 2 cores) three 10-s cells pool
+# about 660 requests; the rounds added until decided (the verdict's pairs first, AUTO_EXTENSION_S
+# holds one of both levels or two of P alone) bring it towards the 1,000 that put 10 above the
+# pooled p99 the verdict quotes.
+DEFAULT_DURATION = 2
+DEFAULT_KEY_DURATION = 10
 DEFAULT_WARMUP = 1
 DEFAULT_REPEATS = 3
-AUTO_BUDGET_MIN = 5.0  # --budget auto: at least this, or the planned rounds' estimate x AUTO_BUDGET_SHARE
-AUTO_BUDGET_SHARE = 1.3
+AUTO_BUDGET_MIN = 5.0  # --budget auto: at least this, or the planned rounds' estimate + AUTO_EXTENSION_S
+AUTO_EXTENSION_S = 65.0
 # Requests last ~100 ms here: 25 samples a second see each one ~2 times; the cost is measured
 # by scripts/sampler-cost.py (README, "Comparing layouts").
 DEFAULT_INFLIGHT_HZ = 25.0
@@ -91,9 +97,12 @@ def add_arguments(p) -> None:
     p.add_argument("--concurrency", help="comma-separated connection counts (default: P, 2P, ... P*T)")
     p.add_argument("--duration", help=f"seconds of load per cell (default {DEFAULT_DURATION})")
     p.add_argument("--warmup", help=f"seconds of one-connection warm-up per stack start (default {DEFAULT_WARMUP})")
+    p.add_argument("--key-duration", help="seconds per cell of the cells the article's verdict quotes (PxT-mapped and "
+                                          f"PxT-shared at P and 2P connections; default {DEFAULT_KEY_DURATION:g}, "
+                                          "never below --duration)")
     p.add_argument("--repeats", help=f"interleaved repeats (rounds) of every layout (default {DEFAULT_REPEATS})")
-    p.add_argument("--budget", help="minutes for the whole run, or auto (the planned rounds' estimate x "
-                                    f"{AUTO_BUDGET_SHARE:g}, at least {AUTO_BUDGET_MIN:g}; make compare's default): "
+    p.add_argument("--budget", help="minutes for the whole run, or auto (the planned rounds' estimate + "
+                                    f"{AUTO_EXTENSION_S:g} s, at least {AUTO_BUDGET_MIN:g}; make compare's default): "
                                     "after the planned rounds, add rounds of the key comparisons still undecided "
                                     "until each is decided or equivalent, or the budget ends (default: the planned "
                                     "rounds only)")
@@ -123,6 +132,9 @@ def add_arguments(p) -> None:
                                          f"flight per worker (default {DEFAULT_INFLIGHT_HZ:g}; 0 = off)")
     subj.add_arguments(p)
     p.add_argument("--out", help="output directory (default results/<timestamp>)")
+    p.add_argument("--full", action="store_true",
+                   help="print the full report (every table, the decisions, the warnings) instead of the headline; "
+                        "it is in report.txt and report.md either way")
     p.add_argument("--replay", metavar="RESULTS_JSON",
                    help="rerun the sweep and report on stored cells instead of measuring")
 
@@ -193,9 +205,25 @@ def plan_from_args(args, stored=None, subject: subj.Subject | None = None) -> tu
         options=options, app=subject.record, hosts=hosts,
         margin=margin_arg(args.margin) if getattr(args, "margin", None) else base.get("margin", 0.05),
     )
+    plan = with_key_cells(plan, args, base)
     if stored:
         return dataclasses.replace(plan, budget_min=base.get("budget_min")), resolved
     return dataclasses.replace(plan, budget_min=budget_arg(getattr(args, "budget", None), plan)), resolved
+
+
+def with_key_cells(plan: Plan, args, base: dict) -> Plan:
+    """The verdict's cells and their duration: a demo run with the article's scenario and both of
+    PxT-mapped and PxT-shared; a stored run keeps what it recorded (nothing, if written before)."""
+    if base:
+        cells = tuple((str(x), int(lv)) for x, lv in base.get("key_cells") or ())
+        return dataclasses.replace(plan, key_duration=base.get("key_duration"), key_cells=cells)
+    pair = (f"{plan.processes}x{plan.threads}-mapped", f"{plan.processes}x{plan.threads}-shared")
+    if not plan.app.get("demo", True) or ARTICLE not in plan.scenarios or not set(pair) <= set(plan.layouts):
+        return plan
+    raw = getattr(args, "key_duration", None)
+    key = max(plan.duration, float_arg("key_duration", raw, 1, 3600) if raw else DEFAULT_KEY_DURATION)
+    levels = [lv for lv in (plan.processes, 2 * plan.processes) if lv in plan.concurrency]
+    return dataclasses.replace(plan, key_duration=key, key_cells=tuple((x, lv) for x in pair for lv in levels))
 
 
 def budget_arg(raw, plan: Plan) -> float | None:
@@ -205,7 +233,7 @@ def budget_arg(raw, plan: Plan) -> float | None:
         return None
     estimate = plan.estimate_seconds() + RESERVE_S
     if str(raw).strip().lower() == "auto":
-        return round(max(AUTO_BUDGET_MIN * 60, AUTO_BUDGET_SHARE * estimate) / 60, 1)
+        return round(max(AUTO_BUDGET_MIN * 60, estimate + AUTO_EXTENSION_S) / 60, 1)
     minutes = float_arg("budget", raw, 0.1, 1440)
     if minutes * 60 < estimate:
         least = math.ceil(estimate / 6) / 10
@@ -286,9 +314,10 @@ def run(args) -> int:
         out = prepare_out(args.out)
         mode = f"replaying {args.replay} ({subject.app})" if stored else f"measuring {subject.app}"
         est = plan.estimate_seconds()
+        key = f" ({plan.key_duration:g} s for the verdict's cells)" if plan.key_cells else ""
         print(f"{mode}: {len(plan.layouts)} layouts x {len(plan.concurrency)} levels "
               f"{list(plan.concurrency)} x {plan.repeats} repeats x scenarios {', '.join(plan.scenarios)}, "
-              f"{plan.duration:g} s per cell; about {est / 60:.1f} min; results in {out}", flush=True)
+              f"{plan.duration:g} s per cell{key}; about {est / 60:.1f} min; results in {out}", flush=True)
         results_path = out / RESULTS_NAME
         until = None
         on_block = None
@@ -315,7 +344,8 @@ def run(args) -> int:
         except KeyboardInterrupt:
             print(f"\ninterrupted: the cells measured so far are in {results_path}", file=sys.stderr)
             return 130
-    publish(results, out, saved=results_path)
+    # The answer where the eye lands; the tables are in report.txt (or here with --full).
+    publish(results, out, saved=results_path, screen=None if args.full else headline_lines(results, str(out)))
     return 0
 
 

@@ -10,8 +10,6 @@ files is ``bench.report.exporters``'s.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from uwsgi_layouts.bench.analysis import (
     CONFIDENCE,
     GOAL_P99_SLACK,
@@ -19,18 +17,11 @@ from uwsgi_layouts.bench.analysis import (
     MEMORY_KEY,
     MIN_SLOWER_REQUESTS,
     NOISY_SPREAD,
-    TARGET_EFFICIENCY,
-    TARGET_P99_RATIO,
-    TARGET_RPS_RATIO,
-    ClaimAtLevel,
     Group,
-    Verdict,
-    article_verdict,
     best_and_runner_up,
     best_per_level,
     compare_groups,
     group_cells,
-    key_comparisons,
     layout_choice,
     requests_for_p99,
     rule_of,
@@ -39,7 +30,9 @@ from uwsgi_layouts.bench.analysis import (
     unpaired_note,
     warnings,
 )
+from uwsgi_layouts.bench.decisions import key_comparisons
 from uwsgi_layouts.bench.report import hosts, nginx, peers
+from uwsgi_layouts.bench.report.headline import claim_sentence, headline_markdown, level_sentence
 from uwsgi_layouts.bench.report.memory import memory_lines, memory_markdown, pss_column
 from uwsgi_layouts.bench.report.subject import (
     any_non_2xx,
@@ -64,8 +57,8 @@ from uwsgi_layouts.bench.report.text import (
     wrap,
 )
 from uwsgi_layouts.bench.results import Results
+from uwsgi_layouts.bench.verdict import ClaimAtLevel, Verdict, article_verdict, confidence_words
 
-ARTICLE = "article"
 LATENCY_COLUMNS = (("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max"))
 
 EFFICIENCY_NOTE = (
@@ -122,59 +115,7 @@ def _best_line(best: Group, groups: list[Group]) -> str:
     return text
 
 
-def _p99_kind(g: Group) -> str:
-    return "pooled" if g.tails.pooled else "median"
-
-
 # --------------------------------------------------------------------------- verdict
-
-
-@dataclass(frozen=True)
-class _Check:
-    label: str  # the target, as analysis names it, e.g. "throughput >= 1.25x shared"
-    state: str  # "met", "missed" or "unsure" (the interval straddles the threshold)
-    measured: str
-    miss: str  # how far the point ratio is from the threshold, for a miss or an unsure one
-
-    @property
-    def ok(self) -> bool:
-        return self.state == "met"
-
-    @property
-    def result(self) -> str:
-        if self.state == "met":
-            return "pass"
-        if self.state == "unsure":
-            return "undecided (straddles it)"
-        return f"MISS ({self.miss})" if self.miss else "MISS"
-
-
-def _by(d: float) -> str:
-    return f"{d:.2f}" if abs(d) >= 0.01 else f"{d:.3f}"
-
-
-def _checks(lv: ClaimAtLevel) -> list[_Check]:
-    """The targets of one level with the measured values and, for a miss, by how much."""
-    m, s = lv.mapped, lv.shared
-    out = []
-    for label, state in lv.targets.items():
-        if label.startswith("throughput"):
-            measured = f"{lv.rps.text()} ({num(m.rps.median)} vs {num(s.rps.median)} req/s)"
-            miss = f"short by {_by(TARGET_RPS_RATIO - lv.rps_ratio)}x"
-        elif label.startswith("p99"):
-            measured = (f"{lv.p99.text()} ({quoted_p99(m)} vs {quoted_p99(s)} ms)" if m.p99_quotable and
-                        s.p99_quotable else f"{lv.p99.text()} (p99s n/q)")
-            miss = f"over by {_by(lv.p99_ratio - TARGET_P99_RATIO)}x"
-        elif label.startswith("efficiency"):
-            measured = f"{m.efficiency.median:.2f} ({m.layout})"
-            miss = f"short by {_by(TARGET_EFFICIENCY - m.efficiency.median)}"
-        elif "error" in label:
-            measured = f"{m.errors + s.errors} (mapped {m.errors}, shared {s.errors})"
-            miss = f"{m.errors + s.errors} failed requests"
-        else:  # a target analysis added that this module does not know yet
-            measured, miss = "", ""
-        out.append(_Check(label, state, measured, "" if state == "met" else miss))
-    return out
 
 
 def _paired_note(lv: ClaimAtLevel) -> str:
@@ -183,40 +124,11 @@ def _paired_note(lv: ClaimAtLevel) -> str:
 
 
 def _cautions(lv: ClaimAtLevel) -> list[str]:
-    """Why a figure may not be trusted: noisy groups, an undecided comparison, a thin tail."""
-    m, s = lv.mapped, lv.shared
-    out = []
-    for g in (m, s):
-        if g.noisy_figures:
-            out.append(f"{g.layout} is noisy here ({', '.join(g.noisy_figures)})")
-    for name, c in (("throughput", lv.rps), ("p99", lv.p99)):
-        if c.outcome == "undecided":
-            out.append(f"{name} undecided after {c.rounds} paired round{'s' if c.rounds != 1 else ''}: measure "
-                       "more (--budget, or more --repeats)")
-    for g in (m, s):
-        if not g.p99_quotable and g.tails.pooled:
-            out.append(f"{g.layout}: {tail_advice(g)}")
-    return out
-
-
-def _claim_text(lv: ClaimAtLevel) -> str:
-    if lv.outcome == "holds":
-        return "claim holds"
-    if lv.outcome == "undecided":
-        open_ = [f"{name} {c.text()}" for name, c in (("throughput", lv.rps), ("p99", lv.p99))
-                 if c.outcome == "undecided"]
-        return "undecided (" + ", ".join(open_) + ": the interval straddles 1 or the margin, no winner declared)"
-    why = []
-    for name, c in (("throughput", lv.rps), ("p99", lv.p99)):
-        if c.outcome == "worse":
-            why.append(f"{name} {c.text()} worse beyond noise")
-        elif c.outcome == "equivalent":
-            why.append(f"{name} {c.text()} equivalent (within ±{c.margin:.0%})")
-    return ("claim fails (" if lv.outcome == "fails" else "no difference to claim (") + ", ".join(why) + ")"
-
-
-def _and(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+    """Why a figure may not be trusted: noisy groups, a thin tail."""
+    out = [f"{g.layout} is noisy here ({', '.join(g.noisy_figures)})" for g in (lv.mapped, lv.shared)
+           if g.noisy_figures]
+    return out + [f"{g.layout}: {tail_advice(g)}" for g in (lv.mapped, lv.shared)
+                  if not g.p99_quotable and g.tails.pooled]
 
 
 def _names(results: Results) -> tuple[str, str]:
@@ -224,102 +136,35 @@ def _names(results: Results) -> tuple[str, str]:
     return f"{p}x{t}-mapped", f"{p}x{t}-shared"
 
 
-def _verdict(results: Results) -> Verdict:
-    if ARTICLE not in results.scenarios:
-        have = ", ".join(results.scenarios) or "none"
-        return Verdict([], missing=f"this run has no '{ARTICLE}' scenario (scenarios: {have})")
-    return article_verdict(results, ARTICLE)
+def _target_rows(v: Verdict) -> list[list[str]]:
+    """One row per judgement (``Verdict.targets``): the table the verdict above is read from."""
+    return [[f"{t.concurrency}" + (f" ({v.level_name(t.concurrency)})" if v.level_name(t.concurrency) else ""),
+             t.label + ("" if t.claim else " (check)"),
+             t.measured, t.judged()]
+            for t in v.targets]
 
 
-CLAIM = ("The article's claim: one socket per worker with nginx least_conn beats one shared socket on "
-         "throughput and p99 at P and 2P connections, P being the number of processes.")
-
-
-def _outcome(v: Verdict) -> str:
-    """"reproduced", "not reproduced", "undecided" or "cannot be checked"."""
-    if not v.levels:
-        return "cannot be checked"
-    if v.reproduced:
-        return "reproduced"
-    return "undecided" if v.undecided and not v.missing else "not reproduced"
-
-
-def _headline(results: Results, v: Verdict) -> str:
-    """The verdict in plain sentences after the outcome word, with the ratios."""
-    if not v.levels:
-        return f"{v.missing[0].upper()}{v.missing[1:]}. {CLAIM}"
-    mapped, shared = _names(results)
-    # The rounds the verdict's own comparisons rest on (a layout may have more, from other comparisons).
-    counts = sorted({lv.rps.rounds for lv in v.levels})
-    how = ("unpaired" if any(lv.rps.method == "unpaired" for lv in v.levels)
-           else f"paired over {_and([str(c) for c in counts])} rounds")
-    if v.reproduced:
-        where = _and([f"{lv.concurrency}{_level_name(results, lv.concurrency)}" for lv in v.levels])
-        text = (f"{mapped} (one socket per worker + least_conn) beat {shared} (one shared socket) at {where} "
-                f"connections: throughput {_and([f'{lv.rps_ratio:.2f}x' for lv in v.levels])}, p99 "
-                f"{_and([f'{lv.p99_ratio:.2f}x' for lv in v.levels])} of {shared} ({how}).")
-    else:
-        failed = [lv for lv in v.levels if lv.outcome != "holds"]
-        held = [lv for lv in v.levels if lv.outcome == "holds"]
-        text = "; ".join(
-            f"at {lv.concurrency} connections {mapped} had {lv.rps_ratio:.2f}x the throughput and "
-            f"{lv.p99_ratio:.2f}x the p99 of {shared}"
-            + {"undecided": " (undecided: an interval straddles 1)", "no difference": " (no difference beyond the "
-               "margin)", "fails": " (worse beyond noise)"}.get(lv.outcome, "") for lv in failed)
-        if text:
-            text = text[0].upper() + text[1:] + f" ({how})."
-        if held:
-            text += (" " if text else "") + (
-                f"The claim held at {_and([str(lv.concurrency) for lv in held])} connections "
-                f"({_and([f'{lv.rps_ratio:.2f}x' for lv in held])} throughput, "
-                f"{_and([f'{lv.p99_ratio:.2f}x' for lv in held])} p99), but that is only part of the check.")
-        text += f" {CLAIM}"
-    if v.missing:
-        text += f" Not checked: {v.missing}."
-    if any(_cautions(lv) for lv in v.levels):
-        text += " Some of these figures are noisy, undecided or rest on thin tails: see the cautions."
-    return text
-
-
-def _targets_summary(v: Verdict) -> str:
-    checks = [(lv.concurrency, c) for lv in v.levels for c in _checks(lv)]
-    missed = [(lvl, c) for lvl, c in checks if c.state == "missed"]
-    unsure = [(lvl, c) for lvl, c in checks if c.state == "unsure"]
-    if not missed and not unsure:
-        return (f"Targets: all {len(checks)} met beyond noise at {_and([str(lv.concurrency) for lv in v.levels])} "
-                "connections.")
-    text = f"Targets: {len(checks) - len(missed) - len(unsure)} of {len(checks)} met beyond noise"
-    if missed:
-        text += "; missed: " + "; ".join(f"{c.label} at {lvl} connections ({c.measured.split(' (')[0]}, {c.miss})"
-                                         for lvl, c in missed)
-    if unsure:
-        text += "; undecided (the interval straddles the threshold): " + "; ".join(
-            f"{c.label} at {lvl} connections ({c.measured.rsplit(' (', 1)[0]})" for lvl, c in unsure)
-    return text + "."
+TARGET_HEADERS = ["connections", "target", "measured", "judged"]
 
 
 def verdict_lines(results: Results) -> list[str]:
-    """Whether the article's claim reproduced here, with the ratios at P and 2P and each target.
-
-    Per level: mapped vs shared, "claim holds" or "claim fails (why)", then one row per target
-    (throughput, p99, efficiency, errors) with the measured value and pass or MISS (by how much).
-    """
-    v = _verdict(results)
-    out = wrap(f"Verdict: {_outcome(v)}. {_headline(results, v)}")
+    """The article's claim, judged target by target (``bench.verdict``): the outcome over both
+    levels, each level's targets in words, then the target table the words are read from."""
+    v = article_verdict(results)
+    out = wrap(f"Verdict: {claim_sentence(v)}" + (f" ({confidence_words(v)}.)" if v.levels else ""))
+    if v.missing:
+        out += wrap(f"Not checked: {v.missing}.", indent="  ", subsequent="  ")
     if not v.levels:
         return out
-    mapped, shared = _names(results)
     for lv in v.levels:
-        out.append("")
-        out.extend(wrap(f"{mapped} vs {shared} at {lv.concurrency} connections"
-                        f"{_level_name(results, lv.concurrency)}: {_claim_text(lv)}"))
-        rows = [[c.label, c.measured, c.result] for c in _checks(lv)]
-        out.extend("  " + x for x in table(["target", "measured", "result"], rows, "<<<"))
-        out.extend(wrap(_paired_note(lv), indent="  "))
-        for caution in _cautions(lv):
-            out.extend(wrap(f"caution: {caution}", indent="  "))
+        out += wrap(level_sentence(v, lv), indent="  - ", subsequent="    ")
     out.append("")
-    out.extend(wrap(_targets_summary(v)))
+    out += ["  " + x for x in table(TARGET_HEADERS, _target_rows(v), "<<<<")]
+    for lv in v.levels:
+        out += wrap(f"at {lv.concurrency} connections, {_paired_note(lv.pair)}", indent="  ", subsequent="    ")
+    cautions = [f"at {lv.concurrency} connections: {c}" for lv in v.levels for c in _cautions(lv.pair)]
+    for caution in cautions:
+        out += wrap(f"caution: {caution}", indent="  ", subsequent="    ")
     return out
 
 
@@ -565,6 +410,7 @@ def terminal_lines(results: Results) -> list[str]:
     out = [f"uWSGI layouts: {len(results.layouts)} layouts x {len(results.levels)} connection levels x "
            f"{_repeats(all_groups)} repeats"
            + (f", {a['duration']:g} s per cell" if isinstance(a.get("duration"), (int, float)) else "")
+           + (f" ({a['key_duration']:g} s for the verdict's)" if a.get("key_cells") and a.get("key_duration") else "")
            + (f", {results.environment['nproc']} cores" if results.environment.get("nproc") else "")]
     if comment(results):
         out.extend(wrap(f"note: {comment(results)}"))
@@ -693,21 +539,18 @@ def choice_lines(results: Results, markdown: bool = False) -> list[str]:
 
 
 def _md_verdict(results: Results) -> list[str]:
-    v = _verdict(results)
-    out = ["## Verdict", "", f"**{_outcome(v).capitalize()}.** {_headline(results, v)}"]
+    v = article_verdict(results)
+    sentence = claim_sentence(v)
+    out = ["## Verdict", "", f"**{sentence[0].upper()}{sentence[1:]}**" + (f" ({confidence_words(v)}.)" if v.levels
+                                                                            else ""), ""]
+    if v.missing:
+        out += [f"Not checked: {v.missing}.", ""]
     if not v.levels:
-        return out + [""]
-    out += ["", _targets_summary(v), ""]
-    mapped, shared = _names(results)
-    headers = ["connections", "claim"] + [c.label for c in _checks(v.levels[0])]
-    rows = []
-    for lv in v.levels:
-        rows.append([f"{lv.concurrency}{_level_name(results, lv.concurrency)}",
-                     f"{_claim_text(lv)}; {_paired_note(lv)}"]
-                    + [c.measured + f": {'pass' if c.ok else '**' + c.result + '**'}" for c in _checks(lv)])
-    out += [f"{mapped} vs {shared}, ratios paired by round (geometric mean of the per-round ratios):", ""] \
-        + md_table(headers, rows) + [""]
-    cautions = [f"at {lv.concurrency} connections: {c}" for lv in v.levels for c in _cautions(lv)]
+        return out
+    out += [f"- {level_sentence(v, lv)}" for lv in v.levels] + [""]
+    out += md_table(TARGET_HEADERS, _target_rows(v)) + [""]
+    out += [f"At {lv.concurrency} connections, {_paired_note(lv.pair)}." for lv in v.levels] + [""]
+    cautions = [f"at {lv.concurrency} connections: {c}" for lv in v.levels for c in _cautions(lv.pair)]
     if cautions:
         out += ["Cautions:", ""] + [f"- {c}" for c in cautions] + [""]
     return out
@@ -871,6 +714,7 @@ def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
     out += ["; ".join(meta) + ".", ""]
     if comment(results):
         out += [f"> **Note:** {comment(results)}", ""]
+    out += headline_markdown(results)
     out += subject_markdown(results)
     if not nginx.only_nginx(results) and is_demo_run(results):
         out += _md_verdict(results)

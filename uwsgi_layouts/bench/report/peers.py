@@ -33,8 +33,9 @@ from uwsgi_layouts.deploy.model import STRATEGIES
 TARGET_SCENARIOS = ("article", "io-heavy")  # the demo app's mixes the targets are set for
 NOTE = ("Ratios are the best uWSGI layout's figure over each peer's best variant (the best at that level: not "
         "beaten on throughput beyond noise, then the highest), paired by round: the geometric mean of the per-round "
-        "ratios of throughput and of each round's p99, with their interval (the range of 3 rounds, a t interval "
-        "from 4). Equivalent: the interval lies within the margin; undecided: it straddles 1: no winner.")
+        "ratios of throughput and of each round's p99, with their interval (a t interval on the log ratios at the "
+        "run's one confidence level). Equivalent: the interval lies within the margin; undecided: it straddles 1: "
+        "no winner.")
 
 
 def _level(results: Results, level: int) -> str:

@@ -1,0 +1,177 @@
+"""The article's claim judged target by target (bench.verdict), on SYNTHETIC paired rounds, and the
+views that render it: the verdict, its target table and the headline must never disagree."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from uwsgi_layouts.bench.decisions import KeyComparison, key_comparisons, next_blocks, recommend
+from uwsgi_layouts.bench.report import markdown_lines
+from uwsgi_layouts.bench.report.compare import verdict_lines
+from uwsgi_layouts.bench.report.headline import headline_lines
+from uwsgi_layouts.bench.results import Cell, Results, load
+from uwsgi_layouts.bench.verdict import (
+    Outcome,
+    Standing,
+    TargetJudgement,
+    Verdict,
+    article_verdict,
+    combine,
+    standing_of,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def cell(layout: str, level: int, rnd: int, rps: float, p99_ms: float, requests: int = 2000) -> Cell:
+    """A SYNTHETIC cell: ``requests`` answers, 99% at a tenth of ``p99_ms`` and 1% at ``p99_ms``
+    (so that the cell's own p99 is ``p99_ms`` and 10+ requests lie at it)."""
+    slow = max(10, requests // 100)
+    hist = ((int(p99_ms * 100), requests - slow), (int(p99_ms * 1000), slow))
+    return Cell(layout=layout, concurrency=level, repeat=rnd, round=rnd, scenario="article",
+                duration_s=requests / rps, requests=requests, rps=rps,
+                latency_ms={"p50": p99_ms / 10, "p90": p99_ms / 10, "p99": p99_ms, "p999": p99_ms, "max": p99_ms},
+                errors={}, worker_requests={"1": requests // 2, "2": requests - requests // 2}, cpu_s={"app": 1.0},
+                unloaded_latency_ms=1.0, capacity_rps=0.0, closed_loop_rps=0.0, efficiency=0.9, histogram=hist)
+
+
+def results_of(rounds: dict[int, list[tuple[float, float]]], shared=(10.0, 300.0)) -> Results:
+    """mapped / shared per round at each level: level -> [(throughput ratio, p99 ratio), ...]."""
+    cells = []
+    for level, ratios in rounds.items():
+        for rnd, (rps_ratio, p99_ratio) in enumerate(ratios, 1):
+            cells.append(cell("2x4-shared", level, rnd, shared[0], shared[1]))
+            cells.append(cell("2x4-mapped", level, rnd, shared[0] * rps_ratio, shared[1] * p99_ratio))
+    return Results(environment={"nproc": 2, "others_at_start": 0.02, "loadavg_at_start": [0.4, 0.3, 0.2]},
+                   arguments={"processes": 2, "threads": 4, "layouts": ["2x4-shared", "2x4-mapped"],
+                              "concurrency": sorted(rounds), "repeats": 3, "duration": 3.0, "scenarios": ["article"],
+                              "scenario": "article", "app": {"demo": True}},
+                   workload={"article": {}}, cells=tuple(cells), created="2026-01-01T00:00:00+00:00", kind="compare")
+
+
+def test_standing_of_an_interval_against_a_threshold():
+    assert standing_of(1.30, 1.40, 1.25, at_most=False) is Standing.CLEARS
+    assert standing_of(1.00, 1.07, 1.25, at_most=False) is Standing.MISSES
+    assert standing_of(1.12, 1.29, 1.25, at_most=False) is Standing.STRADDLES
+    assert standing_of(0.50, 0.69, 0.70, at_most=True) is Standing.CLEARS
+    assert standing_of(0.79, 0.93, 0.70, at_most=True) is Standing.MISSES
+    assert standing_of(0.65, 0.75, 0.70, at_most=True) is Standing.STRADDLES
+    with pytest.raises(ValueError, match="interval"):
+        standing_of(1.2, 1.1, 1.25, at_most=False)
+
+
+def test_the_claim_combines_its_targets():
+    c, m, s = Standing.CLEARS, Standing.MISSES, Standing.STRADDLES
+    assert combine([c, c, c, c]) is Outcome.HOLDS
+    assert combine([m, m, m, m]) is Outcome.DOES_NOT_HOLD
+    assert combine([c, m]) is Outcome.PARTLY and combine([c, m, s]) is Outcome.PARTLY
+    assert combine([m, s]) is Outcome.DOES_NOT_HOLD  # a missed target is decided, whatever the other does
+    assert combine([c, s]) is Outcome.UNDECIDED and combine([s]) is Outcome.UNDECIDED
+    assert combine([]) is Outcome.CANNOT_BE_CHECKED
+
+
+def test_direction_undecided_but_the_claim_plainly_missed():
+    """The issue's run: 1.03x (1.00-1.07) at P is no decided difference against 1, yet the whole
+    interval lies far below the 1.25x claimed: the claim does not hold there."""
+    r = results_of({2: [(1.00, 0.88), (1.05, 0.85), (1.03, 0.90), (1.06, 0.86), (1.01, 0.87)],
+                    4: [(1.21, 0.77), (1.25, 0.80), (1.18, 0.74), (1.22, 0.78), (1.19, 0.75)]})
+    v = article_verdict(r)
+    at_p = v.levels[0]
+    assert at_p.pair.rps.outcome == "undecided"  # the direction: the decisions' question
+    assert at_p.claim_targets[0].standing is Standing.MISSES and at_p.outcome is Outcome.DOES_NOT_HOLD
+    assert "far below the 1.25x claimed" in at_p.claim_targets[0].words()
+    assert v.outcome is Outcome.DOES_NOT_HOLD
+    text = " ".join(" ".join(verdict_lines(r)).split())
+    assert "Verdict: the article's claim" in text and "does not hold here" in text and "undecided" not in text.split(
+        "at 2 connections (P):")[1].split(";")[0]
+
+
+def test_direction_decided_but_the_claim_straddles():
+    """mapped better beyond noise (about 1.25x), but the interval straddles the 1.25x claimed: the
+    verdict is undecided and says by how much; the budget adds rounds for it."""
+    r = results_of({2: [(1.20, 0.60), (1.30, 0.62), (1.24, 0.58)], 4: [(1.50, 0.50), (1.52, 0.52), (1.49, 0.51)]})
+    v = article_verdict(r)
+    at_p = v.levels[0]
+    assert at_p.pair.rps.outcome == "better" and at_p.pair.settled
+    assert at_p.claim_targets[0].standing is Standing.STRADDLES and at_p.outcome is Outcome.UNDECIDED
+    past, short = at_p.claim_targets[0].reach
+    assert past > 0 and short > 0 and f"reaches {past:.0%} past it and {short:.0%} short of it" in \
+        at_p.claim_targets[0].words()
+    assert v.outcome is Outcome.UNDECIDED
+    # the straddling level is a key comparison the budget measures more; the cleared one is not
+    keys = {k.level: k for k in key_comparisons(r) if k.kind == "verdict"}
+    assert not keys[2].settled and keys[4].settled
+
+
+def test_partly_and_a_missing_level():
+    r = results_of({2: [(1.02, 0.95), (1.03, 0.97), (1.01, 0.96)], 4: [(1.50, 0.50), (1.52, 0.52), (1.49, 0.51)]})
+    assert article_verdict(r).outcome is Outcome.PARTLY
+    only_p = results_of({2: [(1.50, 0.50), (1.52, 0.52), (1.49, 0.51)]})
+    v = article_verdict(only_p)
+    assert v.levels[0].outcome is Outcome.HOLDS and v.outcome is Outcome.PARTLY and "at 4 connections" in v.missing
+    with pytest.raises(ValueError, match="missing"):
+        Verdict(())
+
+
+def test_a_target_judgement_is_validated_on_creation():
+    with pytest.raises(ValueError, match="figure"):
+        TargetJudgement(2, "p95", 1.0, True, 1.0, 1.0, 1.0, Standing.CLEARS, False)
+    with pytest.raises(ValueError, match="comparison"):
+        TargetJudgement(2, "rps", 1.25, False, 1.3, 1.3, 1.3, Standing.CLEARS, True)
+
+
+ROW = re.compile(r"^\s+(\d+) \((2?P)\)\s+(.+?)\s{2,}(.+?)\s{2,}(clears|misses|straddles)\b.*$")
+SENTENCE = re.compile(r"^\s+- at (\d+) connections \(2?P\): (holds|does not hold|holds in part|undecided):")
+
+
+@pytest.mark.parametrize("name", ["results-tails.json", "results-small.json"])
+def test_the_rendered_verdict_agrees_with_its_target_table(name):
+    """From a stored run: each level's sentence is the combination of the claim rows the table
+    shows for it, and the first line's outcome that of all of them (read back from the text)."""
+    results = load(FIXTURES / name)
+    lines = verdict_lines(results)
+    rows = [m.groups() for m in map(ROW.match, lines) if m]
+    claim_rows = [r for r in rows if "(check)" not in r[2]]
+    assert len(claim_rows) == 4 and len(rows) == 8
+    sentences = {int(m[1]): m[2] for m in map(SENTENCE.match, lines) if m}
+    for level, said in sentences.items():
+        standings = [Standing(r[4]) for r in claim_rows if int(r[0]) == level]
+        assert combine(standings).value == said
+    overall = combine(Standing(r[4]) for r in claim_rows).value
+    assert f"): {overall} here." in " ".join(" ".join(lines).split())
+    # the Markdown report and the headline render the same judgement
+    md = " ".join(" ".join(markdown_lines(results, [])).split())
+    assert f"): {overall} here." in md
+    assert md.index("## The answer") < md.index("## Verdict")
+    head = " ".join(" ".join(headline_lines(results, "results/x")).split())
+    assert f"): {overall} here." in head and head.count("straddles") == [r[4] for r in claim_rows].count("straddles")
+
+
+def test_the_headline_is_short_and_names_the_layout():
+    r = results_of({2: [(1.00, 0.88), (1.05, 0.85), (1.03, 0.90)], 4: [(1.21, 0.77), (1.25, 0.80), (1.18, 0.74)]})
+    lines = headline_lines(r, "results/run")
+    assert lines[:2] == ["", "== the answer =="] and len(lines[2:]) <= 15, "\n".join(lines)
+    rec = recommend(r, "article")
+    text = " ".join(" ".join(lines).split())
+    assert rec is not None and f"Run here: {rec.layout}" in text
+    assert "How sure: 95% intervals, paired over 3 rounds" in text
+    assert "other processes used up to 2% of the CPU" in text and "load average 0.4 at the start" in text
+    assert "results/run/report.txt" in text
+    assert all(len(x) <= 100 for x in lines)
+
+
+def test_added_rounds_go_to_the_verdicts_pairs_first():
+    """A straddling verdict pair and an undecided other comparison: the next round measures the
+    verdict's layouts at the straddling level only; once the verdict is settled, the others."""
+    r = results_of({2: [(1.20, 0.60), (1.30, 0.62), (1.24, 0.58)], 4: [(1.50, 0.50), (1.52, 0.52), (1.49, 0.51)]})
+    keys = key_comparisons(r)
+    verdict_at_2 = next(k for k in keys if k.kind == "verdict" and k.level == 2)
+    other = KeyComparison("best", "article", 4, (verdict_at_2.groups[0], verdict_at_2.groups[1]), (), False)
+    other = replace(other, groups=tuple(replace(g, layout=g.layout.replace("2x4", "1x4")) for g in other.groups))
+    assert next_blocks([*keys, other]) == {"2x4-mapped": {"article": [2]}, "2x4-shared": {"article": [2]}}
+    settled = [replace(k, settled=True) for k in keys]
+    assert next_blocks([*settled, other]) == {"1x4-mapped": {"article": [4]}, "1x4-shared": {"article": [4]}}

@@ -1,0 +1,145 @@
+"""The key comparisons: what a run exists to decide, and what a budgeted compare measures until
+each is settled (``bench.kinds.closedloop``'s rounds added until decided).
+
+A pair is settled when more rounds would not change what the report says about it: for the
+article verdict's pairs (``bench.verdict``), the direction decided or equivalent and every target
+of the claim cleared or missed; for the others, the paired comparison decided or equivalent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from uwsgi_layouts.bench.analysis import Group, alternatives, best_and_runner_up, group_cells
+from uwsgi_layouts.bench.paired import Comparison
+from uwsgi_layouts.bench.results import Results
+from uwsgi_layouts.bench.verdict import article_verdict
+
+
+@dataclass(frozen=True)
+class KeyComparison:
+    """One comparison a run exists to decide: the article verdict's pair at P or 2P (throughput
+    and p99), the best layout at a level against the runner-up (throughput), and with peers each
+    peer's best variant against its next (throughput) and the best uWSGI layout against the best
+    peer at 2P (the targets, throughput and p99). ``settled``:
+    decided or equivalent (no more rounds needed), and for the verdict's pairs each target of the
+    claim cleared or missed (``bench.verdict``: none straddles its threshold); ``thin``: a p99 of
+    either group rests on fewer than MIN_SLOWER_REQUESTS requests above it (more rounds would let it
+    be quoted); ``quotes_tails``: the verdict quotes this pair's p99s, so a thin one needs rounds as
+    much as an undecided comparison does."""
+
+    kind: str  # "verdict", "best" (vs the runner-up), "variant" (a peer's best variant), "target" (vs the best peer)
+    scenario: str
+    level: int
+    groups: tuple[Group, Group]
+    comparisons: tuple[Comparison, ...]
+    settled: bool
+    quotes_tails: bool = False
+
+    @property
+    def layouts(self) -> tuple[str, str]:
+        return self.groups[0].layout, self.groups[1].layout
+
+    @property
+    def rounds(self) -> int:
+        return min(len(g.rounds) or g.rps.n for g in self.groups)
+
+    @property
+    def thin(self) -> bool:
+        return any(not g.p99_quotable for g in self.groups)
+
+    @property
+    def name(self) -> str:
+        a, b = self.layouts
+        return f"{a} vs {b} at {self.level} connections ({self.scenario})"
+
+
+def key_comparisons(results: Results) -> list[KeyComparison]:
+    """The verdict's pairs (demo runs with the article scenario) first, then, per scenario and
+    level, the best layout against the runner-up (a pair already listed is not listed twice)."""
+    out: list[KeyComparison] = []
+    seen: set[tuple] = set()
+    demo = (results.arguments.get("app") or {}).get("demo", True)
+    if demo and "article" in results.scenarios:
+        for judged in article_verdict(results).levels:
+            lv = judged.pair
+            out.append(KeyComparison("verdict", "article", lv.concurrency, (lv.mapped, lv.shared), (lv.rps, lv.p99),
+                                     lv.settled and not judged.straddles, quotes_tails=True))
+            seen.add(("article", lv.concurrency, frozenset((lv.mapped.layout, lv.shared.layout))))
+    for sc in results.scenarios:
+        for level, b in best_and_runner_up(group_cells(results, sc)).items():
+            pair = (sc, level, frozenset((b.best.layout, b.runner_up.layout))) if b.runner_up is not None else None
+            if pair is None or pair in seen:
+                continue
+            seen.add(pair)
+            out.append(KeyComparison("best", sc, level, (b.best, b.runner_up), (b.rps,), b.settled))
+    # With peers: which variant of each peer is its best (what "each peer at its best" rests on), and
+    # the best uWSGI layout against the best peer at 2P, settled when each target is met or missed.
+    for sc in results.scenarios:
+        alt = alternatives(results, sc)
+        if alt is None:
+            continue
+        for c in alt.choices:
+            pair = (sc, c.concurrency, frozenset((c.best.layout, c.runner_up.layout))) if c.runner_up else None
+            if pair is None or pair in seen:
+                continue
+            seen.add(pair)
+            out.append(KeyComparison("variant", sc, c.concurrency, (c.best, c.runner_up), (c.rps,), c.rps.settled))
+        m = alt.target
+        if m is not None and (sc, m.concurrency, frozenset((m.uwsgi.layout, m.peer.layout))) not in seen:
+            out.append(KeyComparison("target", sc, m.concurrency, (m.uwsgi, m.peer), (m.rps, m.p99), m.settled))
+    return out
+
+
+def next_blocks(keys: list[KeyComparison]) -> dict[str, dict[str, list[int]]]:
+    """What the next added round measures: the verdict's pairs first while any is unsettled or
+    thin (they are what a run exists to answer, and a budget rarely holds a round of everything),
+    then every other unsettled key comparison, then the thin tails of the rest."""
+    verdict = [k for k in keys if k.kind == "verdict"]
+    return extension_blocks(verdict) or extension_blocks(keys) or extension_blocks(keys, thin_too=True)
+
+
+def extension_blocks(keys: list[KeyComparison], thin_too: bool = False) -> dict[str, dict[str, list[int]]]:
+    """What one more round measures: layout -> scenario -> levels, for every unsettled key
+    comparison and every thin pair whose p99s the verdict quotes (with ``thin_too``, also the
+    other pairs whose p99 cannot be quoted yet)."""
+    out: dict[str, dict[str, list[int]]] = {}
+    for k in keys:
+        if k.settled and not ((thin_too or k.quotes_tails) and k.thin):
+            continue
+        for layout in k.layouts:
+            levels = out.setdefault(layout, {}).setdefault(k.scenario, [])
+            if k.level not in levels:
+                levels.append(k.level)
+    return {layout: {sc: sorted(lv) for sc, lv in scs.items()} for layout, scs in out.items()}
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The layout to run here, for one scenario: the one ranked first (``analysis.ranked_at_level``)
+    at the most levels (a tie: the one first at the higher level), with its comparison against the
+    runner-up at each level where it is first."""
+
+    scenario: str
+    layout: str
+    best_at: tuple[int, ...]  # the levels where it ranked first
+    levels: tuple[int, ...]  # every level measured
+    against: tuple[tuple[int, str, Comparison], ...]  # (level, runner-up, throughput best / runner-up)
+
+    def __post_init__(self):
+        if not self.best_at or any(lv not in self.levels for lv in self.best_at):
+            raise ValueError("best_at: the recommended layout must rank first at some measured level")
+
+
+def recommend(results: Results, scenario: str) -> Recommendation | None:
+    """The layout to run for ``scenario`` (None when nothing was measured for it)."""
+    ranked = best_and_runner_up(group_cells(results, scenario))
+    if not ranked:
+        return None
+    firsts: dict[str, list[int]] = {}
+    for level, b in ranked.items():
+        firsts.setdefault(b.best.layout, []).append(level)
+    layout = max(firsts, key=lambda name: (len(firsts[name]), max(firsts[name])))
+    against = tuple((lv, ranked[lv].runner_up.layout, ranked[lv].rps) for lv in firsts[layout]
+                    if ranked[lv].runner_up is not None)
+    return Recommendation(scenario, layout, tuple(firsts[layout]), tuple(ranked), against)

@@ -1,0 +1,163 @@
+"""The headline of a compare run: the last screen of ``make compare`` and the top of report.md.
+
+At most about 15 lines, each answering one question: which layout to run here and why
+(``decisions.recommend``), what one socket per worker changed at P and 2P (the verdict's paired
+ratios with their intervals), whether the article's claim holds (``bench.verdict``: per level and
+per target), how sure (the run's confidence level and rounds), how busy the machine was (its
+environment record) and where the full report is. It renders what the analysis decided; the
+tables, decisions and warnings it summarises are in report.txt and report.md (or on the terminal
+with ``--full``).
+"""
+
+from __future__ import annotations
+
+from uwsgi_layouts.bench.analysis import machine_cautions, rule_of, warnings
+from uwsgi_layouts.bench.decisions import Recommendation, recommend
+from uwsgi_layouts.bench.paired import percent
+from uwsgi_layouts.bench.report import nginx
+from uwsgi_layouts.bench.report.subject import is_demo_run
+from uwsgi_layouts.bench.report.text import wrap
+from uwsgi_layouts.bench.results import Results
+from uwsgi_layouts.bench.verdict import (
+    ARTICLE,
+    TARGET_P99_RATIO,
+    TARGET_RPS_RATIO,
+    LevelJudgement,
+    Standing,
+    Verdict,
+    article_verdict,
+    confidence_words,
+)
+
+
+def at_level(v: Verdict, concurrency: int) -> str:
+    """``2 connections (P)``."""
+    name = v.level_name(concurrency)
+    return f"{concurrency} connections" + (f" ({name})" if name else "")
+
+
+def claim_sentence(v: Verdict) -> str:
+    """``the article's claim (2x4-mapped: >= 1.25x the throughput ... at P and 2P): does not hold here.``"""
+    return (f"the article's claim ({v.mapped or 'PxT-mapped'}: >= {TARGET_RPS_RATIO:g}x the throughput and "
+            f"<= {TARGET_P99_RATIO:g}x the p99 of {v.shared or 'PxT-shared'} at P and 2P connections): "
+            f"{v.outcome.value}" + (" here" if v.levels else "") + ".")
+
+
+def level_sentence(v: Verdict, lv: LevelJudgement) -> str:
+    """``at 2 connections (P): does not hold: throughput 1.03x (1.00–1.07): misses it, far below
+    the 1.25x claimed; p99 ...``."""
+    parts = [f"{'throughput' if t.figure == 'rps' else t.figure} {t.words()}" for t in lv.claim_targets]
+    return f"at {at_level(v, lv.concurrency)}: {lv.outcome.value}: " + "; ".join(parts)
+
+
+def _levels(levels) -> str:
+    items = [str(x) for x in levels]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def run_here(rec: Recommendation) -> str:
+    """``Run here: 2x4-mapped (first at 4 and 8 connections, of 2, 4 and 8; throughput vs the
+    runner-up: 1.05x (0.98–1.12) undecided vs 2x4-thunder at 4, ...).``"""
+    text = f"Run here: {rec.layout} (first at {_levels(rec.best_at)} connections, of {_levels(rec.levels)}"
+    if rec.against:
+        text += "; throughput vs the runner-up: " + ", ".join(
+            f"{c.text()} {c.outcome} vs {other} at {lv}" for lv, other, c in rec.against)
+    return text + ")."
+
+
+def changed(v: Verdict) -> str:
+    """``One socket per worker (2x4-mapped vs 2x4-shared): at 2 (P) throughput 1.03x (1.00–1.07),
+    p99 0.86x (0.79–0.93); at 4 (2P) ...``."""
+    parts = []
+    for lv in v.levels:
+        name = v.level_name(lv.concurrency)
+        parts.append(f"at {lv.concurrency}{f' ({name})' if name else ''} throughput {lv.pair.rps.text()}, "
+                     f"p99 {lv.pair.p99.text()}")
+    return f"One socket per worker ({v.mapped} vs {v.shared}): " + "; ".join(parts) + "."
+
+
+def short_claim(v: Verdict) -> str:
+    """``The article's claim (>= 1.25x throughput, <= 0.7x p99 at P and 2P): does not hold here.``"""
+    return (f"The article's claim (>= {TARGET_RPS_RATIO:g}x throughput, <= {TARGET_P99_RATIO:g}x p99 at P and 2P): "
+            f"{v.outcome.value}" + (" here" if v.levels else "") + ".")
+
+
+def short_level(v: Verdict, lv: LevelJudgement) -> str:
+    """``P: does not hold: throughput 1.03x (1.00–1.07) far below 1.25x; p99 ...``."""
+    name = v.level_name(lv.concurrency) or f"{lv.concurrency} connections"
+    parts = [f"{'throughput' if t.figure == 'rps' else t.figure} {t.brief()}" for t in lv.claim_targets]
+    return f"{name}: {lv.outcome.value}: " + "; ".join(parts)
+
+
+def how_sure(results: Results, v: Verdict | None) -> str:
+    """The confidence level, the rounds and what measuring until decided did."""
+    rule = rule_of(results)
+    text = f"How sure: {confidence_words(v)}" if v is not None and v.levels else \
+        f"How sure: {percent(rule.confidence)} intervals"
+    text += ", every decision at that level"
+    if rule.last > rule.first:
+        text += f" ({rule.t_looks} looks, each at {percent(1 - rule.look_alpha)})"
+    state = results.arguments.get("until_decided") or {}
+    added = [r["round"] for r in state.get("rounds", [])]
+    if state:
+        text += (f"; {len(added)} round{'s' if len(added) != 1 else ''} added until decided" if added else
+                 "; no round added") + f", stopped: {state.get('stop') or 'interrupted'}"
+    straddling = [t for t in (v.targets if v is not None else ()) if t.claim and t.standing is Standing.STRADDLES]
+    if straddling:
+        text += "; a straddling target needs more rounds (--budget 10)"
+    return text + "."
+
+
+def machine(results: Results) -> str:
+    """The machine's state from the environment record, and the cautions the analysis raised."""
+    env = results.environment
+    samples = (env.get("machine") or {}).get("samples") or []
+    others = [x for x in [env.get("others_at_start"), *(s.get("others") for s in samples)]
+              if isinstance(x, (int, float)) and not isinstance(x, bool)]
+    load = (env.get("loadavg_at_start") or [None])[0]
+    parts = []
+    if others:
+        parts.append(f"other processes used up to {max(others):.0%} of the CPU")
+    if isinstance(load, (int, float)):
+        parts.append(f"load average {load:.1f} at the start")
+    if env.get("nproc"):
+        parts.append(f"{env['nproc']} cores")
+    text = "Machine: " + (", ".join(parts) if parts else "no load recorded")
+    cautions = machine_cautions(env)
+    return text + ("; busy: differences of a few percent are suspect." if cautions else ".")
+
+
+def headline_lines(results: Results, where: str | None = None) -> list[str]:
+    """The headline (terminal form); ``where``: the directory holding the full report (None: the
+    report that follows it, as in report.md)."""
+    out = ["", "== the answer =="]
+    demo_claim = is_demo_run(results) and not nginx.only_nginx(results) and ARTICLE in results.scenarios
+    scenario = ARTICLE if ARTICLE in results.scenarios else (results.scenarios or [""])[0]
+    rec = recommend(results, scenario) if results.cells else None
+    if rec is not None:
+        out += wrap(run_here(rec))
+    v = article_verdict(results) if demo_claim else None
+    if v is not None and v.levels:
+        out += wrap(changed(v))
+    if v is not None:
+        out += wrap(short_claim(v))
+        for lv in v.levels:
+            out += wrap(short_level(v, lv), indent="  - ", subsequent="    ")
+        if v.missing:
+            out += wrap(f"Not checked: {v.missing}.", indent="  ", subsequent="  ")
+    out += wrap(how_sure(results, v))
+    out += wrap(machine(results))
+    count = len(warnings(results))
+    more = f"{count} warning{'s' if count != 1 else ''}"
+    if where is not None:
+        out += wrap(f"Full report ({more}): {where}/report.txt and report.md (--full prints it here).")
+    else:
+        out += wrap(f"The full report ({more}) follows.")
+    return out
+
+
+def headline_markdown(results: Results) -> list[str]:
+    """The same headline at the top of report.md."""
+    lines = headline_lines(results)[2:]
+    text = "\n".join(lines)
+    return ["## The answer", "", "```text", text, "```", ""]

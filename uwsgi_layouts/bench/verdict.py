@@ -1,0 +1,334 @@
+"""The article's claim, judged: each target's paired interval against its threshold, and the verdict.
+
+The claim: ``PxT-mapped`` (one socket per worker, nginx least_conn) has at least
+``TARGET_RPS_RATIO`` (1.25x) the throughput and at most ``TARGET_P99_RATIO`` (0.70x) the p99 of
+``PxT-shared`` (one shared socket), at P and at 2P connections, P being the processes. Each
+(level, target) is one ``TargetJudgement``: the paired comparison's interval (``bench.paired``, at
+the run's one confidence level) either clears the threshold (the whole interval on the claimed
+side), misses it (the whole interval on the other side) or straddles it (more rounds could still
+tip it). The ``Verdict`` is their combination (``combine``): the claim holds (every target
+cleared), does not hold (none cleared, some missed), holds in part (some cleared, some missed),
+or is undecided (nothing missed, something straddles: it says by how much). The run's own
+checks (the mapped layout's efficiency, zero errors) are judged alongside but are not the claim.
+
+The verdict line, the headline and the target table all render this one object, so they cannot
+disagree. Whether mapped is better than shared at all (the direction: better, worse, equivalent
+against 1) is another question, the decisions' (``ClaimAtLevel.outcome``): a run can show mapped
+better beyond noise (1.03x, 1.01-1.06) while the claim of 1.25x plainly does not hold.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from uwsgi_layouts.bench.analysis import Group, compare_groups, group_cells, rule_of
+from uwsgi_layouts.bench.paired import Comparison, percent
+from uwsgi_layouts.bench.results import Results
+
+ARTICLE = "article"  # the scenario whose request is the article's
+TARGET_RPS_RATIO = 1.25  # mapped / shared throughput, at least
+TARGET_P99_RATIO = 0.70  # mapped / shared p99, at most
+TARGET_EFFICIENCY = 0.85  # mapped, at least (a check of the run, not the article's claim)
+# A miss or a straddle is described by how far the interval's nearer end lies from the threshold,
+# as a share of it: beyond FAR it is "far", within NEAR "just".
+FAR, NEAR = 0.10, 0.03
+
+
+class Standing(enum.Enum):
+    """One interval against one threshold."""
+
+    CLEARS = "clears"
+    MISSES = "misses"
+    STRADDLES = "straddles"
+
+
+class Outcome(enum.Enum):
+    """The claim's verdict, for one level or for the run."""
+
+    HOLDS = "holds"
+    DOES_NOT_HOLD = "does not hold"
+    PARTLY = "holds in part"
+    UNDECIDED = "undecided"
+    CANNOT_BE_CHECKED = "cannot be checked"
+
+
+def standing_of(low: float, high: float, threshold: float, at_most: bool) -> Standing:
+    """Where the interval [low, high] lies against ``threshold`` (the claim: at most, or at least, it)."""
+    if low > high:
+        raise ValueError(f"interval: low {low} above high {high}")
+    cleared, missed = (high <= threshold, low > threshold) if at_most else (low >= threshold, high < threshold)
+    return Standing.CLEARS if cleared else Standing.MISSES if missed else Standing.STRADDLES
+
+
+def combine(standings) -> Outcome:
+    """The claim over several targets: holds when every one cleared, holds in part when some cleared
+    and some missed, does not hold when some missed and none cleared, else undecided."""
+    s = set(standings)
+    if not s:
+        return Outcome.CANNOT_BE_CHECKED
+    if s == {Standing.CLEARS}:
+        return Outcome.HOLDS
+    if Standing.MISSES in s:
+        return Outcome.PARTLY if Standing.CLEARS in s else Outcome.DOES_NOT_HOLD
+    return Outcome.UNDECIDED
+
+
+@dataclass(frozen=True)
+class TargetJudgement:
+    """One target at one level: the measured point with its interval against the threshold.
+    ``claim``: part of the article's claim (the ratios); else a check of the run (efficiency,
+    errors: a point, low = high). ``comparison``: the paired comparison behind a ratio."""
+
+    concurrency: int
+    figure: str  # "rps", "p99", "efficiency", "errors"
+    threshold: float
+    at_most: bool
+    value: float
+    low: float
+    high: float
+    standing: Standing
+    claim: bool
+    comparison: Comparison | None = None
+
+    def __post_init__(self):
+        if self.figure not in TARGET_FIGURES:
+            raise ValueError(f"figure: must be one of {', '.join(TARGET_FIGURES)}, got {self.figure!r}")
+        if not isinstance(self.standing, Standing):
+            raise ValueError(f"standing: must be a Standing, got {self.standing!r}")
+        if self.claim and self.comparison is None:
+            raise ValueError("comparison: a target of the claim is judged by its paired comparison")
+
+    @property
+    def label(self) -> str:
+        """``throughput >= 1.25x shared``: the target as the tables name it."""
+        sign = "<=" if self.at_most else ">="
+        if self.figure in ("rps", "p99"):
+            return f"{'throughput' if self.figure == 'rps' else 'p99'} {sign} {self.threshold:g}x shared"
+        return f"efficiency {sign} {self.threshold:g}" if self.figure == "efficiency" else "zero errors"
+
+    @property
+    def measured(self) -> str:
+        """``1.03x (1.00–1.07)``, ``0.91``, ``0 failed``."""
+        if self.comparison is not None:
+            return self.comparison.text()
+        return f"{self.value:.2f}" if self.figure == "efficiency" else f"{self.value:g} failed"
+
+    @property
+    def gap(self) -> float:
+        """How far the interval's nearer end lies from the threshold, as a share of it (0 for a
+        straddle); for a straddle see ``reach``."""
+        if self.standing is Standing.STRADDLES or not self.threshold:
+            return 0.0
+        near = self.high if (self.standing is Standing.MISSES) != self.at_most else self.low
+        return abs(near - self.threshold) / self.threshold
+
+    @property
+    def reach(self) -> tuple[float, float]:
+        """For a straddle: how far the interval reaches on the claimed side and on the other,
+        each as a share of the threshold (``(0.03, 0.10)``: 3% past it, 10% short of it)."""
+        t = self.threshold or 1.0
+        if self.at_most:
+            return max(0.0, (t - self.low) / t), max(0.0, (self.high - t) / t)
+        return max(0.0, (self.high - t) / t), max(0.0, (t - self.low) / t)
+
+    @property
+    def side(self) -> str:
+        """``far below``, ``above``, ``just above``: where a cleared or missed interval lies."""
+        side = ("above" if self.at_most else "below") if self.standing is Standing.MISSES else \
+            ("below" if self.at_most else "above")
+        return ("far " if self.gap > FAR else "just " if self.gap < NEAR else "") + side
+
+    def words(self) -> str:
+        """``1.03x (1.00–1.07): misses it, far below the 1.25x claimed``; a check: ``0.91: meets it,
+        above 0.85``."""
+        what = f"the {self.threshold:g}x claimed" if self.claim else f"{self.threshold:g}"
+        if self.figure == "errors":
+            return "no failed requests" if self.standing is Standing.CLEARS else f"{self.value:g} failed requests"
+        if self.standing is Standing.STRADDLES:
+            past, short = self.reach
+            return (f"{self.measured}: straddles {what} (the interval reaches {_share(past)} past it and "
+                    f"{_share(short)} short of it)")
+        verb = "meets" if self.standing is Standing.CLEARS else "misses"
+        return f"{self.measured}: {verb} it, {self.side} {what}"
+
+    def judged(self) -> str:
+        """The target table's cell: ``misses: far below by 0.18``, ``straddles: 4% past, 10% short``."""
+        if self.standing is Standing.STRADDLES:
+            past, short = self.reach
+            return f"straddles: {_share(past)} past, {_share(short)} short"
+        if self.figure == "errors":
+            return self.standing.value
+        near = self.high if (self.standing is Standing.MISSES) != self.at_most else self.low
+        return f"{self.standing.value}: {self.side} by {abs(near - self.threshold):.2f}"
+
+    def brief(self) -> str:
+        """``1.03x (1.00–1.07) far below 1.25x``, ``1.21x (1.13–1.30) straddles 1.25x (4% past, 10% short)``."""
+        if self.standing is Standing.STRADDLES:
+            past, short = self.reach
+            return f"{self.measured} straddles {self.threshold:g}x ({_share(past)} past, {_share(short)} short)"
+        return f"{self.measured} {self.side} {self.threshold:g}x"
+
+
+TARGET_FIGURES = ("rps", "p99", "efficiency", "errors")
+
+
+def _share(x: float) -> str:
+    """``10%``; below 1%, one decimal (``0.4%``), so that a sliver past a threshold does not read 0%."""
+    return f"{x:.1%}" if 0 < x < 0.01 else f"{x:.0%}"
+
+
+@dataclass(frozen=True)
+class ClaimAtLevel:
+    """mapped against shared at one level, on throughput and p99, each a paired comparison; its
+    ``outcome`` is the direction (the decisions' question), not the claim's verdict."""
+
+    concurrency: int
+    shared: Group
+    mapped: Group
+
+    @property
+    def rps(self) -> Comparison:
+        """mapped vs shared throughput, paired by round."""
+        return compare_groups(self.mapped, self.shared, "rps")
+
+    @property
+    def p99(self) -> Comparison:
+        """mapped vs shared p99 (each round's own), paired by round."""
+        return compare_groups(self.mapped, self.shared, "p99")
+
+    @property
+    def outcome(self) -> str:
+        """The direction: "holds" (more throughput and a lower p99, both beyond noise), "fails"
+        (either one worse beyond noise), "no difference" (neither worse, one equivalent) or
+        "undecided" (measure more)."""
+        outcomes = (self.rps.outcome, self.p99.outcome)
+        if "worse" in outcomes:
+            return "fails"
+        if outcomes == ("better", "better"):
+            return "holds"
+        if "equivalent" in outcomes and "undecided" not in outcomes:
+            return "no difference"
+        return "undecided"
+
+    @property
+    def settled(self) -> bool:
+        return self.outcome != "undecided"
+
+    def judgements(self) -> tuple[TargetJudgement, ...]:
+        """The claim's two targets, then the run's two checks, at this level."""
+        out = []
+        for figure, threshold, at_most in (("rps", TARGET_RPS_RATIO, False), ("p99", TARGET_P99_RATIO, True)):
+            c = self.rps if figure == "rps" else self.p99
+            judged = c.method != "too few rounds"
+            standing = standing_of(c.low, c.high, threshold, at_most) if judged else Standing.STRADDLES
+            out.append(TargetJudgement(self.concurrency, figure, threshold, at_most, c.ratio, c.low,
+                                       c.high if judged else float("inf"), standing, True, c))
+        eff = self.mapped.efficiency.median
+        out.append(TargetJudgement(self.concurrency, "efficiency", TARGET_EFFICIENCY, False, eff, eff, eff,
+                                   standing_of(eff, eff, TARGET_EFFICIENCY, False), False))
+        errors = float(self.mapped.errors + self.shared.errors)
+        out.append(TargetJudgement(self.concurrency, "errors", 0.0, True, errors, errors, errors,
+                                   standing_of(errors, errors, 0.0, True), False))
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class LevelJudgement:
+    """The claim at one level: the pair and every target's judgement."""
+
+    pair: ClaimAtLevel
+    targets: tuple[TargetJudgement, ...]
+
+    @property
+    def concurrency(self) -> int:
+        return self.pair.concurrency
+
+    @property
+    def claim_targets(self) -> tuple[TargetJudgement, ...]:
+        return tuple(t for t in self.targets if t.claim)
+
+    @property
+    def outcome(self) -> Outcome:
+        return combine(t.standing for t in self.claim_targets)
+
+    @property
+    def straddles(self) -> bool:
+        """Some target of the claim straddles its threshold: more rounds could decide it."""
+        return any(t.standing is Standing.STRADDLES for t in self.claim_targets)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The article's claim in this run: per level (P, then 2P) and over both. ``missing``: why a
+    level (or the whole check) could not be made; ``confidence``: the level of every interval."""
+
+    levels: tuple[LevelJudgement, ...]
+    mapped: str = ""
+    shared: str = ""
+    processes: int = 0
+    missing: str = ""
+    confidence: float = 0.0
+
+    def __post_init__(self):
+        if not self.levels and not self.missing:
+            raise ValueError("missing: a verdict without levels must say why")
+
+    @property
+    def targets(self) -> tuple[TargetJudgement, ...]:
+        """Every judgement, level by level: the rows of the target table."""
+        return tuple(t for lv in self.levels for t in lv.targets)
+
+    @property
+    def outcome(self) -> Outcome:
+        """Over every level's claim targets; with a level missing, a claim that held where it was
+        measured holds only in part (half a check is not a reproduction)."""
+        if not self.levels:
+            return Outcome.CANNOT_BE_CHECKED
+        out = combine(t.standing for lv in self.levels for t in lv.claim_targets)
+        return Outcome.PARTLY if self.missing and out is Outcome.HOLDS else out
+
+    @property
+    def rounds(self) -> tuple[int, ...]:
+        """The paired rounds the claim's comparisons rest on, each count once, ascending."""
+        return tuple(sorted({t.comparison.rounds for t in self.targets if t.comparison is not None}))
+
+    def level_name(self, concurrency: int) -> str:
+        """``P`` or ``2P`` (``""`` for another level)."""
+        return {self.processes: "P", 2 * self.processes: "2P"}.get(concurrency, "") if self.processes else ""
+
+
+def article_verdict(results: Results, scenario: str = ARTICLE) -> Verdict:
+    """Does ``PxT-mapped`` reach the claim against ``PxT-shared`` at P and 2P connections?"""
+    p, t = results.arguments.get("processes"), results.arguments.get("threads")
+    confidence = rule_of(results).confidence
+    if not p or not t:
+        return Verdict((), missing="the run does not record processes/threads", confidence=confidence)
+    shared_name, mapped_name = f"{p}x{t}-shared", f"{p}x{t}-mapped"
+    if scenario not in results.scenarios:
+        have = ", ".join(results.scenarios) or "none"
+        return Verdict((), mapped_name, shared_name, p, f"this run has no '{scenario}' scenario (scenarios: {have})",
+                       confidence)
+    groups = {(g.layout, g.concurrency): g for g in group_cells(results, scenario)}
+    levels, absent = [], []
+    for level in (p, 2 * p):
+        s, m = groups.get((shared_name, level)), groups.get((mapped_name, level))
+        if s is None or m is None:
+            absent.append(level)
+            continue
+        pair = ClaimAtLevel(level, s, m)
+        levels.append(LevelJudgement(pair, pair.judgements()))
+    missing = ""
+    if absent:
+        missing = (f"{shared_name} and {mapped_name} were not both measured at "
+                   f"{' and '.join(map(str, absent))} connections")
+    return Verdict(tuple(levels), mapped_name, shared_name, p, missing, confidence)
+
+
+def confidence_words(v: Verdict) -> str:
+    """``95% intervals, paired over 3 and 5 rounds``."""
+    if any(t.comparison is not None and not t.comparison.paired for t in v.targets):
+        return f"conservative unpaired intervals (the cells record no rounds), {percent(v.confidence)} otherwise"
+    counts = [str(n) for n in v.rounds]
+    rounds = counts[0] if len(counts) == 1 else ", ".join(counts[:-1]) + " and " + counts[-1]
+    return f"{percent(v.confidence)} intervals, paired over {rounds} rounds" if counts else percent(v.confidence)
