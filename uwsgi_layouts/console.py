@@ -40,6 +40,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tune": (BENCH, "recommend a layout for your app from measurements, and write its configs"),
     "doctor": (BENCH, "diagnose a running uWSGI from its stats server (pile-up, saturation, listen queue, "
                       "harakiri, memory) and suggest a layout to try, without a benchmark"),
+    "watch": (BENCH, "export a running service's figures to Prometheus, continuously (uWSGI's stats server: pile-up, "
+                     "busy threads; any server: accept queues, busy ratio; nginx's log: latency histograms)"),
+    "watch-rules": (BENCH, "write Prometheus alert rules and a Grafana dashboard over watch's metrics (p99 target "
+                           "given here)"),
     "report": (BENCH, "render report.txt, report.md and plots from a stored results.json (any kind, any version "
                       "this tool reads)"),
     "dataset": ("uwsgi_layouts.bench.dataset", "make the file set for the file-offload scenarios (and nginx's id "
