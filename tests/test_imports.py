@@ -125,12 +125,15 @@ def test_bench_layers_point_one_way():
     assert not {m for m in GRAPH["bench.results"] if m.startswith(("bench", "deploy"))}
     # doctor's judgement sits beside analysis: it reads observations and records, never loads or runs stacks.
     assert GRAPH["bench.diagnosis"] <= {"bench.observe", "bench.results"}
+    # watch's room sits beside doctor's judgement: observations and diagnosis in, metrics out.
+    assert {t for m, targets in GRAPH.items() if m.startswith("bench.watch") for t in targets
+            if not t.startswith("bench.watch")} <= {"bench.observe", "bench.diagnosis", "bench.results"}
     for module, targets in GRAPH.items():
         if module.startswith(("bench.report", "bench.load", "bench.analysis", "bench.stack", "bench.observe",
-                              "bench.diagnosis")):
+                              "bench.diagnosis", "bench.watch")):
             assert not {t for t in targets if t.startswith(("bench.kinds", "bench.cli"))}, module
     shared = {"bench.kinds", "bench.kinds.base", "bench.kinds.closedloop"}
-    for kind in ("compare", "openloop", "faults", "doctor"):
+    for kind in ("compare", "openloop", "faults", "doctor", "watch", "watchrules"):
         others = {t for t in GRAPH[f"bench.kinds.{kind}"] if t.startswith("bench.kinds")} - shared
         assert not others, (kind, others)
 
