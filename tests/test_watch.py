@@ -19,7 +19,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from tests.test_doctor import CASES, STATS_DOC, serve_once, to_sample, window
-from uwsgi_layouts.bench import cli
+from uwsgi_layouts.bench import watchcli
 from uwsgi_layouts.bench.diagnosis import diagnose
 from uwsgi_layouts.bench.observe import inet_listeners, parse_timed_line
 from uwsgi_layouts.bench.watch import (
@@ -243,7 +243,7 @@ def test_the_endpoint_on_loopback_tcp(free_ports):
     ([], "error: stats: nothing to watch"),
 ])
 def test_bad_arguments_exit_2_with_one_line(argv, message, capsys):
-    assert cli.main(["watch", *argv]) == 2
+    assert watchcli.main(argv) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1 and message in captured.err, captured.err
 
@@ -251,6 +251,6 @@ def test_bad_arguments_exit_2_with_one_line(argv, message, capsys):
 def test_an_access_log_without_upstream_times_is_refused_naming_the_format(tmp_path, capsys):
     log = tmp_path / "access.log"
     log.write_text('127.0.0.1 - - [27/Nov/2026:06:00:00 +0000] "GET / HTTP/1.1" 200 5 "-" "curl/8"\n' * 3)
-    assert cli.main(["watch", "--access-log", str(log)]) == 2
+    assert watchcli.main(["--access-log", str(log)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is not in a timed format" in err and 'urt="$upstream_response_time"' in err

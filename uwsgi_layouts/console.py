@@ -22,7 +22,7 @@ DEPLOY = "uwsgi_layouts.deploy.cli"
 BENCH = "uwsgi_layouts.bench.cli"
 
 # command -> (the module whose main(argv) runs it, one line of help). deploy's and bench's parsers
-# take the command word themselves; the tools (the last three) parse what follows it.
+# take the command word themselves; the tools (TOOLS) parse what follows it.
 COMMANDS: dict[str, tuple[str, str]] = {
     "render": (DEPLOY, "write nginx.conf, uwsgi.ini and layout.json for a layout"),
     "run": (DEPLOY, "render into a run directory and serve the layout until Ctrl-C"),
@@ -40,10 +40,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tune": (BENCH, "recommend a layout for your app from measurements, and write its configs"),
     "doctor": (BENCH, "diagnose a running uWSGI from its stats server (pile-up, saturation, listen queue, "
                       "harakiri, memory) and suggest a layout to try, without a benchmark"),
-    "watch": (BENCH, "export a running service's figures to Prometheus, continuously (uWSGI's stats server: pile-up, "
-                     "busy threads; any server: accept queues, busy ratio; nginx's log: latency histograms)"),
-    "watch-rules": (BENCH, "write Prometheus alert rules and a Grafana dashboard over watch's metrics (p99 target "
-                           "given here)"),
     "report": (BENCH, "render report.txt, report.md and plots from a stored results.json (any kind, any version "
                       "this tool reads)"),
     "dataset": ("uwsgi_layouts.bench.dataset", "make the file set for the file-offload scenarios (and nginx's id "
@@ -51,8 +47,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "map-scale": ("uwsgi_layouts.bench.mapscale", "nginx's id map by id count: build time, nginx start, memory"),
     "tune-accuracy": ("uwsgi_layouts.bench.tune.accuracy", "tune against an exhaustive grid of the same space "
                                                           "(a benchmark)"),
+    "watch": ("uwsgi_layouts.bench.watchcli", "export a running service's figures to Prometheus, continuously "
+                                              "(pile-up, busy threads, accept queues, busy ratio, latency histograms)"),
+    "watch-rules": ("uwsgi_layouts.bench.watchrulescli", "write Prometheus alert rules and a Grafana dashboard over "
+                                                         "watch's metrics"),
 }
-TOOLS = ("dataset", "map-scale", "tune-accuracy")
+TOOLS = ("dataset", "map-scale", "tune-accuracy", "watch", "watch-rules")
 
 
 def usage() -> str:

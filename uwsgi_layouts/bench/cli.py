@@ -1,4 +1,4 @@
-"""``uwsgi-layouts compare|openloop|faults|tune|doctor|watch|watch-rules|report``: run a kind, or re-render a run."""
+"""``uwsgi-layouts compare|openloop|faults|tune|doctor|report``: run an experiment kind, or re-render a stored run."""
 
 from __future__ import annotations
 

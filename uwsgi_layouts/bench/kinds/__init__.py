@@ -6,9 +6,7 @@ stack lifecycle (``bench.stack``), load (``bench.load``), results (``bench.resul
 - ``openloop``: httperf rate steps until replies fall behind (the knee);
 - ``faults``:   faults injected under load, with checks of their targets;
 - ``tune``:     a layout recommended from a budgeted search (``bench.tune``), and its configs;
-- ``doctor``:   a running uWSGI watched through its stats server, findings in words (``bench.diagnosis``);
-- ``watch``:    a running service's figures as a Prometheus endpoint, until stopped (``bench.watch``);
-- ``watch-rules``: alert rules and a Grafana dashboard over watch's metrics.
+- ``doctor``:   a running uWSGI watched through its stats server, findings in words (``bench.diagnosis``).
 
 ``KINDS`` is the registry the CLI builds its subcommands from; ``base`` holds ``Kind`` and the
 steps every kind ends with (``publish``). No kind imports the CLI.
@@ -16,8 +14,7 @@ steps every kind ends with (``publish``). No kind imports the CLI.
 
 from __future__ import annotations
 
-from uwsgi_layouts.bench.kinds import compare, doctor, faults, openloop, tune, watch, watchrules
+from uwsgi_layouts.bench.kinds import compare, doctor, faults, openloop, tune
 from uwsgi_layouts.bench.kinds.base import Kind
 
-KINDS: dict[str, Kind] = {k.name: k for k in (compare.KIND, openloop.KIND, faults.KIND, tune.KIND, doctor.KIND,
-                                                watch.KIND, watchrules.KIND)}
+KINDS: dict[str, Kind] = {k.name: k for k in (compare.KIND, openloop.KIND, faults.KIND, tune.KIND, doctor.KIND)}

@@ -8,7 +8,7 @@ window and exits; watch exports the same figures for as long as it runs).
 - ``serve``: the endpoint, on loopback TCP or a unix socket;
 - ``rules``: alert rules and a Grafana dashboard over the same metrics.
 
-Nothing here parses a command line: ``bench.kinds.watch`` and ``bench.kinds.watchrules`` do.
+Nothing here parses a command line: the tools ``bench.watchcli`` and ``bench.watchrulescli`` do.
 """
 
 from __future__ import annotations

@@ -11,21 +11,26 @@ growing, every thread busy, a 5xx share, and p99 over the target given here (``b
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
-from uwsgi_layouts.bench.kinds.base import Kind
-from uwsgi_layouts.bench.options import float_arg, prepare_out
+from uwsgi_layouts.bench.options import BadArgument, float_arg, prepare_out
 from uwsgi_layouts.bench.watch import dashboard_json, rules_yaml
+from uwsgi_layouts.deploy.cli import PROG, OneLineParser
 
 RULES_NAME = "uwsgi-layouts-watch.rules.yml"
 DASHBOARD_NAME = "uwsgi-layouts-watch.dashboard.json"
 MAX_P99_MS = 600_000.0
+EXIT_BAD_INPUT = 2
+HELP = "write Prometheus alert rules and a Grafana dashboard over watch's metrics (p99 target given here)"
 
 
-def add_arguments(p) -> None:
+def build_parser(prog: str = f"{PROG} watch-rules") -> OneLineParser:
+    p = OneLineParser(prog=prog, description=HELP)
     p.add_argument("--p99-ms", required=True, metavar="MS",
                    help=f"alert when the upstream's p99 stays above this many milliseconds (1..{MAX_P99_MS:g})")
     p.add_argument("--out", help="a new or empty directory for the two files (default results/<timestamp>-watch-rules)")
+    return p
 
 
 def run(args) -> int:
@@ -40,5 +45,11 @@ def run(args) -> int:
     return 0
 
 
-KIND = Kind("watch-rules", "write Prometheus alert rules and a Grafana dashboard over watch's metrics (p99 target "
-                           "given here)", add_arguments, run)
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        return run(args)
+    except BadArgument as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT

@@ -15,15 +15,19 @@ The endpoint listens on loopback (default 127.0.0.1:9717) or a unix socket; anot
 with ``--allow-public-listen``. Exit codes: 0 stopped by SIGTERM or Ctrl-C, 2 bad input (one line:
 a malformed or public address, a port in use, an access log not in a timed format, nothing to
 watch; nothing is left running).
+
+A tool of its own (``console.TOOLS``), not an experiment kind: a process that runs for months
+loads no more than it uses (about 30 MB; the kinds' plotting libraries would add 50).
 """
 
 from __future__ import annotations
 
-import time
+import signal
+import sys
+import threading
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 
-from uwsgi_layouts.bench.kinds.base import Kind, sigterm_interrupts
 from uwsgi_layouts.bench.observe import parse_timed_line
 from uwsgi_layouts.bench.options import BadArgument, float_arg, int_arg, stats_arg
 from uwsgi_layouts.bench.watch import (
@@ -38,6 +42,7 @@ from uwsgi_layouts.bench.watch import (
     listen_address,
     say,
 )
+from uwsgi_layouts.deploy.cli import PROG, OneLineParser
 from uwsgi_layouts.deploy.machine import accept
 from uwsgi_layouts.deploy.model import RISKS
 
@@ -51,12 +56,16 @@ MAX_SLOTS = 100_000
 DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0,
                    3.0, 5.0, 10.0, 30.0)
 CHECK_EVERY_S = 0.5
+EXIT_BAD_INPUT = 2
+HELP = ("export a running service's figures to Prometheus, continuously (uWSGI's stats server: pile-up, busy "
+        "threads; any server: accept queues, busy ratio; nginx's log: latency histograms)")
 # What a timed line looks like: the bundle's log_format (deploy's site.conf.j2).
 TIMED_FORMAT = ("nginx's combined format followed by rt=$request_time urt=\"$upstream_response_time\" "
                 "ua=\"$upstream_addr\" (the bundle's log_format uwsgi_layouts_NAME_timed)")
 
 
-def add_arguments(p) -> None:
+def build_parser(prog: str = f"{PROG} watch") -> OneLineParser:
+    p = OneLineParser(prog=prog, description=HELP)
     p.add_argument("--stats", metavar="ADDRESS",
                    help="a uWSGI stats server: HOST:PORT (e.g. 127.0.0.1:9191) or a unix socket path (the bundle's "
                         "/run/NAME/SLOT/stats.sock); only read")
@@ -77,6 +86,7 @@ def add_arguments(p) -> None:
                    help=f"the sliding window of the shares and the busy ratio, 5..{MAX_WINDOW_S} s (default "
                         f"{DEFAULT_WINDOW_S})")
     p.add_argument("--hz", help=f"stats-server and socket reads per second, 1..{MAX_HZ:g} (default {DEFAULT_HZ:g})")
+    return p
 
 
 def socket_arg(raw: str) -> str:
@@ -144,7 +154,9 @@ def run(args) -> int:
             except OSError as exc:
                 raise BadArgument(f"access_log: cannot read {args.access_log} ({exc.strerror or exc})") from None
         registry.register(WatchCollector(stats_watch, socket_watch, log_watch, slots))
-        with sigterm_interrupts():
+        stop = threading.Event()
+        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
             for source in (stats_watch, socket_watch, log_watch):
                 if source is not None:
                     source.start()
@@ -154,14 +166,14 @@ def run(args) -> int:
                        f"access log {args.access_log}" if args.access_log else ""]
             print(f"watch: serving metrics on {server.url} ({'; '.join(w for w in watched if w)}, a {window_s}-s "
                   f"window, {hz:g} reads/s); SIGTERM or Ctrl-C stops", flush=True)
-            try:
-                while True:
-                    if stats_watch is not None:
-                        stats_watch.check()
-                    time.sleep(CHECK_EVERY_S)
-            except KeyboardInterrupt:
-                say("stopped")
-                return 0
+            while not stop.wait(CHECK_EVERY_S):
+                if stats_watch is not None:
+                    stats_watch.check()
+            say("stopped")
+            return 0
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
     finally:
         server.close()
         for source in reversed(running):
@@ -169,6 +181,11 @@ def run(args) -> int:
         if log_watch is not None and log_watch not in running:
             log_watch.tail.close()
 
-KIND = Kind("watch", "export a running service's figures to Prometheus, continuously (uWSGI's stats server: pile-up, "
-                     "busy threads; any server: accept queues, busy ratio; nginx's log: latency histograms)",
-            add_arguments, run)
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        return run(args)
+    except BadArgument as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
