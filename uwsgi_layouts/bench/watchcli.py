@@ -55,7 +55,6 @@ MAX_SLOTS = 100_000
 # Upper bounds in seconds: fine where web requests end, coarse in the tail (the p99 is read to a bucket's width).
 DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0,
                    3.0, 5.0, 10.0, 30.0)
-CHECK_EVERY_S = 0.5
 EXIT_BAD_INPUT = 2
 HELP = ("export a running service's figures to Prometheus, continuously (uWSGI's stats server: pile-up, busy "
         "threads; any server: accept queues, busy ratio; nginx's log: latency histograms)")
@@ -166,9 +165,12 @@ def run(args) -> int:
                        f"access log {args.access_log}" if args.access_log else ""]
             print(f"watch: serving metrics on {server.url} ({'; '.join(w for w in watched if w)}, a {window_s}-s "
                   f"window, {hz:g} reads/s); SIGTERM or Ctrl-C stops", flush=True)
-            while not stop.wait(CHECK_EVERY_S):
+            # As often as the stats server is read: a master pid must be seen before a restart replaces it.
+            while True:
                 if stats_watch is not None:
                     stats_watch.check()
+                if stop.wait(1 / hz):
+                    break
             say("stopped")
             return 0
         finally:
