@@ -14,6 +14,7 @@ import stat
 import time
 import urllib.request
 from collections import deque
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -23,6 +24,8 @@ from uwsgi_layouts.bench import watchcli
 from uwsgi_layouts.bench.diagnosis import diagnose
 from uwsgi_layouts.bench.observe import inet_listeners, parse_timed_line
 from uwsgi_layouts.bench.watch import (
+    METRICS,
+    PREFIX,
     LatencyHistograms,
     LogWatch,
     MetricsServer,
@@ -254,3 +257,11 @@ def test_an_access_log_without_upstream_times_is_refused_naming_the_format(tmp_p
     assert watchcli.main(["--access-log", str(log)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is not in a timed format" in err and 'urt="$upstream_response_time"' in err
+
+
+def test_every_metric_is_documented():
+    page = (Path(__file__).resolve().parent.parent / "docs" / "watch.md").read_text()
+    suffix = {"counter": "_total", "gauge": "", "histogram": ""}
+    missing = [f"{PREFIX}{name}{suffix[kind]}" for name, (kind, _) in METRICS.items()
+               if f"| `{PREFIX}{name}{suffix[kind]}` | {kind} |" not in page]
+    assert not missing, missing
