@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import stat
+import threading
 import time
 import urllib.request
 from collections import deque
@@ -80,7 +81,23 @@ def test_a_unix_stats_socket_is_read_and_no_request_variable_is_exported(tmp_pat
     core["vars"] = ["HTTP_COOKIE=session=SECRET-COOKIE", "HTTP_AUTHORIZATION=Bearer SECRET-TOKEN",
                     "QUERY_STRING=card=SECRET-CARD"]
     path = str(tmp_path / "stats.sock")
-    serve_once(path, [json.dumps(doc).encode()] * 200)
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen(8)
+    serving = threading.Event()
+
+    def serve():  # as uWSGI's stats server: one document per connection, until the test is done
+        server.settimeout(0.2)
+        while not serving.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.sendall(json.dumps(doc).encode())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
     watch = StatsWatch(path, hz=50, window_s=10, tell=lambda line: None)
     watch.start()
     try:
@@ -90,6 +107,9 @@ def test_a_unix_stats_socket_is_read_and_no_request_variable_is_exported(tmp_pat
         text = exposition(WatchCollector(watch, None, None))
     finally:
         watch.stop()
+        serving.set()
+        thread.join(timeout=5)
+        server.close()
     assert f'uwsgi_layouts_up{{stats="{path}"}} 1.0' in text
     assert 'uwsgi_layouts_worker_busy_threads{worker="1"} 1.0' in text
     assert f'uwsgi_layouts_worker_requests_total{{worker="1"}} {doc["workers"][0]["requests"]}.0' in text
@@ -187,11 +207,16 @@ def test_tcp_and_unix_listeners_queue_and_backlog_from_the_kernel(tmp_path):
         found = kernel_listeners([f"127.0.0.1:{port}", f":{port}", f"unix:{unix_path}", "/nowhere.sock"])
         assert {n: (x.queue, x.backlog) for n, x in found.items()} == {
             f"127.0.0.1:{port}": (2, 7), f":{port}": (2, 7), f"unix:{unix_path}": (3, 5)}
-        watch = SocketWatch(lambda: [unix_path], hz=50, window_s=5)
+        said = []
+        watch = SocketWatch(lambda: [unix_path, "/nowhere.sock"], hz=50, window_s=5, tell=said.append)
         watch.start()
-        time.sleep(0.2)
+        time.sleep(0.3)
         text = exposition(WatchCollector(None, watch, None))
         watch.stop()
+        assert sorted(said) == ["socket /nowhere.sock is not listening", f"socket {unix_path} listens"], said
+        assert 'uwsgi_layouts_listening{socket="/nowhere.sock"} 0.0' in text
+        assert 'uwsgi_layouts_listen_queue{socket="/nowhere.sock"}' not in text
+        assert f'uwsgi_layouts_listening{{socket="{unix_path}"}} 1.0' in text
         assert f'uwsgi_layouts_listen_queue{{socket="{unix_path}"}} 3.0' in text
         assert f'uwsgi_layouts_listen_backlog{{socket="{unix_path}"}} 5.0' in text
         assert f'uwsgi_layouts_listen_queue_max{{socket="{unix_path}"}} 3.0' in text

@@ -43,6 +43,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "slots": ("gauge", "threads in total (processes x threads) the busy ratio is over"),
     "window_reads": ("gauge", "stats-server reads the window's shares are computed over"),
     "window_seconds": ("gauge", "the time the window's reads span"),
+    "listening": ("gauge", "1 while the socket listens (the kernel has it), else 0: a server restarting or stopped"),
     "listen_queue": ("gauge", "connections waiting in the socket's accept queue, read from the kernel at the scrape"),
     "listen_queue_max": ("gauge", "the highest accept queue seen in the window (read hz times a second)"),
     "listen_backlog": ("gauge", "the socket's accept queue size (listen(2)'s backlog, capped by somaxconn)"),
@@ -131,15 +132,17 @@ class WatchCollector(Collector):
         names = self.socket_watch.names()
         now = kernel_listeners(names)
         highest = self.socket_watch.window_max()
-        queue, backlog, most = (_family(n, ("socket",)) for n in ("listen_queue", "listen_backlog", "listen_queue_max"))
+        queue, backlog, most, listening = (_family(n, ("socket",)) for n in (
+            "listen_queue", "listen_backlog", "listen_queue_max", "listening"))
         for name in names:
             listener = now.get(name)
+            listening.add_metric([name], 0.0 if listener is None else 1.0)
             if listener is None:
-                continue  # not listening now (a restart in progress): absent rather than a made-up 0
+                continue  # not listening now (a restart in progress): no queue rather than a made-up 0
             queue.add_metric([name], listener.queue)
             backlog.add_metric([name], listener.backlog)
             most.add_metric([name], max(listener.queue, highest.get(name, 0)))
-        yield from (queue, backlog, most)
+        yield from (listening, queue, backlog, most)
 
     def _log(self):
         histograms, lines = self.log.snapshot()

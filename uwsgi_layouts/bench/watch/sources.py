@@ -167,13 +167,16 @@ def kernel_listeners(names: list[str]) -> dict[str, Listener]:
 
 class SocketWatch:
     """Listening sockets' accept queues, polled ``hz`` times a second for the window's highest.
-    ``names()``: the sockets to read now (given ones, and the stats server's as uWSGI names them)."""
+    ``names()``: the sockets to read now (given ones, and the stats server's as uWSGI names them).
+    A socket that stops or starts listening (a server restarting) is said once per change."""
 
-    def __init__(self, names: Callable[[], list[str]], hz: float, window_s: float):
+    def __init__(self, names: Callable[[], list[str]], hz: float, window_s: float, tell: Callable[[str], None] = say):
         self.names = names
         self.interval = 1 / hz
         self.window_s = window_s
+        self.tell = tell
         self._seen: dict[str, deque[tuple[float, int]]] = {}
+        self._listening: dict[str, bool] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="watch-sockets")
@@ -189,14 +192,19 @@ class SocketWatch:
     def _run(self) -> None:
         while not self._stop.is_set():
             now = time.monotonic()
-            found = kernel_listeners(self.names())
+            names = self.names()
+            found = kernel_listeners(names)
+            for name in names:
+                if self._listening.get(name) != (name in found):
+                    self.tell(f"socket {name} {'listens' if name in found else 'is not listening'}")
+                    self._listening[name] = name in found
             with self._lock:
                 for name, listener in found.items():
                     seen = self._seen.setdefault(name, deque())
                     seen.append((now, listener.queue))
                     while seen and seen[0][0] < now - self.window_s:
                         seen.popleft()
-                for gone in set(self._seen) - set(self.names()):
+                for gone in set(self._seen) - set(names):
                     del self._seen[gone]
             self._stop.wait(max(0.0, self.interval - (time.monotonic() - now)))
 
@@ -294,8 +302,19 @@ class LogWatch:
         self.tail.close()
 
     def _run(self) -> None:
+        failing = False
         while not self._stop.wait(LOG_POLL_S):
-            self.feed(self.tail.read(), time.monotonic())
+            try:
+                lines = self.tail.read()
+            except OSError as exc:  # rotated away and not yet recreated, permissions changed: try again
+                if not failing:
+                    self.tell(f"cannot read {self.path} ({exc.strerror or exc}): trying again")
+                failing = True
+                continue
+            if failing:
+                self.tell(f"reading {self.path} again")
+            failing = False
+            self.feed(lines, time.monotonic())
 
     def feed(self, lines: list[str], now: float) -> None:
         busy = 0.0
