@@ -268,6 +268,7 @@ def test_the_endpoint_on_loopback_tcp(free_ports):
     (["--stats", "127.0.0.1:1", "--listen", "relative.sock"], "error: listen: must be HOST:PORT"),
     (["--socket", "nonsense"], "error: socket: must be HOST:PORT"),
     (["--socket", "/run/x.sock", "--slots", "0"], "error: slots: must be an integer in 1..100000"),
+    (["--stats", "127.0.0.1:1", "--slots", "8"], "error: slots: only for a server without a stats server"),
     ([], "error: stats: nothing to watch"),
 ])
 def test_bad_arguments_exit_2_with_one_line(argv, message, capsys):

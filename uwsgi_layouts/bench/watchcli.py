@@ -129,6 +129,9 @@ def run(args) -> int:
     listen = listen_arg(args.listen, args.allow_public_listen)
     if stats is None and not sockets and not args.access_log:
         raise BadArgument("stats: nothing to watch: give --stats (uWSGI), --socket (any server) or --access-log")
+    if slots is not None and (stats is not None or not args.access_log):
+        raise BadArgument("slots: only for a server without a stats server, with --access-log (uWSGI's busy ratio "
+                          "comes from --stats)")
     if args.access_log:
         check_log(args.access_log)
     stats_watch = StatsWatch(stats, hz, window_s) if stats else None
