@@ -270,3 +270,34 @@ def test_bad_input_is_one_line_exit_2_and_nothing_left_running(free_ports, tmp_p
     finally:
         occupied.kill()
         occupied.wait()
+
+
+@pytest.mark.parametrize("spec", ["2x4-gunicorn", "2x4-granian"])
+def test_a_peer_without_stats_its_socket_queue_and_busy_ratio_from_the_log(lab, free_ports, spec):
+    """gunicorn and granian report nothing: watch reads their unix socket from the kernel and the
+    busy ratio from nginx's log (Little's law over --slots). 4 connections of 200-ms requests on
+    8 threads: about half busy. Stopped, the socket is said to stop listening, once."""
+    port = free_ports(1)[0]
+    with lab.stack(spec, transport="unix", access_log=True) as stack:
+        path = stack.layout.sockets[0].address.removeprefix("unix:")
+        log = Path(stack.layout.run_dir) / "logs" / "access.log"
+        with watching("--socket", path, "--access-log", str(log), "--slots", "8", "--window", "5", "--listen",
+                      f"127.0.0.1:{port}") as proc:
+            load = WrkProcess(stack.layout.url.rstrip("/") + SLOW.format(ms=200), 4, 9, timeout_s=10)
+            try:
+                time.sleep(7)  # the 5-s window filled with the load
+                text = scrape(port)
+            finally:
+                load.stop()
+            backlog = ss_backlog(path)
+            stack.stop()
+            wait_metric(port, "uwsgi_layouts_listening", 0.0)
+    err = proc.stderr.read()
+    busy = metric(text, "uwsgi_layouts_busy_ratio", source="access_log")
+    print(spec, busy, err)
+    assert busy is not None and 0.3 <= busy <= 0.7, text
+    assert metric(text, "uwsgi_layouts_listening", socket=path) == 1.0
+    assert metric(text, "uwsgi_layouts_listen_backlog", socket=path) == backlog > 0
+    assert metric(text, "uwsgi_layouts_responses_total", status_class="2xx") >= 20
+    assert metric(text, "uwsgi_layouts_slots") == 8.0 and metric(text, "uwsgi_layouts_up") is None
+    assert err.count(f"socket {path} listens") == 1 and err.count(f"socket {path} is not listening") == 1, err
