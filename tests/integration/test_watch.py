@@ -4,9 +4,10 @@ Prometheus (Debian's package, started here on loopback with its own config and d
 Each figure that decides can fail both ways: 2x4-shared at 2P must pile up in PromQL, 2x4-mapped
 must not; a unix socket's accept queue must be the kernel's (what `ss -xl` reads) and above 0
 (uWSGI's own stats say 0 for unix sockets); the p99 from the histograms must agree with wrk's
-within the width of its bucket. Then what a service's life brings: a restart (up 0, then 1,
-said once each), a stats server that never answers, and bad input (exit 2, one line, nothing left
-running).
+within the width of its bucket. gunicorn and granian, which have no stats server: their socket
+from the kernel and the busy ratio from nginx's log. Then what a service's life brings: a restart
+(up 0, then 1, said once each), a stats server that never answers, and bad input (exit 2, one
+line, nothing left running).
 """
 
 from __future__ import annotations
