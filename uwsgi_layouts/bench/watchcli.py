@@ -159,15 +159,16 @@ def run(args) -> int:
         stop = threading.Event()
         previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
+            server.start()
+            watched = [f"stats {stats}" if stats else "", f"sockets {', '.join(sockets)}" if sockets else "",
+                       f"access log {args.access_log}" if args.access_log else ""]
+            # The first line out, before any source can say something: what a supervisor waits for.
+            print(f"watch: serving metrics on {server.url} ({'; '.join(w for w in watched if w)}, a {window_s}-s "
+                  f"window, {hz:g} reads/s); SIGTERM or Ctrl-C stops", flush=True)
             for source in (stats_watch, socket_watch, log_watch):
                 if source is not None:
                     source.start()
                     running.append(source)
-            server.start()
-            watched = [f"stats {stats}" if stats else "", f"sockets {', '.join(sockets)}" if sockets else "",
-                       f"access log {args.access_log}" if args.access_log else ""]
-            print(f"watch: serving metrics on {server.url} ({'; '.join(w for w in watched if w)}, a {window_s}-s "
-                  f"window, {hz:g} reads/s); SIGTERM or Ctrl-C stops", flush=True)
             # As often as the stats server is read: a master pid must be seen before a restart replaces it.
             while True:
                 if stats_watch is not None:
