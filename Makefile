@@ -8,7 +8,7 @@ LAYOUT ?= 2x4-mapped
 OUT    ?= build/$(LAYOUT)
 ARGS   ?=
 
-.PHONY: help venv system-deps render run reload faults compare tune tune-accuracy report dataset nginx-scenarios map-scale openloop sampler-cost overhead uwsgi-builds doctor doctor-cost test test-unit test-integration lint clean
+.PHONY: help venv system-deps render run reload faults compare tune tune-accuracy report dataset nginx-scenarios map-scale openloop sampler-cost overhead uwsgi-builds doctor doctor-cost watch test test-unit test-integration lint clean
 
 help:
 	@echo "make compare            compare layouts with wrk until the key comparisons are decided (the main job; --budget auto; ARGS='--budget 8' etc.)"
@@ -29,6 +29,7 @@ help:
 	@echo "make uwsgi-builds                          uWSGI built again with -O3 (for make overhead)"
 	@echo "make doctor ARGS='--stats /run/NAME/SLOT/stats.sock'   diagnose a running uWSGI (60 s window; findings + tune line)"
 	@echo "make doctor-cost [ARGS='--pairs 12']        throughput with and without doctor attached, paired rounds"
+	@echo "make watch ARGS='--stats /run/NAME/SLOT/stats.sock'    Prometheus metrics of a running service on 127.0.0.1:9717"
 
 # The venv is rebuilt when pyproject.toml changes (uwsgi compiles: ~35 s the first time).
 # It holds the peers too (gunicorn, granian: dependencies), which run the app in its own venv, and
@@ -107,6 +108,9 @@ doctor: venv
 
 doctor-cost: venv
 	$(BIN)/python scripts/doctor-cost.py $(ARGS)
+
+watch: venv
+	$(BIN)/uwsgi-layouts watch $(ARGS)
 
 # The suite runs in parallel (pytest-xdist): most of its wall time is waiting on real processes
 # (stack start-up, load windows), so two workers per core. loadgroup hands out one test at a time

@@ -1,4 +1,4 @@
-"""What ``doctor`` costs the service it watches: throughput with and without it attached, in pairs.
+"""What ``doctor`` (or ``watch``) costs the service it watches: throughput with and without it attached, in pairs.
 
 One stack (default 2x4-mapped, the article's mix, 2P connections) stays up. Each pair is two
 cells, doctor detached and attached, in ABBA order (off on, on off, off on, ...) so a drifting
@@ -14,7 +14,12 @@ interval is below, else undecided (measure more pairs). Saves every cell as a co
 file (scenarios ``article-doctor-off`` / ``article-doctor-on``) that ``uwsgi-layouts report``
 renders, and each attached doctor's own output under ``doctor/``.
 
-    .venv/bin/python scripts/doctor-cost.py [--pairs 12] [--duration 10] [--hz 25] [--transport unix|tcp] [--out DIR]
+``--tool watch`` measures the Prometheus exporter instead: ``uwsgi-layouts watch --stats ADDRESS``
+(default 10 reads a second) runs through each attached cell, is scraped once at its end (the
+figures must be there), and is stopped with SIGTERM (scenarios ``article-watch-off`` / ``-on``).
+
+    .venv/bin/python scripts/doctor-cost.py [--tool doctor|watch] [--pairs 12] [--duration 10] [--hz 25]
+                                            [--transport unix|tcp] [--out DIR]
 
 Run it alone on a quiet machine: its figures are ratios of a few percent.
 """
@@ -27,10 +32,12 @@ import math
 import os
 import resource
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
 import threading
+import urllib.request
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -47,7 +54,7 @@ from uwsgi_layouts.bench.load.wrk import run_wrks  # noqa: E402
 from uwsgi_layouts.bench.options import prepare_out, require_tools  # noqa: E402
 from uwsgi_layouts.bench.paired import judge_ratios  # noqa: E402
 from uwsgi_layouts.bench.results import Results, utc_now  # noqa: E402
-from uwsgi_layouts.bench.stack import Lab, dir_name  # noqa: E402
+from uwsgi_layouts.bench.stack import Lab, dir_name, find_free_ports  # noqa: E402
 
 BUDGET = 0.98  # attached / detached throughput, at least (the issue: at most 2% of throughput)
 START_TIMEOUT_S = 30.0
@@ -56,6 +63,8 @@ START_TIMEOUT_S = 30.0
 class Attached:
     """``uwsgi-layouts doctor`` on the stack's stats server for one cell, in its own process:
     entered once it prints that it is watching; left once it has exited (its CPU is then known)."""
+
+    ready = "doctor: watching"
 
     def __init__(self, stats: str, seconds: float, hz: float, out: Path):
         self.cmd = [sys.executable, "-m", "uwsgi_layouts", "doctor", "--stats", stats, "--for", str(math.ceil(seconds)),
@@ -71,9 +80,9 @@ class Attached:
         reader = threading.Thread(target=lambda: first.append(self.proc.stdout.readline()), daemon=True)
         reader.start()
         reader.join(START_TIMEOUT_S)
-        if not first or not first[0].startswith("doctor: watching"):
+        if not first or not first[0].startswith(self.ready):
             self.stop()
-            raise RuntimeError(f"doctor did not start watching within {START_TIMEOUT_S:g} s: {''.join(first)}"
+            raise RuntimeError(f"{self.cmd[3]} did not start watching within {START_TIMEOUT_S:g} s: {''.join(first)}"
                                f"{self.output}")
         return self
 
@@ -83,8 +92,12 @@ class Attached:
         if self.proc:
             self.output += self.proc.communicate()[0] or ""
 
+    def end(self) -> None:
+        """Called when the cell is over: doctor ends its window on its own."""
+
     def __exit__(self, *exc) -> None:
         try:
+            self.end()
             rest, _ = self.proc.communicate(timeout=START_TIMEOUT_S + 60)
             self.output += rest or ""
         finally:
@@ -92,7 +105,29 @@ class Attached:
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         self.cpu_s = (after.ru_utime - self.before.ru_utime) + (after.ru_stime - self.before.ru_stime)
         if exc[0] is None and self.proc.returncode != 0:
-            raise RuntimeError(f"doctor exited with {self.proc.returncode}:\n{self.output[-2000:]}")
+            raise RuntimeError(f"{self.cmd[3]} exited with {self.proc.returncode}:\n{self.output[-2000:]}")
+
+
+class AttachedWatch(Attached):
+    """``uwsgi-layouts watch`` on the stack's stats server through one cell: scraped once when the
+    cell is over (its metrics must be there), then stopped with SIGTERM (it runs until told)."""
+
+    ready = "watch: serving metrics"
+
+    def __init__(self, stats: str, seconds: float, hz: float, out: Path):
+        super().__init__(stats, seconds, hz, out)
+        self.port = find_free_ports(1)[0]
+        self.cmd = [sys.executable, "-m", "uwsgi_layouts", "watch", "--stats", stats, "--hz", f"{hz:g}", "--listen",
+                    f"127.0.0.1:{self.port}"]
+
+    def end(self) -> None:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:
+            if b"uwsgi_layouts_up{" not in r.read():
+                raise RuntimeError("watch served no uwsgi_layouts_up")
+        self.proc.send_signal(signal.SIGTERM)
+
+
+TOOLS = {"doctor": (Attached, 25.0), "watch": (AttachedWatch, 10.0)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=0, help="default: 2P")
     p.add_argument("--duration", type=float, default=10.0)
     p.add_argument("--pairs", type=int, default=12)
-    p.add_argument("--hz", type=float, default=25.0, help="doctor's reads per second")
+    p.add_argument("--tool", default="doctor", choices=sorted(TOOLS), help="what to attach (default doctor)")
+    p.add_argument("--hz", type=float, help="its reads per second (default: doctor 25, watch 10)")
     # unix by default, as deploy's layouts and bundles are: doctor then also reads each socket's
     # listen queue from the kernel (sock_diag) at every sample, the heavier case.
     p.add_argument("--transport", default="unix", choices=("tcp", "unix"))
@@ -112,19 +148,21 @@ def main(argv: list[str] | None = None) -> int:
     processes, threads = (int(x) for x in args.layout.split("-")[0].split("x"))
     level = args.concurrency or 2 * processes
     scenario = sc.SCENARIOS[args.scenario].resolved(threads)
-    out = prepare_out(args.out, "-doctor-cost")
-    labels = {False: f"{args.scenario}-doctor-off", True: f"{args.scenario}-doctor-on"}
+    tool, default_hz = TOOLS[args.tool]
+    hz = args.hz or default_hz
+    out = prepare_out(args.out, f"-{args.tool}-cost")
+    labels = {False: f"{args.scenario}-{args.tool}-off", True: f"{args.scenario}-{args.tool}-on"}
     cells, doctor_cpu = [], []
     load_before = os.getloadavg()
     with Lab() as lab, sigterm_interrupts():
         runner = LiveRunner(lab, out / "raw", {args.scenario: scenario}, args.duration, 2.0, 10.0)
-        runner.inflight_hz = 0.0  # compare's own sampler off in both arms: only doctor differs
+        runner.inflight_hz = 0.0  # compare's own sampler off in both arms: only the attached tool differs
         with lab.stack(args.layout, name=dir_name(args.layout), transport=args.transport) as stack:
             (probe,), _ = run_wrks(runner.main_load(stack.layout, scenario, 1, 2.0))  # warm-up + unloaded latency
             for pair in range(1, args.pairs + 1):
                 for attached in ((False, True) if pair % 2 else (True, False)):
-                    doctor = Attached(stack.layout.stats_address, args.duration + 2, args.hz,
-                                      out / "doctor" / f"pair-{pair}") if attached else nullcontext()
+                    doctor = tool(stack.layout.stats_address, args.duration + 2, hz,
+                                  out / args.tool / f"pair-{pair}") if attached else nullcontext()
                     with doctor:
                         cell = runner.measure(stack, stack.layout, scenario, level, pair, probe.latency_ms.p50,
                                               label=args.layout)
@@ -132,23 +170,23 @@ def main(argv: list[str] | None = None) -> int:
                         doctor_cpu.append(doctor.cpu_s)
                     stack.check_alive()
                     cells.append(dataclasses.replace(cell, scenario=labels[attached]))
-                    print(f"pair {pair} doctor {'attached' if attached else 'detached'}: {cell.rps:.2f} req/s"
-                          + (f", doctor process CPU {doctor_cpu[-1]:.2f} s" if attached else ""), flush=True)
+                    print(f"pair {pair} {args.tool} {'attached' if attached else 'detached'}: {cell.rps:.2f} req/s"
+                          + (f", {args.tool} process CPU {doctor_cpu[-1]:.2f} s" if attached else ""), flush=True)
     command = "python scripts/doctor-cost.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     results = Results(environment={**capture(), "loadavg_at_end": list(os.getloadavg())}, cells=tuple(cells),
                       created=utc_now(), workload={label: scenario.to_dict() for label in labels.values()},
                       arguments={"layouts": [args.layout], "concurrency": [level], "repeats": args.pairs,
                                  "duration": args.duration, "processes": processes, "threads": threads,
-                                 "doctor_hz": args.hz, "transport": args.transport, "command": command})
+                                 f"{args.tool}_hz": hz, "transport": args.transport, "command": command})
     results.save(out / RESULTS_NAME)
-    for line in summary(cells, labels[False], labels[True], doctor_cpu, args.duration, load_before):
+    for line in summary(cells, labels[False], labels[True], doctor_cpu, args.duration, load_before, args.tool):
         print(line)
     print(f"wrote {out / RESULTS_NAME}")
     return 0
 
 
 def summary(cells, off_label: str, on_label: str, doctor_cpu: list[float], duration: float,
-            load_before: tuple[float, ...]) -> list[str]:
+            load_before: tuple[float, ...], tool: str = "doctor") -> list[str]:
     by = {(c.scenario, c.repeat): c for c in cells}
     pairs = sorted({c.repeat for c in cells})
     ratios = [by[(on_label, r)].rps / by[(off_label, r)].rps for r in pairs
@@ -172,12 +210,13 @@ def summary(cells, off_label: str, on_label: str, doctor_cpu: list[float], durat
     return [
         "attached / detached per pair: " + " ".join(f"{r:.3f}" for r in ratios),
         f"geometric mean {mean:.3f} ({low:.3f}-{high:.3f}; {c.how()}) over {len(ratios)} pairs: "
-        f"throughput {mean - 1:+.1%} with doctor attached",
+        f"throughput {mean - 1:+.1%} with {tool} attached",
         f"verdict: {verdict}",
         f"machine meanwhile: detached cells spread {noise:.0%} (high - low) / median; load average "
         f"{load_before[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at the end",
-        f"doctor's whole process (start, {duration + 2:g}-s window, report and plot) used "
-        f"{statistics.median(doctor_cpu):.2f} CPU-s per attached cell (median)" if doctor_cpu else "",
+        (f"doctor's whole process (start, {duration + 2:g}-s window, report and plot) used " if tool == "doctor" else
+         f"{tool}'s whole process (start, the cell, a scrape, stop) used ")
+        + f"{statistics.median(doctor_cpu):.2f} CPU-s per attached cell (median)" if doctor_cpu else "",
     ]
 
 

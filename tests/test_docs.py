@@ -32,7 +32,7 @@ import pytest
 
 from uwsgi_layouts import console
 from uwsgi_layouts.bench import cli as bench_cli
-from uwsgi_layouts.bench import dataset, mapscale
+from uwsgi_layouts.bench import dataset, mapscale, watchcli, watchrulescli
 from uwsgi_layouts.bench.tune import accuracy
 from uwsgi_layouts.deploy import cli as deploy_cli
 
@@ -268,7 +268,9 @@ def routes() -> dict[str, object]:
         table[name] = lambda argv: deploy_cli.parse_args(bench_cli.build_parser(console.PROG), argv)
     tools = {"dataset": lambda argv: dataset.build_parser().parse_args(argv[1:]),
              "map-scale": lambda argv: mapscale.build_parser().parse_args(argv[1:]),
-             "tune-accuracy": lambda argv: parse_tune_accuracy(argv[1:])}
+             "tune-accuracy": lambda argv: parse_tune_accuracy(argv[1:]),
+             "watch": lambda argv: watchcli.build_parser().parse_args(argv[1:]),
+             "watch-rules": lambda argv: watchrulescli.build_parser().parse_args(argv[1:])}
     assert set(tools) == set(console.TOOLS), f"console.TOOLS is now {sorted(console.TOOLS)}: update tests/test_docs.py"
     return table | tools
 

@@ -125,9 +125,12 @@ def test_bench_layers_point_one_way():
     assert not {m for m in GRAPH["bench.results"] if m.startswith(("bench", "deploy"))}
     # doctor's judgement sits beside analysis: it reads observations and records, never loads or runs stacks.
     assert GRAPH["bench.diagnosis"] <= {"bench.observe", "bench.results"}
+    # watch's room sits beside doctor's judgement: observations and diagnosis in, metrics out.
+    room = {m for m in GRAPH if m == "bench.watch" or m.startswith("bench.watch.")}
+    assert {t for m in room for t in GRAPH[m]} - room <= {"bench.observe", "bench.diagnosis", "bench.results"}
     for module, targets in GRAPH.items():
         if module.startswith(("bench.report", "bench.load", "bench.analysis", "bench.stack", "bench.observe",
-                              "bench.diagnosis")):
+                              "bench.diagnosis", "bench.watch")):
             assert not {t for t in targets if t.startswith(("bench.kinds", "bench.cli"))}, module
     shared = {"bench.kinds", "bench.kinds.base", "bench.kinds.closedloop"}
     for kind in ("compare", "openloop", "faults", "doctor"):
@@ -206,8 +209,20 @@ def test_the_model_touches_no_disk():
 BENCH_MAY_IMPORT = {"deploy.model", "deploy.machine", "deploy.render", "deploy.run"}
 BENCH_EXTRA = {
     "deploy.ship": {"bench.kinds.tune", "bench.kinds.compare", "bench.stack"},
-    "deploy.cli": {"bench.cli", "bench.subject", "console"},
+    "deploy.cli": {"bench.cli", "bench.subject", "console", "bench.watchcli", "bench.watchrulescli"},
 }
+
+
+def test_watch_loads_no_experiment_machinery():
+    """watch runs for months: it imports neither the kinds nor the plotting reports (matplotlib)."""
+    for tool in ("bench.watchcli", "bench.watchrulescli"):
+        seen, todo = set(), [tool]
+        while todo:
+            module = todo.pop()
+            if module not in seen:
+                seen.add(module)
+                todo += GRAPH[module]
+        assert not {m for m in seen if m.startswith(("bench.kinds", "bench.cli", "bench.report"))}, tool
 
 
 def test_bench_reaches_deploy_through_the_rooms_public_names():

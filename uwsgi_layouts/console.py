@@ -22,7 +22,7 @@ DEPLOY = "uwsgi_layouts.deploy.cli"
 BENCH = "uwsgi_layouts.bench.cli"
 
 # command -> (the module whose main(argv) runs it, one line of help). deploy's and bench's parsers
-# take the command word themselves; the tools (the last three) parse what follows it.
+# take the command word themselves; the tools (TOOLS) parse what follows it.
 COMMANDS: dict[str, tuple[str, str]] = {
     "render": (DEPLOY, "write nginx.conf, uwsgi.ini and layout.json for a layout"),
     "run": (DEPLOY, "render into a run directory and serve the layout until Ctrl-C"),
@@ -47,8 +47,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "map-scale": ("uwsgi_layouts.bench.mapscale", "nginx's id map by id count: build time, nginx start, memory"),
     "tune-accuracy": ("uwsgi_layouts.bench.tune.accuracy", "tune against an exhaustive grid of the same space "
                                                           "(a benchmark)"),
+    "watch": ("uwsgi_layouts.bench.watchcli", "export a running service's figures to Prometheus, continuously "
+                                              "(pile-up, busy threads, accept queues, busy ratio, latency histograms)"),
+    "watch-rules": ("uwsgi_layouts.bench.watchrulescli", "write Prometheus alert rules and a Grafana dashboard over "
+                                                         "watch's metrics"),
 }
-TOOLS = ("dataset", "map-scale", "tune-accuracy")
+TOOLS = ("dataset", "map-scale", "tune-accuracy", "watch", "watch-rules")
 
 
 def usage() -> str:

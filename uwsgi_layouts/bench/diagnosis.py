@@ -7,6 +7,7 @@ records, so a stored run always reads the same.
 
     layout_of(stats, holdings, app)            the layout in use: P, T, sockets per worker
     diagnose(Window(...))                      -> Diagnosis, its findings filled
+    all_busy_share(samples, slots)             the share of samples with every thread busy (saturated)
     summarise_access(lines, path, cut)         an access log's window: latency per status class and upstream
     findings(diagnosis)                        -> [Finding]: what the figures mean and what to do
     tune_command(diagnosis)                    the ready-to-run ``bench tune`` suggestion
@@ -231,6 +232,13 @@ def memory_figures(series: dict[int, list[tuple[float, int, int]]], kind: str) -
     return {"kind": kind, "workers": workers} if workers and kind else {}
 
 
+def all_busy_share(samples: list[Sample], slots: int) -> float:
+    """The share of the samples (those with in-flight counts) in which every one of the ``slots``
+    threads (processes x threads) held a request: the ``saturated`` figure. 0.0 without samples."""
+    totals = [sum(s.inflight.values()) for s in samples if s.inflight]
+    return sum(1 for t in totals if t >= slots) / len(totals) if totals else 0.0
+
+
 def diagnose(w: Window) -> Diagnosis:
     """The window's record, its findings filled."""
     samples = w.samples
@@ -243,7 +251,7 @@ def diagnose(w: Window) -> Diagnosis:
         # percentiles, not maxima: one thread still closing a request while another reads the next
         # one makes a momentary extra that no client sent.
         at_once = sorted(t + sum(q for q, _ in s.sockets.values()) for t, s in zip(totals, window, strict=True))
-        inflight |= {"peak": max(totals), "saturated": round(sum(1 for t in totals if t >= slots) / len(totals), 4),
+        inflight |= {"peak": max(totals), "saturated": round(all_busy_share(samples, slots), 4),
                      "p99": _percentile(sorted(totals), 0.99), "demand_p99": _percentile(at_once, 0.99)}
     observed = w.observed_s if w.observed_s is not None else (samples[-1].t - samples[0].t if samples else 0.0)
     workers = worker_figures(samples, w.first, w.latest)

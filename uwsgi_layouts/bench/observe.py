@@ -403,6 +403,12 @@ _NLMSG = struct.Struct("=IHHII")  # nlmsghdr: len, type, flags, seq, pid
 _UNIX_DIAG_REQ = struct.Struct("=BBHIIIII")  # family, protocol, pad, states, ino, show, cookie x2
 _UNIX_DIAG_MSG = struct.Struct("=BBBBIII")  # family, type, state, pad, ino, cookie x2
 _RTATTR = struct.Struct("=HH")  # len, type
+# linux/inet_diag.h: inet_diag_req_v2 (family, protocol, ext, pad, states, then an inet_diag_sockid of
+# 48 bytes: ports, addresses, interface, cookie) and inet_diag_msg (family, state, timer, retrans,
+# the sockid: ports big-endian, then expires, rqueue, wqueue, uid, inode).
+_INET_DIAG_REQ = struct.Struct("=BBBBI")
+_INET_SOCKID_SIZE = 48
+_INET_DIAG_MSG = struct.Struct("=BBBB2s2s16s16sI8sIIIII")
 
 
 class Listener(NamedTuple):
@@ -412,12 +418,9 @@ class Listener(NamedTuple):
     backlog: int  # the queue's size (listen(2)'s backlog, capped by somaxconn)
 
 
-def unix_listeners(timeout: float = 1.0) -> list[Listener]:
-    """Every listening unix stream socket of this network namespace with a path, from the
-    kernel (sock_diag: no privilege needed). For a listening socket the kernel reports its accept
-    queue as the receive queue and its backlog as the send queue. [] when netlink is unavailable."""
-    request = _UNIX_DIAG_REQ.pack(socket.AF_UNIX, 0, 0, 1 << TCP_LISTEN, 0, UDIAG_SHOW_NAME | UDIAG_SHOW_RQLEN,
-                                  0xFFFFFFFF, 0xFFFFFFFF)
+def _sock_diag_dump(request: bytes, parse: Callable[[bytes], Listener | None], timeout: float) -> list[Listener]:
+    """One sock_diag dump (``request``: the family's request struct) -> the listeners ``parse``
+    finds in its messages. [] (or what came before the failure) when netlink is unavailable."""
     found: list[Listener] = []
     try:
         with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG) as nl:
@@ -431,12 +434,40 @@ def unix_listeners(timeout: float = 1.0) -> list[Listener]:
                     length, kind, _, _, _ = _NLMSG.unpack_from(data, offset)
                     if kind == NLMSG_DONE or kind == NLMSG_ERROR or length < _NLMSG.size:
                         return found
-                    listener = _unix_listener(data[offset + _NLMSG.size: offset + length])
+                    listener = parse(data[offset + _NLMSG.size: offset + length])
                     if listener:
                         found.append(listener)
                     offset += (length + 3) & ~3
     except OSError:
         return found
+
+
+def unix_listeners(timeout: float = 1.0) -> list[Listener]:
+    """Every listening unix stream socket of this network namespace with a path, from the
+    kernel (sock_diag: no privilege needed). For a listening socket the kernel reports its accept
+    queue as the receive queue and its backlog as the send queue. [] when netlink is unavailable."""
+    request = _UNIX_DIAG_REQ.pack(socket.AF_UNIX, 0, 0, 1 << TCP_LISTEN, 0, UDIAG_SHOW_NAME | UDIAG_SHOW_RQLEN,
+                                  0xFFFFFFFF, 0xFFFFFFFF)
+    return _sock_diag_dump(request, _unix_listener, timeout)
+
+
+def inet_listeners(timeout: float = 1.0) -> list[Listener]:
+    """Every listening TCP socket (IPv4 and IPv6) of this network namespace, from the kernel
+    (sock_diag's inet_diag, what `ss -ltn` reads; no privilege needed): for a listening socket
+    idiag_rqueue is its accept queue and idiag_wqueue its backlog (/proc/net/tcp has no backlog)."""
+    found: list[Listener] = []
+    for family in (socket.AF_INET, socket.AF_INET6):
+        request = _INET_DIAG_REQ.pack(family, socket.IPPROTO_TCP, 0, 0, 1 << TCP_LISTEN) + bytes(_INET_SOCKID_SIZE)
+        found += _sock_diag_dump(request, _inet_listener, timeout)
+    return found
+
+
+def _inet_listener(payload: bytes) -> Listener | None:
+    if len(payload) < _INET_DIAG_MSG.size:
+        return None
+    family, _, _, _, port, _, src, _, _, _, _, queue, backlog, _, inode = _INET_DIAG_MSG.unpack_from(payload)
+    host = ipaddress.ip_address(src[:4] if family == socket.AF_INET else src)
+    return Listener(f"{host}:{int.from_bytes(port, 'big')}", inode, queue, backlog)
 
 
 def _unix_listener(payload: bytes) -> Listener | None:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from uwsgi_layouts.bench import dataset as ds
+from uwsgi_layouts.bench.observe import is_unix_address
 from uwsgi_layouts.bench.paired import MarginError, check_margin
 
 
@@ -60,6 +61,17 @@ def float_arg(field: str, raw, low: float, high: float) -> float:
     if not low <= value <= high:
         raise BadArgument(f"{field}: must be a number in {low:g}..{high:g}, got {value:g}")
     return value
+
+
+def stats_arg(raw) -> str:
+    """A uWSGI stats server's address (doctor, watch): HOST:PORT or a unix socket path."""
+    text = str(raw or "").strip()
+    if is_unix_address(text):
+        return text
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise BadArgument(f"stats: must be HOST:PORT (e.g. 127.0.0.1:9191) or a unix socket path, got {raw!r}")
+    return text
 
 
 def margin_arg(raw) -> float:

@@ -45,7 +45,7 @@ from uwsgi_layouts.bench.observe import (
     worker_memory,
     workers_are_local,
 )
-from uwsgi_layouts.bench.options import BadArgument, command_line, float_arg, int_arg, prepare_out
+from uwsgi_layouts.bench.options import BadArgument, command_line, float_arg, int_arg, prepare_out, stats_arg
 from uwsgi_layouts.bench.results import Results, utc_now
 from uwsgi_layouts.deploy.machine import stats_exposure
 
@@ -75,16 +75,6 @@ def add_arguments(p) -> None:
                         "$upstream_response_time), read from its end for the same window: latency per status "
                         "class and per upstream socket")
     p.add_argument("--out", help="output directory (default results/<timestamp>-doctor)")
-
-
-def stats_arg(raw) -> str:
-    text = str(raw or "").strip()
-    if is_unix_address(text):
-        return text
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise BadArgument(f"stats: must be HOST:PORT (e.g. 127.0.0.1:9191) or a unix socket path, got {raw!r}")
-    return text
 
 
 def probe(address: str) -> dict:
