@@ -56,7 +56,7 @@ from uwsgi_layouts.bench.tune import record
 from uwsgi_layouts.bench.tune.objective import Objective
 from uwsgi_layouts.bench.tune.search import Event, Inputs, Outcome, Settings, TapeClock, minimum_budget_s, run_search
 from uwsgi_layouts.bench.tune.space import DEFAULT_STRATEGIES, DEFAULT_THREADS, candidate_space, prune_static
-from uwsgi_layouts.deploy.machine import PACKAGE_DIR, check_reachable, checked, find_uwsgi, tool_command
+from uwsgi_layouts.deploy.machine import PACKAGE_DIR, check_reachable, checked, default_cpus, find_uwsgi, tool_command
 from uwsgi_layouts.deploy.model import MAX_PROCESSES, MAX_THREADS, STRATEGIES, LayoutError, parse_variant
 from uwsgi_layouts.deploy.render import write_layout
 from uwsgi_layouts.deploy.run import http_get
@@ -79,9 +79,10 @@ MEASURED_SERVERS = ("uwsgi", "gunicorn", "granian")
 
 
 def add_arguments(p) -> None:
-    nproc = os.cpu_count() or 1
-    p.add_argument("--concurrency", help=f"simultaneous requests expected in production (default 2 x nproc = "
-                                         f"{2 * nproc})")
+    nproc = default_cpus()
+    p.add_argument("--concurrency", help=f"simultaneous requests expected in production (default 2 x the usable "
+                                         f"CPUs = {2 * nproc}; usable: the affinity's, or the cgroup's quota if "
+                                         "smaller)")
     p.add_argument("--p99-ms", help="objective: p99 of healthy requests at that concurrency, at most this many ms "
                                     "(pooled over the repeats; default: no limit)")
     p.add_argument("--memory-mb", help="objective: the app server's memory (PSS of master and workers after load), "
@@ -95,7 +96,7 @@ def add_arguments(p) -> None:
                                          "choice must meet the objective under it too")
     p.add_argument("--stall-ms", help=f"how long a stalled request waits, ms (default {DEFAULT_STALL_MS}; with "
                                       "--stall-share)")
-    p.add_argument("--max-processes", help=f"largest P tried (default 2 x nproc = {2 * nproc})")
+    p.add_argument("--max-processes", help=f"largest P tried (default 2 x the usable CPUs = {2 * nproc})")
     p.add_argument("--threads", help=f"comma-separated T values tried (default {','.join(map(str, DEFAULT_THREADS))})")
     p.add_argument("--scenario", help=f"the demo app's request mix: {', '.join(record.steady_scenarios())} (default "
                                       "article; your app: --request...)")
@@ -152,7 +153,7 @@ class Config:
 
 def config_from_args(args, stored: Results | None = None, subject: subj.Subject | None = None) -> Config:
     """Everything validated (BadArgument, LayoutError, TrafficError: exit 2) before anything runs."""
-    nproc = os.cpu_count() or 1
+    nproc = default_cpus()  # the CPUs this process may use: affinity, or a cgroup quota if tighter
     base = stored.arguments if stored else {}
 
     def given(name, parse, default):
@@ -182,7 +183,7 @@ def config_from_args(args, stored: Results | None = None, subject: subj.Subject 
                                                **({"tie_band": margin} if margin else {})})
     objective = Objective(concurrency, p99, memory, stall_share, stall_ms, record.server_label(list(strategies)))
     space = candidate_space(max_p, threads, strategies)
-    # The pilot's P is the measured machine's nproc (a replay elsewhere takes the same decisions).
+    # The pilot's P is the measured machine's usable CPUs (a replay elsewhere takes the same decisions).
     inputs = Inputs(objective, tuple(space), settings, steady.name, record.STALL, base.get("nproc", nproc))
     if not stored:
         screened, _ = prune_static(space, concurrency, idle_rule=not stall_share)

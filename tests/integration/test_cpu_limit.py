@@ -1,0 +1,216 @@
+"""Inside a CPU limit, for real: a layout's @cpus/@memory puts the app server's whole tree (and
+nothing else) in a cgroup of its own, removed on every exit path (and after a SIGKILL by the next
+stack); its throttling figures are what the kernel's cpu.stat says over the same window; the
+tool inside a quota counts the quota's CPUs; a quota the kernel refuses is one line, exit 2,
+nothing left. Needs root and a writable cgroup cpu controller (skipped otherwise)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.integration.support import FAST, kill_run
+from uwsgi_layouts.bench.load.wrk import WrkProcess
+from uwsgi_layouts.bench.observe import Snapshot, limit_record
+from uwsgi_layouts.deploy.machine import homes, read_v1, read_v2
+from uwsgi_layouts.deploy.model import LayoutError, parse_layout
+from uwsgi_layouts.deploy.render import write_layout
+from uwsgi_layouts.deploy.run import Stack, existing_cgroups, http_get
+from uwsgi_layouts.deploy.run.cgroup import STATE_DIR
+
+HOMES, WHY = homes()
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120),
+              pytest.mark.skipif(HOMES is None, reason=f"no writable cgroup controller: {WHY}")]
+REPO = Path(__file__).resolve().parents[2]
+CPU_HEAVY = "/?rounds=2&fib=22&io_ms=0"  # the demo app, CPU-bound
+
+
+def ours() -> set[str]:
+    """This process's cgroups (the name carries the owner pid): parallel workers make their own."""
+    return {d for d in existing_cgroups() if d.endswith(f"-{os.getpid()}")}
+
+
+def procs(directory: Path) -> set[int]:
+    return {int(x) for x in (directory / "cgroup.procs").read_text().split()}
+
+
+def test_server_tree_alone_in_its_cgroup_with_the_limits(start_stack):
+    before = ours()
+    stack = start_stack("2x2-mapped", cpus="0.5", memory="256")
+    (cgroup,) = stack.cgroups.values()
+    cpu_dir = cgroup.directories.get("cpu") or cgroup.directories[""]
+    if HOMES.version == 1:
+        assert (cpu_dir / "cpu.cfs_quota_us").read_text().split() == ["50000"]
+        assert (cpu_dir / "cpu.cfs_period_us").read_text().split() == ["100000"]
+        memory_dir = cgroup.directories["memory"]
+        assert int((memory_dir / "memory.limit_in_bytes").read_text()) == 256 * 1024 * 1024
+    else:
+        assert (cpu_dir / "cpu.max").read_text().split() == ["50000", "100000"]
+        memory_dir = cpu_dir
+        assert int((memory_dir / "memory.max").read_text()) == 256 * 1024 * 1024
+    tree = {stack.app.pid, *(c.pid for c in psutil.Process(stack.app.pid).children(recursive=True))}
+    assert len(tree) >= 3  # master + 2 workers
+    for directory in cgroup.directories.values():
+        inside = procs(directory)
+        assert tree <= inside, (tree, inside)
+        assert stack.pids["nginx"] not in inside and os.getpid() not in inside
+    status, _, body = http_get("127.0.0.1", stack.layout.listen_port, FAST)
+    assert status == 200 and body == b"Hello, world"
+    dirs = list(cgroup.directories.values())
+    stack.stop()
+    assert not any(d.exists() for d in dirs) and ours() == before
+
+
+def test_cell_throttling_equals_cpu_stat_over_the_same_window(start_stack, integration_tools):
+    """A 0.2-CPU quota under a CPU-bound load: the cell's record (Snapshot + limit_record) is
+    what the kernel's files say, read just outside the same window."""
+    stack = start_stack("1x2-mapped", cpus="0.2")
+    (cgroup,) = stack.cgroups.values()
+
+    def raw():
+        if cgroup.homes.version == 2:
+            return read_v2(cgroup.directories[""])
+        cpu = cgroup.directories["cpu"]
+        return read_v1(cpu, cgroup.directories.get("cpuacct", cpu), None)
+
+    outer_before = raw()
+    before = Snapshot.take(stack)
+    run = WrkProcess(f"{stack.layout.url.rstrip('/')}{CPU_HEAVY}", 4, 3.0, timeout_s=10).result()
+    assert run.requests > 0
+    after = Snapshot.take(stack)
+    outer_after = raw()
+    record = limit_record(0.2, None, before.limit, after.limit, after.t - before.t)
+    whole = outer_after.since(outer_before)
+    # The snapshots lie inside the raw reads, microseconds apart: at most a period's difference.
+    assert whole.periods - 1 <= record["periods"] <= whole.periods
+    assert whole.throttled_periods - 1 <= record["throttled_periods"] <= whole.throttled_periods
+    assert record["throttled_s"] <= whole.throttled_s + 1e-4  # the record rounds to 0.1 ms
+    assert record["cpu_s"] <= whole.cpu_s + 1e-4
+    # And the quota bit: the server wanted more than 0.2 CPU, got about that, and was throttled.
+    seconds = after.t - before.t
+    assert record["periods"] >= 0.8 * seconds * 10  # 100 ms periods while it ran
+    assert record["throttled_share"] > 0.5, record
+    assert record["cpu_s"] <= 0.2 * seconds * 1.1 + 0.05, (record, seconds)
+    assert 0.5 < record["quota_share"] <= 1.1, record
+
+
+def test_a_sigkilled_owner_cgroup_is_removed_by_the_next_stack(make_layout, leftover_processes):
+    layout = make_layout("1x1-mapped", cpus="0.5")
+    write_layout(layout, layout.run_dir)
+    child = textwrap.dedent("""
+        import sys, time
+        from uwsgi_layouts.deploy.machine import checked
+        from uwsgi_layouts.deploy.model import layout_from_record
+        from uwsgi_layouts.deploy.run import Stack
+        import json
+        layout = checked(layout_from_record(json.loads(sys.argv[1])))
+        stack = Stack(layout).__enter__()
+        print(" ".join(str(d) for d in next(iter(stack.cgroups.values())).directories.values()), flush=True)
+        time.sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", child, json.dumps(layout.to_dict())], cwd=REPO,
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        dirs = [Path(d) for d in proc.stdout.readline().split()]
+        assert dirs and all(d.is_dir() for d in dirs)
+        kill_run(proc)  # SIGKILL: no cleanup; PDEATHSIG ends the server
+        assert all(d.is_dir() for d in dirs)
+        deadline = time.monotonic() + 10
+        while any(procs(d) for d in dirs) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        said: list[str] = []
+        unlimited = make_layout("1x1-mapped")
+        write_layout(unlimited, unlimited.run_dir)
+        with Stack(unlimited, report=said.append):
+            pass
+        assert not any(d.exists() for d in dirs)
+        assert any(f"pid {proc.pid}" in line and "removed cgroup" in line for line in said), said
+        assert not list(STATE_DIR.glob(f"*{proc.pid}*"))
+    finally:
+        kill_run(proc)
+        proc.stdout.close()
+
+
+def test_bad_limits_are_refused():
+    with pytest.raises(LayoutError, match="cpus: must be a number of CPUs in 0.01"):
+        parse_layout("1x1-mapped", run_dir="/tmp/x", cpus="0")
+    with pytest.raises(LayoutError, match="cpus"):
+        parse_layout("1x1-mapped", run_dir="/tmp/x", cpus="-1")
+    with pytest.raises(LayoutError, match="memory"):
+        parse_layout("1x1-mapped", run_dir="/tmp/x", memory="0")
+
+
+def run_cli(*args: str, cgroup_procs: Path | None = None) -> subprocess.CompletedProcess:
+    def enter():
+        if cgroup_procs is not None:
+            cgroup_procs.write_text(str(os.getpid()))
+    return subprocess.run([sys.executable, "-m", "uwsgi_layouts", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=60, preexec_fn=enter)
+
+
+def test_more_cpus_than_the_host_is_one_line_exit_2(tmp_run_dir):
+    n = os.cpu_count()
+    res = run_cli("render", f"1x1-mapped@cpus={n + 1}", "--out", str(tmp_run_dir / "out"))
+    assert res.returncode == 2, res
+    assert res.stderr.strip().count("\n") == 0 and f"this machine's {n} CPUs" in res.stderr, res.stderr
+
+
+@pytest.fixture
+def quota_cgroup():
+    """A cgroup of this test's own under our cpu cgroup with a 0.3-CPU quota (v1 here)."""
+    if HOMES.version != 1:
+        pytest.skip("the kernel refuses a child quota above its parent's on cgroup v1 only")
+    parent = HOMES.parent("cpu") / f"ul-test-{os.getpid()}"
+    parent.mkdir()
+    try:
+        (parent / "cpu.cfs_quota_us").write_text("30000")
+        yield parent
+    finally:
+        for pid in procs(parent):
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                parent.rmdir()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+
+def test_the_tool_inside_a_quota_counts_the_quota(quota_cgroup):
+    code = "from uwsgi_layouts.deploy.machine import cpu_limit; import json; print(json.dumps(cpu_limit().to_dict()))"
+    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=30,
+                         preexec_fn=lambda: (quota_cgroup / "cgroup.procs").write_text(str(os.getpid())))
+    limit = json.loads(res.stdout)
+    assert limit["quota"] == 0.3 and limit["usable"] == 0.3 and limit["host"] == os.cpu_count(), limit
+    assert limit["quota_source"].endswith(f"{quota_cgroup.name}/cpu.cfs_quota_us")
+    inside = run_cli("tune", "--help", cgroup_procs=quota_cgroup / "cgroup.procs")
+    outside = run_cli("tune", "--help")
+    assert "usable CPUs = 2;" in " ".join(inside.stdout.split()), inside.stdout  # 2 x 1 CPU
+    assert f"usable CPUs = {2 * len(os.sched_getaffinity(0))};" in " ".join(outside.stdout.split())
+
+
+def test_a_quota_the_kernel_refuses_is_one_line_exit_2(quota_cgroup, tmp_run_dir, free_ports, leftover_processes):
+    base, listen, stats = free_ports(3)
+    res = run_cli("run", "1x1-mapped@cpus=1", "--run-dir", str(tmp_run_dir), "--listen", f"127.0.0.1:{listen}",
+                  "--base-port", str(base), "--stats-port", str(stats), "--for", "1",
+                  cgroup_procs=quota_cgroup / "cgroup.procs")
+    assert res.returncode == 2, res
+    line = res.stderr.strip()
+    assert "\n" not in line and "cpus: the kernel refused cpu.cfs_quota_us = 100000" in line, line
+    assert "parent cgroup's quota is smaller" in line
+    assert [p.name for p in quota_cgroup.iterdir() if p.is_dir()] == []  # no cgroup left behind
+    assert leftover_processes([str(tmp_run_dir)], timeout=5) == []
