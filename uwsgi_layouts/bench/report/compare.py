@@ -40,6 +40,7 @@ from uwsgi_layouts.bench.analysis import (
     warnings,
 )
 from uwsgi_layouts.bench.report import hosts, nginx, peers
+from uwsgi_layouts.bench.report.limits import limit_lines, limit_markdown
 from uwsgi_layouts.bench.report.memory import memory_lines, memory_markdown, pss_column
 from uwsgi_layouts.bench.report.subject import (
     any_non_2xx,
@@ -598,6 +599,7 @@ def terminal_lines(results: Results) -> list[str]:
         for line in mechanism:
             out += wrap(line, indent="  - ", subsequent="    ")
     out += memory_lines(results)
+    out += limit_lines(results)
     out += nginx.nginx_lines(results)
     out += hosts.host_lines(results)
     out += decision_lines(results) if not nginx.only_nginx(results) else []
@@ -892,6 +894,7 @@ def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
         out += _md_inflight(results, by_sc)
         out += _md_shares(results, by_sc)
         out += memory_markdown(results)
+        out += limit_markdown(results)
     else:
         out += ["## Results", "", "No cells in this results file: nothing was measured.", ""]
     warns = warnings(results)
