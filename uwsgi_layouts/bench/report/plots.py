@@ -317,18 +317,25 @@ def plot_memory(results: Results, path: Path | str) -> list[Path]:
             if groups:  # room for the labels beside the outermost points
                 ax.set_xlim(0, max(g.memory[MEMORY_KEY].high for g in groups) * 1.15)
                 ax.set_ylim(0, max(g.rps.high for g in groups) * 1.12)
-            ax.set_xlabel("app server tree PSS after load (MB: master + workers, shared pages counted once)")
-            ax.set_ylabel("throughput (requests/s)")
-            ax.set_title(f"Throughput vs memory per layout, scenario '{sc}'\n"
-                         f"median of {_repeats(groups)} repeats per point (c = connections); bars: lowest to "
-                         "highest repeat", fontsize=11)
-            ax.grid(True, alpha=0.3)
-            if groups:
-                ax.legend(title="layout", fontsize=9, loc="best")
-            written.append(_save(fig, out))
+            written.append(_labelled(fig, ax, out, "app server tree PSS after load (MB: master + workers, shared "
+                                     "pages counted once)", "throughput (requests/s)",
+                                     f"Throughput vs memory per layout, scenario '{sc}'", _repeats(groups),
+                                     bool(groups)))
         finally:
             plt.close(fig)
     return written
+
+
+def _labelled(fig, ax, out: Path, xlabel: str, ylabel: str, title: str, repeats: int, legend: bool) -> Path:
+    """A per-layout scatter of medians, labelled and saved."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{title}\nmedian of {repeats} repeats per point (c = connections); bars: lowest to highest repeat",
+                 fontsize=11)
+    ax.grid(True, alpha=0.3)
+    if legend:
+        ax.legend(title="layout", fontsize=9, loc="best")
+    return _save(fig, out)
 
 
 def plot_throttling(results: Results, path: Path | str) -> list[Path]:
@@ -356,14 +363,10 @@ def plot_throttling(results: Results, path: Path | str) -> list[Path]:
                     ax.annotate(f"c={f.concurrency}", (x, y), xytext=(5, 4), textcoords="offset points", fontsize=8)
             ax.set_xlim(0, 105)
             ax.set_ylim(bottom=0)
-            ax.set_xlabel("throttled share (% of CFS periods in which the app server used up its quota)")
-            ax.set_ylabel("p99 latency (ms)")
-            ax.set_title(f"p99 vs CPU throttling per layout, scenario '{sc}'\nmedian of {_repeats_of(figures)} "
-                         "repeats per point (c = connections); bars: lowest to highest repeat", fontsize=11)
-            ax.grid(True, alpha=0.3)
-            if figures:
-                ax.legend(title="layout", fontsize=9, loc="best")
-            written.append(_save(fig, out))
+            written.append(_labelled(fig, ax, out, "throttled share (% of CFS periods in which the app server used "
+                                     "up its quota)", "p99 latency (ms)",
+                                     f"p99 vs CPU throttling per layout, scenario '{sc}'", _repeats_of(figures),
+                                     bool(figures)))
         finally:
             plt.close(fig)
     return written
