@@ -214,3 +214,23 @@ def test_a_quota_the_kernel_refuses_is_one_line_exit_2(quota_cgroup, tmp_run_dir
     assert "parent cgroup's quota is smaller" in line
     assert [p.name for p in quota_cgroup.iterdir() if p.is_dir()] == []  # no cgroup left behind
     assert leftover_processes([str(tmp_run_dir)], timeout=5) == []
+
+
+def test_tune_for_a_pod_sizes_the_search_from_its_cpus(tmp_run_dir, leftover_processes):
+    """tune --cpus 0.5: concurrency 2 x 1, P up to 2, every candidate under a 0.5-CPU quota, and
+    the recommendation says the pod's layout, its throttling and its memory request."""
+    out = tmp_run_dir / "tune-pod"
+    proc = subprocess.run([sys.executable, "-m", "uwsgi_layouts", "tune", "--cpus", "0.5", "--memory", "512",
+                           "--budget", "1", "--strategies", "mapped", "--threads", "2", "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads((out / "results.json").read_text())
+    a = data["arguments"]
+    assert (a["cpus"], a["memory"], a["concurrency"], a["max_processes"], a["nproc"]) == (0.5, 512, 2, 2, 1)
+    assert data["cells"] and all(c["limit"]["cpus"] == 0.5 and c["limit"]["memory_mb"] == 512 for c in data["cells"])
+    assert all(c["limit"]["periods"] > 0 for c in data["cells"])
+    chosen = a["tune"]["decision"]["chosen"]
+    text = " ".join(proc.stdout.split())  # the terminal wraps sentences
+    assert f"POD: for a pod of 0.5 CPU (limits.cpu 500m) and 512 MB of memory, run {chosen}" in text, proc.stdout
+    assert "throttled in" in text and "memory request" in text
+    assert ours() == set() and leftover_processes([str(out)], timeout=5) == []

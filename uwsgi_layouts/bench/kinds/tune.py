@@ -26,6 +26,7 @@ files never contain it.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import shlex
 import shutil
@@ -57,7 +58,15 @@ from uwsgi_layouts.bench.tune.objective import Objective
 from uwsgi_layouts.bench.tune.search import Event, Inputs, Outcome, Settings, TapeClock, minimum_budget_s, run_search
 from uwsgi_layouts.bench.tune.space import DEFAULT_STRATEGIES, DEFAULT_THREADS, candidate_space, prune_static
 from uwsgi_layouts.deploy.machine import PACKAGE_DIR, check_reachable, checked, default_cpus, find_uwsgi, tool_command
-from uwsgi_layouts.deploy.model import MAX_PROCESSES, MAX_THREADS, STRATEGIES, LayoutError, parse_variant
+from uwsgi_layouts.deploy.model import (
+    MAX_PROCESSES,
+    MAX_THREADS,
+    STRATEGIES,
+    LayoutError,
+    parse_cpus,
+    parse_memory_mb,
+    parse_variant,
+)
 from uwsgi_layouts.deploy.render import write_layout
 from uwsgi_layouts.deploy.run import http_get
 from uwsgi_layouts.deploy.ship import build_bundle, write_bundle
@@ -100,6 +109,11 @@ def add_arguments(p) -> None:
     p.add_argument("--threads", help=f"comma-separated T values tried (default {','.join(map(str, DEFAULT_THREADS))})")
     p.add_argument("--scenario", help=f"the demo app's request mix: {', '.join(record.steady_scenarios())} (default "
                                       "article; your app: --request...)")
+    p.add_argument("--cpus", help="size it for a pod with this CPU limit (CPUs, fractions allowed, e.g. 0.5 or 2: "
+                                  "Kubernetes limits.cpu, docker --cpus): every candidate runs under that quota, and "
+                                  "the concurrency, largest P and pilot come from it (default: no limit)")
+    p.add_argument("--memory", help="the pod's memory limit in MB: every candidate runs under it, an OOM kill counts "
+                                    "as a failed request (default: no limit; --memory-mb is the objective)")
     p.add_argument("--transport", help="uWSGI sockets in the lab and the recommended files: unix or tcp (default unix)")
     p.add_argument("--timeout", help="wrk's per-request timeout in seconds (default 10)")
     p.add_argument("--margin", help="equivalence margin: two candidates whose paired throughput ratio lies wholly "
@@ -162,6 +176,10 @@ def config_from_args(args, stored: Results | None = None, subject: subj.Subject 
 
     if subject is None:
         subject = subj.from_stored(base) if stored else subj.from_args(args)
+    cpus = given("cpus", parse_cpus, None)
+    pod_memory = given("memory", parse_memory_mb, None)
+    if cpus is not None:  # a pod of that size: its CPUs, not this machine's, size the search
+        nproc = max(1, math.ceil(cpus - 1e-9))
     concurrency = given("concurrency", lambda x: int_arg("concurrency", x, 1, 1000), 2 * nproc)
     p99 = given("p99_ms", lambda x: float_arg("p99_ms", x, 1, 600000), None)
     memory = given("memory_mb", lambda x: float_arg("memory_mb", x, 1, 1_000_000), None)
@@ -185,6 +203,7 @@ def config_from_args(args, stored: Results | None = None, subject: subj.Subject 
     space = candidate_space(max_p, threads, strategies)
     # The pilot's P is the measured machine's usable CPUs (a replay elsewhere takes the same decisions).
     inputs = Inputs(objective, tuple(space), settings, steady.name, record.STALL, base.get("nproc", nproc))
+    limits = {k: v for k, v in (("cpus", cpus), ("memory", pod_memory)) if v is not None}
     if not stored:
         screened, _ = prune_static(space, concurrency, idle_rule=not stall_share)
         if not screened:
@@ -195,7 +214,7 @@ def config_from_args(args, stored: Results | None = None, subject: subj.Subject 
             raise BadArgument(f"budget: {budget_min:g} min is too short to screen {len(screened)} candidates (about "
                               f"{least / 60:.1f} min at least): raise --budget, or narrow --strategies, "
                               "--max-processes or --threads")
-    options = {"transport": transport} | subject.layout_options
+    options = {"transport": transport} | limits | subject.layout_options
     if not stored:
         for strategy in strategies:  # every strategy and variant takes these options (LayoutError naming the field)
             for variant in ("", *STRATEGIES[strategy].variants):
@@ -208,6 +227,7 @@ def config_from_args(args, stored: Results | None = None, subject: subj.Subject 
         "stall_share": stall_share, "stall_ms": stall_ms, "warmup": WARMUP_S, "timeout": timeout,
         "transport": transport, "nproc": base.get("nproc", nproc), "options": options, "app": subject.record,
         "lab_middleware": bool(stall_share and not subject.demo), "margin": settings.tie_band,
+        "cpus": cpus, "memory": pod_memory,
     }
     return Config(inputs, subject, steady, options, arguments, timeout, bool(stall_share and not subject.demo))
 

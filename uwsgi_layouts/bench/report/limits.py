@@ -116,3 +116,31 @@ def limit_markdown(results: Results) -> list[str]:
         out += md_table(HEADERS, [_row(f) for f in figures], "<>>>>>>>>") + [""]
     out += ["The plot `throttling.png` shows p99 against the throttled share, one point per layout and level.", ""]
     return out
+
+
+# A memory request is the recommended layout's PSS after load plus this share: PSS grows with the
+# app's caches and fragmentation over hours, which a run of minutes does not see.
+MEMORY_REQUEST_MARGIN = 0.25
+
+
+def pod_sentence(results: Results, spec: str, scenario: str, pss_mb: float | None) -> str:
+    """tune --cpus: the recommendation for a pod of that size, its measured throttling and the
+    memory request it needs ("" when tune ran without a limit)."""
+    cpus, memory = results.arguments.get("cpus"), results.arguments.get("memory")
+    if cpus is None and memory is None:
+        return ""
+    figures = next((f for f in limit_figures(results, scenario) if f.layout == spec), None)
+    size = " and ".join(x for x in (f"{cpus:g} CPU (limits.cpu {round(cpus * 1000)}m)" if cpus else "",
+                                    f"{memory} MB of memory" if memory else "") if x)
+    text = f"POD: for a pod of {size}, run {spec}"
+    if figures is not None and figures.throttled_share:
+        cells = len(figures.throttled_share)
+        text += (f"; throttled in {spread(figures.throttled_share, 0, percent=True)} of CFS periods (median over "
+                 f"{cells} cell{'s' if cells > 1 else ''}), CPU used {spread(figures.quota_share, 0, percent=True)} "
+                 "of the quota")
+    if figures is not None and figures.oom_kills:
+        text += f"; {figures.oom_kills} OOM kills"
+    if pss_mb is not None:
+        text += (f"; memory request {pss_mb * (1 + MEMORY_REQUEST_MARGIN):.0f} MB (its PSS after load, "
+                 f"{pss_mb:.0f} MB, + {MEMORY_REQUEST_MARGIN:.0%})")
+    return text + "."
