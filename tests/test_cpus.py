@@ -216,3 +216,13 @@ def test_report_section_and_plot(tmp_path):
     assert "throttling.png" in plots.plot_file_names(results)
     plain = Results(environment={"nproc": 2}, arguments={}, workload={}, cells=(make_cell({}),))
     assert limit_markdown(plain) == [] and "throttling.png" not in plots.plot_file_names(plain)
+
+
+def test_memory_needs_its_controller(tmp_path):
+    v2_tree(tmp_path, "/", {})
+    write(tmp_path, "sys/fs/cgroup/cgroup.subtree_control", "cpu pids\n")
+    found, _ = homes(tmp_path)
+    assert found.version == 2 and not found.memory
+    with pytest.raises(LayoutError, match="memory: needs the cgroup memory controller"):
+        check_limits(parse_variant("1x1-mapped@cpus=1,memory=256", run_dir="/tmp/x"), tmp_path)
+    check_limits(parse_variant("1x1-mapped@cpus=1", run_dir="/tmp/x"), tmp_path)  # the CPU quota alone is fine

@@ -41,6 +41,8 @@ class Homes:
         if self.version not in (1, 2) or not self.parents:
             raise ValueError(f"cgroup v{self.version} with parents {self.parents!r}")
 
+    memory: bool = True  # the memory controller is there too (v2: handed down by the root)
+
     def parent(self, controller: str) -> Path | None:
         return next((Path(d) for c, d in self.parents if c == controller), None)
 
@@ -57,7 +59,7 @@ def homes(root: Path | str = "/") -> tuple[Homes | None, str]:
         delegated = (_read(v2 / "cgroup.subtree_control") or "").split()
         if "cpu" not in delegated:
             return None, (f"{v2}/cgroup.subtree_control does not enable cpu (its children get no quota): {NEEDED}")
-        return Homes(2, (("", str(v2)),)), ""
+        return Homes(2, (("", str(v2)),), memory="memory" in delegated), ""
     v1 = v1_mount(root, "cpu")
     if v1 is None or "cpu" not in paths:
         return None, f"no cgroup cpu controller is mounted here: {NEEDED}"
@@ -76,7 +78,7 @@ def homes(root: Path | str = "/") -> tuple[Homes | None, str]:
                 return None, f"{parent} is not writable: {NEEDED}"
             continue
         parents.append((controller, str(parent)))
-    return Homes(1, tuple(parents)), ""
+    return Homes(1, tuple(parents), memory=any(c == "memory" for c, _ in parents)), ""
 
 
 def check_limits(layout: Layout, root: Path | str = "/") -> None:
@@ -89,9 +91,10 @@ def check_limits(layout: Layout, root: Path | str = "/") -> None:
     found, why = homes(root)
     if found is None:
         raise LayoutError("cpus" if layout.cpus is not None else "memory", why)
-    if layout.memory is not None and found.version == 1 and found.parent("memory") is None:
+    if layout.memory is not None and not found.memory:
         raise LayoutError("memory", "needs the cgroup memory controller writable by this process (cgroup v1's "
-                                    "memory controller mounted, or cgroup v2)")
+                                    "memory controller mounted, or cgroup v2's enabled at its root's "
+                                    "cgroup.subtree_control)")
 
 
 # --- what a cgroup's files say -----------------------------------------------------------------

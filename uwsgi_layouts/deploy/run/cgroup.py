@@ -38,6 +38,7 @@ STATE_DIR = Path("/run/ul-cgroups")
 PREFIX = "ul-"
 PERIOD_US = 100_000  # the CFS period Kubernetes and docker use
 EMPTY_TIMEOUT_S = 5.0
+SWAP_FILES = ("memory.memsw.limit_in_bytes", "memory.swap.max")
 
 
 def _write(path: Path, text: str) -> None:
@@ -139,8 +140,8 @@ class ServerCgroup:
                 group.directories[controller] = directory
                 for name, value in limits.get(controller, []):
                     target = directory / name
-                    if name == "memory.memsw.limit_in_bytes" and not target.exists():
-                        continue  # swap not accounted by this kernel: memory.limit_in_bytes holds alone
+                    if name in SWAP_FILES and not target.exists():
+                        continue  # swap not accounted by this kernel: the memory limit holds alone
                     try:
                         _write(target, value)
                     except OSError as exc:  # bad input (exit 2): the limit does not fit here
