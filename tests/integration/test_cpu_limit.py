@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -234,3 +235,13 @@ def test_tune_for_a_pod_sizes_the_search_from_its_cpus(tmp_run_dir, leftover_pro
     assert f"POD: for a pod of 0.5 CPU (limits.cpu 500m) and 512 MB of memory, run {chosen}" in text, proc.stdout
     assert "throttled in" in text and "memory request" in text
     assert ours() == set() and leftover_processes([str(out)], timeout=5) == []
+
+
+def test_memory_below_one_worker_is_refused_with_the_figure(tmp_run_dir, free_ports, leftover_processes):
+    base, listen, stats = free_ports(3)
+    res = run_cli("run", "1x1-mapped@memory=5", "--run-dir", str(tmp_run_dir), "--listen", f"127.0.0.1:{listen}",
+                  "--base-port", str(base), "--stats-port", str(stats), "--for", "1")
+    assert res.returncode == 2, res
+    line = res.stderr.strip()
+    assert "\n" not in line and re.search(r"memory: 5 MB is below one worker's memory: .* held \d+ MB", line), line
+    assert ours() == set() and leftover_processes([str(tmp_run_dir)], timeout=5) == []
