@@ -3,7 +3,8 @@
 Nothing here starts or stops anything (``bench.stack`` does); every function reads:
 
 - CPU seconds of the app server's (uWSGI, gunicorn, granian) and nginx's process trees
-  (``tree_cpu_seconds``, ``Snapshot``);
+  (``tree_cpu_seconds``, ``Snapshot``), and under a layout's ``@cpus``/``@memory`` its cgroup's
+  counters (periods, throttling, CPU used, OOM kills), a cell's ``limit`` record (``limit_record``);
 - memory of the app server's process tree, per worker, and of nginx (``stack_memory``: PSS, USS,
   RSS read by psutil from /proc/PID/smaps_rollup; ``memory_record`` assembles the figures);
 - requests served per uWSGI worker, from the stats server (``worker_requests``, ``Snapshot``),

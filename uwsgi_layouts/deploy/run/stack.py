@@ -13,6 +13,11 @@ the run directory is locked while the stack lives and records its process groups
 outlives that anyway is stopped by the next stack there (deploy/run/ownership.py). Every
 process starts with a clean environment (deploy.machine.stack_environment), never ours.
 
+A layout with ``cpus`` or ``memory`` runs each app host's server in a cgroup of its own with that
+CPU quota and memory limit (``deploy.run.cgroup``: made before the server starts, joined by it
+between fork and exec, removed when the stack stops; a SIGKILLed stack's is removed by the next
+stack, which says so); nginx stays outside.
+
 A layout with ``hosts`` runs one uWSGI per host, each from its own directory
 (``run_dir/hosts/ADDR``), and a ``Placement`` says which network namespace each part runs in
 (``deploy.run.netns``; ``deploy.machine`` enters one between fork and exec, so the pid and its ownership are unchanged;
