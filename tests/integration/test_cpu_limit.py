@@ -234,6 +234,8 @@ def test_tune_for_a_pod_sizes_the_search_from_its_cpus(tmp_run_dir, leftover_pro
     text = " ".join(proc.stdout.split())  # the terminal wraps sentences
     assert f"POD: for a pod of 0.5 CPU (limits.cpu 500m) and 512 MB of memory, run {chosen}" in text, proc.stdout
     assert "throttled in" in text and "memory request" in text
+    recorded = json.loads((out / "recommended" / "layout.json").read_text())
+    assert recorded["cpus"] is None and recorded["memory"] is None  # the pod's runtime sets the limit
     assert ours() == set() and leftover_processes([str(out)], timeout=5) == []
 
 

@@ -426,6 +426,10 @@ def run_command(spec: str, options: dict, run_dir: Path) -> str:
     return shlex.join([*argv, "--run-dir", str(run_dir)])
 
 
+def without_limits(options: dict) -> dict:
+    return {k: v for k, v in options.items() if k not in ("cpus", "memory")}
+
+
 def write_recommended(out: Path, spec: str, options: dict) -> dict:
     """Render ``spec`` into out/recommended as ``deploy render`` would (cross-checks, nginx -t),
     the bundle beside it when it is a uWSGI layout, and RUN.md saying how to use them. Returns
@@ -529,7 +533,8 @@ def run(args) -> int:
         progress.close()
         recommended = None
         if outcome.chosen is not None:
-            recommended = write_recommended(out, outcome.chosen.spec, config.options)
+            # The pod's limit is its runtime's to set (the POD line says it): the files are the layout's.
+            recommended = write_recommended(out, outcome.chosen.spec, without_limits(config.options))
         if stored is None:
             environment["loadavg_at_end"] = list(os.getloadavg())
         wall = clock.now() if stored is None else stored.arguments["tune"].get("wall_s")
