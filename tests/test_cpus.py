@@ -3,12 +3,16 @@ v2, hybrid, nested quotas, no quota, a container's mount rooted at its own cgrou
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
-from uwsgi_layouts.bench.observe import limit_record
+from tests.test_peers_bench import wrk_line
+from uwsgi_layouts.bench.kinds.closedloop import LiveRunner
+from uwsgi_layouts.bench.load.wrk import to_run
+from uwsgi_layouts.bench.observe import Snapshot, limit_record
 from uwsgi_layouts.bench.report import plots
 from uwsgi_layouts.bench.report.limits import limit_lines, limit_markdown
 from uwsgi_layouts.bench.results import Cell, Results, ResultsError
@@ -226,3 +230,18 @@ def test_memory_needs_its_controller(tmp_path):
     with pytest.raises(LayoutError, match="memory: needs the cgroup memory controller"):
         check_limits(parse_variant("1x1-mapped@cpus=1,memory=256", run_dir="/tmp/x"), tmp_path)
     check_limits(parse_variant("1x1-mapped@cpus=1", run_dir="/tmp/x"), tmp_path)  # the CPU quota alone is fine
+
+
+def test_a_quota_bounds_the_cells_capacity(tmp_path):
+    """The capacity bound: the tool's usable CPUs over all CPU per request, and under a layout's
+    quota also the quota over the server's own CPU per request, whichever is smaller."""
+    runner = LiveRunner(None, tmp_path, {}, duration=2, warmup=1, timeout=5)
+    runner.cores = 2.0
+    run = to_run(json.loads(wrk_line({})[len("WRK_JSON "):]), "raw")
+    snaps = Snapshot({"1": 0}, 1.0, 0.5), Snapshot({"1": run.requests}, 1.0 + 0.01 * run.requests, 0.5)
+    free = runner.make_cell("1x2-mapped", 2, 1, "article", run, 0.0, *snaps, 100.0, "raw/x.txt")
+    assert free.capacity_rps == pytest.approx(2.0 / 0.01)
+    limit = {"cpus": 0.5, "memory_mb": None, "periods": 10, "throttled_periods": 5, "throttled_s": 0.1, "cpu_s": 1.0,
+             "oom_kills": 0, "throttled_share": 0.5, "quota_share": 1.0}
+    held = runner.make_cell("1x2-mapped", 2, 1, "article", run, 0.0, *snaps, 100.0, "raw/x.txt", limit=limit)
+    assert held.capacity_rps == pytest.approx(0.5 / 0.01) and held.limit == limit

@@ -567,6 +567,9 @@ class LiveRunner:
         # Stalled requests cost almost no CPU; counting only healthy ones keeps the bound honest.
         per_request = sum(cpu.values()) / run.requests if run.requests else 0.0
         capacity = self.cores / per_request if per_request else 0.0
+        cpus = optional.get("limit", {}).get("cpus")
+        if cpus and cpu["app"] > 0 and run.requests:  # a quota of its own bounds the server alone
+            capacity = min(capacity, cpus / (cpu["app"] / run.requests))
         closed_loop = level / (unloaded_ms / 1000) if unloaded_ms else 0.0
         bounds = [b for b in (capacity, closed_loop) if b > 0]
         bound = min(bounds) if bounds else 0.0
