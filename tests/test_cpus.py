@@ -245,3 +245,8 @@ def test_a_quota_bounds_the_cells_capacity(tmp_path):
              "oom_kills": 0, "throttled_share": 0.5, "quota_share": 1.0}
     held = runner.make_cell("1x2-mapped", 2, 1, "article", run, 0.0, *snaps, 100.0, "raw/x.txt", limit=limit)
     assert held.capacity_rps == pytest.approx(0.5 / 0.01) and held.limit == limit
+    assert held.errors.oom == 0 and "oom" not in held.to_dict()["errors"]
+    killed = runner.make_cell("1x2-mapped", 2, 1, "article", run, 0.0, *snaps, 100.0, "raw/x.txt",
+                              limit={**limit, "oom_kills": 2})
+    assert killed.errors.oom == 2 and killed.errors.total == run.errors.total + 2  # an OOM kill is an error
+    assert killed.to_dict()["errors"]["oom"] == 2 and Cell.from_dict(killed.to_dict()) == killed

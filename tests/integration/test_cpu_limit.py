@@ -247,3 +247,35 @@ def test_memory_below_one_worker_is_refused_with_the_figure(tmp_run_dir, free_po
     line = res.stderr.strip()
     assert "\n" not in line and re.search(r"memory: 5 MB is below one worker's memory: .* held \d+ MB", line), line
     assert ours() == set() and leftover_processes([str(tmp_run_dir)], timeout=5) == []
+
+
+HOG = """
+def app(environ, start_response):
+    if environ.get("PATH_INFO") == "/hog":
+        hog = bytearray(400 * 1024 * 1024)  # touched page by page: charged to the cgroup at once
+        for i in range(0, len(hog), 4096):
+            hog[i] = 1
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"ok"]
+"""
+
+
+@pytest.mark.skipif(HOMES is not None and not HOMES.memory, reason="no writable memory controller")
+def test_an_oom_kill_is_counted_and_is_an_error(start_stack, run_dirs):
+    """A worker that outgrows @memory is OOM-killed by the kernel: the cgroup's counter says so,
+    and a cell's record holds it."""
+    app_dir = run_dirs()
+    app_dir.chmod(0o755)
+    (app_dir / "hog.py").write_text(HOG)
+    (app_dir / "hog.py").chmod(0o644)
+    stack = start_stack("1x1-mapped", app="hog:app", app_dir=str(app_dir), memory="128")
+    before = Snapshot.take(stack)
+    status, _, _ = http_get("127.0.0.1", stack.layout.listen_port, "/hog", timeout=30)
+    assert status >= 500  # the worker died under the request
+    deadline = time.monotonic() + 10
+    while stack.cgroup_reading().oom_kills == before.limit.oom_kills and time.monotonic() < deadline:
+        time.sleep(0.05)
+    after = Snapshot.take(stack)
+    record = limit_record(None, 128, before.limit, after.limit, after.t - before.t)
+    assert record["oom_kills"] >= 1 and record["memory_mb"] == 128, record
+    # A cell's errors count it (bench.kinds.closedloop.make_cell: tests/test_cpus.py checks the sum).
