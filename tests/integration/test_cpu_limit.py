@@ -65,6 +65,7 @@ def test_server_tree_alone_in_its_cgroup_with_the_limits(start_stack):
         assert stack.pids["nginx"] not in inside and os.getpid() not in inside
     status, _, body = http_get("127.0.0.1", stack.layout.listen_port, FAST)
     assert status == 200 and body == b"Hello, world"
+    assert cgroup.describe().startswith(f"0.5 CPUs and 256 MB in cgroup ul-{cgroup.run_id}-{os.getpid()} (/sys/fs/")
     dirs = list(cgroup.directories.values())
     stack.stop()
     assert not any(d.exists() for d in dirs) and ours() == before

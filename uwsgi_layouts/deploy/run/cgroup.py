@@ -115,6 +115,8 @@ class ServerCgroup:
     homes: Homes
     run_id: str
     directories: dict[str, Path] = field(default_factory=dict)  # controller -> its directory
+    cpus: float | None = None
+    memory_mb: int | None = None
     _state: Path | None = None
 
     @property
@@ -130,7 +132,7 @@ class ServerCgroup:
             for line in _clean_stale():
                 if report is not None:
                     report(line)
-            group = cls(found, secrets.token_hex(3))
+            group = cls(found, secrets.token_hex(3), cpus=cpus, memory_mb=memory_mb)
             wanted = {c: Path(d) / group.name for c, d in found.parents if c != "memory" or memory_mb is not None}
             group._write_state([str(d) for d in wanted.values()])
         try:
@@ -156,6 +158,13 @@ class ServerCgroup:
 
     def _write_state(self, directories: list[str]) -> None:
         self._state = write_state(STATE_DIR, self.run_id, directories=directories)
+
+    def describe(self) -> str:
+        """One line: the limits and where they are (``1.5 CPUs, 512 MB in cgroup ul-...: DIRS``)."""
+        limits = [f"{self.cpus:g} CPU{'s' if self.cpus != 1 else ''}" if self.cpus is not None else "",
+                  f"{self.memory_mb} MB" if self.memory_mb is not None else ""]
+        where = ", ".join(str(d) for d in self.directories.values())
+        return f"{' and '.join(x for x in limits if x)} in cgroup {self.name} ({where})"
 
     @property
     def join_files(self) -> tuple[str, ...]:
