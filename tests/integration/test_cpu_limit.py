@@ -7,6 +7,7 @@ nothing left. Needs root and a writable cgroup cpu controller (skipped otherwise
 from __future__ import annotations
 
 import json
+import pwd
 import os
 import re
 import subprocess
@@ -280,3 +281,18 @@ def test_an_oom_kill_is_counted_and_is_an_error(start_stack, run_dirs):
     record = limit_record(None, 128, before.limit, after.limit, after.t - before.t)
     assert record["oom_kills"] >= 1 and record["memory_mb"] == 128, record
     # A cell's errors count it (bench.kinds.closedloop.make_cell: tests/test_cpus.py checks the sum).
+
+
+def test_without_a_writable_controller_it_says_what_is_needed(run_dirs):
+    """As another user (nobody: no cgroup is writable), @cpus is one line, exit 2, nothing written."""
+    home = run_dirs()
+    nobody = pwd.getpwnam("nobody")
+    os.chown(home, nobody.pw_uid, nobody.pw_gid)
+    out = home / "out"
+    res = subprocess.run(["runuser", "-u", "nobody", "--", sys.executable, "-m", "uwsgi_layouts", "render",
+                          "1x1-mapped@cpus=1", "--out", str(out)], cwd=REPO, capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 2, res
+    line = res.stderr.strip()
+    assert "\n" not in line and line.startswith("error: cpus: a CPU limit needs root: the cgroup cpu controller"), line
+    assert not out.exists()
