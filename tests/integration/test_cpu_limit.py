@@ -7,8 +7,8 @@ nothing left. Needs root and a writable cgroup cpu controller (skipped otherwise
 from __future__ import annotations
 
 import json
-import pwd
 import os
+import pwd
 import re
 import subprocess
 import sys
