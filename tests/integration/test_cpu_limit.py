@@ -26,7 +26,7 @@ from uwsgi_layouts.deploy.machine import homes, read_v1, read_v2
 from uwsgi_layouts.deploy.model import LayoutError, parse_layout
 from uwsgi_layouts.deploy.render import write_layout
 from uwsgi_layouts.deploy.run import Stack, existing_cgroups, http_get
-from uwsgi_layouts.deploy.run.cgroup import STATE_DIR
+from uwsgi_layouts.deploy.run import cgroup as cgroup_module
 
 HOMES, WHY = homes()
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120),
@@ -105,25 +105,32 @@ def test_cell_throttling_equals_cpu_stat_over_the_same_window(start_stack, integ
     assert 0.5 < record["quota_share"] <= 1.1, record
 
 
-def test_a_sigkilled_owner_cgroup_is_removed_by_the_next_stack(make_layout, leftover_processes):
+def test_a_sigkilled_owner_cgroup_is_removed_by_the_next_stack(make_layout, leftover_processes, tmp_path,
+                                                               monkeypatch):
+    """The owner and the next stack keep their state files in a directory of this test's own: any
+    other run on the machine would rightly clean a dead owner's cgroup first, and say it there."""
+    state_dir = tmp_path / "state"
+    monkeypatch.setattr(cgroup_module, "STATE_DIR", state_dir)
     layout = make_layout("1x1-mapped", cpus="0.5")
     write_layout(layout, layout.run_dir)
     child = textwrap.dedent("""
         import sys, time
+        from pathlib import Path
         from uwsgi_layouts.deploy.machine import checked
         from uwsgi_layouts.deploy.model import layout_from_record
-        from uwsgi_layouts.deploy.run import Stack
+        from uwsgi_layouts.deploy.run import Stack, cgroup
         import json
+        cgroup.STATE_DIR = Path(sys.argv[2])
         layout = checked(layout_from_record(json.loads(sys.argv[1])))
         stack = Stack(layout).__enter__()
         print(" ".join(str(d) for d in next(iter(stack.cgroups.values())).directories.values()), flush=True)
         time.sleep(600)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", child, json.dumps(layout.to_dict())], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-c", child, json.dumps(layout.to_dict()), str(state_dir)], cwd=REPO,
                             stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         dirs = [Path(d) for d in proc.stdout.readline().split()]
-        assert dirs and all(d.is_dir() for d in dirs)
+        assert dirs and all(d.is_dir() for d in dirs) and len(list(state_dir.glob("*.json"))) == 1
         kill_run(proc)  # SIGKILL: no cleanup; PDEATHSIG ends the server
         assert all(d.is_dir() for d in dirs)
         deadline = time.monotonic() + 10
@@ -136,7 +143,7 @@ def test_a_sigkilled_owner_cgroup_is_removed_by_the_next_stack(make_layout, left
             pass
         assert not any(d.exists() for d in dirs)
         assert any(f"pid {proc.pid}" in line and "removed cgroup" in line for line in said), said
-        assert not list(STATE_DIR.glob(f"*{proc.pid}*"))
+        assert not list(state_dir.glob("*.json"))
     finally:
         kill_run(proc)
         proc.stdout.close()

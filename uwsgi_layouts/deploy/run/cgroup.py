@@ -4,8 +4,9 @@ a container runtime sets them (Kubernetes ``limits.cpu``/``limits.memory``, ``do
 
 ``ServerCgroup.open(cpus, memory_mb)`` makes one cgroup (v2: one directory; v1: one per
 controller: cpu, cpuacct where it is a mount of its own, memory) where ``deploy.machine.homes``
-says, with the quota over the 100 ms period runtimes use and the memory limit (v1: swap included,
-where the kernel accounts it, so the limit is not dodged by swapping). The server joins it between
+says, with the quota over the 100 ms period runtimes use and the memory limit, swap included where
+the kernel accounts it (v1 ``memory.memsw`` at the same figure, v2 ``memory.swap.max`` 0), so the
+limit is not dodged by swapping. The server joins it between
 fork and exec (``join_files``: its pid into each ``cgroup.procs``, before it drops privileges),
 so every worker it forks is inside. A limit the kernel refuses (a v1 quota above a parent's)
 is bad input (LayoutError naming the field: one line, exit 2), and nothing is left behind.
@@ -117,11 +118,12 @@ class ServerCgroup:
     directories: dict[str, Path] = field(default_factory=dict)  # controller -> its directory
     cpus: float | None = None
     memory_mb: int | None = None
+    owner: int = field(default_factory=os.getpid)  # in its name: the next run knows whose it was
     _state: Path | None = None
 
     @property
     def name(self) -> str:
-        return f"{PREFIX}{self.run_id}-{os.getpid()}"
+        return f"{PREFIX}{self.run_id}-{self.owner}"
 
     @classmethod
     def open(cls, cpus: float | None, memory_mb: int | None, report=None) -> "ServerCgroup":
