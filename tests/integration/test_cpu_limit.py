@@ -73,9 +73,9 @@ def test_server_tree_alone_in_its_cgroup_with_the_limits(start_stack):
 
 
 def test_cell_throttling_equals_cpu_stat_over_the_same_window(start_stack, integration_tools):
-    """A 0.2-CPU quota under a CPU-bound load: the cell's record (Snapshot + limit_record) is
+    """A 0.1-CPU quota under a CPU-bound load: the cell's record (Snapshot + limit_record) is
     what the kernel's files say, read just outside the same window."""
-    stack = start_stack("1x2-mapped", cpus="0.2")
+    stack = start_stack("1x2-mapped", cpus="0.1")
     (cgroup,) = stack.cgroups.values()
 
     def raw():
@@ -84,25 +84,28 @@ def test_cell_throttling_equals_cpu_stat_over_the_same_window(start_stack, integ
         cpu = cgroup.directories["cpu"]
         return read_v1(cpu, cgroup.directories.get("cpuacct", cpu), None)
 
-    outer_before = raw()
+    outer_before, t0 = raw(), time.monotonic()
     before = Snapshot.take(stack)
     run = WrkProcess(f"{stack.layout.url.rstrip('/')}{CPU_HEAVY}", 4, 3.0, timeout_s=10).result()
     assert run.requests > 0
     after = Snapshot.take(stack)
-    outer_after = raw()
-    record = limit_record(0.2, None, before.limit, after.limit, after.t - before.t)
+    outer_after, t1 = raw(), time.monotonic()
+    record = limit_record(0.1, None, before.limit, after.limit, after.t - before.t)
     whole = outer_after.since(outer_before)
-    # The snapshots lie inside the raw reads, microseconds apart: at most a period's difference.
-    assert whole.periods - 1 <= record["periods"] <= whole.periods
-    assert whole.throttled_periods - 1 <= record["throttled_periods"] <= whole.throttled_periods
+    # The snapshots lie inside the raw reads; what differs is what ran in the gaps between them
+    # (a snapshot also reads the stats server and the process trees): a period per 100 ms, plus one.
+    slack = 1 + int(((before.t - t0) + (t1 - after.t)) / 0.1)
+    assert whole.periods - slack <= record["periods"] <= whole.periods
+    assert whole.throttled_periods - slack <= record["throttled_periods"] <= whole.throttled_periods
     assert record["throttled_s"] <= whole.throttled_s + 1e-4  # the record rounds to 0.1 ms
     assert record["cpu_s"] <= whole.cpu_s + 1e-4
-    # And the quota bit: the server wanted more than 0.2 CPU, got about that, and was throttled.
+    # And the quota: the server wanted more than 0.1 CPU (even on a busy machine), got about that,
+    # and was throttled.
     seconds = after.t - before.t
     assert record["periods"] >= 0.8 * seconds * 10  # 100 ms periods while it ran
-    assert record["throttled_share"] > 0.5, record
-    assert record["cpu_s"] <= 0.2 * seconds * 1.1 + 0.05, (record, seconds)
-    assert 0.5 < record["quota_share"] <= 1.1, record
+    assert record["throttled_share"] > 0.3, record
+    assert record["cpu_s"] <= 0.1 * seconds * 1.1 + 0.05, (record, seconds)
+    assert 0.3 < record["quota_share"] <= 1.1, record
 
 
 def test_a_sigkilled_owner_cgroup_is_removed_by_the_next_stack(make_layout, leftover_processes, tmp_path,
