@@ -312,6 +312,9 @@ def test_snapshot_of_a_peer_reads_pids_not_the_stats_server():
         def worker_pids(self):
             return {1: 11, 2: 12}
 
+        def cgroup_reading(self):  # no @cpus/@memory limit
+            return None
+
     snap = Snapshot.take(PeerStack())
     assert snap.workers == {} and snap.pids == {1: 11, 2: 12} and calls == []
 

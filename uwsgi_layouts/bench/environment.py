@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from uwsgi_layouts.deploy.machine import PACKAGE_DIR
+from uwsgi_layouts.deploy.machine import PACKAGE_DIR, cpu_limit
 from uwsgi_layouts.deploy.run import nginx_binary, uwsgi_binary
 
 
@@ -181,6 +181,8 @@ def capture() -> dict:
     steal, others = _at_start()
     return {
         "nproc": os.cpu_count(),
+        # What this process may use, apart: the host's CPUs, its affinity's, its cgroup's quota.
+        "cpu_limit": cpu_limit().to_dict(),
         "cpu_model": _cpu_model(),
         "loadavg_at_start": list(os.getloadavg()),
         "steal_at_start": steal,

@@ -3,7 +3,8 @@
 Nothing here starts or stops anything (``bench.stack`` does); every function reads:
 
 - CPU seconds of the app server's (uWSGI, gunicorn, granian) and nginx's process trees
-  (``tree_cpu_seconds``, ``Snapshot``);
+  (``tree_cpu_seconds``, ``Snapshot``), and under a layout's ``@cpus``/``@memory`` its cgroup's
+  counters (periods, throttling, CPU used, OOM kills), a cell's ``limit`` record (``limit_record``);
 - memory of the app server's process tree, per worker, and of nginx (``stack_memory``: PSS, USS,
   RSS read by psutil from /proc/PID/smaps_rollup; ``memory_record`` assembles the figures);
 - requests served per uWSGI worker, from the stats server (``worker_requests``, ``Snapshot``),
@@ -42,7 +43,7 @@ from typing import Callable, NamedTuple
 
 import psutil
 
-from uwsgi_layouts.deploy.machine import is_unix_address, read_stats
+from uwsgi_layouts.deploy.machine import CgroupReading, is_unix_address, read_stats
 from uwsgi_layouts.deploy.model import StackError
 from uwsgi_layouts.deploy.run import Stack
 
@@ -110,6 +111,9 @@ class Snapshot:
     nginx_cpu: float
     pids: dict[int, int] = field(default_factory=dict)  # worker number -> pid, without a stats server
     hosts: dict[str, int] = field(default_factory=dict)  # host -> requests so far, with several hosts
+    # The app server's cgroup counters (a layout with @cpus/@memory; the first host's), else None.
+    limit: CgroupReading | None = None
+    t: float = field(default_factory=time.monotonic)
 
     @classmethod
     def take(cls, stack: Stack) -> "Snapshot":
@@ -122,7 +126,20 @@ class Snapshot:
                 hosts[host] = sum(counts.values())
         return cls(workers, sum(tree_cpu_seconds(pid) for pid in stack.app_pids),
                    tree_cpu_seconds(stack.pids["nginx"]), {} if stack.layout.has_stats else _worker_pids(stack),
-                   hosts if len(hosts) > 1 else {})
+                   hosts if len(hosts) > 1 else {}, stack.cgroup_reading())
+
+
+def limit_record(cpus: float | None, memory_mb: int | None, before: CgroupReading | None,
+                 after: CgroupReading | None, seconds: float) -> dict:
+    """A cell's ``limit`` record (bench.results): the layout's limit and its cgroup's counters
+    over the window between two readings ({} without a limit)."""
+    if before is None or after is None:
+        return {}
+    d = after.since(before)
+    return {"cpus": cpus, "memory_mb": memory_mb, "periods": d.periods, "throttled_periods": d.throttled_periods,
+            "throttled_s": round(d.throttled_s, 4), "cpu_s": round(d.cpu_s, 4), "oom_kills": d.oom_kills,
+            "throttled_share": round(d.throttled_periods / d.periods, 4) if d.periods else None,
+            "quota_share": round(d.cpu_s / (cpus * seconds), 4) if cpus and seconds > 0 else None}
 
 
 # --------------------------------------------------------------------------- memory

@@ -44,7 +44,14 @@ not change):
 - ``round``:     the interleaved round the cell ran in (an integer >= 1): cells of different layouts
                  with the same scenario, concurrency and round ran one after the other on the same
                  machine state, and ``bench.paired`` compares them as a pair. Cells written before
-                 rounds were recorded have none (0): they are compared unpaired, and reports say so.
+                 rounds were recorded have none (0): they are compared unpaired, and reports say so;
+- ``limit``:     the layout's CPU/memory limit (``@cpus``, ``@memory``) and its cgroup's counters over
+                 the cell (deltas): ``{"cpus": x|null, "memory_mb": n|null, "periods": n,
+                 "throttled_periods": n, "throttled_s": x, "cpu_s": x, "oom_kills": n,
+                 "throttled_share": share|null, "quota_share": x|null}``: CFS periods in which the
+                 server ran and those in which it hit its quota, the time it was held back, CPU seconds
+                 it used, OOM kills (also counted in ``errors.oom``); ``throttled_share`` = throttled
+                 periods / periods, ``quota_share`` = CPU used / (cpus x the cell's seconds).
 
 Server-neutral names. Since the peers (gunicorn, granian) run in the same cells as uWSGI, the
 app server's figures are named for their role, not for uWSGI: ``cpu_s["app"]`` and
@@ -68,7 +75,8 @@ from typing import Callable
 
 FORMAT_VERSION = 2
 READS_VERSIONS = (1, 2)
-ERROR_CLASSES = ("connect", "read", "write", "timeout", "status")
+# oom: workers the kernel's OOM killer ended in the app server's cgroup (a layout's @memory limit).
+ERROR_CLASSES = ("connect", "read", "write", "timeout", "status", "oom")
 PERCENTILES = ("p50", "p90", "p99", "p999", "max")
 STATUS_CLASSES = ("2xx", "3xx", "4xx", "5xx")
 
@@ -192,6 +200,32 @@ def _histogram(value) -> tuple[tuple[float, int], ...]:
     return tuple(out)
 
 
+LIMIT_COUNTS = ("periods", "throttled_periods", "oom_kills")
+LIMIT_SECONDS = ("throttled_s", "cpu_s")
+
+
+def _limit(value) -> dict:
+    _check(isinstance(value, dict), "limit: must be a mapping")
+    if not value:
+        return {}
+    known = {"cpus", "memory_mb", "throttled_share", "quota_share", *LIMIT_COUNTS, *LIMIT_SECONDS}
+    _check(set(value) <= known, f"limit: unknown keys {sorted(set(value) - known)}")
+    for key in LIMIT_COUNTS:
+        _check(_is_count(value.get(key, 0)), f"limit.{key}: must be an integer >= 0, got {value.get(key)!r}")
+    for key in LIMIT_SECONDS:
+        _finite_nonneg(value.get(key, 0.0), f"limit.{key}")
+    cpus, memory = value.get("cpus"), value.get("memory_mb")
+    _check(cpus is None or (_is_number(cpus) and cpus > 0), f"limit.cpus: must be a number > 0 or null, got {cpus!r}")
+    _check(memory is None or _is_count(memory, 1), f"limit.memory_mb: must be an integer >= 1 or null, got {memory!r}")
+    _check(value.get("throttled_periods", 0) <= value.get("periods", 0),
+           "limit.throttled_periods: must not exceed periods")
+    for key in ("throttled_share", "quota_share"):
+        share = value.get(key)
+        _check(share is None or (_is_number(share) and share >= 0 and (key != "throttled_share" or share <= 1)),
+               f"limit.{key}: must be a share >= 0 (throttled_share at most 1) or null, got {share!r}")
+    return dict(value)
+
+
 def _round(value) -> int:
     _check(_is_count(value), f"round: must be an integer >= 1 (0 when not recorded), got {value!r}")
     return value
@@ -227,6 +261,7 @@ class Errors:
     write: int = 0
     timeout: int = 0
     status: int = 0
+    oom: int = 0  # OOM kills in the app server's cgroup: written only when some happened
 
     def __post_init__(self):
         for name in ERROR_CLASSES:
@@ -258,7 +293,7 @@ def server_neutral(field_name: str, value):
 
 # Optional Cell fields (see the module docstring): validator, and written only when non-empty.
 CELL_OPTIONAL: dict[str, Callable] = {"status": _status, "memory": _memory, "inflight": _inflight,
-                                      "histogram": _histogram, "round": _round}
+                                      "histogram": _histogram, "round": _round, "limit": _limit}
 
 
 @dataclass(frozen=True)
@@ -294,6 +329,8 @@ class Cell:
     inflight: dict = field(default_factory=dict)
     histogram: tuple = ()
     round: int = 0  # the interleaved round (0: not recorded, an older file)
+    # The layout's @cpus/@memory limit and what its cgroup said over the cell (module docstring).
+    limit: dict = field(default_factory=dict)
 
     def __post_init__(self):
         _check(isinstance(self.layout, str) and self.layout != "", "layout: must be a non-empty string")
@@ -335,6 +372,8 @@ class Cell:
         data = asdict(self)
         data["balance"] = self.balance
         data["errors"]["total"] = self.errors.total
+        if not data["errors"]["oom"]:  # files of runs without a memory limit stay as they were
+            del data["errors"]["oom"]
         data["histogram"] = [list(pair) for pair in self.histogram]
         for name in CELL_OPTIONAL:
             if not data[name]:

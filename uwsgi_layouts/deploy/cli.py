@@ -452,6 +452,8 @@ def cmd_run(args) -> int:
             stats = f"uWSGI stats: {layout.stats_address}" if layout.has_stats else f"{server.label}, no stats server"
             print(f"serving {layout.name} on {layout.url}  ({stats}; logs: {run_dir / 'logs'})  Ctrl-C to stop",
                   flush=True)
+            for cgroup in stack.cgroups.values():
+                print(f"  {server.label} limited to {cgroup.describe()}", flush=True)
             deadline = None if args.duration is None else time.monotonic() + args.duration
             while deadline is None or time.monotonic() < deadline:
                 stack.check_alive()

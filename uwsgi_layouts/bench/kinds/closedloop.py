@@ -33,12 +33,11 @@ smaller bound:
 
 from __future__ import annotations
 
-import os
 import resource
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -54,6 +53,7 @@ from uwsgi_layouts.bench.observe import (
     busiest_connections,
     cpu_seconds,
     inflight_summary,
+    limit_record,
     nginx_workers,
     requests_by_worker,
     spread_extra,
@@ -61,6 +61,7 @@ from uwsgi_layouts.bench.observe import (
 )
 from uwsgi_layouts.bench.results import Cell, Results, utc_now
 from uwsgi_layouts.bench.stack import Lab, dir_name
+from uwsgi_layouts.deploy.machine import usable_cpus
 from uwsgi_layouts.deploy.model import Layout
 
 
@@ -391,7 +392,7 @@ class LiveRunner:
         self.scenarios = scenarios
         self.duration, self.warmup, self.timeout = duration, warmup, timeout
         self.layout_options = layout_options or {}
-        self.cores = os.cpu_count() or 1
+        self.cores = usable_cpus()  # a quota on this process (a pod) bounds what the three can share
         self._index: ds.Index | None = None
         self._lists: dict[str, Path] = {}
         self._mix_scripts: dict[Mix, Path] = {}
@@ -559,9 +560,10 @@ class LiveRunner:
         if workers:
             extra.update(spread_extra(conns, [max(0.0, cpu_seconds(w) - c) for w, c in zip(workers, worker_cpu,
                                                                                            strict=True)]))
+        limit = limit_record(layout.cpus, layout.memory, before.limit, after.limit, after.t - before.t)
         return self.make_cell(label, level, repeat, scenario.name, runs[0], wrk_cpu, before, after,
                               unloaded_ms, raw_name, extra, inflight=inflight, histogram=runs[0].histogram,
-                              status=runs[0].status, memory=memory)
+                              status=runs[0].status, memory=memory, limit=limit)
 
     @contextmanager
     def _inflight(self, layout: Layout, load: WrkProcess):
@@ -593,6 +595,9 @@ class LiveRunner:
         # Stalled requests cost almost no CPU; counting only healthy ones keeps the bound honest.
         per_request = sum(cpu.values()) / run.requests if run.requests else 0.0
         capacity = self.cores / per_request if per_request else 0.0
+        cpus = optional.get("limit", {}).get("cpus")
+        if cpus and cpu["app"] > 0 and run.requests:  # a quota of its own bounds the server alone
+            capacity = min(capacity, cpus / (cpu["app"] / run.requests))
         closed_loop = level / (unloaded_ms / 1000) if unloaded_ms else 0.0
         bounds = [b for b in (capacity, closed_loop) if b > 0]
         bound = min(bounds) if bounds else 0.0
@@ -607,7 +612,9 @@ class LiveRunner:
         return Cell(
             layout=spec, concurrency=level, repeat=repeat, scenario=scenario,
             duration_s=run.duration_s, requests=run.requests, rps=run.rps,
-            latency_ms=run.latency_ms, errors=run.errors, worker_requests=workers, cpu_s=cpu,
+            latency_ms=run.latency_ms, worker_requests=workers, cpu_s=cpu,
+            # A worker the OOM killer ended is an error, whatever the clients saw.
+            errors=replace(run.errors, oom=optional.get("limit", {}).get("oom_kills", 0)),
             unloaded_latency_ms=unloaded_ms, capacity_rps=capacity, closed_loop_rps=closed_loop,
             efficiency=run.rps / bound if bound else 0.0, raw_output=raw_name, extra=extra, round=repeat, **optional,
         )

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import os
 import sys
 import tempfile
 import time
@@ -57,7 +56,7 @@ from uwsgi_layouts.bench.report.headline import headline_lines
 from uwsgi_layouts.bench.results import load
 from uwsgi_layouts.bench.stack import Lab
 from uwsgi_layouts.bench.verdict import ARTICLE
-from uwsgi_layouts.deploy.machine import checked
+from uwsgi_layouts.deploy.machine import checked, default_cpus
 from uwsgi_layouts.deploy.model import MAX_PROCESSES, MAX_THREADS, parse_variant
 from uwsgi_layouts.deploy.run import unavailable as netns_unavailable
 from uwsgi_layouts.deploy.ship import make_certs
@@ -90,7 +89,8 @@ def hosts_layouts(processes: int, threads: int) -> tuple[str, ...]:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--processes", help="P of the default matrix (default: nproc)")
+    p.add_argument("--processes", help="P of the default matrix (default: the usable CPUs: nproc, or the cgroup's CPU "
+                                         "quota rounded up if smaller)")
     p.add_argument("--threads", help="T of the default matrix (default 4)")
     p.add_argument("--layouts", help="comma-separated PxT-STRATEGY list (default: 1xT-shared, Px1-shared, "
                                      "PxT-shared, PxT-thunder, PxT-mapped, PxT-gunicorn)")
@@ -140,7 +140,7 @@ def add_arguments(p) -> None:
 
 
 def plan_from_args(args, stored=None, subject: subj.Subject | None = None) -> tuple[Plan, dict[str, sc.Scenario]]:
-    nproc = os.cpu_count() or 1
+    nproc = default_cpus()  # the CPUs this process may use: affinity, or a cgroup quota if tighter
     base = stored.arguments if stored else {}
     if subject is None:
         subject = subj.from_stored(base) if stored else subj.from_args(args)

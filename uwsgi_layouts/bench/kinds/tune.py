@@ -26,6 +26,7 @@ files never contain it.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import shlex
 import shutil
@@ -56,8 +57,16 @@ from uwsgi_layouts.bench.tune import record
 from uwsgi_layouts.bench.tune.objective import Objective
 from uwsgi_layouts.bench.tune.search import Event, Inputs, Outcome, Settings, TapeClock, minimum_budget_s, run_search
 from uwsgi_layouts.bench.tune.space import DEFAULT_STRATEGIES, DEFAULT_THREADS, candidate_space, prune_static
-from uwsgi_layouts.deploy.machine import PACKAGE_DIR, check_reachable, checked, find_uwsgi, tool_command
-from uwsgi_layouts.deploy.model import MAX_PROCESSES, MAX_THREADS, STRATEGIES, LayoutError, parse_variant
+from uwsgi_layouts.deploy.machine import PACKAGE_DIR, check_reachable, checked, default_cpus, find_uwsgi, tool_command
+from uwsgi_layouts.deploy.model import (
+    MAX_PROCESSES,
+    MAX_THREADS,
+    STRATEGIES,
+    LayoutError,
+    parse_cpus,
+    parse_memory_mb,
+    parse_variant,
+)
 from uwsgi_layouts.deploy.render import write_layout
 from uwsgi_layouts.deploy.run import http_get
 from uwsgi_layouts.deploy.ship import build_bundle, write_bundle
@@ -79,9 +88,10 @@ MEASURED_SERVERS = ("uwsgi", "gunicorn", "granian")
 
 
 def add_arguments(p) -> None:
-    nproc = os.cpu_count() or 1
-    p.add_argument("--concurrency", help=f"simultaneous requests expected in production (default 2 x nproc = "
-                                         f"{2 * nproc})")
+    nproc = default_cpus()
+    p.add_argument("--concurrency", help=f"simultaneous requests expected in production (default 2 x the usable "
+                                         f"CPUs = {2 * nproc}; usable: the affinity's, or the cgroup's quota if "
+                                         "smaller)")
     p.add_argument("--p99-ms", help="objective: p99 of healthy requests at that concurrency, at most this many ms "
                                     "(pooled over the repeats; default: no limit)")
     p.add_argument("--memory-mb", help="objective: the app server's memory (PSS of master and workers after load), "
@@ -95,10 +105,15 @@ def add_arguments(p) -> None:
                                          "choice must meet the objective under it too")
     p.add_argument("--stall-ms", help=f"how long a stalled request waits, ms (default {DEFAULT_STALL_MS}; with "
                                       "--stall-share)")
-    p.add_argument("--max-processes", help=f"largest P tried (default 2 x nproc = {2 * nproc})")
+    p.add_argument("--max-processes", help=f"largest P tried (default 2 x the usable CPUs = {2 * nproc})")
     p.add_argument("--threads", help=f"comma-separated T values tried (default {','.join(map(str, DEFAULT_THREADS))})")
     p.add_argument("--scenario", help=f"the demo app's request mix: {', '.join(record.steady_scenarios())} (default "
                                       "article; your app: --request...)")
+    p.add_argument("--cpus", help="size it for a pod with this CPU limit (CPUs, fractions allowed, e.g. 0.5 or 2: "
+                                  "Kubernetes limits.cpu, docker --cpus): every candidate runs under that quota, and "
+                                  "the concurrency, largest P and pilot come from it (default: no limit)")
+    p.add_argument("--memory", help="the pod's memory limit in MB: every candidate runs under it, an OOM kill counts "
+                                    "as a failed request (default: no limit; --memory-mb is the objective)")
     p.add_argument("--transport", help="uWSGI sockets in the lab and the recommended files: unix or tcp (default unix)")
     p.add_argument("--timeout", help="wrk's per-request timeout in seconds (default 10)")
     p.add_argument("--margin", help="equivalence margin: two candidates whose paired throughput ratio lies wholly "
@@ -152,7 +167,7 @@ class Config:
 
 def config_from_args(args, stored: Results | None = None, subject: subj.Subject | None = None) -> Config:
     """Everything validated (BadArgument, LayoutError, TrafficError: exit 2) before anything runs."""
-    nproc = os.cpu_count() or 1
+    nproc = default_cpus()  # the CPUs this process may use: affinity, or a cgroup quota if tighter
     base = stored.arguments if stored else {}
 
     def given(name, parse, default):
@@ -161,6 +176,10 @@ def config_from_args(args, stored: Results | None = None, subject: subj.Subject 
 
     if subject is None:
         subject = subj.from_stored(base) if stored else subj.from_args(args)
+    cpus = given("cpus", parse_cpus, None)
+    pod_memory = given("memory", parse_memory_mb, None)
+    if cpus is not None:  # a pod of that size: its CPUs, not this machine's, size the search
+        nproc = max(1, math.ceil(cpus - 1e-9))
     concurrency = given("concurrency", lambda x: int_arg("concurrency", x, 1, 1000), 2 * nproc)
     p99 = given("p99_ms", lambda x: float_arg("p99_ms", x, 1, 600000), None)
     memory = given("memory_mb", lambda x: float_arg("memory_mb", x, 1, 1_000_000), None)
@@ -182,8 +201,9 @@ def config_from_args(args, stored: Results | None = None, subject: subj.Subject 
                                                **({"tie_band": margin} if margin else {})})
     objective = Objective(concurrency, p99, memory, stall_share, stall_ms, record.server_label(list(strategies)))
     space = candidate_space(max_p, threads, strategies)
-    # The pilot's P is the measured machine's nproc (a replay elsewhere takes the same decisions).
+    # The pilot's P is the measured machine's usable CPUs (a replay elsewhere takes the same decisions).
     inputs = Inputs(objective, tuple(space), settings, steady.name, record.STALL, base.get("nproc", nproc))
+    limits = {k: v for k, v in (("cpus", cpus), ("memory", pod_memory)) if v is not None}
     if not stored:
         screened, _ = prune_static(space, concurrency, idle_rule=not stall_share)
         if not screened:
@@ -194,7 +214,7 @@ def config_from_args(args, stored: Results | None = None, subject: subj.Subject 
             raise BadArgument(f"budget: {budget_min:g} min is too short to screen {len(screened)} candidates (about "
                               f"{least / 60:.1f} min at least): raise --budget, or narrow --strategies, "
                               "--max-processes or --threads")
-    options = {"transport": transport} | subject.layout_options
+    options = {"transport": transport} | limits | subject.layout_options
     if not stored:
         for strategy in strategies:  # every strategy and variant takes these options (LayoutError naming the field)
             for variant in ("", *STRATEGIES[strategy].variants):
@@ -207,6 +227,7 @@ def config_from_args(args, stored: Results | None = None, subject: subj.Subject 
         "stall_share": stall_share, "stall_ms": stall_ms, "warmup": WARMUP_S, "timeout": timeout,
         "transport": transport, "nproc": base.get("nproc", nproc), "options": options, "app": subject.record,
         "lab_middleware": bool(stall_share and not subject.demo), "margin": settings.tie_band,
+        "cpus": cpus, "memory": pod_memory,
     }
     return Config(inputs, subject, steady, options, arguments, timeout, bool(stall_share and not subject.demo))
 
@@ -405,6 +426,10 @@ def run_command(spec: str, options: dict, run_dir: Path) -> str:
     return shlex.join([*argv, "--run-dir", str(run_dir)])
 
 
+def without_limits(options: dict) -> dict:
+    return {k: v for k, v in options.items() if k not in ("cpus", "memory")}
+
+
 def write_recommended(out: Path, spec: str, options: dict) -> dict:
     """Render ``spec`` into out/recommended as ``deploy render`` would (cross-checks, nginx -t),
     the bundle beside it when it is a uWSGI layout, and RUN.md saying how to use them. Returns
@@ -508,7 +533,8 @@ def run(args) -> int:
         progress.close()
         recommended = None
         if outcome.chosen is not None:
-            recommended = write_recommended(out, outcome.chosen.spec, config.options)
+            # The pod's limit is its runtime's to set (the POD line says it): the files are the layout's.
+            recommended = write_recommended(out, outcome.chosen.spec, without_limits(config.options))
         if stored is None:
             environment["loadavg_at_end"] = list(os.getloadavg())
         wall = clock.now() if stored is None else stored.arguments["tune"].get("wall_s")

@@ -33,6 +33,7 @@ from uwsgi_layouts.bench.analysis import (
 from uwsgi_layouts.bench.decisions import key_comparisons
 from uwsgi_layouts.bench.report import hosts, nginx, peers
 from uwsgi_layouts.bench.report.headline import claim_sentence, headline_markdown, level_sentence
+from uwsgi_layouts.bench.report.limits import limit_lines, limit_markdown
 from uwsgi_layouts.bench.report.memory import memory_lines, memory_markdown, pss_column
 from uwsgi_layouts.bench.report.subject import (
     any_non_2xx,
@@ -444,6 +445,7 @@ def terminal_lines(results: Results) -> list[str]:
         for line in mechanism:
             out += wrap(line, indent="  - ", subsequent="    ")
     out += memory_lines(results)
+    out += limit_lines(results)
     out += nginx.nginx_lines(results)
     out += hosts.host_lines(results)
     out += decision_lines(results) if not nginx.only_nginx(results) else []
@@ -736,6 +738,7 @@ def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
         out += _md_inflight(results, by_sc)
         out += _md_shares(results, by_sc)
         out += memory_markdown(results)
+        out += limit_markdown(results)
     else:
         out += ["## Results", "", "No cells in this results file: nothing was measured.", ""]
     warns = warnings(results)

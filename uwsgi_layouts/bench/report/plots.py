@@ -12,6 +12,7 @@ figure is closed.
 from __future__ import annotations
 
 import re
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from uwsgi_layouts.bench.analysis import (  # noqa: E402
     group_cells,
     steady_min,
 )
+from uwsgi_layouts.bench.report.limits import LimitFigures, has_limits, limit_figures  # noqa: E402
 from uwsgi_layouts.bench.results import Results, write_atomic  # noqa: E402
 from uwsgi_layouts.bench.tune.record import outcome_of  # noqa: E402
 
@@ -315,18 +317,63 @@ def plot_memory(results: Results, path: Path | str) -> list[Path]:
             if groups:  # room for the labels beside the outermost points
                 ax.set_xlim(0, max(g.memory[MEMORY_KEY].high for g in groups) * 1.15)
                 ax.set_ylim(0, max(g.rps.high for g in groups) * 1.12)
-            ax.set_xlabel("app server tree PSS after load (MB: master + workers, shared pages counted once)")
-            ax.set_ylabel("throughput (requests/s)")
-            ax.set_title(f"Throughput vs memory per layout, scenario '{sc}'\n"
-                         f"median of {_repeats(groups)} repeats per point (c = connections); bars: lowest to "
-                         "highest repeat", fontsize=11)
-            ax.grid(True, alpha=0.3)
-            if groups:
-                ax.legend(title="layout", fontsize=9, loc="best")
-            written.append(_save(fig, out))
+            written.append(_labelled(fig, ax, out, "app server tree PSS after load (MB: master + workers, shared "
+                                     "pages counted once)", "throughput (requests/s)",
+                                     f"Throughput vs memory per layout, scenario '{sc}'", _repeats(groups),
+                                     bool(groups)))
         finally:
             plt.close(fig)
     return written
+
+
+def _labelled(fig, ax, out: Path, xlabel: str, ylabel: str, title: str, repeats: int, legend: bool) -> Path:
+    """A per-layout scatter of medians, labelled and saved."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{title}\nmedian of {repeats} repeats per point (c = connections); bars: lowest to highest repeat",
+                 fontsize=11)
+    ax.grid(True, alpha=0.3)
+    if legend:
+        ax.legend(title="layout", fontsize=9, loc="best")
+    return _save(fig, out)
+
+
+def plot_throttling(results: Results, path: Path | str) -> list[Path]:
+    """Under a CPU limit: p99 against the share of CFS periods in which the app server was
+    throttled, one point per layout and level (medians of repeats, low–high bars both ways), the
+    levels of a layout joined. Nothing when no cell had a limit."""
+    if not has_limits(results):
+        return []
+    written = []
+    for sc, out in scenario_paths(results, path):
+        figures = [f for f in limit_figures(results, sc) if f.throttled_share]
+        fig, ax = plt.subplots(figsize=FIGSIZE)
+        try:
+            for i, layout in enumerate(dict.fromkeys(f.layout for f in figures)):
+                fs = sorted((f for f in figures if f.layout == layout), key=lambda f: f.concurrency)
+                xs = [100 * statistics.median(f.throttled_share) for f in fs]
+                ys = [statistics.median(f.p99_ms) for f in fs]
+                ax.errorbar(xs, ys, xerr=[[x - 100 * min(f.throttled_share) for f, x in zip(fs, xs, strict=True)],
+                                          [100 * max(f.throttled_share) - x for f, x in zip(fs, xs, strict=True)]],
+                            yerr=[[y - min(f.p99_ms) for f, y in zip(fs, ys, strict=True)],
+                                  [max(f.p99_ms) - y for f, y in zip(fs, ys, strict=True)]],
+                            label=layout, marker=MARKERS[i % len(MARKERS)], markersize=7, capsize=3, linewidth=1,
+                            linestyle=":")
+                for f, x, y in zip(fs, xs, ys, strict=True):
+                    ax.annotate(f"c={f.concurrency}", (x, y), xytext=(5, 4), textcoords="offset points", fontsize=8)
+            ax.set_xlim(0, 105)
+            ax.set_ylim(bottom=0)
+            written.append(_labelled(fig, ax, out, "throttled share (% of CFS periods in which the app server used "
+                                     "up its quota)", "p99 latency (ms)",
+                                     f"p99 vs CPU throttling per layout, scenario '{sc}'", _repeats_of(figures),
+                                     bool(figures)))
+        finally:
+            plt.close(fig)
+    return written
+
+
+def _repeats_of(figures: list[LimitFigures]) -> int:
+    return max((len(f.rps) for f in figures), default=0)
 
 
 def plot_reply_rate(results: Results, path: Path | str) -> list[Path]:
@@ -452,7 +499,7 @@ def plot_timeline(results: Results, path: Path | str) -> list[Path]:
 # Results kind -> file stem -> plot function; the order is the order of the plots in the Markdown report.
 PLOTS: dict[str, dict[str, Callable[[Results, Path], list[Path]]]] = {
     "compare": {"throughput": plot_throughput, "p99": plot_p99, "worker-share": plot_worker_share,
-                "inflight": plot_inflight, "memory": plot_memory},
+                "inflight": plot_inflight, "memory": plot_memory, "throttling": plot_throttling},
     "openloop": {"reply-rate": plot_reply_rate},
     "faults": {},
     "tune": {"p99-throughput": plot_tune},
@@ -470,6 +517,7 @@ def plot_file_names(results: Results) -> list[str]:
     if results.kind == "doctor":
         return [f"{stem}.png" for stem in stems] if results.diagnoses and results.diagnoses[0].timeline else []
     stems = [stem for stem in stems if stem != "memory" or any(c.memory for c in results.cells)]
+    stems = [stem for stem in stems if stem != "throttling" or has_limits(results)]
     return [p.name for stem in stems for sc, p in scenario_paths(results, Path(f"{stem}.png"))
             if stem != "inflight" or has_inflight(results, sc)]
 

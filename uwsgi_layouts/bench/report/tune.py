@@ -10,6 +10,7 @@ the same lines. Functions return lines; nothing prints.
 from __future__ import annotations
 
 from uwsgi_layouts.bench.analysis import NOISY_SPREAD, machine_cautions
+from uwsgi_layouts.bench.report.limits import pod_sentence
 from uwsgi_layouts.bench.report.subject import subject_lines, subject_markdown
 from uwsgi_layouts.bench.report.text import fmt_interval, md_table, num, plot_lines, table, wrap
 from uwsgi_layouts.bench.results import Results
@@ -95,6 +96,8 @@ def recommendation(results: Results, outcome: Outcome) -> list[str]:
     if d is not None and d.chosen is not None:
         out = [f"RECOMMENDATION: {d.chosen.spec}: {figures(d.chosen, label)}"
                + (f"; {stall_figures(d.chosen)}." if d.chosen.stall is not None else ".")]
+        pod = pod_sentence(results, d.chosen.spec, results.arguments.get("scenario", ""), d.chosen.memory_mb)
+        out += [pod] if pod else []
         if d.runner_up is not None:
             out.append(f"runner-up: {d.runner_up.spec} ({figures(d.runner_up, label)}): {d.why}.")
         else:
@@ -258,7 +261,8 @@ def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
     out = ["# Tune: which layout to run", "", _subject_head(results, outcome) + ".", "",
            f"**Objective:** {outcome.inputs.objective.words()}.", "", POINT_NOTE, ""]
     out += subject_markdown(results)
-    bold = {"RECOMMENDATION:": "**Recommendation:**", "runner-up:": "**Runner-up:**", "closest:": "**Closest:**",
+    bold = {"RECOMMENDATION:": "**Recommendation:**", "POD:": "**Pod:**", "runner-up:": "**Runner-up:**",
+            "closest:": "**Closest:**",
             "NO LAYOUT MEETS THE OBJECTIVE.": "**No layout meets the objective.**"}
     out += ["## Recommendation", ""]
     for line in recommendation(results, outcome):

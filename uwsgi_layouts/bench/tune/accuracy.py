@@ -60,6 +60,7 @@ from uwsgi_layouts.bench.tune.space import (
     candidate_space,
     one_process_twin,
 )
+from uwsgi_layouts.deploy.machine import default_cpus
 
 # The I/O-heavy mix mostly sleeps: its p99 holds still under CPU load from other users of the
 # machine (about 210 ms with enough threads, 400+ when requests queue), so a limit there is
@@ -199,7 +200,7 @@ class Setup:
 
 
 def parse(argv: list[str] | None) -> tuple[Setup, str | None, str | None]:
-    nproc = os.cpu_count() or 1
+    nproc = default_cpus()
     p = argparse.ArgumentParser(prog="uwsgi-layouts tune-accuracy", description=__doc__.splitlines()[0])
     p.add_argument("--mixes", default="article,io-heavy")
     p.add_argument("--concurrency", default=str(2 * nproc))

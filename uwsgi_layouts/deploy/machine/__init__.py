@@ -11,6 +11,8 @@ rendering or running anything. Other rooms import these names from ``deploy.mach
 
 from uwsgi_layouts.deploy.machine.app import MAX_PREFLIGHT_TIMEOUT, PREFLIGHT_TIMEOUT, PROBE_PATH, preflight
 from uwsgi_layouts.deploy.machine.certificates import check_tls_dir, resolve_tls_dir
+from uwsgi_layouts.deploy.machine.cgroups import CgroupReading, Homes, check_limits, homes, read_v1, read_v2
+from uwsgi_layouts.deploy.machine.cpus import CpuLimit, cpu_limit, default_cpus, usable_cpus
 from uwsgi_layouts.deploy.machine.datasets import check_data_dir, map_is_current, read_map_facts
 from uwsgi_layouts.deploy.machine.environment import stack_environment, worker_environment
 from uwsgi_layouts.deploy.machine.netns import (
@@ -57,13 +59,14 @@ from uwsgi_layouts.deploy.machine.users import (
 )
 
 __all__ = [
-    "MAX_PREFLIGHT_TIMEOUT", "NETNS_DIR", "PACKAGE_DIR", "PREFLIGHT_TIMEOUT", "PROBE_PATH", "Exposure", "accept",
-    "app_virtualenv", "blocked_at", "check_data_dir", "check_dirs_not_writable", "check_hosts",
-    "check_listen_address", "check_reachable", "check_readable", "check_static_locations", "check_tls_dir",
-    "check_virtualenv", "checked", "code_dirs_of", "connect", "enter", "find_uwsgi", "group_of", "is_isolated",
-    "is_unix_address", "linked_python", "map_is_current", "mark_isolated", "output_dir", "plain_allowed",
-    "preflight", "read_map_facts", "read_stats", "resolve_tls_dir", "resolve_user", "run_in", "run_user_ids",
+    "CgroupReading", "CpuLimit", "Exposure", "Homes", "MAX_PREFLIGHT_TIMEOUT", "NETNS_DIR", "PACKAGE_DIR",
+    "PREFLIGHT_TIMEOUT", "PROBE_PATH", "accept", "app_virtualenv", "blocked_at", "check_data_dir",
+    "check_dirs_not_writable", "check_hosts", "check_limits", "check_listen_address", "check_reachable",
+    "check_readable", "check_static_locations", "check_tls_dir", "check_virtualenv", "checked", "code_dirs_of",
+    "connect", "cpu_limit", "default_cpus", "enter", "find_uwsgi", "group_of", "homes", "is_isolated",
+    "is_unix_address", "linked_python", "map_is_current", "mark_isolated", "output_dir", "plain_allowed", "preflight",
+    "read_map_facts", "read_stats", "read_v1", "read_v2", "resolve_tls_dir", "resolve_user", "run_in", "run_user_ids",
     "server_package_dir", "server_python", "somaxconn", "stack_environment", "stats_exposure", "tool_command",
-    "unmark_isolated", "uwsgi_has_routing", "uwsgi_has_ssl", "uwsgi_python", "virtualenv_python",
-    "without_requests", "worker_environment", "writable_by_others"
+    "unmark_isolated", "usable_cpus", "uwsgi_has_routing", "uwsgi_has_ssl", "uwsgi_python", "virtualenv_python",
+    "without_requests", "worker_environment", "writable_by_others",
 ]

@@ -56,7 +56,17 @@ module_name, attr, arguments = cfg["module"], cfg["name"], cfg["arguments"]
 sys.path[:0] = [cfg["app_dir"], "."]
 
 
+def resident_kb():
+    # What this interpreter holds after importing the app: about what one worker holds alone.
+    try:
+        with open("/proc/self/status") as status:
+            return next((int(line.split()[1]) for line in status if line.startswith("VmRSS:")), None)
+    except (OSError, ValueError):
+        return None
+
+
 def report(**fields):
+    fields["rss_kb"] = resident_kb()
     os.write(1, ("\n" + cfg["mark"] + json.dumps(fields) + "\n").encode())
     os._exit(0)
 
@@ -277,7 +287,22 @@ def preflight(layout: Layout, timeout: float = PREFLIGHT_TIMEOUT) -> None:
     finally:
         if proc.poll() is None:
             _kill_group(proc)
-    _raise_for(layout, _last_report(out), err, proc.returncode, ran)
+    result = _last_report(out)
+    _raise_for(layout, result, err, proc.returncode, ran)
+    check_memory_limit(layout, (result or {}).get("rss_kb"))
+
+
+def check_memory_limit(layout: Layout, rss_kb: int | None) -> None:
+    """A layout's ``@memory`` must hold at least one worker: the pre-flight interpreter's resident
+    memory after importing the app and answering one request is about what each worker holds."""
+    memory = getattr(layout, "memory", None)
+    if memory is None or not rss_kb:
+        return
+    needed_mb = rss_kb / 1024
+    if memory < needed_mb:
+        raise LayoutError("memory", f"{memory} MB is below one worker's memory: the pre-flight import of {layout.app} "
+                                    f"held {needed_mb:.0f} MB (resident, after one request): the kernel would "
+                                    "OOM-kill the workers; give more")
 
 
 def _last_report(out: bytes) -> dict | None:

@@ -4,7 +4,8 @@ The model validated what the layout says; this resolves and checks what it names
 app directory (default: this project's demo app), the kernel's backlog cap, the run user (under
 root www-data, else whoever runs us), the data set and its map, the run directory (never a
 symlink), the virtualenv and the Python version our server runs (and another uWSGI build's),
-the static directories, and across hosts the certificates (and plain uwsgi off loopback only
+the static directories, a CPU or memory limit (within the host's CPUs, a cgroup controller to
+enforce it), and across hosts the certificates (and plain uwsgi off loopback only
 inside a network this process isolated). Risky input is refused unless the layout accepts the
 risk by name (deploy/machine/risks.py): code directories others can write to, root, system
 directories served as static, a listen address beyond loopback.
@@ -18,6 +19,7 @@ import os
 from dataclasses import replace
 
 from uwsgi_layouts.deploy.machine.certificates import resolve_tls_dir
+from uwsgi_layouts.deploy.machine.cgroups import check_limits
 from uwsgi_layouts.deploy.machine.datasets import check_data_dir
 from uwsgi_layouts.deploy.machine.netns import plain_allowed
 from uwsgi_layouts.deploy.machine.network import check_backlog
@@ -45,6 +47,7 @@ def checked(layout: Layout) -> Layout:
     static = static_dirs(layout.static)
     tls_dir = check_hosts(layout)
     uwsgi_bin = check_uwsgi_bin(layout.uwsgi_bin) if layout.uwsgi_bin else ""
+    check_limits(layout)  # @cpus within the host's CPUs, and a cgroup controller to enforce it
     out = replace(layout, app_dir=app_dir, user=user, data_dir=data_dir, run_dir=run_dir, virtualenv=virtualenv,
                   static=static, uwsgi_tls_dir=tls_dir, uwsgi_bin=uwsgi_bin,
                   run_as=RunAs(group=group_of(user), as_root=os.geteuid() == 0))

@@ -14,7 +14,9 @@ from uwsgi_layouts.deploy.model.fields import (
     check_static_dir,
     config_path,
     int_in,
+    parse_cpus,
     parse_env,
+    parse_memory_mb,
     parse_open_file_cache,
     parse_static,
 )
@@ -66,12 +68,13 @@ from uwsgi_layouts.deploy.model.nginx_map import (
 from uwsgi_layouts.deploy.model.strategies import STRATEGIES, ServerPlan, SocketPlan, Strategy, get_strategy
 
 __all__ = [
-    "APP_RE", "APP_SYNTAX", "CA_CERT", "CA_KEY", "CLIENT_CERT", "CLIENT_KEY", "DEFAULT_APP", "DEFAULT_TLS_NAME",
-    "FACTS_NAME", "ID_VARIABLE", "MAP_NAME", "MAX_PROCESSES", "MAX_THREADS", "OPEN_FILE_CACHE_ON", "OPTION_FIELDS",
-    "PATH_VARIABLE", "RISKS", "ROUTE_PREFIX", "SSL_CIPHERS", "SSL_PROTOCOLS", "STRATEGIES", "THREAD_POOL",
-    "TRANSPORTS", "UNIX_PATH_MAX", "UNIX_SOCKET_MODE", "AppTarget", "HashSizing", "Layout", "LayoutError",
-    "MapError", "MapFacts", "RenderError", "RunAs", "ServerPlan", "Socket", "SocketPlan", "StackError", "Strategy",
-    "certificate_files", "check_name", "check_static_dir", "config_path", "get_strategy", "host_cert", "host_key",
-    "int_in", "is_loopback", "layout_from_record", "map_text", "parse_app", "parse_env", "parse_hosts",
-    "parse_layout", "parse_open_file_cache", "parse_static", "parse_variant", "size_hash", "tls_dir_text",
+    "APP_RE", "APP_SYNTAX", "AppTarget", "CA_CERT", "CA_KEY", "CLIENT_CERT", "CLIENT_KEY", "DEFAULT_APP",
+    "DEFAULT_TLS_NAME", "FACTS_NAME", "HashSizing", "ID_VARIABLE", "Layout", "LayoutError", "MAP_NAME",
+    "MAX_PROCESSES", "MAX_THREADS", "MapError", "MapFacts", "OPEN_FILE_CACHE_ON", "OPTION_FIELDS", "PATH_VARIABLE",
+    "RISKS", "ROUTE_PREFIX", "RenderError", "RunAs", "SSL_CIPHERS", "SSL_PROTOCOLS", "STRATEGIES", "ServerPlan",
+    "Socket", "SocketPlan", "StackError", "Strategy", "THREAD_POOL", "TRANSPORTS", "UNIX_PATH_MAX",
+    "UNIX_SOCKET_MODE", "certificate_files", "check_name", "check_static_dir", "config_path", "get_strategy",
+    "host_cert", "host_key", "int_in", "is_loopback", "layout_from_record", "map_text", "parse_app", "parse_cpus",
+    "parse_env", "parse_hosts", "parse_layout", "parse_memory_mb", "parse_open_file_cache", "parse_static",
+    "parse_variant", "size_hash", "tls_dir_text",
 ]

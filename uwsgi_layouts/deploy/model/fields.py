@@ -202,6 +202,35 @@ def check_static_dir(prefix: str, path: str) -> str:
     return config_path("static", path, nginx=True)
 
 
+# The smallest CFS quota the kernel takes is 1 ms per period; over the 100 ms period a container
+# runtime uses, that is 0.01 CPU. The largest is only a sanity bound: the machine room refuses
+# more than the host has.
+MIN_CPUS = 0.01
+MAX_CPUS = 4096
+MAX_MEMORY_MB = 16 * 1024 * 1024
+
+
+def parse_cpus(raw) -> float | None:
+    """A CPU limit (``@cpus=1.5``): CPUs, fractions allowed, to the hundredth. ""/None: none."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return None
+    text = str(raw).strip()
+    allowed = f"a number of CPUs in {MIN_CPUS:g}..{MAX_CPUS} (fractions allowed, e.g. 0.5 or 1.5)"
+    if isinstance(raw, bool) or not re.fullmatch(r"\d{1,4}(\.\d{1,2})?|\.\d{1,2}", text):
+        raise LayoutError("cpus", f"must be {allowed}, got {raw!r}")
+    value = float(text)
+    if not MIN_CPUS <= value <= MAX_CPUS:
+        raise LayoutError("cpus", f"must be {allowed}, got {raw!r}")
+    return value
+
+
+def parse_memory_mb(raw) -> int | None:
+    """A memory limit (``@memory=512``) in MB (MiB). ""/None: none."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return None
+    return int_in("memory", raw, 1, MAX_MEMORY_MB)
+
+
 def parse_open_file_cache(raw) -> int:
     """``off`` (0), ``on`` (OPEN_FILE_CACHE_ON entries) or a number of entries per nginx worker."""
     text = str(raw).strip().lower() if not isinstance(raw, bool) else ("on" if raw else "off")

@@ -24,8 +24,10 @@ from uwsgi_layouts.deploy.model.fields import (
     config_path,
     int_in,
     parse_allow,
+    parse_cpus,
     parse_env,
     parse_host_port,
+    parse_memory_mb,
     parse_open_file_cache,
     parse_static,
 )
@@ -181,6 +183,11 @@ class Layout:
     # time. "" = for where the sockets are: never on one machine; measured values with hosts.
     max_fails: int | str = ""
     fail_timeout: int | str = ""
+    # The app server's whole process tree runs in a cgroup of its own with this CPU quota (CPUs,
+    # fractions allowed) and memory limit (MB), as a container runtime sets them (deploy/run/cgroup.py);
+    # nginx and the load generator stay outside. None = no limit.
+    cpus: float | None = None
+    memory: int | None = None
     # The risks the user accepted, each by name (RISKS): deploy.machine.checked() refuses them otherwise.
     allow: tuple[str, ...] = ()
     # Filled by deploy.machine.checked(), never by a user: not an option, not in layout.json.
@@ -244,6 +251,8 @@ class Layout:
             raise LayoutError("lock_engine", f"must be ipcsem (System V semaphores) or empty for uWSGI's default "
                                              f"(pthread robust mutexes), got {self.lock_engine!r}")
         set_("allow", parse_allow(self.allow))
+        set_("cpus", parse_cpus(self.cpus))
+        set_("memory", parse_memory_mb(self.memory))
         self._check_strategy_options(strategy)
         set_("uwsgi_bin", config_path("uwsgi_bin", str(self.uwsgi_bin or "")))
         if self.uwsgi_bin and strategy.server != "uwsgi":

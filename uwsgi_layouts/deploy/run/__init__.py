@@ -2,12 +2,16 @@
 gunicorn or granian) per app host and one nginx, polls them ready, and stops every process
 tree on every exit path; ``claim`` locks a run directory for a stack (and stops what a dead
 owner left running there); ``chain_reload`` replaces uWSGI's workers one at a time; ``Net``
-makes network namespaces for several hosts on one machine; free ports for lab stacks.
+makes network namespaces for several hosts on one machine; ``ServerCgroup`` puts an app server
+under a layout's CPU quota and memory limit; free ports for lab stacks.
 
 Other rooms (and bench/) import these names from ``deploy.run``, never its modules.
 """
 
 from uwsgi_layouts.deploy.machine import read_stats
+from uwsgi_layouts.deploy.run.cgroup import ServerCgroup
+from uwsgi_layouts.deploy.run.cgroup import clean_stale as clean_stale_cgroups
+from uwsgi_layouts.deploy.run.cgroup import existing as existing_cgroups
 from uwsgi_layouts.deploy.run.netns import Net, NetnsError, clean_stale, existing, unavailable
 from uwsgi_layouts.deploy.run.ownership import DirLock, claim, holder, reap_orphans
 from uwsgi_layouts.deploy.run.ports import free_consecutive_ports, port_is_free
@@ -25,8 +29,9 @@ from uwsgi_layouts.deploy.run.servers import LAUNCHER, PROCESSES, Member, Server
 from uwsgi_layouts.deploy.run.stack import Placement, Stack, port_taken
 
 __all__ = [
-    "LAUNCHER", "PROCESSES", "DirLock", "Member", "Net", "NetnsError", "Placement", "ReloadResult", "ServerProcess",
-    "Stack", "chain_reload", "child_setup", "claim", "clean_stale", "die_with_parent", "existing",
-    "free_consecutive_ports", "holder", "http_get", "load_run_layout", "nginx_binary", "port_is_free", "port_taken",
-    "process_for", "read_stats", "reap_orphans", "tail", "terminate_group", "unavailable", "uwsgi_binary",
+    "DirLock", "LAUNCHER", "Member", "Net", "NetnsError", "PROCESSES", "Placement", "ReloadResult", "ServerCgroup",
+    "ServerProcess", "Stack", "chain_reload", "child_setup", "claim", "clean_stale", "clean_stale_cgroups",
+    "die_with_parent", "existing", "existing_cgroups", "free_consecutive_ports", "holder", "http_get",
+    "load_run_layout", "nginx_binary", "port_is_free", "port_taken", "process_for", "read_stats", "reap_orphans",
+    "tail", "terminate_group", "unavailable", "uwsgi_binary",
 ]

@@ -20,9 +20,7 @@ plain uwsgi may go off loopback); stepping into its namespaces is ``deploy.machi
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
 import ipaddress
 import json
 import os
@@ -38,9 +36,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
 from uwsgi_layouts.deploy.machine import NETNS_DIR, mark_isolated, unmark_isolated
+from uwsgi_layouts.deploy.run.owners import dead_owners, state_lock, write_state
 from uwsgi_layouts.deploy.run.stack import Placement
 
 STATE_DIR = Path("/run/ul-netns")
@@ -121,13 +118,6 @@ def free_subnet(in_use: list[ipaddress.IPv4Network], rng: random.Random) -> ipad
     return rng.choice(candidates)
 
 
-def _alive(pid: int, started: float) -> bool:
-    try:
-        return abs(psutil.Process(pid).create_time() - started) < 1.0
-    except Exception:  # noqa: BLE001  (gone, or no such pid: not alive either way)
-        return False
-
-
 def _kill_inside(name: str) -> None:
     proc = ip("netns", "pids", name, check=False)
     for text in proc.stdout.split():
@@ -151,13 +141,9 @@ NAME_RE = re.compile(rf"^{NS_PREFIX}(?P<id>[0-9a-f]{{6}})-(front|h\d+)$")
 BRIDGE_RE = re.compile(rf"^{BRIDGE_PREFIX}(?P<id>[0-9a-f]{{6}})$")
 
 
-@contextlib.contextmanager
 def _locked():
     """This project's namespace lock: runs pick their /24 and clean up stale runs one at a time."""
-    STATE_DIR.mkdir(mode=0o700, exist_ok=True)
-    with open(STATE_DIR / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+    return state_lock(STATE_DIR)
 
 
 def clean_stale() -> list[str]:
@@ -172,13 +158,7 @@ def _clean_stale() -> list[str]:
     in (a state directory lost with its owner). Return the run ids cleaned."""
     cleaned = []
     STATE_DIR.mkdir(mode=0o700, exist_ok=True)
-    for path in sorted(STATE_DIR.glob("*.json")):
-        try:
-            state = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if _alive(state.get("pid", -1), state.get("started", 0.0)):
-            continue
+    for path, state in dead_owners(STATE_DIR):
         names = [n for n in state.get("namespaces", []) if n.startswith(NS_PREFIX + state.get("id", "?"))]
         bridge = state.get("bridge", "")
         _teardown(names, bridge if bridge.startswith(BRIDGE_PREFIX) else "")
@@ -303,12 +283,8 @@ class Net:
                     time.sleep(0.05)  # polling interval while the link comes up
 
     def _write_state(self, namespaces: list[str]) -> None:
-        self._state = STATE_DIR / f"{self.run_id}.json"
-        state = {"id": self.run_id, "pid": os.getpid(), "started": psutil.Process().create_time(),
-                 "namespaces": namespaces, "bridge": self.bridge, "subnet": str(self.subnet)}
-        tmp = self._state.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state))
-        os.replace(tmp, self._state)
+        self._state = write_state(STATE_DIR, self.run_id, namespaces=namespaces, bridge=self.bridge,
+                                  subnet=str(self.subnet))
 
     def close(self) -> None:
         if self._state is not None:

@@ -40,9 +40,11 @@ def die_with_parent() -> None:  # runs in the child between fork and exec
 
 
 def child_setup(namespace: str = "", run_as: tuple[int, int, list[int]] | None = None,
-                death_signal: int = signal.SIGTERM):
+                death_signal: int = signal.SIGTERM, cgroup_files: tuple[str, ...] = ()):
     """preexec_fn: its own process group (stop() signals the workers too), the network
-    namespace ``namespace`` (entered as root), the user ``run_as`` = (uid, gid, groups), and
+    namespace ``namespace`` (entered as root), the cgroup whose ``cgroup.procs`` files are
+    ``cgroup_files`` (joined as root, so every process it forks is inside), the user
+    ``run_as`` = (uid, gid, groups), and
     only then ``death_signal`` when we die (a credential change would clear it). A parent that
     died before the signal was armed ends the child at once."""
     libc = _libc()  # loaded here: dlopen() between fork and exec could deadlock
@@ -52,6 +54,12 @@ def child_setup(namespace: str = "", run_as: tuple[int, int, list[int]] | None =
         os.setsid()
         if namespace:
             enter(namespace)
+        for procs in cgroup_files:
+            fd = os.open(procs, os.O_WRONLY)
+            try:
+                os.write(fd, str(os.getpid()).encode())
+            finally:
+                os.close(fd)
         if run_as is not None:
             uid, gid, groups = run_as
             os.setgroups(groups)

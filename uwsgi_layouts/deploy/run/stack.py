@@ -13,6 +13,11 @@ the run directory is locked while the stack lives and records its process groups
 outlives that anyway is stopped by the next stack there (deploy/run/ownership.py). Every
 process starts with a clean environment (deploy.machine.stack_environment), never ours.
 
+A layout with ``cpus`` or ``memory`` runs each app host's server in a cgroup of its own with that
+CPU quota and memory limit (``deploy.run.cgroup``: made before the server starts, joined by it
+between fork and exec, removed when the stack stops; a SIGKILLed stack's is removed by the next
+stack, which says so); nginx stays outside.
+
 A layout with ``hosts`` runs one uWSGI per host, each from its own directory
 (``run_dir/hosts/ADDR``), and a ``Placement`` says which network namespace each part runs in
 (``deploy.run.netns``; ``deploy.machine`` enters one between fork and exec, so the pid and its ownership are unchanged;
@@ -33,8 +38,9 @@ from typing import Callable
 
 import psutil
 
-from uwsgi_layouts.deploy.machine import read_stats, run_in, stack_environment, worker_environment
+from uwsgi_layouts.deploy.machine import CgroupReading, read_stats, run_in, stack_environment, worker_environment
 from uwsgi_layouts.deploy.model import Layout, StackError
+from uwsgi_layouts.deploy.run.cgroup import ServerCgroup, clean_stale
 from uwsgi_layouts.deploy.run.ownership import DirLock, claim, forget, record
 from uwsgi_layouts.deploy.run.processes import child_setup, http_get, nginx_binary, tail, terminate_group
 from uwsgi_layouts.deploy.run.servers import Member, process_for
@@ -79,6 +85,9 @@ class Stack:
         else:
             self.members = [Member("", layout)]
         self.nginx: subprocess.Popen | None = None
+        # Each app host's cgroup (by host), with the layout's cpus/memory limit: made when its
+        # server starts, removed when the stack stops.
+        self.cgroups: dict[str, ServerCgroup] = {}
         self.nginx_log = self.run_dir / "logs" / "error.log"
 
     @property
@@ -125,6 +134,8 @@ class Stack:
             if self.lock.reaped:
                 self.report(self.lock.reaped)
         self._check_ports()
+        for line in clean_stale():  # cgroups of a stack that was SIGKILLed
+            self.report(line)
         for member in self.members:
             self._start_member(member)
         self._wait(lambda: self.server.ready(self.members), self.server.label, self.app_log)
@@ -140,9 +151,14 @@ class Stack:
 
     def _start_member(self, member: Member) -> None:
         member.log.parent.mkdir(parents=True, exist_ok=True)
+        limited = member.layout.cpus is not None or member.layout.memory is not None
+        if limited and member.host not in self.cgroups:
+            self.cgroups[member.host] = ServerCgroup.open(member.layout.cpus, member.layout.memory, self.report)
+        cgroup = self.cgroups.get(member.host)
         member.proc = self._spawn(self.server.command(member.layout), member.log, cwd=member.layout.run_dir,
                                   namespace=member.netns, run_as=self.server.run_as(member.layout),
-                                  death_signal=self.server.death_signal, env=worker_environment(member.layout))
+                                  death_signal=self.server.death_signal, env=worker_environment(member.layout),
+                                  cgroup_files=cgroup.join_files if cgroup else ())
         self._record()
 
     def _record(self) -> None:
@@ -158,6 +174,14 @@ class Stack:
             if member.proc is not None:
                 terminate_group(member.proc, self.stop_timeout)
                 member.proc = None
+        try:
+            for cgroup in self.cgroups.values():  # whatever escaped the process group is killed inside
+                cgroup.close()
+        finally:
+            self.cgroups = {}
+            self._release()
+
+    def _release(self) -> None:
         if self.lock is not None and self.lock.held:
             forget(self.run_dir)
             if self._own_lock:
@@ -217,13 +241,13 @@ class Stack:
 
     def _spawn(self, cmd: list[str], log_path: Path, cwd: str | Path | None = None, namespace: str = "",
                run_as: tuple[int, int, list[int]] | None = None, death_signal: int = signal.SIGTERM,
-               env: dict[str, str] | None = None) -> subprocess.Popen:
+               env: dict[str, str] | None = None, cgroup_files: tuple[str, ...] = ()) -> subprocess.Popen:
         log = open(log_path, "ab")
         try:
             # The child switches to the run user before it arms PDEATHSIG (a switch clears it).
             return subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=cwd or self.run_dir,
-                env=env, preexec_fn=child_setup(namespace, run_as, death_signal),
+                env=env, preexec_fn=child_setup(namespace, run_as, death_signal, cgroup_files),
             )
         finally:
             log.close()
@@ -293,6 +317,12 @@ class Stack:
                              "by the app's X-Worker-Pid header)")
         member = self.members[0] if host is None else self.member(host)
         return read_stats(member.layout.stats_address, namespace=member.netns)
+
+    def cgroup_reading(self, host: str | None = None) -> CgroupReading | None:
+        """The counters of one app host's cgroup (default: the first): CPU used, periods,
+        throttling, OOM kills, cumulative since it was made; None without a cpus/memory limit."""
+        cgroup = self.cgroups.get(self.members[0].host if host is None else host)
+        return cgroup.reading() if cgroup is not None else None
 
     def worker_pids(self) -> dict[int, int]:
         """Worker number (from 1) -> pid. uWSGI: its worker ids; peers: the master's live
