@@ -29,6 +29,7 @@ from uwsgi_layouts.deploy.machine.python import (
     check_virtualenv,
     find_uwsgi,
     linked_python,
+    script_interpreter,
     server_package_dir,
     server_python,
     tool_command,
@@ -61,6 +62,7 @@ __all__ = [
     "check_readable", "check_tls_dir", "check_virtualenv", "checked", "connect", "enter", "find_uwsgi", "group_of",
     "is_isolated", "linked_python", "map_is_current", "mark_isolated", "output_dir", "plain_allowed", "preflight",
     "read_map_facts", "resolve_tls_dir", "resolve_user", "run_in", "run_user_ids", "server_package_dir",
+    "script_interpreter",
     "server_python", "somaxconn", "stack_environment", "tool_command", "unmark_isolated", "uwsgi_has_routing",
     "uwsgi_has_ssl", "uwsgi_python", "virtualenv_python", "worker_environment", "writable_by_others",
 ]
