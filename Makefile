@@ -26,7 +26,7 @@ help:
 	@echo "make openloop [ARGS='--rates 5,10,15,20']   httperf at fixed rates until replies fall behind (the knee)"
 	@echo "make sampler-cost [ARGS='--pairs 12']       throughput with and without the in-flight sampler, interleaved"
 	@echo "make overhead [ARGS='--rounds 5']          uWSGI's CPU per request vs the peers, each candidate change paired against it"
-	@echo "make uwsgi-builds                          uWSGI built again with -O3 (for make overhead)"
+	@echo "make uwsgi-builds                          uWSGI built again: -O3, static libpython, pyuwsgi (layout option uwsgi_bin)"
 	@echo "make doctor ARGS='--stats /run/NAME/SLOT/stats.sock'   diagnose a running uWSGI (60 s window; findings + tune line)"
 	@echo "make doctor-cost [ARGS='--pairs 12']        throughput with and without doctor attached, paired rounds"
 
@@ -98,9 +98,10 @@ sampler-cost: venv system-deps
 overhead: venv system-deps
 	$(BIN)/python scripts/overhead.py $(ARGS)
 
-# Other builds of the same uWSGI, into build/uwsgi/PROFILE (about 40 s each on 2 cores).
+# Other builds of the same uWSGI, into build/uwsgi/PROFILE (about 40 s each on 2 cores): -O3, and
+# two that run the app's Python at python3's speed (docs/alternatives.md): static, pyuwsgi.
 uwsgi-builds: venv
-	bash scripts/build-uwsgi.sh o3
+	bash scripts/build-uwsgi.sh o3 static pyuwsgi
 
 doctor: venv
 	$(BIN)/uwsgi-layouts doctor $(ARGS)

@@ -106,8 +106,15 @@ for profile in "$@"; do
         exit 1
     fi
     if [ "$profile" = pyuwsgi ]; then
+        # setup.pyuwsgi.py installs the launcher as bin/pyuwsgi only; PyPI's pyuwsgi names it
+        # bin/uwsgi too ("a drop-in replacement for the uwsgi script"), as uwsgi_bin expects.
+        [ -e "$dir.tmp/bin/uwsgi" ] || cp -p "$dir.tmp/bin/pyuwsgi" "$dir.tmp/bin/uwsgi"
         # The lab's app runs in the project venv: this interpreter sees its packages too.
         "$dir.tmp/bin/python" -c 'import sys, sysconfig, pathlib; (pathlib.Path(sysconfig.get_path("purelib")) / "uwsgi-layouts-venv.pth").write_text(sys.argv[1] + "\n")' "$project_site"
+    fi
+    if [ ! -x "$dir.tmp/bin/uwsgi" ]; then
+        echo "error: $profile: pip installed no $dir.tmp/bin/uwsgi" >&2
+        exit 1
     fi
     help=$("$dir.tmp/bin/uwsgi" --help 2>/dev/null || true)
     if grep -q -- '--route-if' <<<"$help"; then routing=true; else routing=false; fi

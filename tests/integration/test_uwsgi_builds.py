@@ -53,7 +53,7 @@ def test_build_has_internal_routing_and_ssl(build):
 
 @integration
 def test_build_serves_mapped_threads_stats_and_refuses_code_loading(start_stack, build):
-    stack = start_stack("2x2-mapped", uwsgi_bin=build)
+    stack = start_stack("2x2-mapped", uwsgi_bin=build, transport="tcp")  # raw_uwsgi speaks TCP
     layout = stack.layout
     assert via_nginx(layout, FAST)[0] == 200
     # Threads and map-socket: 4 slow requests at once need both threads of both workers (nginx
