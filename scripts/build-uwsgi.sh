@@ -16,11 +16,7 @@
 # libpython3.11.so, which pip's uWSGI embeds, is a second build of Python without PGO and without
 # -fno-semantic-interposition: Python code runs about 1.2x slower in it (docs/alternatives.md).
 #   static  uWSGI linked against the static libpython3.X.a (the PGO build the python3 executable
-#           is made of; package libpython3.X-dev): uWSGI's python plugin links -lpython3.X after
-#           the -L dirs of LDFLAGS, so a directory holding only a link to the archive selects it;
-#           -no-pie because the archive is not position-independent; the libraries of the
-#           archive's built-in modules (MODLIBS: expat, zlib) added, with --no-as-needed because
-#           LDFLAGS come before the objects that need them.
+#           is made of; package libpython3.X-dev): scripts/static-libpython-ldflags.sh says how.
 #   pyuwsgi uWSGI as a Python extension module (what PyPI's pyuwsgi is) started by the python3
 #           executable, built from the sdist of the project's uWSGI version with its
 #           setup.pyuwsgi.py (PyPI's pyuwsgi trails uwsgi's releases, and its wheels have no SSL),
@@ -55,36 +51,33 @@ if [ ! -x "$VENV_PY" ] || [ ! -x "$OURS" ]; then
 fi
 version=$("$OURS" --version)
 python_version=$("$VENV_PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-# The static archive and the libraries of its built-in modules, as the venv's Python was built.
-archive=$("$VENV_PY" -c 'import os, sysconfig as s; print(os.path.join(s.get_config_var("LIBPL"), s.get_config_var("LIBRARY")))')
-modlibs=$("$VENV_PY" -c 'import sysconfig as s; print(" ".join(dict.fromkeys((s.get_config_var("MODLIBS") or "").split())))')
 project_site=$("$VENV_PY" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+STATIC_LDFLAGS="$ROOT/scripts/static-libpython-ldflags.sh"
 for profile in "$@"; do
-    if [ "$profile" = static ] && [ ! -f "$archive" ]; then
-        echo "error: profile: static needs $archive (the static libpython): apt-get install libpython$python_version-dev" >&2
+    probe=$(mktemp -d)
+    if [ "$profile" = static ] && [ -z "$(bash "$STATIC_LDFLAGS" "$VENV_PY" "$probe/libpython" 2>/dev/null)" ]; then
+        rm -rf "$probe"
+        echo "error: profile: static needs the static libpython of $VENV_PY: apt-get install libpython$python_version-dev" >&2
         exit 2
     fi
+    rm -rf "$probe"
 done
 # The project's build has internal routing only if it was built with PCRE.
 if "$OURS" --help 2>/dev/null | grep -q -- '--route-if'; then ours_pcre=true; else ours_pcre=false; fi
 
 for profile in "$@"; do
     dir="$OUT_ROOT/$profile"
+    rm -rf "$dir.tmp"
     cflags="" ldflags="" override=""
     case "$profile" in
         o3) cflags="-O3"; override="pcre=$ours_pcre;routing=$ours_pcre" ;;
         pcre) override="pcre=true;routing=true" ;;
         nopcre) override="pcre=false;routing=false" ;;
-        static) ldflags="-no-pie -Wl,--no-as-needed -L$dir.tmp/libpython $modlibs" ;;
+        static) ldflags=$(bash "$STATIC_LDFLAGS" "$VENV_PY" "$dir.tmp/libpython") ;;
     esac
     echo "building uWSGI $version, profile $profile (CFLAGS='$cflags' LDFLAGS='$ldflags' UWSGI_PROFILE_OVERRIDE='$override') into $dir"
-    rm -rf "$dir.tmp"
     "$VENV_PY" -m venv "$dir.tmp"
     "$dir.tmp/bin/python" -m pip install -q --upgrade pip >/dev/null
-    if [ "$profile" = static ]; then
-        mkdir "$dir.tmp/libpython"
-        ln -s "$archive" "$dir.tmp/libpython/libpython$python_version.a"
-    fi
     # uwsgiconfig.py reads UWSGI_PROFILE_OVERRIDE whenever it is set, even empty (and then fails).
     overrides=()
     [ -n "$override" ] && overrides=("UWSGI_PROFILE_OVERRIDE=$override")
