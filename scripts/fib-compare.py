@@ -12,7 +12,7 @@ of scripts/build-uwsgi.sh under build/uwsgi/ (static, pyuwsgi, o3...), two ways:
   perf stat's hardware counter would be the direct measure, but VMs often lack it (perf stat -e
   instructions says <not supported> here).
 
-    .venv/bin/python scripts/fib-compare.py [--rounds 7] [--no-callgrind] [--builds build/uwsgi]
+    .venv/bin/python scripts/fib-compare.py [--rounds 7] [--no-callgrind] [--branch-sim] [--builds build/uwsgi]
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "fib-speed.py"
 BEST = re.compile(r"fib\(25\) best of \d+: ([\d.]+) ms")
 COLLECTED = re.compile(r"Collected : (\d+)")
+# callgrind --branch-sim=yes: "Branches: N (C cond + I ind)" and "Mispredicts: N (C cond + I ind)"
+INDIRECT = re.compile(r"(Branches|Mispredicts):\s+[\d,]+\s+\(\s*[\d,]+ cond \+\s*([\d,]+) ind\)")
 
 
 def interpreters(builds: Path) -> dict[str, list[str]]:
@@ -58,22 +60,28 @@ def wall_ms(command: list[str]) -> float:
     return float(match[1])
 
 
-def instructions(command: list[str]) -> float:
-    """fib(25)'s own instructions (millions): 2 runs minus 0 runs, halved."""
+def instructions(command: list[str], branch_sim: bool) -> dict[str, float]:
+    """fib(25)'s own counts (millions): 2 runs minus 0 runs, halved: instructions, and with
+    ``branch_sim`` its indirect branches and their mispredictions (callgrind's simulated predictor)."""
     counts = []
     for runs in (0, 2):
-        out = run(command, runs, ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"])
+        valgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"] + \
+            (["--branch-sim=yes"] if branch_sim else [])
+        out = run(command, runs, valgrind)
         match = COLLECTED.search(out)
         if not match:
             raise SystemExit(f"error: callgrind counted nothing for {' '.join(command)}:\n{out[-2000:]}")
-        counts.append(int(match[1]))
-    return (counts[1] - counts[0]) / 2 / 1e6
+        found = {"instructions": int(match[1])}
+        found.update({f"indirect {m[1].lower()}": int(m[2].replace(",", "")) for m in INDIRECT.finditer(out)})
+        counts.append(found)
+    return {k: (counts[1][k] - counts[0][k]) / 2 / 1e6 for k in counts[1]}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--no-callgrind", action="store_true")
+    p.add_argument("--branch-sim", action="store_true", help="also count indirect branches and mispredictions")
     p.add_argument("--builds", default=str(ROOT / "build" / "uwsgi"))
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args(argv)
@@ -94,17 +102,18 @@ def main(argv: list[str] | None = None) -> int:
             times[name].append(wall_ms(found[name]))
         print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{n} {times[n][-1]:.1f}" for n in names), flush=True)
     load_after_wall = os.getloadavg()
-    counted = {} if args.no_callgrind else {n: instructions(found[n]) for n in names}
-    base_ms, base_count = min(times["python3"]), counted.get("python3")
+    counted = {} if args.no_callgrind else {n: instructions(found[n], args.branch_sim) for n in names}
+    base_ms = min(times["python3"])
     print(f"\nload average (1 min) {load_before[0]:.2f} before, {load_after_wall[0]:.2f} after the wall-time rounds, "
           f"{os.getloadavg()[0]:.2f} at the end ({os.cpu_count()} cores)")
-    print("| interpreter | fib(25) ms, best / median of the rounds | best / python3's best | "
-          "fib(25) instructions (callgrind), M | / python3's |")
-    print("|---|---|---|---|---|")
+    kinds = list(counted["python3"]) if counted else []
+    print("| interpreter | fib(25) ms, best / median of the rounds | best / python3's best | " +
+          "".join(f"fib(25) {k} (callgrind), M, and / python3's | " for k in kinds))
+    print("|---|---|---|" + "---|" * len(kinds))
     for n in names:
-        count = f"{counted[n]:.1f} | {counted[n] / base_count:.3f}x" if counted else "- | -"
+        cells = "".join(f"{counted[n][k]:.2f} ({counted[n][k] / counted['python3'][k]:.3f}x) | " for k in kinds)
         print(f"| {n} | {min(times[n]):.1f} / {statistics.median(times[n]):.1f} | {min(times[n]) / base_ms:.2f}x | "
-              f"{count} |")
+              f"{cells}")
     if args.json:
         Path(args.json).write_text(json.dumps({"commands": found, "ms": times, "instructions_m": counted,
                                                "loadavg": [load_before, load_after_wall, os.getloadavg()]}, indent=2))

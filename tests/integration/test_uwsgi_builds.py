@@ -20,7 +20,8 @@ from tests.integration.support import FAST, SLOW, concurrently, via_nginx
 from tests.integration.test_security import raw_uwsgi
 from uwsgi_layouts.bench.kinds.faults import chain_reload_under_load, stuck_request
 from uwsgi_layouts.bench.stack import Lab
-from uwsgi_layouts.deploy.machine import uwsgi_has_routing, uwsgi_has_ssl
+from uwsgi_layouts.deploy.machine import script_interpreter, uwsgi_has_routing, uwsgi_has_ssl
+from uwsgi_layouts.deploy.machine.python import check_pyuwsgi_virtualenv, default_virtualenv
 from uwsgi_layouts.deploy.model import LayoutError
 from uwsgi_layouts.deploy.run import http_get, netns
 
@@ -37,6 +38,13 @@ def build(request) -> str:
     binary = BUILDS / request.param / "bin" / "uwsgi"
     if not binary.is_file():
         pytest.skip(f"no {request.param} build: make uwsgi-builds (scripts/build-uwsgi.sh {request.param})")
+    if request.param == "pyuwsgi" and script_interpreter(binary) is not None:
+        venv = script_interpreter(binary).parent.parent
+        try:  # the lab's app runs in this interpreter's venv: the build must import its packages
+            check_pyuwsgi_virtualenv(binary, venv, default_virtualenv())
+        except LayoutError as exc:
+            pytest.skip(f"the pyuwsgi build was made for another project venv ({exc}): rebuild it here with "
+                        "scripts/build-uwsgi.sh pyuwsgi")
     return str(binary)
 
 

@@ -155,7 +155,8 @@ def check_uwsgi_bin(raw: str, virtualenv: str = "") -> str:
     executable file running the Python our uWSGI runs (so the app's virtualenv fits it too),
     that only root or we can change: started as root, it runs as root until it drops privileges.
     Three kinds (scripts/build-uwsgi.sh): a binary linking a shared libpython (its DT_NEEDED name
-    says which), a binary linked against the static libpython (its BUILD.json says which), and
+    says which), a binary linked against the static libpython (its BUILD.json says which, else the
+    Python headers it was compiled against), and
     pyuwsgi's launcher, a script whose #! interpreter runs uWSGI as an extension module: there the
     app runs in that interpreter's venv whatever ``virtualenv =`` says, so ``virtualenv`` (the
     app's) must be that venv or one it imports from (a .pth file)."""
@@ -173,7 +174,7 @@ def check_uwsgi_bin(raw: str, virtualenv: str = "") -> str:
         linked = virtualenv_python(venv)
         check_pyuwsgi_virtualenv(binary, venv, virtualenv)
     else:
-        linked = linked_python(str(binary)) or recorded_python(binary)
+        linked = linked_python(str(binary)) or recorded_python(binary) or compiled_python(binary)
     major, minor = uwsgi_python()[0]
     if linked != (major, minor):
         got = f"runs Python {linked[0]}.{linked[1]}" if linked else "links no libpython we can read (and has no " \
@@ -218,6 +219,21 @@ def recorded_python(binary: Path) -> tuple[int, int] | None:
     except (OSError, ValueError, AttributeError):
         return None
     return (int(match[1]), int(match[2])) if match else None
+
+
+def compiled_python(binary: Path) -> tuple[int, int] | None:
+    """(major, minor) of the Python headers uWSGI's python plugin was compiled against, from the
+    header paths its assertions keep (``/usr/include/python3.11/...``): how a uWSGI linked against
+    the static libpython without a BUILD.json (make venv's own, copied) says which Python it holds.
+    None when absent or when headers of two versions appear."""
+    try:
+        found = set(re.findall(rb"include/python(\d+)\.(\d+)/", binary.read_bytes()))
+    except OSError:
+        return None
+    if len(found) != 1:
+        return None
+    (major, minor), = found
+    return int(major), int(minor)
 
 
 def site_packages(venv: Path, version: tuple[int, int]) -> Path:
