@@ -18,7 +18,9 @@ import pytest
 
 from tests.test_peers_render import make, nginx_directives
 from uwsgi_layouts.deploy.machine import checked, find_uwsgi, uwsgi_python
-from uwsgi_layouts.deploy.model import LayoutError, RenderError, layout_from_record, parse_variant
+from uwsgi_layouts.deploy.machine import python as machine_python
+from uwsgi_layouts.deploy.machine.python import check_uwsgi_bin, uwsgi_help
+from uwsgi_layouts.deploy.model import LayoutError, layout_from_record, parse_variant
 from uwsgi_layouts.deploy.render import LAYOUT_JSON_VERSION, crosscheck, parse_uwsgi_ini, render_texts, write_layout
 from uwsgi_layouts.deploy.ship import build_bundle
 
@@ -152,9 +154,11 @@ def _build_dir(tmp_path: Path, name: str) -> Path:
     return where
 
 
-def test_a_static_build_says_its_python_in_build_json(tmp_path):
+def test_a_static_build_says_its_python_in_build_json(tmp_path, monkeypatch):
     """A uWSGI linked against the static libpython names no libpython.so (the stand-in binary
-    here, /bin/ls, names none either: pure logic): BUILD.json's python decides."""
+    here, /bin/ls, names none either, and is taken to have routing: pure logic): BUILD.json's
+    python decides."""
+    monkeypatch.setattr(machine_python, "uwsgi_has_routing", lambda binary: True)
     where = _build_dir(tmp_path, "static")
     binary = where / "bin" / "uwsgi"
     shutil.copy2("/bin/ls", binary)
@@ -169,9 +173,10 @@ def test_a_static_build_says_its_python_in_build_json(tmp_path):
     assert checked(parse_variant(spec, run_dir=str(tmp_path / "run"))).uwsgi_bin == str(binary)
 
 
-def test_a_pyuwsgi_launcher_runs_the_app_only_in_its_own_venv(tmp_path):
+def test_a_pyuwsgi_launcher_runs_the_app_only_in_its_own_venv(tmp_path, monkeypatch):
     """pyuwsgi's bin/uwsgi is a script whose interpreter already runs when uWSGI reads
     `virtualenv =`: the app's virtualenv must be that venv, or one it imports (a .pth line)."""
+    monkeypatch.setattr(machine_python, "uwsgi_has_routing", lambda binary: True)
     where = _build_dir(tmp_path, "pyuwsgi")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
     launcher = where / "bin" / "uwsgi"
@@ -191,17 +196,21 @@ def test_a_pyuwsgi_launcher_runs_the_app_only_in_its_own_venv(tmp_path):
     assert checked(parse_variant(spec, run_dir=str(tmp_path / "run"), virtualenv=str(app_venv))).uwsgi_bin
 
 
-def test_render_refuses_a_uwsgi_bin_without_pcre_and_says_how_to_get_one(tmp_path):
-    """The layout's own build is the one checked (not ours): one line, nothing written. The
-    stand-in launcher prints a --help without --route-if-not (pure logic)."""
+def test_a_uwsgi_bin_without_pcre_or_ssl_is_bad_input_saying_how_to_get_one(tmp_path):
+    """The layout's own build is checked (not ours) before anything is written or started: one
+    line naming what is missing and how to get it (LayoutError: exit 2). The stand-in launcher
+    prints a --help (pure logic)."""
     where = _build_dir(tmp_path, "pyuwsgi")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
     launcher = where / "bin" / "uwsgi"
     launcher.write_text(f"#!{where}/bin/python\nprint('    --socket    bind to the specified UNIX/TCP socket')\n")
     launcher.chmod(0o755)
-    layout = checked(parse_variant(f"2x4-mapped@uwsgi_bin={launcher}", run_dir=str(tmp_path / "out"),
-                                   virtualenv=str(where)))
+    spec = f"2x4-mapped@uwsgi_bin={launcher}"
     hint = r"--no-binary pyuwsgi pyuwsgi\) or build one: scripts/build-uwsgi.sh pyuwsgi$"
-    with pytest.raises(RenderError, match=r"^uwsgi_bin: .* was built without PCRE .* libpcre2-dev .* " + hint):
-        write_layout(layout, tmp_path / "out")
-    assert not (tmp_path / "out" / "uwsgi.ini").exists()
+    with pytest.raises(LayoutError, match=r"^uwsgi_bin: .* was built without PCRE .* libpcre2-dev .* " + hint):
+        checked(parse_variant(spec, run_dir=str(tmp_path / "out"), virtualenv=str(where)))
+    uwsgi_help.cache_clear()
+    launcher.write_text(f"#!{where}/bin/python\nprint('    --route-if-not    add a route when not condition')\n")
+    assert check_uwsgi_bin(str(launcher), str(where)) == str(launcher)  # no TLS: SSL not needed
+    with pytest.raises(LayoutError, match=r"^uwsgi_bin: .* was built without SSL .* libssl-dev .* " + hint):
+        check_uwsgi_bin(str(launcher), str(where), tls=True)

@@ -150,7 +150,7 @@ def check_virtualenv(raw, server: str = "uwsgi") -> str:
     return str(venv)
 
 
-def check_uwsgi_bin(raw: str, virtualenv: str = "") -> str:
+def check_uwsgi_bin(raw: str, virtualenv: str = "", tls: bool = False) -> str:
     """Another build of uWSGI to run (the layout's ``uwsgi_bin``), resolved, or LayoutError: an
     executable file running the Python our uWSGI runs (so the app's virtualenv fits it too),
     that only root or we can change: started as root, it runs as root until it drops privileges.
@@ -159,7 +159,8 @@ def check_uwsgi_bin(raw: str, virtualenv: str = "") -> str:
     Python headers it was compiled against), and
     pyuwsgi's launcher, a script whose #! interpreter runs uWSGI as an extension module: there the
     app runs in that interpreter's venv whatever ``virtualenv =`` says, so ``virtualenv`` (the
-    app's) must be that venv or one it imports from (a .pth file)."""
+    app's) must be that venv or one it imports from (a .pth file). It must have internal routing
+    (every uwsgi.ini refuses code-loading packets with route-if-not lines) and, for ``tls``, SSL."""
     if not raw.startswith("/"):
         raise LayoutError("uwsgi_bin", f"{raw!r} must be an absolute path to a uwsgi binary")
     binary = Path(raw).resolve()
@@ -181,7 +182,24 @@ def check_uwsgi_bin(raw: str, virtualenv: str = "") -> str:
                                                                     "BUILD.json naming its Python)"
         raise LayoutError("uwsgi_bin", f"{binary} {got}, but our uWSGI runs Python {major}.{minor} (as the app's "
                                        f"virtualenv): {build}")
+    if not uwsgi_has_routing(str(binary)):
+        raise LayoutError("uwsgi_bin", f"{binary} was built without PCRE (no internal routing, so no route-if-not "
+                                       "to refuse code-loading packets): install libpcre2-dev "
+                                       f"(scripts/install-system-deps.sh), then {rebuild_hint(str(binary))}")
+    if tls and not uwsgi_has_ssl(str(binary)):
+        raise LayoutError("uwsgi_bin", f"{binary} was built without SSL (no ssl-socket, which uwsgi_tls needs): "
+                                       "install libssl-dev (scripts/install-system-deps.sh), then "
+                                       f"{rebuild_hint(str(binary))}")
     return str(binary)
+
+
+def rebuild_hint(binary: str) -> str:
+    """How to get a uWSGI build with what this one lacks: for a pyuwsgi launcher (PyPI's wheels have
+    no SSL) from source; for another build, scripts/build-uwsgi.sh."""
+    if script_interpreter(Path(binary)) is not None:
+        return ("reinstall pyuwsgi from source into its venv (pip install --no-cache-dir --no-binary pyuwsgi pyuwsgi) "
+                "or build one: scripts/build-uwsgi.sh pyuwsgi")
+    return "rebuild it: scripts/build-uwsgi.sh PROFILE (make uwsgi-builds)"
 
 
 def owned_by_us_or_root(path: Path) -> None:

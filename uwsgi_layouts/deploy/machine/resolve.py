@@ -38,7 +38,7 @@ def checked(layout: Layout) -> Layout:
     check_static_locations(layout.static, layout.allow)  # as given: /s=/proc/self resolves to /proc/PID
     static = static_dirs(layout.static)
     tls_dir = check_hosts(layout)
-    uwsgi_bin = check_uwsgi_bin(layout.uwsgi_bin, virtualenv) if layout.uwsgi_bin else ""
+    uwsgi_bin = check_uwsgi_bin(layout.uwsgi_bin, virtualenv, layout.uwsgi_tls != "off") if layout.uwsgi_bin else ""
     out = replace(layout, app_dir=app_dir, user=user, data_dir=data_dir, run_dir=run_dir, virtualenv=virtualenv,
                   static=static, uwsgi_tls_dir=tls_dir, uwsgi_bin=uwsgi_bin,
                   run_as=RunAs(group=group_of(user), as_root=os.geteuid() == 0))

@@ -29,7 +29,6 @@ from uwsgi_layouts.deploy.machine import (
     find_uwsgi,
     output_dir,
     run_user_ids,
-    script_interpreter,
     uwsgi_has_routing,
     uwsgi_has_ssl,
 )
@@ -182,36 +181,22 @@ def check_ours(out: Path, names: list[str]) -> None:
 
 
 def _check_uwsgi_routing(layout: Layout) -> None:
-    if layout.server != "uwsgi":
+    if layout.server != "uwsgi" or layout.uwsgi_bin:  # a uwsgi_bin: checked with the layout (check_uwsgi_bin)
         return
-    binary = layout.uwsgi_bin or find_uwsgi()
+    binary = find_uwsgi()
     if binary and not uwsgi_has_routing(binary):
-        field = "uwsgi_bin" if layout.uwsgi_bin else "uwsgi"
-        raise RenderError(f"{field}: {binary} was built without PCRE (no internal routing, so no "
-                          "route-if-not to refuse code-loading packets): install libpcre2-dev "
-                          f"(scripts/install-system-deps.sh), then {_rebuild_hint(layout, binary)}")
+        raise RenderError(f"uwsgi: {binary} was built without PCRE (no internal routing, so no route-if-not to "
+                          "refuse code-loading packets): install libpcre2-dev (scripts/install-system-deps.sh), "
+                          "then rebuild it without pip's cache: rm -rf .venv && make venv")
 
 
 def _check_uwsgi_ssl(layout: Layout) -> None:
-    if layout.uwsgi_tls == "off" or layout.server != "uwsgi":
+    if layout.uwsgi_tls == "off" or layout.server != "uwsgi" or layout.uwsgi_bin:
         return
-    binary = layout.uwsgi_bin or find_uwsgi()
+    binary = find_uwsgi()
     if binary and not uwsgi_has_ssl(binary):
-        field = "uwsgi_bin" if layout.uwsgi_bin else "tls"
-        raise RenderError(f"{field}: {binary} was built without SSL (no ssl-socket, which tls "
-                          f"{layout.uwsgi_tls} needs): install libssl-dev (scripts/install-system-deps.sh), then "
-                          f"{_rebuild_hint(layout, binary)}")
-
-
-def _rebuild_hint(layout: Layout, binary: str) -> str:
-    """How to get a build that has what is missing: ours comes from make venv; another one from
-    scripts/build-uwsgi.sh, or for pyuwsgi (whose published wheels have no SSL) from source."""
-    if not layout.uwsgi_bin:
-        return "rebuild it without pip's cache: rm -rf .venv && make venv"
-    if script_interpreter(Path(binary)) is not None:
-        return ("reinstall pyuwsgi from source into its venv (pip install --no-cache-dir --no-binary pyuwsgi pyuwsgi) "
-                "or build one: scripts/build-uwsgi.sh pyuwsgi")
-    return "rebuild it: scripts/build-uwsgi.sh PROFILE (make uwsgi-builds)"
+        raise RenderError(f"tls: {binary} was built without SSL (no ssl-socket): install libssl-dev "
+                          "(scripts/install-system-deps.sh), then rebuild it: rm -rf .venv && make venv")
 
 
 def _apply_ownership(layout: Layout, run_dir: Path, keep_top: bool = False) -> None:
