@@ -156,11 +156,11 @@ def check_uwsgi_bin(raw: str, virtualenv: str = "", tls: bool = False) -> str:
     that only root or we can change: started as root, it runs as root until it drops privileges.
     Three kinds (scripts/build-uwsgi.sh): a binary linking a shared libpython (its DT_NEEDED name
     says which), a binary linked against the static libpython (its BUILD.json says which, else the
-    Python headers it was compiled against), and
-    pyuwsgi's launcher, a script whose #! interpreter runs uWSGI as an extension module: there the
-    app runs in that interpreter's venv whatever ``virtualenv =`` says, so ``virtualenv`` (the
-    app's) must be that venv or one it imports from (a .pth file). It must have internal routing
-    (every uwsgi.ini refuses code-loading packets with route-if-not lines) and, for ``tls``, SSL."""
+    Python headers it was compiled against), and pyuwsgi's launcher, a script whose #! interpreter
+    runs uWSGI as an extension module: there the app runs in that interpreter's venv whatever
+    ``virtualenv =`` says, so ``virtualenv`` (the app's) must be that venv or one it imports from
+    (a .pth file). It must have internal routing (every uwsgi.ini refuses code-loading packets
+    with route-if-not lines) and, for ``tls``, SSL."""
     if not raw.startswith("/"):
         raise LayoutError("uwsgi_bin", f"{raw!r} must be an absolute path to a uwsgi binary")
     binary = Path(raw).resolve()
@@ -178,8 +178,8 @@ def check_uwsgi_bin(raw: str, virtualenv: str = "", tls: bool = False) -> str:
         linked = linked_python(str(binary)) or recorded_python(binary) or compiled_python(binary)
     major, minor = uwsgi_python()[0]
     if linked != (major, minor):
-        got = f"runs Python {linked[0]}.{linked[1]}" if linked else "links no libpython we can read (and has no " \
-                                                                    "BUILD.json naming its Python)"
+        got = f"runs Python {linked[0]}.{linked[1]}" if linked else "links no libpython we can read (and neither " \
+                                                                    "a BUILD.json nor Python headers name one)"
         raise LayoutError("uwsgi_bin", f"{binary} {got}, but our uWSGI runs Python {major}.{minor} (as the app's "
                                        f"virtualenv): {build}")
     if not uwsgi_has_routing(str(binary)):
