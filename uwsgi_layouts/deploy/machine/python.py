@@ -49,13 +49,18 @@ def uwsgi_python() -> tuple[tuple[int, int], str]:
     """(major, minor) of the Python our uWSGI embeds, and how that was determined.
 
     pip compiles uWSGI against the interpreter that installs it and links that libpython
-    (e.g. ``libpython3.11.so.1.0``, a DT_NEEDED entry of the binary): read that name. A
-    statically linked build names none; then it is this interpreter, whose venv holds it.
+    (e.g. ``libpython3.11.so.1.0``, a DT_NEEDED entry of the binary): read that name. A build
+    linked against the static libpython names none: the Python headers it was compiled against
+    say which, else it is this interpreter, whose venv holds it.
     """
     binary = find_uwsgi()
     linked = linked_python(binary) if binary else None
     if linked:
         return linked, f"{binary} links libpython{linked[0]}.{linked[1]}"
+    compiled = compiled_python(Path(binary)) if binary else None
+    if compiled:  # make venv links the static libpython when the Python has one
+        return compiled, (f"{binary} holds the static libpython{compiled[0]}.{compiled[1]} (built against its "
+                          "headers)")
     version = sys.version_info[:2]
     return (version[0], version[1]), f"pip built {binary or 'uwsgi'} with {sys.executable}"
 
