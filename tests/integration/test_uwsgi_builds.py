@@ -2,8 +2,9 @@
 python3 executable's speed) keep everything the project relies on, checked on real stacks run
 with the layout's ``uwsgi_bin``: internal routing (the route-if-not lines answer a code-loading
 packet 403), SSL (uwsgi over mutual TLS between nginx and an app host), the stats server,
-map-socket (each worker serves only its socket), threads, the master FIFO's chain reload under
-load, harakiri. Each build is skipped with one line until ``make uwsgi-builds`` has made it.
+map-socket and threads (2 workers x 2 threads all serving; test_stack.py, run with
+UL_TEST_UWSGI_BIN, checks that each worker serves only its socket), the master FIFO's chain
+reload under load, harakiri. Each build is skipped with one line until ``make uwsgi-builds`` has made it.
 
 The rest of the integration suite runs against a build with UL_TEST_UWSGI_BIN=/path/to/bin/uwsgi
 (tests/conftest.py's make_layout gives every uWSGI layout that uwsgi_bin), e.g.
