@@ -26,7 +26,7 @@ help:
 	@echo "make openloop [ARGS='--rates 5,10,15,20']   httperf at fixed rates until replies fall behind (the knee)"
 	@echo "make sampler-cost [ARGS='--pairs 12']       throughput with and without the in-flight sampler, interleaved"
 	@echo "make overhead [ARGS='--rounds 5']          uWSGI's CPU per request vs the peers, each candidate change paired against it"
-	@echo "make uwsgi-builds                          uWSGI built again with -O3 (for make overhead)"
+	@echo "make uwsgi-builds                          uWSGI built again: -O3, static libpython, pyuwsgi (layout option uwsgi_bin)"
 	@echo "make doctor ARGS='--stats /run/NAME/SLOT/stats.sock'   diagnose a running uWSGI (60 s window; findings + tune line)"
 	@echo "make doctor-cost [ARGS='--pairs 12']        throughput with and without doctor attached, paired rounds"
 	@echo "make watch ARGS='--stats /run/NAME/SLOT/stats.sock'    Prometheus metrics of a running service on 127.0.0.1:9717"
@@ -37,11 +37,16 @@ help:
 # uWSGI is compiled first, with --no-cache-dir: its internal routing (the route-if-not lines that
 # refuse code-loading packets) needs PCRE (libpcre2-dev) at build time, and pip would otherwise
 # reuse a wheel it once built without it. The check fails the build instead of a later start.
+# It links the static libpython when the Python has one (Debian: libpython3.X-dev, which
+# python3-dev pulls in), the PGO build python3 itself is made of: the app's Python runs fewer
+# instructions than in the shared libpython (docs/alternatives.md); else the shared one, as before.
 UWSGI_REQ := $(shell sed -n 's/^ *"\(uwsgi[<>=!~][^"]*\)".*/\1/p' pyproject.toml)
 $(BIN)/.installed: pyproject.toml | system-deps
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q --no-cache-dir '$(UWSGI_REQ)'
+	LDFLAGS="$$(bash scripts/static-libpython-ldflags.sh $(BIN)/python $(CURDIR)/$(VENV)/libpython)" \
+		$(BIN)/python -m pip install -q --no-cache-dir --no-binary uwsgi '$(UWSGI_REQ)'
+	rm -rf $(VENV)/libpython
 	@$(BIN)/uwsgi --help | grep -q -- '--route-if-not' || { echo "error: $(BIN)/uwsgi was built without PCRE (no internal routing): install libpcre2-dev (make system-deps), then rm -rf $(VENV) && make venv" >&2; exit 1; }
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
@@ -99,9 +104,10 @@ sampler-cost: venv
 overhead: venv
 	$(BIN)/python scripts/overhead.py $(ARGS)
 
-# Other builds of the same uWSGI, into build/uwsgi/PROFILE (about 40 s each on 2 cores).
+# Other builds of the same uWSGI, into build/uwsgi/PROFILE (about 40 s each on 2 cores): -O3, and
+# two that run the app's Python at python3's speed (docs/alternatives.md): static, pyuwsgi.
 uwsgi-builds: venv
-	bash scripts/build-uwsgi.sh o3
+	bash scripts/build-uwsgi.sh o3 static pyuwsgi
 
 doctor: venv
 	$(BIN)/uwsgi-layouts doctor $(ARGS)

@@ -10,7 +10,7 @@ stopped; the order rotates every round so that none always runs first):
     http           @protocol=http: http-socket per worker, nginx proxy_pass, a connection per request
     http11         @protocol=http11: http11-socket per worker, nginx keeps connections (max_conns=T)
     unix | tcp     the other transport
-    build-PROFILE  another uWSGI build (scripts/build-uwsgi.sh: o3), each one found under
+    build-PROFILE  another uWSGI build (scripts/build-uwsgi.sh: o3, static, pyuwsgi), each one found under
                    build/uwsgi/ that differs from ours and has internal routing (a build without PCRE
                    cannot run our uwsgi.ini: its route-if-not lines refuse code-loading packets)
     gunicorn, gunicorn-keepalive-off, granian, granian-keepalive-off
@@ -88,6 +88,9 @@ SAMPLER_HZ = 25.0  # compare's default
 PERF_HZ = 999
 DEFAULT_BUILDS = ROOT / "build" / "uwsgi"
 ROLES = ("nginx", "master", "workers")
+# The builds that differ from ours in the libpython the app's Python runs in, not in flags.
+INTERPRETER_BUILDS = {"static": "uWSGI linked against the static libpython (python3's PGO build)",
+                      "pyuwsgi": "pyuwsgi: uWSGI as an extension module started by python3"}
 
 
 # --------------------------------------------------------------------------- the arms
@@ -123,7 +126,9 @@ def find_builds(root: Path, ours: dict) -> tuple[list[dict], list[str]]:
             notes.append(f"{record}: unreadable, left out")
             continue
         binary = record.parent / "bin" / "uwsgi"
-        same = build.get("cflags") == ours["cflags"] and build.get("routing") == ours["routing"]
+        # static and pyuwsgi keep our flags and change the libpython the app's Python runs in.
+        same = build.get("cflags") == ours["cflags"] and build.get("routing") == ours["routing"] and \
+            build.get("profile") not in INTERPRETER_BUILDS
         if same:
             notes.append(f"build {build.get('profile')}: the same flags and PCRE as ours, nothing to compare")
         elif not build.get("routing"):
@@ -152,9 +157,9 @@ def make_arms(uwsgi: str, transport: str, builds: list[dict], ours: dict) -> lis
     ]
     for b in builds:
         pcre = "PCRE" if b.get("routing") else "no PCRE"
+        how = INTERPRETER_BUILDS.get(b["profile"], f"uWSGI built with {' '.join(b.get('cflags', []))}")
         arms.append(Arm(f"build-{b['profile']}", f"{base}+build-{b['profile']}", f"{base}@uwsgi_bin={b['binary']}",
-                        f"uWSGI built with {' '.join(b.get('cflags', []))}, {pcre} (scripts/build-uwsgi.sh "
-                        f"{b['profile']})"))
+                        f"{how}, {pcre} (scripts/build-uwsgi.sh {b['profile']})"))
     for peer in ("gunicorn", "granian"):
         arms.append(Arm(peer, f"{p_t}-{peer}", f"{p_t}-{peer}", f"{peer}, nginx keeps connections", peer=True))
         arms.append(Arm(f"{peer}-keepalive-off", f"{p_t}-{peer}@keepalive=off", f"{p_t}-{peer}@keepalive=off",

@@ -38,9 +38,12 @@ def find_free_ports(n: int) -> list[int]:
     return ports
 
 
+SPEC = re.compile(r"^\s*\+?(\d+)x(\d+)-([\w-]+)\s*$")
+
+
 def socket_count(spec: str) -> int:
     """How many uWSGI sockets ``spec`` needs (1 when the spec is invalid: parse_layout will say why)."""
-    m = re.match(r"^\s*\+?(\d+)x(\d+)-([\w-]+)\s*$", spec)
+    m = SPEC.match(spec)
     if not m or m[3] not in STRATEGIES or not 1 <= int(m[1]) <= 256 or not 1 <= int(m[2]) <= 256:
         return 1
     return len(STRATEGIES[m[3]].sockets(int(m[1]), int(m[2])))
@@ -94,9 +97,14 @@ def make_layout(run_dirs):
 
     Ports: the sockets take base_port.., then the nginx listen port, all consecutive and
     bind-tested; the stats server is the default unix socket. Any option given explicitly wins.
+    UL_TEST_UWSGI_BIN=/path/to/bin/uwsgi runs every uWSGI layout with that build (``uwsgi_bin``):
+    the tests that start stacks this way check another build (scripts/build-uwsgi.sh) too.
     """
 
     def make(spec: str, **opts) -> Layout:
+        m = SPEC.match(spec)
+        if os.environ.get("UL_TEST_UWSGI_BIN") and m and m[3] in STRATEGIES and STRATEGIES[m[3]].server == "uwsgi":
+            opts.setdefault("uwsgi_bin", os.environ["UL_TEST_UWSGI_BIN"])
         n = socket_count(spec)
         ports = find_free_ports(n + 1)
         opts.setdefault("base_port", ports[0])

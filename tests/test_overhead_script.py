@@ -47,13 +47,16 @@ def test_arms_one_change_each_and_both_variants_of_each_peer():
 
 def test_builds_the_same_as_ours_are_left_out_with_a_note(tmp_path):
     for profile, cflags, routing in (("o3", ["-O2", "-O3"], True), ("nopcre", ["-O2"], False),
-                                     ("pcre", ["-O2"], True)):
+                                     ("pcre", ["-O2"], True), ("static", ["-O2"], True)):
         (tmp_path / profile / "bin").mkdir(parents=True)
         (tmp_path / profile / "bin" / "uwsgi").write_text("")
         (tmp_path / profile / "BUILD.json").write_text(json.dumps({"profile": profile, "cflags": cflags,
                                                                    "routing": routing}))
     builds, notes = overhead.find_builds(tmp_path, OURS)
-    assert [b["profile"] for b in builds] == ["o3"]
+    # static has our flags but another libpython (the static one): an arm all the same
+    assert [b["profile"] for b in builds] == ["o3", "static"]
+    static = overhead.make_arms("2x4-mapped", "unix", builds, OURS)[-5]
+    assert static.name == "build-static" and "static libpython" in static.what
     # without PCRE a uWSGI cannot run our uwsgi.ini (its route-if-not lines): never an arm
     assert notes == ["build nopcre: no internal routing (no PCRE), so it cannot run our uwsgi.ini (the route-if-not "
                      "lines are required): left out",

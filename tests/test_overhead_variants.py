@@ -10,12 +10,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.test_peers_render import make, nginx_directives
-from uwsgi_layouts.deploy.machine import checked, find_uwsgi
+from uwsgi_layouts.deploy.machine import checked, find_uwsgi, uwsgi_python
+from uwsgi_layouts.deploy.machine import python as machine_python
+from uwsgi_layouts.deploy.machine.python import check_uwsgi_bin, uwsgi_help
 from uwsgi_layouts.deploy.model import LayoutError, layout_from_record, parse_variant
 from uwsgi_layouts.deploy.render import LAYOUT_JSON_VERSION, crosscheck, parse_uwsgi_ini, render_texts, write_layout
 from uwsgi_layouts.deploy.ship import build_bundle
@@ -139,3 +143,74 @@ def test_uwsgi_bin_must_be_ours_to_change_and_link_our_python(tmp_path):
         os.chown(copy, 65534, 65534)
         with pytest.raises(LayoutError, match="belongs to another user"):
             checked(parse_variant(f"2x4-mapped@uwsgi_bin={copy}", run_dir=str(tmp_path / "run")))
+
+
+def _build_dir(tmp_path: Path, name: str) -> Path:
+    """A directory laid out as scripts/build-uwsgi.sh lays one out (DIR/bin/uwsgi, DIR/BUILD.json)."""
+    where = tmp_path / name
+    (where / "bin").mkdir(parents=True)
+    for d in (tmp_path, where, where / "bin"):
+        d.chmod(0o755)
+    return where
+
+
+def test_a_static_build_says_its_python_in_build_json(tmp_path, monkeypatch):
+    """A uWSGI linked against the static libpython names no libpython.so (the stand-in binary
+    here, /bin/ls, names none either, and is taken to have routing: pure logic): BUILD.json's
+    python decides."""
+    monkeypatch.setattr(machine_python, "uwsgi_has_routing", lambda binary: True)
+    where = _build_dir(tmp_path, "static")
+    binary = where / "bin" / "uwsgi"
+    shutil.copy2("/bin/ls", binary)
+    spec = f"2x4-mapped@uwsgi_bin={binary}"
+    with pytest.raises(LayoutError, match="links no libpython we can read"):
+        checked(parse_variant(spec, run_dir=str(tmp_path / "run")))
+    (where / "BUILD.json").write_text(json.dumps({"profile": "static", "python": "3.1"}))
+    with pytest.raises(LayoutError, match=r"runs Python 3\.1, but our uWSGI runs Python"):
+        checked(parse_variant(spec, run_dir=str(tmp_path / "run")))
+    major, minor = uwsgi_python()[0]
+    (where / "BUILD.json").write_text(json.dumps({"profile": "static", "python": f"{major}.{minor}"}))
+    assert checked(parse_variant(spec, run_dir=str(tmp_path / "run"))).uwsgi_bin == str(binary)
+
+
+def test_a_pyuwsgi_launcher_runs_the_app_only_in_its_own_venv(tmp_path, monkeypatch):
+    """pyuwsgi's bin/uwsgi is a script whose interpreter already runs when uWSGI reads
+    `virtualenv =`: the app's virtualenv must be that venv, or one it imports (a .pth line)."""
+    monkeypatch.setattr(machine_python, "uwsgi_has_routing", lambda binary: True)
+    where = _build_dir(tmp_path, "pyuwsgi")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
+    launcher = where / "bin" / "uwsgi"
+    launcher.write_text(f"#!{where}/bin/python\nimport sys\n")
+    launcher.chmod(0o755)
+    app_venv = tmp_path / "app-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(app_venv)], check=True)
+    spec = f"2x4-mapped@uwsgi_bin={launcher}"
+    own = checked(parse_variant(spec, run_dir=str(tmp_path / "run"), virtualenv=str(where)))
+    assert own.uwsgi_bin == str(launcher)
+    with pytest.raises(LayoutError, match=r"uwsgi_bin: .* is pyuwsgi run by .*: the app runs in .*install pyuwsgi "
+                                          r"into"):
+        checked(parse_variant(spec, run_dir=str(tmp_path / "run"), virtualenv=str(app_venv)))
+    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    (where / "lib" / version / "site-packages" / "app.pth").write_text(
+        f"{app_venv}/lib/{version}/site-packages\n")
+    assert checked(parse_variant(spec, run_dir=str(tmp_path / "run"), virtualenv=str(app_venv))).uwsgi_bin
+
+
+def test_a_uwsgi_bin_without_pcre_or_ssl_is_bad_input_saying_how_to_get_one(tmp_path):
+    """The layout's own build is checked (not ours) before anything is written or started: one
+    line naming what is missing and how to get it (LayoutError: exit 2). The stand-in launcher
+    prints a --help (pure logic)."""
+    where = _build_dir(tmp_path, "pyuwsgi")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
+    launcher = where / "bin" / "uwsgi"
+    launcher.write_text(f"#!{where}/bin/python\nprint('    --socket    bind to the specified UNIX/TCP socket')\n")
+    launcher.chmod(0o755)
+    spec = f"2x4-mapped@uwsgi_bin={launcher}"
+    hint = r"--no-binary pyuwsgi pyuwsgi\) or build one: scripts/build-uwsgi.sh pyuwsgi$"
+    with pytest.raises(LayoutError, match=r"^uwsgi_bin: .* was built without PCRE .* libpcre2-dev .* " + hint):
+        checked(parse_variant(spec, run_dir=str(tmp_path / "out"), virtualenv=str(where)))
+    uwsgi_help.cache_clear()
+    launcher.write_text(f"#!{where}/bin/python\nprint('    --route-if-not    add a route when not condition')\n")
+    assert check_uwsgi_bin(str(launcher), str(where)) == str(launcher)  # no TLS: SSL not needed
+    with pytest.raises(LayoutError, match=r"^uwsgi_bin: .* was built without SSL .* libssl-dev .* " + hint):
+        check_uwsgi_bin(str(launcher), str(where), tls=True)

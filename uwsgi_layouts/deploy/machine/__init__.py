@@ -32,6 +32,7 @@ from uwsgi_layouts.deploy.machine.python import (
     check_virtualenv,
     find_uwsgi,
     linked_python,
+    script_interpreter,
     server_package_dir,
     server_python,
     tool_command,
@@ -66,7 +67,7 @@ __all__ = [
     "connect", "cpu_limit", "default_cpus", "enter", "find_uwsgi", "group_of", "homes", "is_isolated",
     "is_unix_address", "linked_python", "map_is_current", "mark_isolated", "output_dir", "plain_allowed", "preflight",
     "read_map_facts", "read_stats", "read_v1", "read_v2", "resolve_tls_dir", "resolve_user", "run_in", "run_user_ids",
-    "server_package_dir", "server_python", "somaxconn", "stack_environment", "stats_exposure", "tool_command",
-    "unmark_isolated", "usable_cpus", "uwsgi_has_routing", "uwsgi_has_ssl", "uwsgi_python", "virtualenv_python",
-    "without_requests", "worker_environment", "writable_by_others",
+    "script_interpreter", "server_package_dir", "server_python", "somaxconn", "stack_environment", "stats_exposure",
+    "tool_command", "unmark_isolated", "usable_cpus", "uwsgi_has_routing", "uwsgi_has_ssl", "uwsgi_python",
+    "virtualenv_python", "without_requests", "worker_environment", "writable_by_others",
 ]

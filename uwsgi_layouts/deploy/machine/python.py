@@ -9,6 +9,7 @@ venv's packages in ``lib/pythonX.Y`` of *its own* X.Y: a venv of another version
 from __future__ import annotations
 
 import importlib.machinery
+import json
 import os
 import re
 import shutil
@@ -48,13 +49,18 @@ def uwsgi_python() -> tuple[tuple[int, int], str]:
     """(major, minor) of the Python our uWSGI embeds, and how that was determined.
 
     pip compiles uWSGI against the interpreter that installs it and links that libpython
-    (e.g. ``libpython3.11.so.1.0``, a DT_NEEDED entry of the binary): read that name. A
-    statically linked build names none; then it is this interpreter, whose venv holds it.
+    (e.g. ``libpython3.11.so.1.0``, a DT_NEEDED entry of the binary): read that name. A build
+    linked against the static libpython names none: the Python headers it was compiled against
+    say which, else it is this interpreter, whose venv holds it.
     """
     binary = find_uwsgi()
     linked = linked_python(binary) if binary else None
     if linked:
         return linked, f"{binary} links libpython{linked[0]}.{linked[1]}"
+    compiled = compiled_python(Path(binary)) if binary else None
+    if compiled:  # make venv links the static libpython when the Python has one
+        return compiled, (f"{binary} holds the static libpython{compiled[0]}.{compiled[1]} (built against its "
+                          "headers)")
     version = sys.version_info[:2]
     return (version[0], version[1]), f"pip built {binary or 'uwsgi'} with {sys.executable}"
 
@@ -149,31 +155,134 @@ def check_virtualenv(raw, server: str = "uwsgi") -> str:
     return str(venv)
 
 
-def check_uwsgi_bin(raw: str) -> str:
+def check_uwsgi_bin(raw: str, virtualenv: str = "", tls: bool = False) -> str:
     """Another build of uWSGI to run (the layout's ``uwsgi_bin``), resolved, or LayoutError: an
-    executable file linking the Python our uWSGI links (so the app's virtualenv fits it too),
-    that only root or we can change: started as root, it runs as root until it drops privileges."""
+    executable file running the Python our uWSGI runs (so the app's virtualenv fits it too),
+    that only root or we can change: started as root, it runs as root until it drops privileges.
+    Three kinds (scripts/build-uwsgi.sh): a binary linking a shared libpython (its DT_NEEDED name
+    says which), a binary linked against the static libpython (its BUILD.json says which, else the
+    Python headers it was compiled against), and pyuwsgi's launcher, a script whose #! interpreter
+    runs uWSGI as an extension module: there the app runs in that interpreter's venv whatever
+    ``virtualenv =`` says, so ``virtualenv`` (the app's) must be that venv or one it imports from
+    (a .pth file). It must have internal routing (every uwsgi.ini refuses code-loading packets
+    with route-if-not lines) and, for ``tls``, SSL."""
     if not raw.startswith("/"):
         raise LayoutError("uwsgi_bin", f"{raw!r} must be an absolute path to a uwsgi binary")
     binary = Path(raw).resolve()
-    build = "build one with scripts/build-uwsgi.sh o3 (make uwsgi-builds)"
+    build = "build one with scripts/build-uwsgi.sh o3, static or pyuwsgi (make uwsgi-builds)"
     if not binary.is_file() or not os.access(binary, os.X_OK):
         raise LayoutError("uwsgi_bin", f"{raw} is not an executable file: {build}")
-    for path in (binary, *binary.parents):
-        st = path.stat()
-        sticky = path.is_dir() and st.st_mode & stat.S_ISVTX
-        if st.st_mode & 0o022 and not sticky:
-            raise LayoutError("uwsgi_bin", f"{path} is writable by group or others: whoever can write there could "
-                                           "replace the uWSGI we start")
-        if st.st_uid not in (0, os.geteuid()):
-            raise LayoutError("uwsgi_bin", f"{path} belongs to another user (uid {st.st_uid}), who could replace the "
-                                           "uWSGI we start")
-    linked, (major, minor) = linked_python(str(binary)), uwsgi_python()[0]
+    owned_by_us_or_root(binary)
+    interpreter = script_interpreter(binary)
+    if interpreter is not None:
+        owned_by_us_or_root(interpreter.resolve())
+        venv = interpreter.parent.parent
+        linked = virtualenv_python(venv)
+        check_pyuwsgi_virtualenv(binary, venv, virtualenv)
+    else:
+        linked = linked_python(str(binary)) or recorded_python(binary) or compiled_python(binary)
+    major, minor = uwsgi_python()[0]
     if linked != (major, minor):
-        got = f"links libpython{linked[0]}.{linked[1]}" if linked else "links no libpython we can read"
+        got = f"runs Python {linked[0]}.{linked[1]}" if linked else "links no libpython we can read (and neither " \
+                                                                    "a BUILD.json nor Python headers name one)"
         raise LayoutError("uwsgi_bin", f"{binary} {got}, but our uWSGI runs Python {major}.{minor} (as the app's "
                                        f"virtualenv): {build}")
+    if not uwsgi_has_routing(str(binary)):
+        raise LayoutError("uwsgi_bin", f"{binary} was built without PCRE (no internal routing, so no route-if-not "
+                                       "to refuse code-loading packets): install libpcre2-dev "
+                                       f"(scripts/install-system-deps.sh), then {rebuild_hint(str(binary))}")
+    if tls and not uwsgi_has_ssl(str(binary)):
+        raise LayoutError("uwsgi_bin", f"{binary} was built without SSL (no ssl-socket, which uwsgi_tls needs): "
+                                       "install libssl-dev (scripts/install-system-deps.sh), then "
+                                       f"{rebuild_hint(str(binary))}")
     return str(binary)
+
+
+def rebuild_hint(binary: str) -> str:
+    """How to get a uWSGI build with what this one lacks: for a pyuwsgi launcher (PyPI's wheels have
+    no SSL) from source; for another build, scripts/build-uwsgi.sh."""
+    if script_interpreter(Path(binary)) is not None:
+        return ("reinstall pyuwsgi from source into its venv (pip install --no-cache-dir --no-binary pyuwsgi pyuwsgi) "
+                "or build one: scripts/build-uwsgi.sh pyuwsgi")
+    return "rebuild it: scripts/build-uwsgi.sh PROFILE (make uwsgi-builds)"
+
+
+def owned_by_us_or_root(path: Path) -> None:
+    """LayoutError unless only root or we can change ``path`` and every directory above it."""
+    for each in (path, *path.parents):
+        st = each.stat()
+        sticky = each.is_dir() and st.st_mode & stat.S_ISVTX
+        if st.st_mode & 0o022 and not sticky:
+            raise LayoutError("uwsgi_bin", f"{each} is writable by group or others: whoever can write there could "
+                                           "replace the uWSGI we start")
+        if st.st_uid not in (0, os.geteuid()):
+            raise LayoutError("uwsgi_bin", f"{each} belongs to another user (uid {st.st_uid}), who could replace the "
+                                           "uWSGI we start")
+
+
+def script_interpreter(binary: Path) -> Path | None:
+    """The interpreter of a #! script (pyuwsgi's bin/uwsgi), or None for a binary."""
+    try:
+        with binary.open("rb") as f:
+            first = f.readline(4096)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode(errors="replace").split()
+    return Path(words[0]) if words else None
+
+
+def recorded_python(binary: Path) -> tuple[int, int] | None:
+    """(major, minor) that scripts/build-uwsgi.sh recorded for a build (BUILD.json, one level above
+    bin/): how a uWSGI linked against the static libpython says which Python it holds."""
+    try:
+        record = json.loads((binary.parent.parent / "BUILD.json").read_text())
+        match = re.fullmatch(r"(\d+)\.(\d+)", str(record.get("python", "")))
+    except (OSError, ValueError, AttributeError):
+        return None
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def compiled_python(binary: Path) -> tuple[int, int] | None:
+    """(major, minor) of the Python headers uWSGI's python plugin was compiled against, from the
+    header paths its assertions keep (``/usr/include/python3.11/...``): how a uWSGI linked against
+    the static libpython without a BUILD.json (make venv's own, copied) says which Python it holds.
+    None when absent or when headers of two versions appear."""
+    try:
+        found = set(re.findall(rb"include/python(\d+)\.(\d+)/", binary.read_bytes()))
+    except OSError:
+        return None
+    if len(found) != 1:
+        return None
+    (major, minor), = found
+    return int(major), int(minor)
+
+
+def site_packages(venv: Path, version: tuple[int, int]) -> Path:
+    return venv / "lib" / f"python{version[0]}.{version[1]}" / "site-packages"
+
+
+def check_pyuwsgi_virtualenv(binary: Path, venv: Path, virtualenv: str) -> None:
+    """pyuwsgi runs the app in the venv it is installed in (uWSGI's ``virtualenv =`` sets up an
+    interpreter that already runs): LayoutError unless the app's virtualenv is that venv, or one
+    whose packages that venv imports (a directory line of a .pth file in its site-packages)."""
+    version = virtualenv_python(venv)
+    if not virtualenv or version is None:
+        return
+    own = site_packages(venv, version)
+    wanted = site_packages(Path(virtualenv), version).resolve()
+    seen = {own.resolve()}
+    for pth in sorted(own.glob("*.pth")):
+        try:
+            lines = pth.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        seen.update(Path(line.strip()).resolve() for line in lines if line.strip().startswith("/"))
+    if wanted not in seen:
+        raise LayoutError("uwsgi_bin", f"{binary} is pyuwsgi run by {venv}/bin/python: the app runs in {venv} "
+                                       f"(uWSGI's virtualenv option has no effect there), not in {virtualenv}: "
+                                       f"install pyuwsgi into {virtualenv} and give its bin/uwsgi")
 
 
 def default_virtualenv() -> str:

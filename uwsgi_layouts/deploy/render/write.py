@@ -181,7 +181,7 @@ def check_ours(out: Path, names: list[str]) -> None:
 
 
 def _check_uwsgi_routing(layout: Layout) -> None:
-    if layout.server != "uwsgi":
+    if layout.server != "uwsgi" or layout.uwsgi_bin:  # a uwsgi_bin: checked with the layout (check_uwsgi_bin)
         return
     binary = find_uwsgi()
     if binary and not uwsgi_has_routing(binary):
@@ -191,7 +191,7 @@ def _check_uwsgi_routing(layout: Layout) -> None:
 
 
 def _check_uwsgi_ssl(layout: Layout) -> None:
-    if layout.uwsgi_tls == "off" or layout.server != "uwsgi":
+    if layout.uwsgi_tls == "off" or layout.server != "uwsgi" or layout.uwsgi_bin:
         return
     binary = find_uwsgi()
     if binary and not uwsgi_has_ssl(binary):

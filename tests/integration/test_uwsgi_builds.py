@@ -1,0 +1,123 @@
+"""The other uWSGI builds (scripts/build-uwsgi.sh static and pyuwsgi: the app's Python at the
+python3 executable's speed) keep everything the project relies on, checked on real stacks run
+with the layout's ``uwsgi_bin``: internal routing (the route-if-not lines answer a code-loading
+packet 403), SSL (uwsgi over mutual TLS between nginx and an app host), the stats server,
+map-socket and threads (2 workers x 2 threads all serving; test_stack.py, run with
+UL_TEST_UWSGI_BIN, checks that each worker serves only its socket), the master FIFO's chain
+reload under load, harakiri. Each build is skipped with one line until ``make uwsgi-builds`` has made it.
+
+The rest of the integration suite runs against a build with UL_TEST_UWSGI_BIN=/path/to/bin/uwsgi
+(tests/conftest.py's make_layout gives every uWSGI layout that uwsgi_bin), e.g.
+``UL_TEST_UWSGI_BIN=$PWD/build/uwsgi/static/bin/uwsgi .venv/bin/python -m pytest tests/integration/test_stack.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.integration.support import FAST, SLOW, concurrently, via_nginx
+from tests.integration.test_security import raw_uwsgi
+from uwsgi_layouts.bench.kinds.faults import chain_reload_under_load, stuck_request
+from uwsgi_layouts.bench.stack import Lab
+from uwsgi_layouts.deploy.machine import script_interpreter, uwsgi_has_routing, uwsgi_has_ssl
+from uwsgi_layouts.deploy.machine.python import check_pyuwsgi_virtualenv, default_virtualenv
+from uwsgi_layouts.deploy.model import LayoutError
+from uwsgi_layouts.deploy.run import http_get, netns
+
+BUILDS = Path(__file__).resolve().parents[2] / "build" / "uwsgi"
+PROFILES = ("static", "pyuwsgi")
+
+
+def integration(test):
+    return pytest.mark.integration(pytest.mark.timeout(180)(test))
+
+
+@pytest.fixture(params=PROFILES)
+def build(request) -> str:
+    binary = BUILDS / request.param / "bin" / "uwsgi"
+    if not binary.is_file():
+        pytest.skip(f"no {request.param} build: make uwsgi-builds (scripts/build-uwsgi.sh {request.param})")
+    if request.param == "pyuwsgi" and script_interpreter(binary) is not None:
+        venv = script_interpreter(binary).parent.parent
+        try:  # the lab's app runs in this interpreter's venv: the build must import its packages
+            check_pyuwsgi_virtualenv(binary, venv, default_virtualenv())
+        except LayoutError as exc:
+            pytest.skip(f"the pyuwsgi build was made for another project venv ({exc}): rebuild it here with "
+                        "scripts/build-uwsgi.sh pyuwsgi")
+    return str(binary)
+
+
+@pytest.fixture
+def lab(run_dirs, free_ports):
+    with Lab(new_dir=run_dirs, free_ports=free_ports) as lab:
+        yield lab
+
+
+def test_build_has_internal_routing_and_ssl(build):
+    assert uwsgi_has_routing(build), f"{build}: no --route-if-not (built without PCRE)"
+    assert uwsgi_has_ssl(build), f"{build}: no --ssl-socket (built without SSL)"
+
+
+@integration
+def test_build_serves_mapped_threads_stats_and_refuses_code_loading(start_stack, build):
+    stack = start_stack("2x2-mapped", uwsgi_bin=build, transport="tcp")  # raw_uwsgi speaks TCP
+    layout = stack.layout
+    assert via_nginx(layout, FAST)[0] == 200
+    # Threads and map-socket: 4 slow requests at once need both threads of both workers (nginx
+    # spreads them over the two mapped sockets); the stats server shows 2 workers x 2 cores, each
+    # of which served (test_stack.py's mapped tests, run with UL_TEST_UWSGI_BIN, check more).
+    answers = concurrently(lambda: via_nginx(layout, SLOW.format(ms=300)), [()] * 4)
+    assert [a[0] for a in answers] == [200] * 4
+    stats = stack.stats()
+    assert len(stats["workers"]) == 2 and all(len(w["cores"]) == 2 for w in stats["workers"]), stats["workers"]
+    assert all(w["requests"] >= 1 for w in stats["workers"]), stats["workers"]
+    ini = (Path(layout.run_dir) / "uwsgi.ini").read_text()
+    assert ini.count("map-socket") == 2, ini
+    # Internal routing: straight to the socket, a code-loading packet gets the route-if-not 403.
+    status, body = raw_uwsgi(layout.sockets[0].address, {"UWSGI_FILE": "/etc/passwd", "UWSGI_APPID": "evil"})
+    assert status == "HTTP/1.1 403 Forbidden", (status, body)
+    assert via_nginx(layout, FAST)[0] == 200
+
+
+@pytest.mark.parametrize("spec", ["2x4-mapped", "2x4-shared"])
+@integration
+def test_build_chain_reloads_under_load(lab, build, spec):
+    result = chain_reload_under_load(lab, spec, connections=50, duration=6.0, uwsgi_bin=build)
+    print("\n" + result.explain())
+    assert all(c.ok for c in result.checks), result.explain()
+    assert result.requests_failed == 0
+    assert result.figures["changed"] == [1, 2]
+
+
+@integration
+def test_build_harakiri_kills_a_stuck_request(lab, build):
+    result = stuck_request(lab, "2x1-mapped", harakiri=2, duration=4.0, uwsgi_bin=build)
+    print("\n" + result.explain())
+    assert all(c.ok for c in result.checks), result.explain()
+    assert result.figures["status"] in (502, 504) and result.figures["seconds"] < 4.0
+
+
+@pytest.mark.skipif(netns.unavailable() is not None, reason=netns.unavailable() or "")
+@pytest.mark.xdist_group("netns")
+@integration
+def test_build_serves_uwsgi_over_mutual_tls(run_dirs, free_ports, build):
+    with Lab(new_dir=run_dirs, free_ports=free_ports, hosts=1) as lab:
+        with lab.stack("1x2-mapped", uwsgi_bin=build) as stack:
+            layout = stack.layout
+            assert layout.uwsgi_tls == "suwsgi"
+            assert any("ssl-socket" in p.read_text() for p in Path(layout.run_dir).rglob("*.ini"))
+            status, _, _ = http_get(layout.listen_host, layout.listen_port, FAST, timeout=30)
+            assert status == 200
+
+
+def test_a_pyuwsgi_build_refuses_an_app_virtualenv_it_does_not_run(make_layout, build, tmp_path):
+    if not build.endswith("pyuwsgi/bin/uwsgi"):
+        pytest.skip("only pyuwsgi ignores uWSGI's virtualenv option")
+    other = tmp_path / "venv"
+    (other / "bin").mkdir(parents=True)
+    (other / "pyvenv.cfg").write_text("home = /usr/bin\nversion = 3.11.2\n")
+    (other / "bin" / "python").symlink_to("/usr/bin/python3")
+    with pytest.raises(LayoutError, match="uwsgi_bin.*pyuwsgi.*install pyuwsgi into"):
+        make_layout("1x1-mapped", uwsgi_bin=build, virtualenv=str(other))
