@@ -175,3 +175,12 @@ def test_added_rounds_go_to_the_verdicts_pairs_first():
     assert next_blocks([*keys, other]) == {"2x4-mapped": {"article": [2]}, "2x4-shared": {"article": [2]}}
     settled = [replace(k, settled=True) for k in keys]
     assert next_blocks([*settled, other]) == {"1x4-mapped": {"article": [4]}, "1x4-shared": {"article": [4]}}
+
+
+def test_one_round_is_judged_as_nothing():
+    r = results_of({2: [(1.50, 0.50)], 4: [(1.50, 0.50)]})
+    v = article_verdict(r)
+    assert v.outcome is Outcome.UNDECIDED
+    rps = v.levels[0].claim_targets[0]
+    assert rps.judged() == "straddles: too few rounds" and "too few rounds to judge" in rps.words()
+    assert "inf" not in " ".join(verdict_lines(r)) + " ".join(headline_lines(r, "x"))

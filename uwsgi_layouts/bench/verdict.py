@@ -35,6 +35,9 @@ TARGET_EFFICIENCY = 0.85  # mapped, at least (a check of the run, not the articl
 FAR, NEAR = 0.10, 0.03
 
 
+TARGET_FIGURES = ("rps", "p99", "efficiency", "errors")
+
+
 class Standing(enum.Enum):
     """One interval against one threshold."""
 
@@ -115,13 +118,22 @@ class TargetJudgement:
         return f"{self.value:.2f}" if self.figure == "efficiency" else f"{self.value:g} failed"
 
     @property
+    def unjudged(self) -> bool:
+        """Too few rounds for an interval: a straddle with nothing to say by how much."""
+        return self.comparison is not None and self.comparison.method == "too few rounds"
+
+    @property
+    def nearer_end(self) -> float:
+        """The end of a cleared or missed interval nearer the threshold."""
+        return self.high if (self.standing is Standing.MISSES) != self.at_most else self.low
+
+    @property
     def gap(self) -> float:
         """How far the interval's nearer end lies from the threshold, as a share of it (0 for a
         straddle); for a straddle see ``reach``."""
         if self.standing is Standing.STRADDLES or not self.threshold:
             return 0.0
-        near = self.high if (self.standing is Standing.MISSES) != self.at_most else self.low
-        return abs(near - self.threshold) / self.threshold
+        return abs(self.nearer_end - self.threshold) / self.threshold
 
     @property
     def reach(self) -> tuple[float, float]:
@@ -145,6 +157,8 @@ class TargetJudgement:
         what = f"the {self.threshold:g}x claimed" if self.claim else f"{self.threshold:g}"
         if self.figure == "errors":
             return "no failed requests" if self.standing is Standing.CLEARS else f"{self.value:g} failed requests"
+        if self.unjudged:
+            return f"{self.measured}: too few rounds to judge against {what}"
         if self.standing is Standing.STRADDLES:
             past, short = self.reach
             return (f"{self.measured}: straddles {what} (the interval reaches {_share(past)} past it and "
@@ -154,23 +168,23 @@ class TargetJudgement:
 
     def judged(self) -> str:
         """The target table's cell: ``misses: far below by 0.18``, ``straddles: 4% past, 10% short``."""
+        if self.unjudged:
+            return "straddles: too few rounds"
         if self.standing is Standing.STRADDLES:
             past, short = self.reach
             return f"straddles: {_share(past)} past, {_share(short)} short"
         if self.figure == "errors":
             return self.standing.value
-        near = self.high if (self.standing is Standing.MISSES) != self.at_most else self.low
-        return f"{self.standing.value}: {self.side} by {abs(near - self.threshold):.2f}"
+        return f"{self.standing.value}: {self.side} by {abs(self.nearer_end - self.threshold):.2f}"
 
     def brief(self) -> str:
         """``1.03x (1.00–1.07) far below 1.25x``, ``1.21x (1.13–1.30) straddles 1.25x (4% past, 10% short)``."""
+        if self.unjudged:
+            return f"{self.measured}: too few rounds"
         if self.standing is Standing.STRADDLES:
             past, short = self.reach
             return f"{self.measured} straddles {self.threshold:g}x ({_share(past)} past, {_share(short)} short)"
         return f"{self.measured} {self.side} {self.threshold:g}x"
-
-
-TARGET_FIGURES = ("rps", "p99", "efficiency", "errors")
 
 
 def _share(x: float) -> str:
