@@ -17,6 +17,13 @@ command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v logrotate >/dev/null 2>&1 || missing+=(logrotate)  # the bundle's logrotate file, run in a test
 # Network namespaces for the multi-host tests and `bench compare --hosts` (ip netns, veth, bridge).
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
+# watch's tests scrape the exporter with a real Prometheus and check the alert rules with promtool.
+command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+# The container bundle's tests build images and run the generated manifests with podman (`podman kube
+# play` needs catatonit for the pod's pause process; runc because crun refuses hybrid cgroups); the
+# base images come from Debian's packages with mmdebstrap (no registry is reachable in CI).
+for tool in podman runc mmdebstrap; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
+[ -x /usr/libexec/podman/catatonit ] || [ -x /usr/bin/catatonit ] || missing+=(catatonit)
 # The venv is built from Debian's python3 (readable by the unprivileged run user);
 # uWSGI compiles against its headers, and has SSL (ssl-socket, for --uwsgi-tls) only if libssl-dev is
 # installed when pip builds it, and internal routing (the route-if-not lines every uwsgi.ini holds

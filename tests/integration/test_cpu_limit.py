@@ -217,9 +217,9 @@ def test_the_tool_inside_a_quota_counts_the_quota(quota_cgroup):
 
 
 def test_a_quota_the_kernel_refuses_is_one_line_exit_2(quota_cgroup, tmp_run_dir, free_ports, leftover_processes):
-    base, listen, stats = free_ports(3)
+    base, listen = free_ports(2)
     res = run_cli("run", "1x1-mapped@cpus=1", "--run-dir", str(tmp_run_dir), "--listen", f"127.0.0.1:{listen}",
-                  "--base-port", str(base), "--stats-port", str(stats), "--for", "1",
+                  "--base-port", str(base), "--for", "1",
                   cgroup_procs=quota_cgroup / "cgroup.procs")
     assert res.returncode == 2, res
     line = res.stderr.strip()
@@ -252,9 +252,9 @@ def test_tune_for_a_pod_sizes_the_search_from_its_cpus(tmp_run_dir, leftover_pro
 
 
 def test_memory_below_one_worker_is_refused_with_the_figure(tmp_run_dir, free_ports, leftover_processes):
-    base, listen, stats = free_ports(3)
+    base, listen = free_ports(2)
     res = run_cli("run", "1x1-mapped@memory=5", "--run-dir", str(tmp_run_dir), "--listen", f"127.0.0.1:{listen}",
-                  "--base-port", str(base), "--stats-port", str(stats), "--for", "1")
+                  "--base-port", str(base), "--for", "1")
     assert res.returncode == 2, res
     line = res.stderr.strip()
     assert "\n" not in line and re.search(r"memory: 5 MB is below one worker's memory: .* held \d+ MB", line), line
