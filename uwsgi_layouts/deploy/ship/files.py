@@ -150,9 +150,9 @@ def check_bundle(bundle: Bundle, staging: Path) -> list[str]:
     for slot in bundle.slots or ("",):
         b = bundle.for_slot(slot)
         files = {f.kind: staging / f.path for f in b.files() if f.slot == slot}
-        found = _crosscheck_site(b, files["site"], {"": files["ini"]})
+        found = crosscheck_site(b, files["site"], {"": files["ini"]})
         if not (found and found[0].startswith("the site does not parse")):
-            found += _site_checks(b, files["site"]) + _service_checks(b, staging)
+            found += site_checks(b, files["site"]) + _service_checks(b, staging)
         problems += [f"{slot}: {p}" if slot else p for p in found]
     return problems
 
@@ -162,20 +162,20 @@ def check_host_bundles(front: Bundle, front_dir: Path, host_dirs: dict[str, Path
     then what only a bundle has: the site's, and each host's ini and unit."""
     name = front.name
     site = front_dir / f"nginx/sites-available/{name}.conf"
-    problems = _crosscheck_site(front, site, {h: d / f"uwsgi/{name}.ini" for h, d in host_dirs.items()})
+    problems = crosscheck_site(front, site, {h: d / f"uwsgi/{name}.ini" for h, d in host_dirs.items()})
     if problems and problems[0].startswith("the site does not parse"):
         return problems
-    problems += _site_checks(front, site)
+    problems += site_checks(front, site)
     for host, directory in host_dirs.items():
         problems += [f"{host}: {p}" for p in _service_checks(front.host_layout(host), directory)]
     return problems
 
 
-def _crosscheck_site(bundle: Bundle, site: Path, inis: dict[str, Path]) -> list[str]:
+def crosscheck_site(bundle: Bundle, site: Path, inis: dict[str, Path]) -> list[str]:
     """render.crosscheck on the site as Debian's nginx.conf includes it (inside http {}, with
     uwsgi_params next to nginx.conf), against uWSGI's ini (``inis[""]``) or each host's. The lab's
     checks know one server per port and static locations only: they read the site without its
-    catch-all servers and ACME location, which ``_site_checks`` checks."""
+    catch-all servers and ACME location, which ``site_checks`` checks."""
     check = Path(tempfile.mkdtemp(prefix=".check-", dir=site.parent))
     try:
         shutil.copy(TEMPLATES_DIR / "uwsgi_params", check / "uwsgi_params")
@@ -247,7 +247,7 @@ def _catch_all_checks(bundle: Bundle, parsed: list[dict]) -> list[str]:
     return problems
 
 
-def _site_checks(bundle: Bundle, site: Path) -> list[str]:
+def site_checks(bundle: Bundle, site: Path) -> list[str]:
     problems = []
     alone = crossplane.parse(str(site), single=True, check_ctx=False, catch_errors=False)["config"][0]["parsed"]
     top = sorted({d["directive"] for d in alone} - {"upstream", "server", "log_format"})
