@@ -350,7 +350,16 @@ def check_out_dir(out: Path) -> None:
         raise LayoutError("out", f"{out} cannot be read") from None
 
 
-def _write_texts(directory: Path, texts: dict[str, str]) -> None:
+def publish_staging(staging: Path, out: Path) -> None:
+    """Move the checked ``staging`` directory to ``out`` (absent, or empty as check_out_dir found it)."""
+    if out.exists():
+        out.rmdir()  # empty (checked before rendering); rename() cannot replace a non-empty one
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    os.rename(staging, out)
+
+
+def write_texts(directory: Path, texts: dict[str, str]) -> None:
     for rel, text in texts.items():
         path = directory / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -370,18 +379,14 @@ def write_host_bundles(front: Bundle, out_dir: Path | str) -> dict[str, list[str
     staging = make_staging(out)
     try:
         for rel, texts in rendered.items():
-            _write_texts(staging / rel, texts)
+            write_texts(staging / rel, texts)
         problems = check_host_bundles(front, staging / "front", {b.host: staging / "hosts" / b.host for b in hosts})
         if problems:
             raise RenderError("cross-check failed: " + "; ".join(problems))
         for path in [staging, *staging.rglob("*")]:  # keys and the app's environment: the owner's alone
             if path.is_dir():
                 path.chmod(0o700)
-        if out.exists():
-            out.rmdir()
-        else:
-            out.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(staging, out)
+        publish_staging(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return {rel: sorted(texts) for rel, texts in rendered.items()}
@@ -395,17 +400,13 @@ def write_bundle(bundle: Bundle, out_dir: Path | str) -> list[str]:
     texts = render_bundle(bundle)  # pure: fails before anything is written
     staging = make_staging(out)
     try:
-        _write_texts(staging, texts)
+        write_texts(staging, texts)
         problems = check_bundle(bundle, staging)
         if problems:
             raise RenderError("cross-check failed: " + "; ".join(problems))
         # The bundle may hold a private key and the app's environment: its owner's alone.
         staging.chmod(0o700)
-        if out.exists():
-            out.rmdir()  # empty (checked above); rename() cannot replace it with a non-empty one
-        else:
-            out.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(staging, out)
+        publish_staging(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return sorted(texts)

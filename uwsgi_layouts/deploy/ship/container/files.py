@@ -16,7 +16,6 @@ cross-checked against uwsgi.ini with the lab's ``crosscheck`` (upstream == socke
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -39,7 +38,14 @@ from uwsgi_layouts.deploy.ship.container.spec import (
     cpu_quantity,
     memory_quantity,
 )
-from uwsgi_layouts.deploy.ship.files import check_out_dir, crosscheck_site, outdent, site_checks
+from uwsgi_layouts.deploy.ship.files import (
+    check_out_dir,
+    crosscheck_site,
+    outdent,
+    publish_staging,
+    site_checks,
+    write_texts,
+)
 from uwsgi_layouts.deploy.ship.installer import UWSGI_PIN
 
 READY_PATH = "/_uwsgi-layouts/ready"
@@ -115,10 +121,7 @@ def write_container_bundle(cb: ContainerBundle, out_dir: Path | str) -> list[str
     texts = render_container_bundle(cb)  # pure: fails before anything is written
     staging = make_staging(out)
     try:
-        for rel, text in texts.items():
-            path = staging / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+        write_texts(staging, texts)
         for rel, source in COPIED.items():
             shutil.copy(TEMPLATES_DIR / source, staging / rel)
         shutil.copytree(cb.source_dir, staging / "image/app", symlinks=True,
@@ -126,11 +129,7 @@ def write_container_bundle(cb: ContainerBundle, out_dir: Path | str) -> list[str
         problems = check_container_bundle(cb, staging)
         if problems:
             raise RenderError("cross-check failed: " + "; ".join(problems))
-        if out.exists():
-            out.rmdir()  # empty (checked above)
-        else:
-            out.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(staging, out)
+        publish_staging(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return sorted(texts)
