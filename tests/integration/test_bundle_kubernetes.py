@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -21,9 +22,9 @@ import pytest
 
 from tests.conftest import find_free_ports
 from tests.flaskapp import SHOP_PY
-from tests.integration.podman import Podman, PodmanUnavailable
+from tests.integration.podman import SESSIONS, Podman, PodmanUnavailable, remove_stale_sessions, write_config
 from uwsgi_layouts.deploy.cli import main
-from uwsgi_layouts.deploy.ship.container import APP_UID, READY_PATH, SOCKET_GID
+from uwsgi_layouts.deploy.ship.container import APP_UID, LIVE_PATH, READY_PATH, SOCKET_GID
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500), pytest.mark.xdist_group("podman")]
 
@@ -148,12 +149,16 @@ def test_requests_through_the_sidecar_reach_every_worker(pod):
 
 
 def test_probe_port_answers_ready_and_alive(pod):
-    conn = http.client.HTTPConnection("127.0.0.1", pod.probe_port, timeout=10)
-    try:
-        conn.request("GET", READY_PATH)
-        assert conn.getresponse().status == 200
-    finally:
-        conn.close()
+    for path, body in ((READY_PATH, b""), (LIVE_PATH, b"nginx\n")):
+        conn = http.client.HTTPConnection("127.0.0.1", pod.probe_port, timeout=10)
+        try:
+            conn.request("GET", path)
+            response = conn.getresponse()
+            assert (response.status, response.read()) == (200, body), path
+        finally:
+            conn.close()
+    # The probes' paths are nginx's on the probe port: on the HTTP port they are the app's (404).
+    assert pod.get(LIVE_PATH)[0] == 404 and pod.get(READY_PATH)[0] == 404
 
 
 def test_cgroup_quota_is_the_cpu_limit(pod):
@@ -236,3 +241,16 @@ def test_a_request_in_flight_during_kube_down_is_answered(pod):
     # uWSGI and nginx stopped on their signals once the request was done, not on podman's
     # SIGKILL after its 10 s stop timeout.
     assert took < 9, took
+
+
+def test_a_session_left_by_a_killed_run_is_removed(capfd):
+    """A test process killed with SIGKILL leaves its podman session: the next one removes it."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = SESSIONS / f"{gone.pid}-dead00"
+    stale.mkdir(parents=True)
+    write_config(stale)
+    (stale / "graph").mkdir()
+    remove_stale_sessions()
+    assert not stale.exists()
+    assert f"removing the session of test process {gone.pid}" in capfd.readouterr().err

@@ -49,6 +49,8 @@ from uwsgi_layouts.deploy.ship.files import (
 from uwsgi_layouts.deploy.ship.installer import UWSGI_PIN
 
 READY_PATH = "/_uwsgi-layouts/ready"
+# The variable nginx's probe server passes to uWSGI, whose readiness route answers only it.
+PROBE_VAR = "UL_READINESS_PROBE"
 LIVE_PATH = "/_uwsgi-layouts/live"
 STATS_DIR = "/run/uwsgi-stats"
 # Not copied into the image: virtualenvs of this machine (another Python, other paths), version
@@ -94,6 +96,7 @@ def render_container_bundle(cb: ContainerBundle) -> dict[str, str]:
         "app_dir": IMAGE_APP_DIR, "venv": IMAGE_VENV, "static_dir": IMAGE_STATIC_DIR, "uwsgi_pin": UWSGI_PIN,
         "app_uid": APP_UID, "nginx_uid": NGINX_UID, "socket_gid": SOCKET_GID, "app_user": APP_USER,
         "nginx_user": NGINX_USER, "socket_group": SOCKET_GROUP, "ready_path": READY_PATH, "live_path": LIVE_PATH,
+        "probe_var": PROBE_VAR,
         "stats_dir": STATS_DIR, "stats_socket": f"{STATS_DIR}/stats.sock", "nginx_workers": SIDECAR_NGINX_WORKERS,
         "nginx_cpu": cpu_quantity(NGINX_CPU_MILLI), "nginx_memory": memory_quantity(NGINX_MEMORY),
         "nginx_cpu_milli": NGINX_CPU_MILLI, "nginx_memory_bytes": NGINX_MEMORY,
