@@ -60,6 +60,8 @@ MEMORY_RE = re.compile(r"^(?P<number>[1-9][0-9]{0,6})(?P<unit>Ki|Mi|Gi|Ti|k|M|G|
 MEMORY_UNITS = {None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9,
                 "T": 10**12}
 PYTHON_RE = re.compile(r"^3\.[0-9]{1,2}$")
+UNIX_ONLY = ("the nginx sidecar reaches uWSGI over unix sockets in a volume the pod's two containers share (mode "
+             "0660): tcp would let every container of the pod, and with host networking the node, connect")
 
 
 def image_reference(field_name: str, raw: str, need_tag: bool) -> str:
@@ -234,9 +236,7 @@ def build_container_bundle(spec: str, *, target: str, app=None, app_dir=None, vi
     if target not in TARGETS[1:]:
         raise LayoutError("target", f"expected one of {', '.join(TARGETS)}, got {target!r}")
     if layout_options.get("transport") not in (None, "unix"):
-        raise LayoutError("transport", "the nginx sidecar reaches uWSGI over unix sockets in a volume the pod's two "
-                                       "containers share (mode 0660): tcp would let every container of the pod, "
-                                       "and with host networking the node, connect")
+        raise LayoutError("transport", UNIX_ONLY)
     if layout_options.get("hosts"):
         raise LayoutError("hosts", "a container bundle runs one layout per pod; replicas spread it over nodes")
     if not app_dir:
@@ -258,6 +258,8 @@ def build_container_bundle(spec: str, *, target: str, app=None, app_dir=None, vi
         spec, app=app, app_dir=IMAGE_APP_DIR, virtualenv=IMAGE_VENV, name=name, user=APP_USER, group=SOCKET_GROUP,
         nginx_group=SOCKET_GROUP, static=tuple(f"{p}={IMAGE_STATIC_DIR}{p}" for p, _ in statics),
         listen=(port_text,), stop_grace=stop_grace, **layout_options)
+    if bundle.transport != "unix":  # a variant of the spec (@transport=tcp) as well as --transport
+        raise LayoutError("transport", UNIX_ONLY)
     http_port = int(bundle.listen[0].rpartition(":")[2])
     if http_port < 1024:
         raise LayoutError("listen", f"port {http_port}: nginx runs as a user in the sidecar, so 1024 or above")
