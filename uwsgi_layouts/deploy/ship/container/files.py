@@ -80,10 +80,10 @@ COPIED = {"image/nginx/uwsgi_params": "uwsgi_params", "image/nginx/mime.types": 
 def origin(cb: ContainerBundle) -> str:
     """What the files came from, for their header: the layout, the options, and the measurement
     (none yet: the limits are the options given)."""
-    given = " ".join(cb.options) or "no options"
+    given = f"options `{' '.join(cb.options)}`" if cb.options else "no options"
     limits = (f"limits {cb.limits.cpu} CPU / {cb.limits.memory_text} as given (no measurement)" if cb.limits
               else "no limits (the build context only)")
-    return f"layout {cb.layout.name}, options `{given}`, {limits}, Python {cb.python} ({cb.python_from})"
+    return f"layout {cb.layout.name}, {given}, {limits}, Python {cb.python} ({cb.python_from})"
 
 
 def render_container_bundle(cb: ContainerBundle) -> dict[str, str]:
