@@ -93,10 +93,12 @@ def test_deployment_limits_probes_and_security(kube_bundle):
         assert ctx["runAsUser"] == uid and ctx["runAsGroup"] == SOCKET_GID and ctx["runAsNonRoot"] is True
         assert ctx["readOnlyRootFilesystem"] is True and ctx["allowPrivilegeEscalation"] is False
         assert ctx["capabilities"] == {"drop": ["ALL"]}
-        assert container["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "5"]
         assert {"name": "shop-sockets", "mountPath": "/run/shop"} in container["volumeMounts"]
-    # The grace: preStop 5 s + harakiri 30 s (no --stop-grace) + 5 s.
-    assert pod["terminationGracePeriodSeconds"] == 40
+    # nginx stops accepting (its preStop ends) before uWSGI closes its sockets (its preStop ends later).
+    assert nginx["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "5"]
+    assert app["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "7"]
+    # The grace: uWSGI's preStop 7 s + harakiri 30 s (no --stop-grace) + 5 s.
+    assert pod["terminationGracePeriodSeconds"] == 42
     assert nginx["readinessProbe"]["httpGet"] == {"path": "/_uwsgi-layouts/ready", "port": 8081}
     assert nginx["livenessProbe"]["httpGet"] == {"path": "/_uwsgi-layouts/live", "port": 8081}
     assert app["env"] == [{"name": "SHOP_GREETING", "value": "hi"}]

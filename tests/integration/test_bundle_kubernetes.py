@@ -14,6 +14,7 @@ import json
 import subprocess
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from tests.flaskapp import SHOP_PY
 from tests.integration.podman import SESSIONS, Podman, PodmanUnavailable, remove_stale_sessions, write_config
 from uwsgi_layouts.deploy.cli import main
 from uwsgi_layouts.deploy.ship.container import APP_UID, LIVE_PATH, READY_PATH, SOCKET_GID
+from uwsgi_layouts.deploy.ship.container.spec import APP_PRESTOP_SECONDS, PRESTOP_SECONDS
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500), pytest.mark.xdist_group("podman")]
 
@@ -217,30 +219,65 @@ def test_an_app_that_does_not_import_never_turns_ready(podman, bases, tmp_path_f
         podman.run("kube", "down", str(out / "kubernetes/deployment.yaml"), check=False, timeout=120)
 
 
-def test_a_request_in_flight_during_kube_down_is_answered(pod):
-    """Last in this module: it stops the pod. Debian 12's podman 4.3 `kube down` kills the
-    containers at once (SIGKILL, podman issue #22397, fixed in 5.1 by PR #22398); `podman pod
-    stop` first sends each container its stop signal and waits, as Kubernetes does."""
-    result: dict = {}
+def test_requests_in_flight_during_kube_down_are_answered(pod, record_property):
+    """Last in this module: it stops the pod. Eight clients send requests (each on a new
+    connection) while the pod stops as Kubernetes stops it, and one request of 3 s is in flight: every request that
+    reached nginx is answered 200; after nginx closed its port, connections are refused (in
+    Kubernetes the endpoints are gone by then). Debian 12's podman 4.3 `kube down` kills the
+    containers at once (SIGKILL, podman issue #22397, fixed in 5.1 by PR #22398), dropping every
+    request in flight; `podman pod stop` first sends each container its stop signal and waits,
+    as Kubernetes does after the preStop pauses."""
+    counts: Counter = Counter()
+    lock = threading.Lock()
+    stopping = threading.Event()
+    done = threading.Event()
 
-    def slow():
+    def client():
+        while not done.is_set():
+            try:
+                key = pod.get("/slow?ms=200")[0]
+            except ConnectionRefusedError:
+                key = "refused" if stopping.is_set() else "refused before the stop"
+                time.sleep(0.05)
+            except OSError as exc:  # reset, or closed without an answer
+                key = type(exc).__name__
+            with lock:
+                counts[key] += 1
+
+    long_answer: dict = {}
+
+    def long_request():
         try:
-            result["answer"] = pod.get("/slow?ms=3000", timeout=30)[0]
+            long_answer["status"] = pod.get("/slow?ms=3000")[0]
         except OSError as exc:
-            result["answer"] = exc
+            long_answer["status"] = exc
 
-    client = threading.Thread(target=slow)
-    client.start()
-    time.sleep(1.0)  # the request is in a worker
+    threads = [threading.Thread(target=client) for _ in range(8)] + [threading.Thread(target=long_request)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)  # the long request is in a worker, the clients are sending
+    stopping.set()
     started = time.monotonic()
+    # Kubernetes' order, from the preStop pauses (podman runs none): nginx gets its stop signal
+    # first, uWSGI its own APP_PRESTOP_SECONDS - PRESTOP_SECONDS later.
+    # (`podman stop` sends the image's STOPSIGNAL, SIGQUIT, and keeps podman from restarting it.)
+    nginx_stop = threading.Thread(target=pod.podman.run, args=("stop", "--time", "30", f"{pod.name}-pod-0-nginx"))
+    nginx_stop.start()
+    time.sleep(APP_PRESTOP_SECONDS - PRESTOP_SECONDS)
     pod.podman.run("pod", "stop", f"{pod.name}-pod-0", timeout=120)
+    nginx_stop.join(60)
     took = time.monotonic() - started
+    time.sleep(0.5)
+    done.set()
+    for thread in threads:
+        thread.join(40)
     pod.podman.run("kube", "down", str(pod.out / "kubernetes/deployment.yaml"), timeout=120)
-    client.join(30)
-    assert result.get("answer") == 200, result
-    # uWSGI and nginx stopped on their signals once the request was done, not on podman's
+    record_property("answers", dict(counts))
+    assert long_answer.get("status") == 200, long_answer
+    assert counts[200] > 0 and set(counts) <= {200, "refused"}, counts
+    # uWSGI and nginx stopped on their signals once the requests were done, not on podman's
     # SIGKILL after its 10 s stop timeout.
-    assert took < 9, took
+    assert took < APP_PRESTOP_SECONDS - PRESTOP_SECONDS + 9, took
 
 
 def test_a_session_left_by_a_killed_run_is_removed(capfd):

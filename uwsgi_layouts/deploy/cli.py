@@ -356,6 +356,7 @@ def cmd_container_bundle(args) -> int:
                                            "transport", "stop_grace", "client_max_body_size")}
     container = {k: getattr(args, k) for k in CONTAINER_OPTIONS}
     options = [f"--{k.replace('_', '-')} {v}" for k, v in {**given, **container}.items() if v is not None]
+    options += [f"--listen {address}" for address in args.listen or ()]
     cb = build_container_bundle(args.layout, target=args.target, **app_options(args, here=False),
                                 listen=args.listen, options=options, **given, **container)
     out = output_dir("out", args.out)

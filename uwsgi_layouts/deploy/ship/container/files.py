@@ -22,6 +22,7 @@ from pathlib import Path
 from uwsgi_layouts.deploy.model import RenderError
 from uwsgi_layouts.deploy.render import TEMPLATES_DIR, environment, make_staging, server_for
 from uwsgi_layouts.deploy.ship.container.spec import (
+    APP_PRESTOP_SECONDS,
     APP_UID,
     APP_USER,
     IMAGE_APP_DIR,
@@ -93,6 +94,7 @@ def render_container_bundle(cb: ContainerBundle) -> dict[str, str]:
     context = {
         "cb": cb, "bundle": cb.bundle, "layout": cb.bundle, "server": server_for(cb.bundle.layout),
         "unix_mode": "660", "origin": origin(cb), "limits": cb.limits, "prestop": PRESTOP_SECONDS,
+        "app_prestop": APP_PRESTOP_SECONDS,
         "app_dir": IMAGE_APP_DIR, "venv": IMAGE_VENV, "static_dir": IMAGE_STATIC_DIR, "uwsgi_pin": UWSGI_PIN,
         "app_uid": APP_UID, "nginx_uid": NGINX_UID, "socket_gid": SOCKET_GID, "app_user": APP_USER,
         "nginx_user": NGINX_USER, "socket_group": SOCKET_GROUP, "ready_path": READY_PATH, "live_path": LIVE_PATH,

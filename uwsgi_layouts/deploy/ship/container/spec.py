@@ -35,9 +35,13 @@ REQUIREMENTS_FILES = ("requirements.lock", "requirements.txt")
 DEFAULT_NGINX_IMAGE = "docker.io/library/nginx:1.28-bookworm"
 DEFAULT_HTTP_PORT = 8080
 DEFAULT_PROBE_PORT = 8081
-# Kubernetes removes a pod from the Service's endpoints while it sends SIGTERM: both containers
-# first pause this long (preStop), so the last requests routed to the pod still find it serving.
+# Kubernetes removes a pod from the Service's endpoints while it stops it: nginx first pauses
+# this long (preStop), so the last requests routed to the pod still find it serving.
 PRESTOP_SECONDS = 5
+# uWSGI pauses longer: nginx must stop accepting (SIGQUIT) before uWSGI closes its sockets
+# (SIGTERM, shutdown-sockets), or a request nginx took in between finds every socket closed (502:
+# seen in tests/integration/test_bundle_kubernetes.py when both stopped at once).
+APP_PRESTOP_SECONDS = PRESTOP_SECONDS + 2
 # The sidecar's own resources: nginx in front of one pod's sockets needs little.
 NGINX_CPU_MILLI = 250
 NGINX_MEMORY = 64 * 2**20
@@ -220,8 +224,8 @@ class ContainerBundle:
 
     @property
     def termination_grace(self) -> int:
-        """The pause, then the requests in flight (the grace), then 5 s for the processes to exit."""
-        return PRESTOP_SECONDS + self.stop_grace + 5
+        """uWSGI's pause, then the requests in flight (the grace), then 5 s for the processes to exit."""
+        return APP_PRESTOP_SECONDS + self.stop_grace + 5
 
     @property
     def listen(self) -> str:
