@@ -273,6 +273,7 @@ def test_requests_in_flight_during_kube_down_are_answered(pod, record_property):
         thread.join(40)
     pod.podman.run("kube", "down", str(pod.out / "kubernetes/deployment.yaml"), timeout=120)
     record_property("answers", dict(counts))
+    print(f"answers while the pod stopped: {dict(counts)}; stopping took {took:.1f} s")
     assert long_answer.get("status") == 200, long_answer
     assert counts[200] > 0 and set(counts) <= {200, "refused"}, counts
     # uWSGI and nginx stopped on their signals once the requests were done, not on podman's
