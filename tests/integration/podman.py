@@ -14,6 +14,9 @@ per-session storage rules out podman's layer cache across runs (built images are
 end anyway); within a session, a second build reuses the layers of the first.
 
 A session whose test process died (SIGKILL) is removed by the next one, which says so.
+
+The one path outside the session that podman still writes: /var/lib/containers/cache (as root,
+containers/image keeps its blob-digest cache there; no configuration file moves it).
 """
 
 from __future__ import annotations
