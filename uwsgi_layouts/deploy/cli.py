@@ -37,7 +37,17 @@ from uwsgi_layouts.deploy.model import (
 )
 from uwsgi_layouts.deploy.render import new_run_dir, write_layout
 from uwsgi_layouts.deploy.run import Stack, chain_reload, claim, holder, process_for
-from uwsgi_layouts.deploy.ship import build_bundle, install, make_certs, uninstall, write_bundle, write_host_bundles
+from uwsgi_layouts.deploy.ship import (
+    TARGETS,
+    build_bundle,
+    build_container_bundle,
+    install,
+    make_certs,
+    uninstall,
+    write_bundle,
+    write_container_bundle,
+    write_host_bundles,
+)
 
 EXIT_BAD_INPUT = 2
 # The tool's name, as its console script is called: every usage and error line starts with it.
@@ -291,6 +301,7 @@ def add_bundle_parsers(sub) -> None:
     bundle.add_argument("--max-fails", help="with --hosts: failures before nginx leaves a socket out (default T+1)")
     bundle.add_argument("--fail-timeout", help="with --hosts: seconds a failed socket stays out (default 10)")
     add_risk_options(bundle, "system-static")
+    add_container_options(bundle)
     install_p = sub.add_parser("install", help="install a bundle: copy, enable, nginx -t (undone if it fails), "
                                                "start where systemd runs")
     install_p.add_argument("bundle", help="the directory `bundle --out` wrote")
@@ -310,7 +321,61 @@ def add_bundle_parsers(sub) -> None:
     add_import_timeout(install_p)
 
 
+# The options of --target container|kubernetes (deploy/ship/container/), and the Debian ones they refuse.
+CONTAINER_OPTIONS = ("image", "base_image", "nginx_base_image", "python", "cpus", "memory", "replicas", "max_replicas",
+                     "cpu_target", "probe_port")
+SERVER_ONLY_OPTIONS = ("server_name", "any_host", "tls_cert", "tls_key", "acme_webroot", "tls_listen", "user", "group",
+                       "nginx_group", "uwsgi", "writable", "hosts", "uwsgi_tls_dir", "uwsgi_tls_name", "base_port")
+
+
+def add_container_options(bundle: argparse.ArgumentParser) -> None:
+    bundle.add_argument("--target", default="debian", choices=TARGETS,
+                        help="debian (default): a Debian/Ubuntu server's bundle; container: a build context for an "
+                             "app image and an nginx sidecar image; kubernetes: that, the manifests and compose.yaml "
+                             "(--app-dir is then the app on this machine, copied into the image)")
+    bundle.add_argument("--image", metavar="REF", help="the app image to build and run, REGISTRY/NAME:TAG (default "
+                                                       "localhost/NAME:latest); the sidecar is REGISTRY/NAME-nginx:TAG")
+    bundle.add_argument("--base-image", metavar="REF", help="the Containerfile's default BASE_IMAGE (default: the "
+                                                            "official Python slim image of the app's major.minor)")
+    bundle.add_argument("--nginx-base-image", metavar="REF", help="the default NGINX_IMAGE the sidecar is built on")
+    bundle.add_argument("--python", metavar="X.Y", help="the app's Python (default: its virtualenv's, "
+                                                        ".python-version, else this tool's)")
+    bundle.add_argument("--cpus", help="kubernetes: the app container's CPU limit (and request), e.g. 2 or 1500m")
+    bundle.add_argument("--memory", help="kubernetes: its memory limit (and request), e.g. 512Mi")
+    bundle.add_argument("--replicas", help="kubernetes: the fewest pods (default 2)")
+    bundle.add_argument("--max-replicas", help="kubernetes: the most pods the autoscaler starts (default 4)")
+    bundle.add_argument("--cpu-target", help="kubernetes: the autoscaler's CPU target, per cent of the request "
+                                             "(default 70)")
+    bundle.add_argument("--probe-port", help="the sidecar's port for the probes (default 8081; --listen PORT is the "
+                                             "HTTP port, default 8080)")
+
+
+def cmd_container_bundle(args) -> int:
+    for option in SERVER_ONLY_OPTIONS:
+        if getattr(args, option) not in (None, False):
+            raise LayoutError(option, f"is for a Debian server's bundle, not --target {args.target}")
+    given = {k: getattr(args, k) for k in ("name", "harakiri", "retries", "connect_timeout", "backlog",
+                                           "transport", "stop_grace", "client_max_body_size")}
+    container = {k: getattr(args, k) for k in CONTAINER_OPTIONS}
+    options = [f"--{k.replace('_', '-')} {v}" for k, v in {**given, **container}.items() if v is not None]
+    options += [f"--listen {address}" for address in args.listen or ()]
+    cb = build_container_bundle(args.layout, target=args.target, **app_options(args, here=False),
+                                listen=args.listen, options=options, **given, **container)
+    out = output_dir("out", args.out)
+    files = write_container_bundle(cb, out)
+    print(f"{args.target} bundle {cb.name} ({cb.layout.name}) written to {out}: {', '.join(files)}, image/app/")
+    print(f"next: podman build --target app -t {cb.image} {out / 'image'}; podman build --target nginx -t "
+          f"{cb.nginx_image} {out / 'image'}" + (f"; podman kube play {out / 'kubernetes/deployment.yaml'}"
+                                                if args.target == "kubernetes" else ""))
+    return 0
+
+
 def cmd_bundle(args) -> int:
+    if args.target != "debian":
+        return cmd_container_bundle(args)
+    for option in CONTAINER_OPTIONS:
+        if getattr(args, option) is not None:
+            raise LayoutError(option, "is for --target container or kubernetes")
     bundle = build_bundle(
         args.layout, **app_options(args, here=False), name=args.name, server_names=args.server_name,
         tls_cert=args.tls_cert, tls_key=args.tls_key, acme_webroot=args.acme_webroot, stop_grace=args.stop_grace,

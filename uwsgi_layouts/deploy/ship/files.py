@@ -150,9 +150,9 @@ def check_bundle(bundle: Bundle, staging: Path) -> list[str]:
     for slot in bundle.slots or ("",):
         b = bundle.for_slot(slot)
         files = {f.kind: staging / f.path for f in b.files() if f.slot == slot}
-        found = _crosscheck_site(b, files["site"], {"": files["ini"]})
+        found = crosscheck_site(b, files["site"], {"": files["ini"]})
         if not (found and found[0].startswith("the site does not parse")):
-            found += _site_checks(b, files["site"]) + _service_checks(b, staging)
+            found += site_checks(b, files["site"]) + _service_checks(b, staging)
         problems += [f"{slot}: {p}" if slot else p for p in found]
     return problems
 
@@ -162,20 +162,20 @@ def check_host_bundles(front: Bundle, front_dir: Path, host_dirs: dict[str, Path
     then what only a bundle has: the site's, and each host's ini and unit."""
     name = front.name
     site = front_dir / f"nginx/sites-available/{name}.conf"
-    problems = _crosscheck_site(front, site, {h: d / f"uwsgi/{name}.ini" for h, d in host_dirs.items()})
+    problems = crosscheck_site(front, site, {h: d / f"uwsgi/{name}.ini" for h, d in host_dirs.items()})
     if problems and problems[0].startswith("the site does not parse"):
         return problems
-    problems += _site_checks(front, site)
+    problems += site_checks(front, site)
     for host, directory in host_dirs.items():
         problems += [f"{host}: {p}" for p in _service_checks(front.host_layout(host), directory)]
     return problems
 
 
-def _crosscheck_site(bundle: Bundle, site: Path, inis: dict[str, Path]) -> list[str]:
+def crosscheck_site(bundle: Bundle, site: Path, inis: dict[str, Path]) -> list[str]:
     """render.crosscheck on the site as Debian's nginx.conf includes it (inside http {}, with
     uwsgi_params next to nginx.conf), against uWSGI's ini (``inis[""]``) or each host's. The lab's
     checks know one server per port and static locations only: they read the site without its
-    catch-all servers and ACME location, which ``_site_checks`` checks."""
+    catch-all servers and ACME location, which ``site_checks`` checks."""
     check = Path(tempfile.mkdtemp(prefix=".check-", dir=site.parent))
     try:
         shutil.copy(TEMPLATES_DIR / "uwsgi_params", check / "uwsgi_params")
@@ -247,7 +247,7 @@ def _catch_all_checks(bundle: Bundle, parsed: list[dict]) -> list[str]:
     return problems
 
 
-def _site_checks(bundle: Bundle, site: Path) -> list[str]:
+def site_checks(bundle: Bundle, site: Path) -> list[str]:
     problems = []
     alone = crossplane.parse(str(site), single=True, check_ctx=False, catch_errors=False)["config"][0]["parsed"]
     top = sorted({d["directive"] for d in alone} - {"upstream", "server", "log_format"})
@@ -350,7 +350,16 @@ def check_out_dir(out: Path) -> None:
         raise LayoutError("out", f"{out} cannot be read") from None
 
 
-def _write_texts(directory: Path, texts: dict[str, str]) -> None:
+def publish_staging(staging: Path, out: Path) -> None:
+    """Move the checked ``staging`` directory to ``out`` (absent, or empty as check_out_dir found it)."""
+    if out.exists():
+        out.rmdir()  # empty (checked before rendering); rename() cannot replace a non-empty one
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    os.rename(staging, out)
+
+
+def write_texts(directory: Path, texts: dict[str, str]) -> None:
     for rel, text in texts.items():
         path = directory / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -370,18 +379,14 @@ def write_host_bundles(front: Bundle, out_dir: Path | str) -> dict[str, list[str
     staging = make_staging(out)
     try:
         for rel, texts in rendered.items():
-            _write_texts(staging / rel, texts)
+            write_texts(staging / rel, texts)
         problems = check_host_bundles(front, staging / "front", {b.host: staging / "hosts" / b.host for b in hosts})
         if problems:
             raise RenderError("cross-check failed: " + "; ".join(problems))
         for path in [staging, *staging.rglob("*")]:  # keys and the app's environment: the owner's alone
             if path.is_dir():
                 path.chmod(0o700)
-        if out.exists():
-            out.rmdir()
-        else:
-            out.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(staging, out)
+        publish_staging(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return {rel: sorted(texts) for rel, texts in rendered.items()}
@@ -395,17 +400,13 @@ def write_bundle(bundle: Bundle, out_dir: Path | str) -> list[str]:
     texts = render_bundle(bundle)  # pure: fails before anything is written
     staging = make_staging(out)
     try:
-        _write_texts(staging, texts)
+        write_texts(staging, texts)
         problems = check_bundle(bundle, staging)
         if problems:
             raise RenderError("cross-check failed: " + "; ".join(problems))
         # The bundle may hold a private key and the app's environment: its owner's alone.
         staging.chmod(0o700)
-        if out.exists():
-            out.rmdir()  # empty (checked above); rename() cannot replace it with a non-empty one
-        else:
-            out.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(staging, out)
+        publish_staging(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return sorted(texts)

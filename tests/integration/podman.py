@@ -1,0 +1,194 @@
+"""Podman for the tests, on configuration and storage of their own.
+
+Debian 12's podman 4.3 runs here only with runc and cgroupfs (crun refuses this machine's hybrid
+cgroups) and with ulimits within the machine's hard limits: that goes into a containers.conf of
+our own (``CONTAINERS_CONF``), never into /etc/containers. Its storage (graphroot, runroot) and
+its temporary and network directories live in a session directory of this test process under
+``ROOT/sessions`` (``CONTAINERS_STORAGE_CONF``), so that the tests neither see nor change the
+machine's containers and images, and everything they start goes with that directory.
+
+No registry is reachable: base images are made from Debian's packages with mmdebstrap. The
+tarball is what is cached across runs (``ROOT/base-images``, named by a key of its packages and
+the machine's apt sources); each session imports it into its own storage (a few seconds). A
+per-session storage rules out podman's layer cache across runs (built images are removed at the
+end anyway); within a session, a second build reuses the layers of the first.
+
+A session whose test process died (SIGKILL) is removed by the next one, which says so.
+
+The one path outside the session that podman still writes: /var/lib/containers/cache (as root,
+containers/image keeps its blob-digest cache there; no configuration file moves it).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import resource
+import secrets
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+ROOT = Path("/var/tmp/uwsgi-layouts-podman")
+CACHE = ROOT / "base-images"
+SESSIONS = ROOT / "sessions"
+SUITE = "bookworm"
+# What each base image holds: the python one mimics the official python:slim (headers aside,
+# which the build stage installs), libpython included; the nginx one the sidecar's nginx.
+BASES = {
+    "python": ("python3", "python3-venv", "ca-certificates", "libpython3.11"),
+    "nginx": ("nginx-light", "ca-certificates"),
+}
+APT_SOURCES = ("/etc/apt/sources.list", "/etc/apt/sources.list.d")
+MMDEBSTRAP_TIMEOUT = 600
+BUILD_TIMEOUT = 900
+
+
+class PodmanUnavailable(RuntimeError):
+    pass
+
+
+def _ulimit(kind: int) -> str:
+    hard = resource.getrlimit(kind)[1]
+    value = 1024 if hard == resource.RLIM_INFINITY else min(1024, hard)
+    return f"{value}:{value}"
+
+
+def base_key(kind: str) -> str:
+    """A key of what the tarball holds: its packages, the suite and this machine's apt sources."""
+    digest = hashlib.sha256(f"{SUITE} {' '.join(BASES[kind])} minbase".encode())
+    for source in APT_SOURCES:
+        path = Path(source)
+        for file in sorted(path.glob("*.sources")) + sorted(path.glob("*.list")) if path.is_dir() else [path]:
+            if file.is_file():
+                digest.update(file.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+class Podman:
+    """``with Podman() as podman:`` a podman of our own; ``podman.run(...)`` runs it."""
+
+    def __init__(self):
+        for tool in ("podman", "runc", "mmdebstrap"):
+            if not shutil.which(tool):
+                raise PodmanUnavailable(f"{tool} is not installed (apt-get install podman runc catatonit mmdebstrap "
+                                        "uidmap)")
+        self.dir = SESSIONS / f"{os.getpid()}-{secrets.token_hex(3)}"
+
+    def __enter__(self) -> Podman:
+        remove_stale_sessions()
+        self.dir.mkdir(parents=True, mode=0o700)
+        write_config(self.dir)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        remove_session(self.dir)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return session_env(self.dir)
+
+    def run(self, *args: str, check: bool = True, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+        done = subprocess.run(["podman", *args], env=self.env, capture_output=True, text=True, timeout=timeout,
+                              **kwargs)
+        if check and done.returncode != 0:
+            raise RuntimeError(f"podman {' '.join(args)} failed ({done.returncode}): {done.stderr[-3000:]}")
+        return done
+
+    def base_image(self, kind: str) -> str:
+        """localhost/ul-base-KIND:KEY in this session's storage, from the cached tarball."""
+        key = base_key(kind)
+        tarball = cached_tarball(kind, key)
+        name = f"localhost/ul-base-{kind}:{key}"
+        self.run("import", str(tarball), name, timeout=300)
+        return name
+
+    def build(self, context: Path, target: str, tag: str, build_args: dict[str, str]) -> subprocess.CompletedProcess:
+        """podman build with the host's network and CA certificates (pip and apt-get fetch)."""
+        args = [f"--build-arg={k}={v}" for k, v in build_args.items()]
+        return self.run("build", "--network", "host", "-v", "/etc/ssl/certs:/etc/ssl/certs:ro", "--target", target,
+                        "-t", tag, *args, str(context), timeout=BUILD_TIMEOUT)
+
+
+def write_config(directory: Path) -> None:
+    (directory / "tmp").mkdir()
+    (directory / "networks").mkdir()
+    (directory / "containers.conf").write_text(
+        "[containers]\n"
+        f'default_ulimits = ["nofile={_ulimit(resource.RLIMIT_NOFILE)}", '
+        f'"nproc={_ulimit(resource.RLIMIT_NPROC)}"]\n'
+        "[engine]\n"
+        'runtime = "runc"\n'
+        'cgroup_manager = "cgroupfs"\n'
+        'events_logger = "file"\n'
+        f'tmp_dir = "{directory}/tmp"\n'
+        "[network]\n"
+        f'network_config_dir = "{directory}/networks"\n'
+    )
+    (directory / "storage.conf").write_text(
+        "[storage]\n"
+        'driver = "overlay"\n'
+        f'graphroot = "{directory}/graph"\n'
+        f'runroot = "{directory}/run"\n'
+    )
+
+
+def session_env(directory: Path) -> dict[str, str]:
+    return {**os.environ, "CONTAINERS_CONF": str(directory / "containers.conf"),
+            "CONTAINERS_STORAGE_CONF": str(directory / "storage.conf")}
+
+
+def cached_tarball(kind: str, key: str) -> Path:
+    """ROOT/base-images/KIND-KEY.tar, made with mmdebstrap on first use (one maker at a time)."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    tarball = CACHE / f"{kind}-{key}.tar"
+    with open(CACHE / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not tarball.exists():
+            partial = tarball.with_suffix(".partial.tar")
+            done = subprocess.run(["mmdebstrap", "--variant=minbase", f"--include={','.join(BASES[kind])}", SUITE,
+                                   str(partial)], capture_output=True, text=True, timeout=MMDEBSTRAP_TIMEOUT)
+            if done.returncode != 0:
+                partial.unlink(missing_ok=True)
+                raise PodmanUnavailable(f"mmdebstrap failed: {done.stderr[-2000:]}")
+            os.rename(partial, tarball)
+    return tarball
+
+
+def remove_session(directory: Path) -> None:
+    """Every pod, container, image and volume of the session, its mounts, then its directory."""
+    if (directory / "containers.conf").exists():
+        env = session_env(directory)
+        for args in (["pod", "rm", "--all", "--force", "--time", "0"], ["rm", "--all", "--force", "--time", "0"],
+                     ["rmi", "--all", "--force"], ["volume", "rm", "--all", "--force"]):
+            subprocess.run(["podman", *args], env=env, capture_output=True, timeout=180)
+    for mount in sorted(mounts_under(directory), key=len, reverse=True):
+        subprocess.run(["umount", "-l", mount], capture_output=True, timeout=30)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def mounts_under(directory: Path) -> list[str]:
+    prefix = str(directory) + "/"
+    found = []
+    with open("/proc/self/mountinfo") as handle:
+        for line in handle:
+            point = line.split()[4].replace("\\040", " ")
+            if point.startswith(prefix) or point == str(directory):
+                found.append(point)
+    return found
+
+
+def remove_stale_sessions() -> None:
+    """Sessions whose test process is gone (killed before it could clean up)."""
+    if not SESSIONS.is_dir():
+        return
+    for directory in SESSIONS.iterdir():
+        pid = directory.name.partition("-")[0]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            print(f"podman: removing the session of test process {pid}, which died without cleaning up "
+                  f"({directory})", file=sys.stderr)
+            remove_session(directory)

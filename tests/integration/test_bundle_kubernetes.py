@@ -1,0 +1,294 @@
+"""`bundle --target kubernetes` for real: the images built with podman from the generated
+Containerfile (on Debian base images made here, tests/integration/podman.py), the Deployment
+run with `podman kube play` on the host's network, requests through the nginx sidecar.
+
+Everything runs in a podman of its own (configuration and storage in a session directory):
+the pods, containers and images go with it on every exit path, and a session left by a killed
+run is removed by the next one.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import subprocess
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import find_free_ports
+from tests.flaskapp import SHOP_PY
+from tests.integration.podman import SESSIONS, Podman, PodmanUnavailable, remove_stale_sessions, write_config
+from uwsgi_layouts.deploy.cli import main
+from uwsgi_layouts.deploy.ship.container import APP_UID, LIVE_PATH, READY_PATH, SOCKET_GID
+from uwsgi_layouts.deploy.ship.container.spec import APP_PRESTOP_SECONDS, PRESTOP_SECONDS
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500), pytest.mark.xdist_group("podman")]
+
+CPU_LIMIT = "750m"
+READY_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class Pod:
+    podman: Podman
+    out: Path
+    port: int
+    probe_port: int
+    name: str
+
+    @property
+    def app_container(self) -> str:
+        return f"{self.name}-pod-0-app"  # podman kube play names a Deployment's pods NAME-pod-INDEX
+
+    def get(self, path: str, timeout: float = 30.0) -> tuple[int, dict[str, str], bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            conn.request("GET", path)
+            response = conn.getresponse()
+            return response.status, dict(response.getheaders()), response.read()
+        finally:
+            conn.close()
+
+    def exec_app(self, *command: str) -> str:
+        return self.podman.run("exec", self.app_container, *command).stdout
+
+
+def write_app(root: Path, broken: bool = False) -> Path:
+    app = root / ("broken" if broken else "shop")
+    (app / "static").mkdir(parents=True)
+    # A module that fails to import: the pod must never turn ready, and say why in its log.
+    (app / "shop.py").write_text(("import no_such_module_for_the_test\n" if broken else "") + SHOP_PY)
+    (app / "static/hello.txt").write_text("hello from the sidecar\n")
+    (app / "requirements.txt").write_text("flask==3.1.3\n")
+    return app
+
+
+def make_bundle(root: Path, app: Path, name: str, port: int, probe_port: int) -> Path:
+    out = root / f"bundle-{name}"
+    code = main(["bundle", "2x4-mapped", "--target", "kubernetes", "--name", name, "--app", "shop:app",
+                 "--app-dir", str(app), "--static", f"/assets={app}/static", "--out", str(out), "--cpus", CPU_LIMIT,
+                 "--memory", "512Mi", "--image", f"localhost/ul-test-{name}:1", "--listen", f"127.0.0.1:{port}",
+                 "--probe-port", str(probe_port), "--stop-grace", "10", "--python", "3.11",
+                 # One pod: podman runs every replica, and on the host's network they would share the port.
+                 "--replicas", "1"])
+    assert code == 0
+    return out
+
+
+def build_images(podman: Podman, out: Path, name: str, bases: dict[str, str]) -> None:
+    args = {"BASE_IMAGE": bases["python"], "NGINX_IMAGE": bases["nginx"]}
+    podman.build(out / "image", "app", f"localhost/ul-test-{name}:1", args)
+    podman.build(out / "image", "nginx", f"localhost/ul-test-{name}-nginx:1", args)
+
+
+def play(podman: Podman, out: Path) -> None:
+    podman.run("kube", "play", "--network", "host", str(out / "kubernetes/deployment.yaml"), timeout=180)
+
+
+def wait_ready(pod: Pod, timeout: float = READY_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            status, _, _ = pod.get("/", timeout=5)
+            if status == 200:
+                return
+            last = f"HTTP {status}"
+        except OSError as exc:
+            last = str(exc)
+        time.sleep(1)
+    logs = pod.podman.run("logs", pod.app_container, check=False)
+    raise AssertionError(f"the pod did not serve within {timeout:g} s ({last}); app log:\n{logs.stderr[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def podman():
+    try:
+        with Podman() as session:
+            yield session
+    except PodmanUnavailable as exc:
+        pytest.fail(f"podman is needed here: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def bases(podman) -> dict[str, str]:
+    return {kind: podman.base_image(kind) for kind in ("python", "nginx")}
+
+
+@pytest.fixture(scope="module")
+def pod(podman, bases, tmp_path_factory) -> Pod:
+    root = tmp_path_factory.mktemp("kube")
+    port, probe_port = find_free_ports(2)
+    out = make_bundle(root, write_app(root), "shop", port, probe_port)
+    build_images(podman, out, "shop", bases)
+    play(podman, out)
+    running = Pod(podman, out, port, probe_port, "shop")
+    wait_ready(running)
+    return running
+
+
+def test_requests_through_the_sidecar_reach_every_worker(pod):
+    def one(_):
+        status, headers, _ = pod.get("/slow?ms=50")
+        return status, headers.get("X-Worker-Pid")
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(one, range(64)))
+    assert {status for status, _ in answers} == {200}
+    assert len({pid for _, pid in answers}) == 2, answers  # 2x4-mapped: two workers, each on its own socket
+    status, _, body = pod.get("/assets/hello.txt")
+    assert status == 200 and body == b"hello from the sidecar\n"
+    listing = pod.exec_app("python3", "-c", "import os, stat, json; print(json.dumps({n: [oct(stat.S_IMODE("
+                           "os.stat('/run/shop/' + n).st_mode)), os.stat('/run/shop/' + n).st_gid] "
+                           "for n in os.listdir('/run/shop')}))")
+    assert json.loads(listing) == {"uwsgi-0.sock": ["0o660", SOCKET_GID], "uwsgi-1.sock": ["0o660", SOCKET_GID]}
+
+
+def test_probe_port_answers_ready_and_alive(pod):
+    for path, body in ((READY_PATH, b""), (LIVE_PATH, b"nginx\n")):
+        conn = http.client.HTTPConnection("127.0.0.1", pod.probe_port, timeout=10)
+        try:
+            conn.request("GET", path)
+            response = conn.getresponse()
+            assert (response.status, response.read()) == (200, body), path
+        finally:
+            conn.close()
+    # The probes' paths are nginx's on the probe port: on the HTTP port they are the app's (404).
+    assert pod.get(LIVE_PATH)[0] == 404 and pod.get(READY_PATH)[0] == 404
+
+
+def test_cgroup_quota_is_the_cpu_limit(pod):
+    read = "cat /sys/fs/cgroup/cpu.max 2>/dev/null || echo $(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us) " \
+           "$(cat /sys/fs/cgroup/cpu/cpu.cfs_period_us)"
+    quota, period = pod.exec_app("sh", "-c", read).split()
+    assert int(quota) / int(period) == pytest.approx(0.75), (quota, period)
+
+
+def test_workers_run_as_the_user_and_cannot_write_the_code(pod):
+    report = pod.exec_app("python3", "-c", """
+import json, os
+uids = {}
+for pid in filter(str.isdigit, os.listdir('/proc')):
+    try:
+        cmd = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')[0].decode()
+        status = open(f'/proc/{pid}/status').read()
+    except OSError:
+        continue
+    if cmd.endswith('uwsgi'):
+        uids[pid] = [int(x) for x in status.split('Uid:')[1].split()[:4]]
+try:
+    open('/srv/app/shop.py', 'a').close()
+    wrote = 'wrote'
+except OSError as exc:
+    wrote = exc.strerror
+print(json.dumps({'uids': uids, 'write': wrote}))
+""")
+    found = json.loads(report)
+    assert len(found["uids"]) == 3, found  # the master and two workers
+    assert all(set(ids) == {APP_UID} for ids in found["uids"].values()), found
+    assert found["write"] in ("Read-only file system", "Permission denied"), found
+
+
+def test_an_app_that_does_not_import_never_turns_ready(podman, bases, tmp_path_factory, pod):
+    root = tmp_path_factory.mktemp("broken")
+    port, probe_port = find_free_ports(2)
+    out = make_bundle(root, write_app(root, broken=True), "broken", port, probe_port)
+    build_images(podman, out, "broken", bases)  # the same requirements: the compiled layers are reused
+    play(podman, out)
+    broken = Pod(podman, out, port, probe_port, "broken")
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", probe_port, timeout=3)
+                conn.request("GET", READY_PATH)
+                assert conn.getresponse().status != 200, "the broken app's pod turned ready"
+                conn.close()
+            except OSError:
+                pass
+            time.sleep(1)
+        logs = podman.run("logs", broken.app_container, check=False)
+        assert "ModuleNotFoundError: No module named 'no_such_module_for_the_test'" in logs.stdout + logs.stderr
+    finally:
+        podman.run("kube", "down", str(out / "kubernetes/deployment.yaml"), check=False, timeout=120)
+
+
+def test_requests_in_flight_during_kube_down_are_answered(pod, record_property):
+    """Last in this module: it stops the pod. Eight clients send requests (each on a new
+    connection) while the pod stops as Kubernetes stops it, and one request of 3 s is in flight: every request that
+    reached nginx is answered 200; after nginx closed its port, connections are refused (in
+    Kubernetes the endpoints are gone by then). Debian 12's podman 4.3 `kube down` kills the
+    containers at once (SIGKILL, podman issue #22397, fixed in 5.1 by PR #22398), dropping every
+    request in flight; `podman pod stop` first sends each container its stop signal and waits,
+    as Kubernetes does after the preStop pauses."""
+    counts: Counter = Counter()
+    lock = threading.Lock()
+    stopping = threading.Event()
+    done = threading.Event()
+
+    def client():
+        while not done.is_set():
+            try:
+                key = pod.get("/slow?ms=200")[0]
+            except ConnectionRefusedError:
+                key = "refused" if stopping.is_set() else "refused before the stop"
+                time.sleep(0.05)
+            except OSError as exc:  # reset, or closed without an answer
+                key = type(exc).__name__
+            with lock:
+                counts[key] += 1
+
+    long_answer: dict = {}
+
+    def long_request():
+        try:
+            long_answer["status"] = pod.get("/slow?ms=3000")[0]
+        except OSError as exc:
+            long_answer["status"] = exc
+
+    threads = [threading.Thread(target=client) for _ in range(8)] + [threading.Thread(target=long_request)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)  # the long request is in a worker, the clients are sending
+    stopping.set()
+    started = time.monotonic()
+    # Kubernetes' order, from the preStop pauses (podman runs none): nginx gets its stop signal
+    # first, uWSGI its own APP_PRESTOP_SECONDS - PRESTOP_SECONDS later.
+    # (`podman stop` sends the image's STOPSIGNAL, SIGQUIT, and keeps podman from restarting it.)
+    nginx_stop = threading.Thread(target=pod.podman.run, args=("stop", "--time", "30", f"{pod.name}-pod-0-nginx"))
+    nginx_stop.start()
+    time.sleep(APP_PRESTOP_SECONDS - PRESTOP_SECONDS)
+    pod.podman.run("pod", "stop", f"{pod.name}-pod-0", timeout=120)
+    nginx_stop.join(60)
+    took = time.monotonic() - started
+    time.sleep(0.5)
+    done.set()
+    for thread in threads:
+        thread.join(40)
+    pod.podman.run("kube", "down", str(pod.out / "kubernetes/deployment.yaml"), timeout=120)
+    record_property("answers", dict(counts))
+    print(f"answers while the pod stopped: {dict(counts)}; stopping took {took:.1f} s")
+    assert long_answer.get("status") == 200, long_answer
+    assert counts[200] > 0 and set(counts) <= {200, "refused"}, counts
+    # uWSGI and nginx stopped on their signals once the requests were done, not on podman's
+    # SIGKILL after its 10 s stop timeout.
+    assert took < APP_PRESTOP_SECONDS - PRESTOP_SECONDS + 9, took
+
+
+def test_a_session_left_by_a_killed_run_is_removed(capfd):
+    """A test process killed with SIGKILL leaves its podman session: the next one removes it."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = SESSIONS / f"{gone.pid}-dead00"
+    stale.mkdir(parents=True)
+    write_config(stale)
+    (stale / "graph").mkdir()
+    remove_stale_sessions()
+    assert not stale.exists()
+    assert f"removing the session of test process {gone.pid}" in capfd.readouterr().err

@@ -1,0 +1,153 @@
+"""A container bundle's files, rendered and cross-checked before ``--out`` appears::
+
+    image/Containerfile            the build stage, the app image, the nginx sidecar image
+    image/uwsgi.ini                uWSGI in the app container (the shared uWSGI partials)
+    image/nginx/nginx.conf         the sidecar's main file: paths in /tmp, the probes' server
+    image/nginx/site.conf          the site a Debian bundle gets for the layout (its upstream)
+    image/nginx/uwsgi_params, mime.types
+    image/app/                     a copy of the app's directory (no virtualenv, no VCS, no caches)
+    kubernetes/{deployment,service,pdb,hpa}.yaml, compose.yaml     (--target kubernetes)
+    README.md
+
+nginx's site comes from the Debian bundle's template with the image's paths, and it is
+cross-checked against uwsgi.ini with the lab's ``crosscheck`` (upstream == sockets, the mapping,
+0660, the balancer, static aliases), as a Debian bundle is.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from uwsgi_layouts.deploy.model import RenderError
+from uwsgi_layouts.deploy.render import TEMPLATES_DIR, environment, make_staging, server_for
+from uwsgi_layouts.deploy.ship.container.spec import (
+    APP_PRESTOP_SECONDS,
+    APP_UID,
+    APP_USER,
+    IMAGE_APP_DIR,
+    IMAGE_STATIC_DIR,
+    IMAGE_VENV,
+    NGINX_CPU_MILLI,
+    NGINX_MEMORY,
+    NGINX_UID,
+    NGINX_USER,
+    PRESTOP_SECONDS,
+    SOCKET_GID,
+    SOCKET_GROUP,
+    ContainerBundle,
+    cpu_quantity,
+    memory_quantity,
+)
+from uwsgi_layouts.deploy.ship.files import (
+    check_out_dir,
+    crosscheck_site,
+    outdent,
+    publish_staging,
+    site_checks,
+    write_texts,
+)
+from uwsgi_layouts.deploy.ship.installer import UWSGI_PIN
+
+READY_PATH = "/_uwsgi-layouts/ready"
+# The variable nginx's probe server passes to uWSGI, whose readiness route answers only it.
+PROBE_VAR = "UL_READINESS_PROBE"
+LIVE_PATH = "/_uwsgi-layouts/live"
+STATS_DIR = "/run/uwsgi-stats"
+# Not copied into the image: virtualenvs of this machine (another Python, other paths), version
+# control, caches and the bundle's own output, should it sit inside the app's directory.
+SKIPPED_NAMES = ("venv", ".venv", ".git", ".hg", ".svn", "__pycache__", ".mypy_cache", ".pytest_cache", ".tox",
+                 "node_modules", "*.pyc")
+# nginx workers in the sidecar: its CPU limit is a fraction of one CPU.
+SIDECAR_NGINX_WORKERS = 1
+
+IMAGE_TEMPLATES = {
+    "image/Containerfile": "container/Containerfile.j2",
+    "image/uwsgi.ini": "container/uwsgi.ini.j2",
+    "image/nginx/nginx.conf": "container/nginx.conf.j2",
+    "image/nginx/site.conf": "bundle/site.conf.j2",
+    "README.md": "container/README.md.j2",
+}
+KUBERNETES_TEMPLATES = {
+    "kubernetes/deployment.yaml": "container/kubernetes/deployment.yaml.j2",
+    "kubernetes/service.yaml": "container/kubernetes/service.yaml.j2",
+    "kubernetes/pdb.yaml": "container/kubernetes/pdb.yaml.j2",
+    "kubernetes/hpa.yaml": "container/kubernetes/hpa.yaml.j2",
+    "compose.yaml": "container/compose.yaml.j2",
+}
+COPIED = {"image/nginx/uwsgi_params": "uwsgi_params", "image/nginx/mime.types": "mime.types"}
+
+
+def origin(cb: ContainerBundle) -> str:
+    """What the files came from, for their header: the layout, the options, and the measurement
+    (none yet: the limits are the options given)."""
+    given = f"options `{' '.join(cb.options)}`" if cb.options else "no options"
+    limits = (f"limits {cb.limits.cpu} CPU / {cb.limits.memory_text} as given (no measurement)" if cb.limits
+              else "no limits (the build context only)")
+    return f"layout {cb.layout.name}, {given}, {limits}, Python {cb.python} ({cb.python_from})"
+
+
+def render_container_bundle(cb: ContainerBundle) -> dict[str, str]:
+    """Bundle-relative path -> text of every generated file (the app's copy aside)."""
+    env = environment()
+    env.filters["outdent"] = outdent
+    context = {
+        "cb": cb, "bundle": cb.bundle, "layout": cb.bundle, "server": server_for(cb.bundle.layout),
+        "unix_mode": "660", "origin": origin(cb), "limits": cb.limits, "prestop": PRESTOP_SECONDS,
+        "app_prestop": APP_PRESTOP_SECONDS,
+        "app_dir": IMAGE_APP_DIR, "venv": IMAGE_VENV, "static_dir": IMAGE_STATIC_DIR, "uwsgi_pin": UWSGI_PIN,
+        "app_uid": APP_UID, "nginx_uid": NGINX_UID, "socket_gid": SOCKET_GID, "app_user": APP_USER,
+        "nginx_user": NGINX_USER, "socket_group": SOCKET_GROUP, "ready_path": READY_PATH, "live_path": LIVE_PATH,
+        "probe_var": PROBE_VAR,
+        "stats_dir": STATS_DIR, "stats_socket": f"{STATS_DIR}/stats.sock", "nginx_workers": SIDECAR_NGINX_WORKERS,
+        "nginx_cpu": cpu_quantity(NGINX_CPU_MILLI), "nginx_memory": memory_quantity(NGINX_MEMORY),
+        "nginx_cpu_milli": NGINX_CPU_MILLI, "nginx_memory_bytes": NGINX_MEMORY,
+        "socket_dir_setup": f"mkdir -p {cb.socket_dir} && chown {APP_UID}:{SOCKET_GID} {cb.socket_dir} "
+                            f"&& chmod 0750 {cb.socket_dir}",
+    }
+    templates = dict(IMAGE_TEMPLATES, **(KUBERNETES_TEMPLATES if cb.target == "kubernetes" else {}))
+    return {path: env.get_template(template).render(context) for path, template in templates.items()}
+
+
+def check_container_bundle(cb: ContainerBundle, staging: Path) -> list[str]:
+    """The sidecar's site against uwsgi.ini, as a Debian bundle's (deploy/ship/files.py)."""
+    site, ini = staging / "image/nginx/site.conf", staging / "image/uwsgi.ini"
+    problems = crosscheck_site(cb.bundle, site, {"": ini})
+    if not (problems and problems[0].startswith("the site does not parse")):
+        problems += site_checks(cb.bundle, site)
+    return problems
+
+
+def write_container_bundle(cb: ContainerBundle, out_dir: Path | str) -> list[str]:
+    """Render, copy the app, check, and move everything into ``out_dir`` (new or empty). Returns
+    the generated files. Nothing appears in ``out_dir`` unless every check passed."""
+    out = Path(out_dir).absolute()
+    check_out_dir(out)
+    texts = render_container_bundle(cb)  # pure: fails before anything is written
+    staging = make_staging(out)
+    try:
+        write_texts(staging, texts)
+        for rel, source in COPIED.items():
+            shutil.copy(TEMPLATES_DIR / source, staging / rel)
+        shutil.copytree(cb.source_dir, staging / "image/app", symlinks=True,
+                        ignore=_skipping(cb.source_dir, staging, out))
+        problems = check_container_bundle(cb, staging)
+        if problems:
+            raise RenderError("cross-check failed: " + "; ".join(problems))
+        publish_staging(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return sorted(texts)
+
+
+def _skipping(source: Path, *ours: Path):
+    """shutil.copytree's ignore: SKIPPED_NAMES, and our own staging and output directories
+    should they sit inside the app's directory."""
+    patterns = shutil.ignore_patterns(*SKIPPED_NAMES)
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        skipped = set(patterns(directory, names))
+        skipped |= {n for n in names if Path(directory, n).absolute() in ours or n.startswith(f".{ours[-1].name}.")}
+        return skipped
+
+    return ignore
