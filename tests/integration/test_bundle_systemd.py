@@ -48,10 +48,11 @@ WORKERS = ("import json, socket, sys; s = socket.socket(socket.AF_UNIX); s.conne
 # doctor on the installed unit: its unix stats socket and nginx's log of the site, under wrk through TLS.
 # wrk sends the name in the URL as SNI (the site refuses a handshake without it): /etc/hosts names it.
 DOCTOR = (f"grep -q ' {HOST}$' /etc/hosts || echo '127.0.0.1 {HOST}' >> /etc/hosts; "
-          f"wrk -t1 -c4 -d5s https://{HOST}/ >/tmp/wrk.out 2>&1 & sleep 1; "
+          # wrk runs until doctor is done: doctor's start-up takes seconds on a loaded machine
+          f"wrk -t1 -c4 -d60s https://{HOST}/ >/tmp/wrk.out 2>&1 & load=$!; sleep 1; "
           f"{PY} -m uwsgi_layouts doctor --stats /run/shop/blue/stats.sock --for 2 "
           "--access-log /var/log/nginx/shop.access.log "
-          "--out /tmp/doctor; rc=$?; wait; exit $rc")
+          "--out /tmp/doctor; rc=$?; kill $load; wait; exit $rc")
 
 
 def make_bundle(out: Path, flask_app, spec: str, *extra: str) -> Path:

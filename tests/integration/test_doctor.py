@@ -59,7 +59,9 @@ def flowing(stack, at_least: int = 4) -> None:
 
 def watch_under_load(stack, out: Path, connections: int, path: str = ARTICLE, for_s: int = 3,
                      *extra: str) -> subprocess.CompletedProcess:
-    load = WrkProcess(stack.layout.url.rstrip("/") + path, connections, for_s + 4, timeout_s=10)
+    # wrk runs until doctor is done (stopped below): doctor's start-up (imports, the first reads)
+    # takes seconds on a loaded machine, and a load that ended before its window opened saw nothing.
+    load = WrkProcess(stack.layout.url.rstrip("/") + path, connections, for_s + 60, timeout_s=10)
     try:
         flowing(stack)
         proc = doctor("--stats", stack.layout.stats_address, "--for", str(for_s), "--out", str(out), *extra)
