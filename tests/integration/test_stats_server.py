@@ -84,6 +84,17 @@ def wait_for_secret(address: str, status: list[int], timeout: float = 10.0) -> s
         time.sleep(0.1)  # polling: the request reaches a worker after nginx accepted it
 
 
+def serving_line(log_dir: Path, timeout: float = 20.0) -> str:
+    """run's "serving ..." line (nginx answers a moment before run prints it, and its warnings)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        line = next((x for x in (log_dir / "run.out").read_text().splitlines() if x.startswith("serving")), "")
+        if line:
+            return line
+        assert time.monotonic() < deadline, (log_dir / "run.err").read_text()
+        time.sleep(0.1)  # polling: run prints it once its stack is ready
+
+
 def uwsgi_tcp_listeners(root_pid: int) -> set[tuple[str, int]]:
     """The TCP addresses a uWSGI process tree listens on."""
     root = psutil.Process(root_pid)
@@ -101,7 +112,7 @@ def test_run_stats_is_a_unix_socket_nobody_can_open(tmp_run_dir, tmp_path, free_
     try:
         wait_for_hello(proc, listen, tmp_path)
         address = f"{tmp_run_dir}/control/stats.sock"
-        assert f"uWSGI stats: {address}" in (tmp_path / "run.out").read_text()
+        assert f"uWSGI stats: {address}" in serving_line(tmp_path)
         with request_in_flight(listen) as status:
             wait_for_secret(address, status)
             assert read_as("nobody", address) == f"errno {errno.EACCES}"
@@ -121,6 +132,7 @@ def test_with_allow_tcp_stats_nobody_reads_the_cookie(tmp_run_dir, tmp_path, fre
     proc = start_run(tmp_run_dir, tmp_path, "--for", "120", ports=(base, listen, stats), tcp_stats=True)
     try:
         wait_for_hello(proc, listen, tmp_path)
+        serving_line(tmp_path)
         assert "--allow-tcp-stats" in (tmp_path / "run.err").read_text()  # the warning says what it exposes
         with request_in_flight(listen) as status:
             wait_for_secret(f"127.0.0.1:{stats}", status)

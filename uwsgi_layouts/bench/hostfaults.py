@@ -43,7 +43,7 @@ def _check(target: str, ok: bool, measured: str) -> Check:
 
 @contextlib.contextmanager
 def host_samplers(stack, interval: float = 0.1):
-    """One stats Sampler per app host, read inside the host's namespace."""
+    """One stats Sampler per app host (its unix socket; over TCP, read inside the host's namespace)."""
     with contextlib.ExitStack() as stack_of:
         yield {m.host: stack_of.enter_context(Sampler(m.layout.stats_address, interval, namespace=m.netns))
                for m in stack.members}
