@@ -62,7 +62,7 @@ from uwsgi_layouts.bench.observe import (
 from uwsgi_layouts.bench.results import Cell, Results, utc_now
 from uwsgi_layouts.bench.stack import Lab, dir_name
 from uwsgi_layouts.deploy.machine import usable_cpus
-from uwsgi_layouts.deploy.model import Layout
+from uwsgi_layouts.deploy.model import Layout, total_limits
 
 
 @dataclass(frozen=True)
@@ -532,7 +532,8 @@ class LiveRunner:
         if workers:
             extra.update(spread_extra(conns, [max(0.0, cpu_seconds(w) - c) for w, c in zip(workers, worker_cpu,
                                                                                            strict=True)]))
-        limit = limit_record(layout.cpus, layout.memory, before.limit, after.limit, after.t - before.t)
+        # With replicas: every replica's cgroup summed, against every replica's quota.
+        limit = limit_record(*total_limits(layout), before.limit, after.limit, after.t - before.t)
         return self.make_cell(label, level, repeat, scenario.name, runs[0], wrk_cpu, before, after,
                               unloaded_ms, raw_name, extra, inflight=inflight, histogram=runs[0].histogram,
                               status=runs[0].status, memory=memory, limit=limit)
