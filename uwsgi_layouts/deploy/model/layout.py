@@ -507,6 +507,10 @@ class Layout:
         if stats_ports and stats_ports[-1] > 65535:
             raise LayoutError("stats_port", f"{self.replicas} replicas need stats ports {self.stats_port}.."
                                             f"{stats_ports[-1]}; must end at 65535 or below")
+        if self.listen_host in ("127.0.0.1", "0.0.0.0") and self.listen_port in stats_ports:
+            raise LayoutError("stats_port", f"port {self.listen_port} is already the nginx listen port; pick another"
+                              + (f" (replicas use stats ports {self.stats_port}..{stats_ports[-1]})"
+                                 if self.replicas > 1 else ""))
         if self.transport == "tcp":
             last = self.base_port + n - 1
             if last > 65535:
@@ -533,10 +537,6 @@ class Layout:
                     f"unix socket path {longest!r} is {len(longest.encode())} bytes; the kernel allows "
                     f"{UNIX_PATH_MAX - 1} (108 with the NUL): use a shorter --out/--run-dir",
                 )
-        if self.listen_host in ("127.0.0.1", "0.0.0.0") and self.listen_port in stats_ports:
-            raise LayoutError("stats_port", f"port {self.listen_port} is already the nginx listen port; pick another"
-                              + (f" (replicas use stats ports {self.stats_port}..{stats_ports[-1]})"
-                                 if self.replicas > 1 else ""))
 
 
 # What a user (an option, a variant, layout.json) may set: every field but the machine's.
