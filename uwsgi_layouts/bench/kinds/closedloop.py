@@ -545,9 +545,9 @@ class LiveRunner:
         the sampler's own CPU seconds). Empty at ``inflight_hz`` 0 or without a stats server."""
         hz = self.inflight_hz
         # Peer servers (gunicorn, granian) have no stats server (``Layout.has_stats``): nothing to sample;
-        # nor across several app hosts (one stats server each: the in-flight record is per stack).
+        # nor across several app hosts or replicas (one stats server each: the in-flight record is per stack).
         stats = layout.stats_address if hz and getattr(layout, "has_stats", True) and \
-            not getattr(layout, "hosts", ()) else None
+            not getattr(layout, "hosts", ()) and getattr(layout, "replicas", 1) == 1 else None
         sampler = Sampler(stats, interval=1 / hz if hz else 1.0)
         record: dict = {}
         with sampler:
