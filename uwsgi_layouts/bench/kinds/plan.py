@@ -364,5 +364,6 @@ def run(args) -> int:
     return 0
 
 
-KIND = Kind("plan", "how many replicas of a pod carry a rate within a p99: one replica measured in open loop, "
-                    "the plan, and (--check) the plan run", add_arguments, run)
+KIND = Kind("plan", "how many replicas of a pod carry a target rate within a p99: one replica measured in open "
+                    "loop, the plan, its autoscaler settings and memory, and (--check) the plan run", add_arguments,
+            run)
