@@ -40,6 +40,7 @@ from uwsgi_layouts.deploy.run.ownership import DirLock, claim, forget, record
 from uwsgi_layouts.deploy.run.processes import child_setup, http_get, nginx_binary, read_stats, tail, terminate_group
 from uwsgi_layouts.deploy.run.replicas import summed_readings
 from uwsgi_layouts.deploy.run.servers import Member, process_for
+from uwsgi_layouts.deploy.run.weight import weigh
 
 
 def say(line: str) -> None:
@@ -151,6 +152,7 @@ class Stack:
         limited = member.layout.cpus is not None or member.layout.memory is not None
         if limited and member.host not in self.cgroups:
             self.cgroups[member.host] = ServerCgroup.open(member.layout.cpus, member.layout.memory, self.report)
+            weigh(self.cgroups[member.host], member.layout.cpus)  # its share of a busy machine follows its quota
         cgroup = self.cgroups.get(member.host)
         member.proc = self._spawn(self.server.command(member.layout), member.log, cwd=member.layout.run_dir,
                                   namespace=member.netns, run_as=self.server.run_as(member.layout),
