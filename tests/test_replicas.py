@@ -19,7 +19,7 @@ from uwsgi_layouts.deploy.model import (
     variant_replicas,
 )
 from uwsgi_layouts.deploy.run.replicas import summed_readings
-from uwsgi_layouts.deploy.run.weight import shares, weight_v2
+from uwsgi_layouts.deploy.run.weight import replica_shares, replica_weight
 
 
 def test_replicas_parse_and_bounds():
@@ -116,8 +116,6 @@ def test_machine_limits_for_replicas(proc_root):
     check_replicas(parse_variant("4x12-mapped", run_dir="/tmp/r"), proc_root, host_cpus=2)  # one copy: no check
 
 
-def test_cpu_weight_follows_the_quota_as_the_kubelet_sets_it():
-    assert [shares(c) for c in (0.5, 1, 2, 0.001, 1000)] == [512, 1024, 2048, 2, 262144]
-    assert [weight_v2(s) for s in (2, 1024, 262144)] == [1, 39, 10000]  # kubelet's CPUSharesToCPUWeight
-    # R replicas of 1/R CPU weigh what one pod of 1 CPU weighs (to rounding)
-    assert 4 * shares(0.25) == shares(1) and 2 * shares(1) == shares(2)
+def test_replicas_together_weigh_one_server():
+    assert [replica_shares(r) for r in (1, 2, 4, 3, 64)] == [1024, 512, 256, 341, 16]
+    assert [replica_weight(r) for r in (1, 2, 4, 64)] == [100, 50, 25, 2]

@@ -87,8 +87,8 @@ def test_two_replicas_each_in_its_own_cgroup_both_serving(run_dirs, free_ports):
             quota = cgroup.directories.get("cpu") or cgroup.directories[""]
             want = ["50000"] if HOMES.version == 1 else ["50000", "100000"]
             assert (quota / ("cpu.cfs_quota_us" if HOMES.version == 1 else "cpu.max")).read_text().split() == want
-            weight = ("cpu.shares", "512") if HOMES.version == 1 else ("cpu.weight", "20")
-            assert (quota / weight[0]).read_text().strip() == weight[1]  # its weight follows its quota
+            weight = ("cpu.shares", "512") if HOMES.version == 1 else ("cpu.weight", "50")
+            assert (quota / weight[0]).read_text().strip() == weight[1]  # two replicas weigh one server
         start = Snapshot.take(stack)
         for _ in range(40):
             status, _, body = http_get("127.0.0.1", layout.listen_port, FAST)

@@ -42,9 +42,10 @@ def host_facts(layout: Layout, conf_dir: Path, config_file: str = "") -> list[tu
     machine (``config_file``, default the server's own name), else each host's own file under
     hosts/ADDR/."""
     server = server_for(layout)
-    if len(servers := server_layouts(layout)) == 1 and not layout.hosts:
+    # A bundle (deploy.ship) stands in for a layout here: it has hosts, never replicas.
+    if not layout.hosts and getattr(layout, "replicas", 1) == 1:
         return [(layout, server.facts(layout, conf_dir, config_file or server.config_file))]
-    return [(own, server.facts(own, conf_dir / directory)) for directory, own in servers]
+    return [(own, server.facts(own, conf_dir / directory)) for directory, own in server_layouts(layout)]
 
 
 def crosscheck(layout: Layout, conf_dir: Path, *, config_file: str = "", nginx_conf: str = "nginx.conf",

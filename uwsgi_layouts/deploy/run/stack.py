@@ -152,7 +152,7 @@ class Stack:
         limited = member.layout.cpus is not None or member.layout.memory is not None
         if limited and member.host not in self.cgroups:
             self.cgroups[member.host] = ServerCgroup.open(member.layout.cpus, member.layout.memory, self.report)
-            weigh(self.cgroups[member.host], member.layout.cpus)  # its share of a busy machine follows its quota
+            weigh(self.cgroups[member.host], self.layout.replicas)  # R replicas weigh what one server does
         cgroup = self.cgroups.get(member.host)
         member.proc = self._spawn(self.server.command(member.layout), member.log, cwd=member.layout.run_dir,
                                   namespace=member.netns, run_as=self.server.run_as(member.layout),

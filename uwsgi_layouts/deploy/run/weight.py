@@ -1,11 +1,13 @@
-"""The CPU weight of the app server's cgroup, as Kubernetes gives a container one from its CPU
-request: ``cpu.shares`` = CPUs x 1024 (v1), ``cpu.weight`` from those shares (v2, kubelet's
-conversion). A CFS quota caps a cgroup; the weight decides its share when the machine is
-contended. Left at the kernel's default (1024, or 100 on v2) every cgroup weighs one task, so on a
-busy machine R replicas of 1/R CPU each would get R times the CPU of one pod of the same total
-quota (measured here: 4 x 0.5 CPU against 1 x 2 CPUs, with other jobs on the cores), and a
-comparison at equal total CPU would not be one. With the weight proportional to the quota, as
-on a Kubernetes node with requests = limits, pods of equal total CPU weigh the same.
+"""The CPU weight of each replica's cgroup (``@replicas=R``): together the R replicas weigh what
+one app server's cgroup weighs (the kernel's default: ``cpu.shares`` 1024 on v1, ``cpu.weight``
+100 on v2), so each gets 1/R of it.
+
+A CFS quota caps a cgroup; the weight decides its share when the machine is contended. Left at
+the default, every cgroup weighs one task: on a busy machine R replicas would get about R times
+the CPU of one pod of the same total quota (measured here, other jobs on the cores: 4 x 0.5 CPU
+served ~3-4x the requests of 1 x 2 CPUs, with the quota never reached), and a comparison at
+equal total CPU would not be one. (A Kubernetes node weighs each container by its CPU request,
+CPUs x 1024; one app server keeps the kernel's default here, as the stack always gave it.)
 """
 
 from __future__ import annotations
@@ -13,28 +15,27 @@ from __future__ import annotations
 from uwsgi_layouts.deploy.model import StackError
 from uwsgi_layouts.deploy.run.cgroup import ServerCgroup
 
-SHARES_PER_CPU = 1024
-MIN_SHARES, MAX_SHARES = 2, 262144  # the kernel's cpu.shares bounds (v1)
+DEFAULT_SHARES = 1024  # cgroup v1 cpu.shares of a new cgroup
+DEFAULT_WEIGHT = 100  # cgroup v2 cpu.weight of a new cgroup
+MIN_SHARES = 2  # the kernel's floor (v1); v2's is 1
 
 
-def shares(cpus: float) -> int:
-    """cpu.shares for a CPU request, as the kubelet computes it (milli-CPUs x 1024 / 1000)."""
-    return min(MAX_SHARES, max(MIN_SHARES, round(cpus * SHARES_PER_CPU)))
+def replica_shares(replicas: int) -> int:
+    return max(MIN_SHARES, round(DEFAULT_SHARES / replicas))
 
 
-def weight_v2(cpu_shares: int) -> int:
-    """cgroup v2's cpu.weight (1..10000) for v1 shares: the kubelet's CPUSharesToCPUWeight."""
-    return 1 + ((cpu_shares - 2) * 9999) // 262142
+def replica_weight(replicas: int) -> int:
+    return max(1, round(DEFAULT_WEIGHT / replicas))
 
 
-def weigh(cgroup: ServerCgroup, cpus: float | None) -> None:
-    """Set the cgroup's CPU weight from its quota (nothing without one)."""
-    if cpus is None:
+def weigh(cgroup: ServerCgroup, replicas: int) -> None:
+    """Give one of ``replicas`` replicas' cgroups its share of one server's weight (nothing for one)."""
+    if replicas == 1:
         return
     if cgroup.homes.version == 2:
-        target, value = cgroup.directories[""] / "cpu.weight", weight_v2(shares(cpus))
+        target, value = cgroup.directories[""] / "cpu.weight", replica_weight(replicas)
     else:
-        target, value = cgroup.directories["cpu"] / "cpu.shares", shares(cpus)
+        target, value = cgroup.directories["cpu"] / "cpu.shares", replica_shares(replicas)
     try:
         with open(target, "w") as f:
             f.write(str(value))
