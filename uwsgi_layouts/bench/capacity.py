@@ -168,7 +168,7 @@ def make_plan(layout: str, cpus: float | None, steps: list[RateStep], target_rat
         lowest = min(s.rate for s in steps) if steps else None
         raise PlanError(f"p99_ms: one replica of {layout} cannot keep p99 within {target_p99_ms:g} ms at any rate "
                         f"tried (from {lowest:g} req/s); {seen}: give a larger pod (@cpus), a lower rate to "
-                        "start from (--rates) or a looser --p99-ms")
+                        "start from (--start) or a looser --p99-ms")
     design = per_replica * headroom
     cpu_points = [(s.rate, s.cpu_share) for s in steps if s.cpu_share is not None and s.rate <= per_replica]
     busy_points = [(s.rate, s.busy_ratio) for s in steps if s.busy_ratio is not None and s.rate <= per_replica]
