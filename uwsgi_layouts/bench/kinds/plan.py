@@ -38,6 +38,7 @@ import dataclasses
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -346,6 +347,14 @@ def run(args) -> int:
               f"busy threads {step.busy_ratio}" + (f" ({'; '.join(step.reasons)})" if step.reasons else ""),
               flush=True)
 
+    try:
+        return _measure_and_plan(a, out, data, cpus, on_step)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the lab has stopped every stack on the way out
+        print(f"\ninterrupted: no plan; httperf's output so far is in {out / 'raw'}", file=sys.stderr)
+        return 130
+
+
+def _measure_and_plan(a: PlanArgs, out: Path, data: dict, cpus: float | None, on_step) -> int:
     with Lab() as lab, sigterm_interrupts():
         steps, pss = search(a, lab, out / "raw", on_step)
         try:
