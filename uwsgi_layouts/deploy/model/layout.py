@@ -503,7 +503,8 @@ class Layout:
 
     def _check_addresses(self) -> None:
         n = len(self.socket_plans) * self.replicas  # replica after replica (deploy/model/replicas.py)
-        stats_ports = range(self.stats_port, self.stats_port + self.replicas) if self.has_stats else range(0)
+        stats_ports = range(self.stats_port, self.stats_port + self.replicas) if self.has_stats and self.stats_port \
+            else range(0)
         if stats_ports and stats_ports[-1] > 65535:
             raise LayoutError("stats_port", f"{self.replicas} replicas need stats ports {self.stats_port}.."
                                             f"{stats_ports[-1]}; must end at 65535 or below")

@@ -69,7 +69,8 @@ def replica_layout(layout, number: int):
     per_replica = len(layout.socket_plans)
     return replace(layout, replicas=1, run_dir=str(replica_dir(layout.run_dir, number)),
                    base_port=layout.base_port + (number - 1) * per_replica,
-                   stats_port=layout.stats_port + number - 1)
+                   # 0 (a unix stats socket in the replica's own run dir, where a build has that) stays 0.
+                   stats_port=layout.stats_port + number - 1 if layout.stats_port else layout.stats_port)
 
 
 def replica_layouts(layout) -> list:
