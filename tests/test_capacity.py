@@ -20,7 +20,7 @@ from uwsgi_layouts.bench.capacity import (
 )
 from uwsgi_layouts.bench.kinds.plan import add_arguments, check_counts, check_verdict, request_times, resolve_args
 from uwsgi_layouts.bench.options import BadArgument
-from uwsgi_layouts.bench.report.plan import check_lines, plan_lines, step_lines
+from uwsgi_layouts.bench.report.plan import check_lines, plan_lines, step_lines, validation_lines
 from uwsgi_layouts.deploy.model import LayoutError
 
 
@@ -62,7 +62,16 @@ def test_next_rate_ladder_then_bisections():
     steps.append(step(12.5))
     assert next_rate(steps, 300, 1.5, 1) == 13.75
     assert next_rate(steps, 300, 1.5, 0) is None
-    assert next_rate([step(10, verdict="fail")], 300, 1.5, 2) is None  # the first rate already misses
+    # The first rate misses: down the ladder, 3 rates in all, then no rate meets it.
+    missed = [step(9, verdict="fail")]
+    assert next_rate(missed, 300, 1.5, 2) == 6
+    missed.append(step(6, p99=400))
+    assert next_rate(missed, 300, 1.5, 2) == 4
+    missed.append(step(4, p99=350))
+    assert next_rate(missed, 300, 1.5, 2) is None
+    assert next_rate([step(0.12, verdict="fail")], 300, 1.5, 2) is None  # below 0.1 req/s: no
+    # ... and a lower rate that meets it turns the search back to bisections above it
+    assert next_rate([step(9, verdict="fail"), step(6)], 300, 1.5, 2) == 7.5
     with pytest.raises(ValueError):
         next_rate([], 300, 1.5, 2)
 
@@ -177,3 +186,12 @@ def test_request_times_from_the_access_log(tmp_path):
         f.write('127.0.0.1 [27/Nov/2026:07:00:01 +0000] "GET /?a=1 HTTP/1.0" 502 0.005 upstream=- upstream_time=-\n')
     assert request_times(log, offset) == [0.12, 0.005]
     assert request_times(tmp_path / "missing.log", 0) == []
+
+
+def test_validation_lines():
+    rows = [{"replicas": 1, "rate": 4.5, "per_replica_rate": 4.5, "plan_per_replica_rate": 4.58, "difference": 0.0178},
+            {"replicas": 2, "rate": None, "per_replica_rate": None, "plan_per_replica_rate": 4.58, "difference": None}]
+    lines = validation_lines(rows)
+    assert lines[0].startswith("VALIDATION:")
+    assert lines[2].split() == ["1", "4.5", "4.5", "4.58", "+2%"]
+    assert lines[3].split() == ["2", "-", "-", "4.58", "-"]

@@ -23,6 +23,9 @@ DEFAULT_HEADROOM = 0.8
 DEFAULT_SPARE = 1
 # A memory request is a replica's PSS after load plus this share (bench.report.limits says why).
 MEMORY_MARGIN = 0.25
+# When the first rate misses the target: rates tried down the ladder before saying no rate meets it.
+DOWN_RUNGS = 3
+MIN_RATE = 0.1
 
 
 class PlanError(ValueError):
@@ -185,7 +188,8 @@ def make_plan(layout: str, cpus: float | None, steps: list[RateStep], target_rat
 def next_rate(tried: list[RateStep], target_p99_ms: float, factor: float, bisections_left: int) -> float | None:
     """The next rate to offer, or None when the search is done: up the ladder (the highest rate
     tried x ``factor``) while every step met the target; after a step that did not, a bisection
-    between the highest rate that met it and the lowest that did not, while ``bisections_left``."""
+    between the highest rate that met it and the lowest that did not, while ``bisections_left``;
+    while none met it, down the ladder (the lowest / ``factor``) until DOWN_RUNGS rates were tried."""
     if not tried:
         raise ValueError("the search starts from a first rate")
     missed = [s.rate for s in tried if not s.meets(target_p99_ms)]
@@ -193,7 +197,12 @@ def next_rate(tried: list[RateStep], target_p99_ms: float, factor: float, bisect
         return round(max(s.rate for s in tried) * factor, 2)
     low_miss = min(missed)
     below = [s.rate for s in tried if s.meets(target_p99_ms) and s.rate < low_miss]
-    if bisections_left <= 0 or not below:
-        return None  # refined enough, or the lowest rate tried already misses
+    if not below:
+        # Nothing met it yet: down the ladder, a few rungs (one noisy step on a busy machine must
+        # not end the search), then no rate does.
+        down = round(low_miss / factor, 2)
+        return down if len(tried) < DOWN_RUNGS and down >= MIN_RATE else None
+    if bisections_left <= 0:
+        return None  # refined enough
     mid = round((max(below) + low_miss) / 2, 2)
     return None if mid in (max(below), low_miss) else mid

@@ -49,6 +49,7 @@ from uwsgi_layouts.bench.capacity import (
     Plan,
     PlanError,
     RateStep,
+    best_rate,
     make_plan,
     next_rate,
     p99_ms,
@@ -81,6 +82,7 @@ MAX_RATE = 100_000
 PLAN_JSON = "plan.json"
 FORMAT_VERSION = 1
 SAMPLE_INTERVAL_S = 0.1  # the stats server, for the busy-thread ratio
+VALIDATE_COUNTS = 3  # --validate searches 1..3 replicas' own capacity (those that fit)
 
 
 def add_arguments(p) -> None:
@@ -103,6 +105,9 @@ def add_arguments(p) -> None:
     p.add_argument("--check", action="store_true", help="run the planned replicas at the target rate (and one "
                                                         "fewer) where they fit this machine, and report predicted "
                                                         "against measured")
+    p.add_argument("--validate", action="store_true", help=f"also search the capacity of 1..{VALIDATE_COUNTS} "
+                                                           "replicas together (those that fit this machine) and "
+                                                           "compare their rate per replica with the plan's")
     p.add_argument("--out", help="output directory (default results/<timestamp>-plan)")
 
 
@@ -134,6 +139,7 @@ class PlanArgs:
     warmup: float = 2
     client_nice: int = 19
     check: bool = False
+    validate: bool = False
     out: str | None = None
     command: str = ""
 
@@ -166,7 +172,8 @@ def resolve_args(args) -> PlanArgs:
         step=float_arg("step", args.step or MIN_STEP_S, MIN_STEP_S, 600), path=path,
         timeout=float_arg("timeout", args.timeout or 5, 1, 60), warmup=float_arg("warmup", args.warmup or 2, 1, 60),
         client_nice=int_arg("client_nice", args.client_nice if args.client_nice is not None else 19, 0, 19),
-        check=bool(args.check), out=args.out, command=command_line("plan", getattr(args, "argv", None)))
+        check=bool(args.check), validate=bool(args.validate), out=args.out,
+        command=command_line("plan", getattr(args, "argv", None)))
 
 
 # --------------------------------------------------------------------------- one step
@@ -244,20 +251,42 @@ def warm_up(stack: Stack, a: PlanArgs) -> float:
 # --------------------------------------------------------------------------- the search and the check
 
 
-def search(a: PlanArgs, lab: Lab, raw: Path, on_step=print) -> tuple[list[RateStep], float | None]:
-    """One replica, rates up the ladder then bisected; (the steps, its PSS after them in MB)."""
+def search(a: PlanArgs, lab: Lab, raw: Path, on_step=print, replicas: int = 1,
+           start: float | None = None) -> tuple[list[RateStep], float | None]:
+    """``replicas`` replicas (one for the plan), rates up the ladder then bisected; (the steps,
+    their PSS after them in MB). The busy-thread ratio is sampled with one replica only (one stats
+    server)."""
     steps: list[RateStep] = []
-    with lab.stack(a.layout, name=dir_name(a.layout), access_log="on") as stack:
+    name, prefix = (dir_name(a.layout), "step") if replicas == 1 else (f"capacity-{replicas}", f"capacity-{replicas}x")
+    with lab.stack(a.layout, name=name, access_log="on", replicas=str(replicas)) as stack:
         reached = warm_up(stack, a)
-        rate = a.start or max(0.5, round(reached / 2, 2))
+        rate = start or a.start or max(0.5, round(reached / 2, 2))
         while rate is not None and len(steps) < MAX_STEPS:
-            steps.append(offer(stack, a, rate, raw, f"step-{rate:g}.txt", sample=True).step)
+            steps.append(offer(stack, a, rate, raw, f"{prefix}-{rate:g}.txt", sample=replicas == 1).step)
             on_step(steps[-1])
             first_miss = next((i for i, s in enumerate(steps) if not s.meets(a.p99_ms)), None)
             done = 0 if first_miss is None else len(steps) - 1 - first_miss
             rate = next_rate(steps, a.p99_ms, LADDER_FACTOR, a.bisections - done)
         pss = stack_memory(stack).get("app_pss_mb")
     return steps, pss
+
+
+def validate(a: PlanArgs, plan: Plan, lab: Lab, raw: Path, host_cpus: int, on_step=print) -> list[dict]:
+    """Each replica count from 1 to VALIDATE_COUNTS that fits this machine, searched for its own
+    capacity as one replica was (from 0.8 x count x one replica's rate): its rate per replica
+    against the plan's."""
+    fits = math.floor(host_cpus / plan.cpus + 1e-9) if plan.cpus else VALIDATE_COUNTS
+    out = []
+    for count in range(1, min(VALIDATE_COUNTS, fits) + 1):
+        steps, _ = search(a, lab, raw, on_step, replicas=count,
+                          start=round(0.8 * count * plan.per_replica_rate, 2))
+        carried = best_rate(steps, a.p99_ms)
+        per_replica = round(carried / count, 3) if carried is not None else None
+        out.append({"replicas": count, "rate": carried, "per_replica_rate": per_replica,
+                    "plan_per_replica_rate": plan.per_replica_rate,
+                    "difference": round(plan.per_replica_rate / per_replica - 1, 4) if per_replica else None,
+                    "steps": [s.to_dict() for s in steps]})
+    return out
 
 
 def check_counts(plan: Plan, host_cpus: int) -> tuple[int, float, str]:
@@ -367,6 +396,8 @@ def _measure_and_plan(a: PlanArgs, out: Path, data: dict, cpus: float | None, on
         data |= {"plan": plan.to_dict(), "steps": [s.to_dict() for s in steps]}
         if a.check:
             data["check"] = check(a, plan, lab, out / "raw")
+        if a.validate:
+            data["validation"] = validate(a, plan, lab, out / "raw", cpu_limit().host, on_step)
     data["load_after"] = load_average()
     print("\n".join(write_reports(out, data, plan, steps, a.p99_ms)))
     print(f"\nwrote {PLAN_JSON}, report.txt, report.md in {out}")

@@ -71,4 +71,17 @@ def report_lines(data: dict, plan: Plan | None, steps, target_p99_ms: float) -> 
     out += plan_lines(plan) if plan is not None else [f"NO PLAN: {data['error']}"]
     if data.get("check"):
         out += ["", *check_lines(data["check"])]
+    if data.get("validation"):
+        out += ["", *validation_lines(data["validation"])]
+    return out
+
+
+def validation_lines(rows: list[dict]) -> list[str]:
+    """Each replica count's own capacity (searched), per replica, against the plan's."""
+    out = ["VALIDATION: each count's own capacity, searched as one replica's was",
+           f"{'replicas':>8} {'carried/s':>10} {'per replica':>12} {'plan':>8} {'plan vs measured':>17}"]
+    for r in rows:
+        diff = "-" if r["difference"] is None else f"{r['difference']:+.0%}"
+        out.append(f"{r['replicas']:>8} {_num(r['rate']):>10} {_num(r['per_replica_rate']):>12} "
+                   f"{r['plan_per_replica_rate']:>8g} {diff:>17}")
     return out
