@@ -82,6 +82,8 @@ MAX_RATE = 100_000
 PLAN_JSON = "plan.json"
 FORMAT_VERSION = 1
 SAMPLE_INTERVAL_S = 0.1  # the stats server, for the busy-thread ratio
+DRAIN_TIMEOUT_S = 60.0  # at most this long waiting for the stack to be idle before a step
+DRAIN_POLL_S = 0.2
 VALIDATE_COUNTS = 3  # --validate searches 1..3 replicas' own capacity (those that fit)
 
 
@@ -219,9 +221,33 @@ class Offered:
     httperf: dict
 
 
+def in_flight(stack: Stack) -> int | None:
+    """Requests inside every replica's workers now (uWSGI's stats servers); None if unreadable."""
+    try:
+        return sum(1 for stats in stack.host_stats().values() for w in stats["workers"]
+                   for core in w.get("cores") or [] if core.get("in_request"))
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def drain(stack: Stack, timeout_s: float) -> bool:
+    """Wait until no request is in flight in two polls in a row: after an overloaded step uWSGI
+    still works through the requests whose clients gave up, which would load the next step."""
+    deadline = time.monotonic() + timeout_s
+    idle = 0
+    while time.monotonic() < deadline:
+        idle = idle + 1 if in_flight(stack) == 0 else 0
+        if idle >= 2:
+            return True
+        time.sleep(DRAIN_POLL_S)  # polling interval, not a guess at when it is idle
+    return False
+
+
 def offer(stack: Stack, a: PlanArgs, rate: float, raw: Path, name: str, sample: bool) -> Offered:
-    """One open-loop step at ``rate`` against ``stack``; httperf's output saved as raw/``name``."""
+    """One open-loop step at ``rate`` against ``stack`` once it is idle; httperf's output saved as
+    raw/``name``."""
     layout = stack.layout
+    drained = drain(stack, DRAIN_TIMEOUT_S)
     log = Path(layout.run_dir) / "logs" / "access.log"
     offset = _log_size(log)
     before, t0 = stack.cgroup_reading(), time.monotonic()
@@ -234,6 +260,8 @@ def offer(stack: Stack, a: PlanArgs, rate: float, raw: Path, name: str, sample: 
     (raw / name).write_text(text)
     parsed = httperf.parse(text)
     verdict, reasons = judge_step(rate, parsed)
+    if not drained:
+        reasons = [*reasons, f"started before the previous step's requests drained ({DRAIN_TIMEOUT_S:g} s)"]
     times = request_times(log, offset)
     limit = limit_record(*total_limits(layout), before, after, t1 - t0)
     step = RateStep(rate=rate, verdict=verdict, p99_ms=p99_ms(times), cpu_share=limit.get("quota_share"),
