@@ -40,6 +40,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tune": (BENCH, "recommend a layout for your app from measurements, and write its configs"),
     "doctor": (BENCH, "diagnose a running uWSGI from its stats server (pile-up, saturation, listen queue, "
                       "harakiri, memory) and suggest a layout to try, without a benchmark"),
+    "plan": (BENCH, "how many replicas of a pod carry a target rate within a p99: one replica measured in open "
+                    "loop, the plan, its autoscaler settings and memory, and (--check) the plan run"),
     "report": (BENCH, "render report.txt, report.md and plots from a stored results.json (any kind, any version "
                       "this tool reads)"),
     "dataset": ("uwsgi_layouts.bench.dataset", "make the file set for the file-offload scenarios (and nginx's id "

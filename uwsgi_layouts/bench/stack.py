@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from uwsgi_layouts.deploy.machine import checked
-from uwsgi_layouts.deploy.model import Layout, parse_variant
+from uwsgi_layouts.deploy.model import Layout, parse_variant, variant_replicas
 from uwsgi_layouts.deploy.render import write_layout
 from uwsgi_layouts.deploy.run import DirLock, Net, Placement, Stack, free_consecutive_ports, holder, reap_orphans
 from uwsgi_layouts.deploy.ship import make_certs
@@ -157,8 +157,11 @@ class Lab:
 
     def layout(self, spec: str, name: str = "", **options) -> Layout:
         """``spec`` (``PxT-STRATEGY[@option=value,...]``) with free ports and its own run directory."""
-        n = len(parse_variant(spec.partition("@")[0], run_dir="/tmp/x").sockets)  # only to count the sockets
-        ports = self.free_ports(n + 1)  # the sockets (with --transport tcp) and nginx; stats: a unix socket
+        # Only to count the ports: every replica's sockets (with --transport tcp) and the listen port;
+        # each replica's stats server is a unix socket in its own run directory.
+        replicas = variant_replicas(spec, options)
+        n = len(parse_variant(spec.partition("@")[0], run_dir="/tmp/x").sockets) * replicas
+        ports = self.free_ports(n + 1)
         options.setdefault("base_port", ports[0])
         if self.net:
             options.setdefault("hosts", self.net.host_addresses)

@@ -62,7 +62,7 @@ from uwsgi_layouts.bench.observe import (
 from uwsgi_layouts.bench.results import Cell, Results, utc_now
 from uwsgi_layouts.bench.stack import Lab, dir_name
 from uwsgi_layouts.deploy.machine import usable_cpus
-from uwsgi_layouts.deploy.model import Layout
+from uwsgi_layouts.deploy.model import Layout, total_limits
 
 
 @dataclass(frozen=True)
@@ -560,7 +560,8 @@ class LiveRunner:
         if workers:
             extra.update(spread_extra(conns, [max(0.0, cpu_seconds(w) - c) for w, c in zip(workers, worker_cpu,
                                                                                            strict=True)]))
-        limit = limit_record(layout.cpus, layout.memory, before.limit, after.limit, after.t - before.t)
+        # With replicas: every replica's cgroup summed, against every replica's quota.
+        limit = limit_record(*total_limits(layout), before.limit, after.limit, after.t - before.t)
         return self.make_cell(label, level, repeat, scenario.name, runs[0], wrk_cpu, before, after,
                               unloaded_ms, raw_name, extra, inflight=inflight, histogram=runs[0].histogram,
                               status=runs[0].status, memory=memory, limit=limit)
@@ -572,9 +573,9 @@ class LiveRunner:
         the sampler's own CPU seconds). Empty at ``inflight_hz`` 0 or without a stats server."""
         hz = self.inflight_hz
         # Peer servers (gunicorn, granian) have no stats server (``Layout.has_stats``): nothing to sample;
-        # nor across several app hosts (one stats server each: the in-flight record is per stack).
+        # nor across several app hosts or replicas (one stats server each: the in-flight record is per stack).
         stats = layout.stats_address if hz and getattr(layout, "has_stats", True) and \
-            not getattr(layout, "hosts", ()) else None
+            not getattr(layout, "hosts", ()) and getattr(layout, "replicas", 1) == 1 else None
         sampler = Sampler(stats, interval=1 / hz if hz else 1.0)
         record: dict = {}
         with sampler:

@@ -41,6 +41,7 @@ from uwsgi_layouts.deploy.machine.python import (
     uwsgi_python,
     virtualenv_python,
 )
+from uwsgi_layouts.deploy.machine.replicas import check_replicas
 from uwsgi_layouts.deploy.machine.resolve import check_hosts, checked
 from uwsgi_layouts.deploy.machine.risks import (
     accept,
@@ -63,8 +64,8 @@ __all__ = [
     "CgroupReading", "CpuLimit", "Exposure", "Homes", "MAX_PREFLIGHT_TIMEOUT", "NETNS_DIR", "PACKAGE_DIR",
     "PREFLIGHT_TIMEOUT", "PROBE_PATH", "accept", "app_virtualenv", "blocked_at", "check_data_dir",
     "check_dirs_not_writable", "check_hosts", "check_limits", "check_listen_address", "check_reachable",
-    "check_readable", "check_static_locations", "check_tls_dir", "check_virtualenv", "checked", "code_dirs_of",
-    "connect", "cpu_limit", "default_cpus", "enter", "find_uwsgi", "group_of", "homes", "is_isolated",
+    "check_readable", "check_replicas", "check_static_locations", "check_tls_dir", "check_virtualenv", "checked",
+    "code_dirs_of", "connect", "cpu_limit", "default_cpus", "enter", "find_uwsgi", "group_of", "homes", "is_isolated",
     "is_unix_address", "linked_python", "map_is_current", "mark_isolated", "output_dir", "plain_allowed", "preflight",
     "read_map_facts", "read_stats", "read_v1", "read_v2", "resolve_tls_dir", "resolve_user", "run_in", "run_user_ids",
     "script_interpreter", "server_package_dir", "server_python", "somaxconn", "stack_environment", "stats_exposure",

@@ -25,6 +25,7 @@ from uwsgi_layouts.deploy.machine.netns import plain_allowed
 from uwsgi_layouts.deploy.machine.network import check_backlog
 from uwsgi_layouts.deploy.machine.paths import PACKAGE_DIR, existing_dir, output_dir, static_dirs
 from uwsgi_layouts.deploy.machine.python import check_uwsgi_bin, check_virtualenv, default_virtualenv
+from uwsgi_layouts.deploy.machine.replicas import check_replicas
 from uwsgi_layouts.deploy.machine.risks import (
     check_code_dirs,
     check_listen,
@@ -48,6 +49,7 @@ def checked(layout: Layout) -> Layout:
     tls_dir = check_hosts(layout)
     uwsgi_bin = check_uwsgi_bin(layout.uwsgi_bin, virtualenv, layout.uwsgi_tls != "off") if layout.uwsgi_bin else ""
     check_limits(layout)  # @cpus within the host's CPUs, and a cgroup controller to enforce it
+    check_replicas(layout)  # @replicas: their quotas, memory limits and threads fit this machine
     out = replace(layout, app_dir=app_dir, user=user, data_dir=data_dir, run_dir=run_dir, virtualenv=virtualenv,
                   static=static, uwsgi_tls_dir=tls_dir, uwsgi_bin=uwsgi_bin,
                   run_as=RunAs(group=group_of(user), as_root=os.geteuid() == 0))

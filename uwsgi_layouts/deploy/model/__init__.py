@@ -65,6 +65,17 @@ from uwsgi_layouts.deploy.model.nginx_map import (
     map_text,
     size_hash,
 )
+from uwsgi_layouts.deploy.model.replicas import (
+    MAX_REPLICAS,
+    REPLICAS_DIR,
+    parse_replicas,
+    replica_dir,
+    replica_file,
+    replica_name,
+    server_layouts,
+    total_limits,
+    variant_replicas,
+)
 from uwsgi_layouts.deploy.model.strategies import STRATEGIES, ServerPlan, SocketPlan, Strategy, get_strategy
 
 __all__ = [
@@ -77,4 +88,7 @@ __all__ = [
     "host_cert", "host_key", "int_in", "is_loopback", "layout_from_record", "map_text", "parse_app", "parse_cpus",
     "parse_env", "parse_hosts", "parse_layout", "parse_memory_mb", "parse_open_file_cache", "parse_static",
     "parse_variant", "size_hash", "tls_dir_text",
+    # replicas (deploy/model/replicas.py)
+    "MAX_REPLICAS", "REPLICAS_DIR", "parse_replicas", "replica_dir", "replica_file", "replica_name",
+    "server_layouts", "total_limits", "variant_replicas",
 ]

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from uwsgi_layouts.deploy.model import hosts as multihost
+from uwsgi_layouts.deploy.model import replicas as copies
 from uwsgi_layouts.deploy.model.apps import AppTarget, parse_app
 from uwsgi_layouts.deploy.model.errors import LayoutError
 from uwsgi_layouts.deploy.model.fields import (
@@ -188,6 +189,9 @@ class Layout:
     # nginx and the load generator stay outside. None = no limit.
     cpus: float | None = None
     memory: int | None = None
+    # Copies of the app server on this machine (deploy/model/replicas.py), each with its own sockets,
+    # run directory, stats server and cgroup (the quota and memory limit above, each), behind one upstream.
+    replicas: int = 1
     # The risks the user accepted, each by name (RISKS): deploy.machine.checked() refuses them otherwise.
     allow: tuple[str, ...] = ()
     # Filled by deploy.machine.checked(), never by a user: not an option, not in layout.json.
@@ -260,6 +264,7 @@ class Layout:
         self._check_protocol()  # before the certificates are looked for: a TLS conflict says so first
         multihost.validate(self, set_)  # hosts, uwsgi_tls*, max_fails, fail_timeout, retries, connect_timeout
         self._check_protocol()  # again with uwsgi_tls resolved ("" is suwsgi off loopback)
+        copies.validate(self, set_)  # replicas: uWSGI only, not with hosts
         self._check_addresses()
 
     # --- derived views --------------------------------------------------------------
@@ -339,8 +344,14 @@ class Layout:
 
     @property
     def sockets(self) -> list[Socket]:
-        """Every socket nginx reaches: each app host's, host after host."""
-        return [s for host in self.app_hosts for s in self.host_sockets(host)]
+        """Every socket nginx reaches: each app host's, host after host (with replicas, each
+        replica's, replica after replica)."""
+        return [s for copy in self.app_copies for host in copy.app_hosts for s in copy.host_sockets(host)]
+
+    @property
+    def app_copies(self) -> list["Layout"]:
+        """The layouts of the app servers on one app host: each replica's, or this one alone."""
+        return copies.replica_layouts(self) or [self]
 
     def host_layout(self, host: str) -> "Layout":
         """The layout one app host runs: its own sockets, and its own run directory
@@ -374,7 +385,8 @@ class Layout:
     @property
     def upstream_servers(self) -> list[tuple[Socket, tuple[str, ...]]]:
         plans = self.strategy_obj.servers(self.socket_plans, self.threads)
-        servers = [(self.host_sockets(h)[p.socket_index], p.params) for h in self.app_hosts for p in plans]
+        servers = [(copy.host_sockets(h)[p.socket_index], p.params)
+                   for copy in self.app_copies for h in self.app_hosts for p in plans]
         if self.server == "uwsgi" and self.protocol == "http11":
             # A kept connection holds one uWSGI thread: at most T connections per worker's socket.
             servers = [(s, params if any(p.startswith("max_conns=") for p in params)
@@ -506,7 +518,16 @@ class Layout:
                                               "for uWSGI's socket-timeout")
 
     def _check_addresses(self) -> None:
-        n = len(self.socket_plans)
+        n = len(self.socket_plans) * self.replicas  # replica after replica (deploy/model/replicas.py)
+        stats_ports = range(self.stats_port, self.stats_port + self.replicas) if self.has_stats and self.stats_port \
+            else range(0)
+        if stats_ports and stats_ports[-1] > 65535:
+            raise LayoutError("stats_port", f"{self.replicas} replicas need stats ports {self.stats_port}.."
+                                            f"{stats_ports[-1]}; must end at 65535 or below")
+        if self.listen_host in ("127.0.0.1", "0.0.0.0") and self.listen_port in stats_ports:
+            raise LayoutError("stats_port", f"port {self.listen_port} is already the nginx listen port; pick another"
+                              + (f" (replicas use stats ports {self.stats_port}..{stats_ports[-1]})"
+                                 if self.replicas > 1 else ""))
         if self.transport == "tcp":
             last = self.base_port + n - 1
             if last > 65535:
@@ -515,7 +536,7 @@ class Layout:
                     f"{n} sockets need ports {self.base_port}..{last}; must end at 65535 or below",
                 )
             ports = {self.base_port + i: f"{self.server} socket {i}" for i in range(n)}
-            taken = {self.stats_port: "stats_port"} if self.has_stats and self.stats_port else {}
+            taken = {port: "stats_port" for port in stats_ports}
             if self.listen_host in ("127.0.0.1", "0.0.0.0", *self.hosts):
                 taken[self.listen_port] = "listen"
             for port, what in ports.items():
@@ -534,8 +555,6 @@ class Layout:
                     f"unix socket path {longest!r} is {len(longest.encode())} bytes; the kernel allows "
                     f"{UNIX_PATH_MAX - 1} (108 with the NUL): use a shorter --out/--run-dir",
                 )
-        if self.has_stats and self.listen_host in ("127.0.0.1", "0.0.0.0") and self.listen_port == self.stats_port:
-            raise LayoutError("stats_port", f"port {self.stats_port} is already the nginx listen port; pick another")
 
 
 # What a user (an option, a variant, layout.json) may set: every field but the machine's.

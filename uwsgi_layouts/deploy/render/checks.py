@@ -11,7 +11,15 @@ import ipaddress
 from pathlib import Path
 
 from uwsgi_layouts.deploy.machine import check_tls_dir, plain_allowed, read_map_facts
-from uwsgi_layouts.deploy.model import FACTS_NAME, ID_VARIABLE, MAP_NAME, PATH_VARIABLE, ROUTE_PREFIX, Layout
+from uwsgi_layouts.deploy.model import (
+    FACTS_NAME,
+    ID_VARIABLE,
+    MAP_NAME,
+    PATH_VARIABLE,
+    ROUTE_PREFIX,
+    Layout,
+    server_layouts,
+)
 from uwsgi_layouts.deploy.render.nginx_conf import find_directives, nginx_summary, parse_nginx, upstream_of
 from uwsgi_layouts.deploy.render.servers import server_for
 from uwsgi_layouts.deploy.render.texts import pass_target
@@ -34,9 +42,10 @@ def host_facts(layout: Layout, conf_dir: Path, config_file: str = "") -> list[tu
     machine (``config_file``, default the server's own name), else each host's own file under
     hosts/ADDR/."""
     server = server_for(layout)
-    if not layout.hosts:
+    # A bundle (deploy.ship) stands in for a layout here: it has hosts, never replicas.
+    if not layout.hosts and getattr(layout, "replicas", 1) == 1:
         return [(layout, server.facts(layout, conf_dir, config_file or server.config_file))]
-    return [(layout.host_layout(h), server.facts(layout.host_layout(h), conf_dir / "hosts" / h)) for h in layout.hosts]
+    return [(own, server.facts(own, conf_dir / directory)) for directory, own in server_layouts(layout)]
 
 
 def crosscheck(layout: Layout, conf_dir: Path, *, config_file: str = "", nginx_conf: str = "nginx.conf",
@@ -82,7 +91,8 @@ def crosscheck(layout: Layout, conf_dir: Path, *, config_file: str = "", nginx_c
 
     # 2. No address used twice across nginx listen, the server's sockets and its stats server
     #    (each host has its own loopback: its stats server only clashes with its own sockets).
-    addresses = nginx["listens"] + sockets + ([] if layout.hosts else facts.private)
+    #    Replicas share this machine's loopback: every replica's stats server counts.
+    addresses = nginx["listens"] + sockets + ([] if layout.hosts else [a for _, f in per_host for a in f.private])
     dupes = {a for a in addresses if addresses.count(a) > 1}
     for _, host in per_host if layout.hosts else ():
         own = host.addresses + host.private

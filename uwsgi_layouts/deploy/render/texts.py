@@ -20,6 +20,7 @@ from uwsgi_layouts.deploy.model import (
     Layout,
     LayoutError,
     MapError,
+    server_layouts,
 )
 from uwsgi_layouts.deploy.render.servers import (
     ENTRY_FILE,
@@ -57,12 +58,11 @@ def render_texts(layout: Layout) -> dict[str, str]:
     }
     texts = {"nginx.conf": env.get_template("nginx.conf.j2").render(context),
              "mime.types": (TEMPLATES_DIR / "mime.types").read_text()}  # nginx's own list (templates/mime.types)
-    if layout.hosts:  # each host's config (and entry module), from its own view; the front keeps uwsgi_params
-        for host in layout.hosts:
-            for name, text in _server_texts(env, context | {"layout": layout.host_layout(host)}).items():
-                texts[host_file(host, name) if name in (server.config_file, ENTRY_FILE) else name] = text
-    else:
-        texts |= _server_texts(env, context)
+    # Each app server's config (and entry module), from its own view, in its own directory (hosts/ADDR,
+    # replicas/N; the run dir for one server); the front keeps uwsgi_params.
+    for directory, own in server_layouts(layout):
+        for name, text in _server_texts(env, context | {"layout": own}).items():
+            texts[f"{directory}/{name}" if directory and name in (server.config_file, ENTRY_FILE) else name] = text
     texts["layout.json"] = json.dumps({"format_version": LAYOUT_JSON_VERSION, **layout.to_dict()}, indent=2) + "\n"
     return texts
 

@@ -32,7 +32,7 @@ from uwsgi_layouts.deploy.machine import (
     uwsgi_has_routing,
     uwsgi_has_ssl,
 )
-from uwsgi_layouts.deploy.model import Layout, LayoutError, RenderError
+from uwsgi_layouts.deploy.model import REPLICAS_DIR, Layout, LayoutError, RenderError, server_layouts
 from uwsgi_layouts.deploy.render.checks import crosscheck
 from uwsgi_layouts.deploy.render.servers import CONFIG_FILES, ENTRY_FILE
 from uwsgi_layouts.deploy.render.templates import GENERATED, TEMPLATES_DIR
@@ -45,7 +45,7 @@ RUN_SUBDIRS = ("logs", "tmp", "sockets", "control")
 USER_OWNED_SUBDIRS = ("sockets", "control")
 # What else a run directory holds that is ours: the hosts' directories, nginx's pid file, and
 # what deploy.run keeps while a stack lives (its lock, the pids of its processes).
-OWN_ENTRIES = {*RUN_SUBDIRS, "hosts", "nginx.pid", "stack.lock", "stack.json"}
+OWN_ENTRIES = {*RUN_SUBDIRS, "hosts", REPLICAS_DIR, "nginx.pid", "stack.lock", "stack.json"}
 
 
 @dataclass
@@ -153,8 +153,8 @@ def new_run_dir(layout: Layout) -> Path:
 
 
 def run_dirs(layout: Layout, root: Path) -> list[Path]:
-    """The run directory and, with hosts, each app host's (hosts/ADDR), under ``root``."""
-    return [root, *(root / "hosts" / h for h in layout.hosts)]
+    """The run directory and each app server's of its own (hosts/ADDR, replicas/N), under ``root``."""
+    return [root, *(root / directory for directory, _ in server_layouts(layout) if directory)]
 
 
 def check_ours(out: Path, names: list[str]) -> None:

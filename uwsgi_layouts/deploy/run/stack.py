@@ -39,11 +39,13 @@ from typing import Callable
 import psutil
 
 from uwsgi_layouts.deploy.machine import CgroupReading, read_stats, run_in, stack_environment, worker_environment
-from uwsgi_layouts.deploy.model import Layout, StackError
+from uwsgi_layouts.deploy.model import Layout, StackError, replica_name, server_layouts
 from uwsgi_layouts.deploy.run.cgroup import ServerCgroup, clean_stale
 from uwsgi_layouts.deploy.run.ownership import DirLock, claim, forget, record
 from uwsgi_layouts.deploy.run.processes import child_setup, http_get, nginx_binary, tail, terminate_group
+from uwsgi_layouts.deploy.run.replicas import summed_readings
 from uwsgi_layouts.deploy.run.servers import Member, process_for
+from uwsgi_layouts.deploy.run.weight import weigh
 
 
 def say(line: str) -> None:
@@ -82,8 +84,9 @@ class Stack:
         self.placement = placement or Placement()
         if layout.hosts:
             self.members = [Member(h, layout.host_layout(h), self.placement.hosts.get(h, "")) for h in layout.hosts]
-        else:
-            self.members = [Member("", layout)]
+        else:  # one app server, or one per replica (replica-N: its own run dir, sockets, stats and cgroup)
+            self.members = [Member(replica_name(n) if layout.replicas > 1 else "", own)
+                            for n, (_, own) in enumerate(server_layouts(layout), 1)]
         self.nginx: subprocess.Popen | None = None
         # Each app host's cgroup (by host), with the layout's cpus/memory limit: made when its
         # server starts, removed when the stack stops.
@@ -154,6 +157,7 @@ class Stack:
         limited = member.layout.cpus is not None or member.layout.memory is not None
         if limited and member.host not in self.cgroups:
             self.cgroups[member.host] = ServerCgroup.open(member.layout.cpus, member.layout.memory, self.report)
+            weigh(self.cgroups[member.host], self.layout.replicas)  # R replicas weigh what one server does
         cgroup = self.cgroups.get(member.host)
         member.proc = self._spawn(self.server.command(member.layout), member.log, cwd=member.layout.run_dir,
                                   namespace=member.netns, run_as=self.server.run_as(member.layout),
@@ -319,8 +323,12 @@ class Stack:
         return read_stats(member.layout.stats_address, namespace=member.netns)
 
     def cgroup_reading(self, host: str | None = None) -> CgroupReading | None:
-        """The counters of one app host's cgroup (default: the first): CPU used, periods,
-        throttling, OOM kills, cumulative since it was made; None without a cpus/memory limit."""
+        """The counters of one app host's cgroup (default: the first; with replicas, every
+        replica's summed, as a Deployment's pods add up): CPU used, periods, throttling, OOM
+        kills, cumulative since it was made; None without a cpus/memory limit."""
+        if host is None and self.layout.replicas > 1:
+            readings = [cgroup.reading() for cgroup in self.cgroups.values()]
+            return summed_readings(readings) if readings else None
         cgroup = self.cgroups.get(self.members[0].host if host is None else host)
         return cgroup.reading() if cgroup is not None else None
 

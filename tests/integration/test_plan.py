@@ -1,0 +1,73 @@
+"""``uwsgi-layouts plan`` for real: one replica under a 0.5-CPU quota, real nginx, uWSGI and
+httperf. The demo app sleeping 100 ms on one thread serves at most ~10 req/s whatever the CPU, so
+the ladder (6, 9, 13.5 req/s) ends within three steps: the plan follows its arithmetic from the
+rates that met the p99, and nothing is left running. A p99 below the request's own 100 ms is met
+at no rate (6, 4, 2.67 req/s tried: down the ladder from the first): one line, exit 2, with the
+best p99 seen."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from uwsgi_layouts.deploy.machine import homes
+from uwsgi_layouts.deploy.run import existing_cgroups
+
+HOMES, WHY = homes()
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300),
+              pytest.mark.skipif(HOMES is None, reason=f"no writable cgroup controller: {WHY}")]
+REPO = Path(__file__).resolve().parents[2]
+SLEEPY = "/?rounds=1&fib=1&io_ms=100"  # 100 ms per request, almost no CPU: ~10 req/s on one thread
+
+
+def plan(out: Path, *args: str) -> subprocess.CompletedProcess:
+    """The command run to its end; every cgroup it made (named with its pid) is gone after."""
+    proc = subprocess.Popen([sys.executable, "-m", "uwsgi_layouts", "plan", "--layout", "1x1-mapped@cpus=0.5",
+                             "--path", SLEEPY, "--start", "6", "--bisections", "0", "--warmup", "1",
+                             "--out", str(out), *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    stdout, stderr = proc.communicate(timeout=280)
+    assert not [d for d in existing_cgroups() if d.endswith(f"-{proc.pid}")]
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def test_plan_from_one_replica(tmp_run_dir, leftover_processes):
+    out = tmp_run_dir / "plan"
+    res = plan(out, "--rate", "20", "--p99-ms", "1500")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    data = json.loads((out / "plan.json").read_text())
+    steps = data["steps"]
+    assert [s["rate"] for s in steps][:2] == [6, 9] and len(steps) <= 3
+    assert steps[-1]["verdict"] == "fail" or steps[-1]["p99_ms"] > 1500  # the ladder ended on a miss
+    for s in steps:  # every step's requests were timed from nginx's log (one per connection httperf opened)
+        assert s["requests_logged"] >= 0.9 * s["rate"] * 15, s
+        assert s["busy_ratio"] is not None and 0 <= s["busy_ratio"] <= 1
+        assert s["cpu_share"] is not None and s["cpu_share"] < 0.5  # sleeping, not computing
+    p = data["plan"]
+    met = [s["rate"] for s in steps if s["verdict"] == "pass" and s["p99_ms"] <= 1500]
+    assert p["per_replica_rate"] == max(met)
+    assert p["replicas"] == math.ceil(20 / (p["per_replica_rate"] * 0.8)) + 1
+    assert p["pss_mb"] > 0 and p["memory_total_mb"] == pytest.approx(p["pss_mb"] * p["replicas"], abs=0.2)
+    report = (out / "report.txt").read_text()
+    assert f"PLAN: {p['replicas']} replicas of 1x1-mapped@cpus=0.5" in report and "AUTOSCALER:" in report
+    assert "load " in report.splitlines()[0]
+    assert leftover_processes([str(out)], timeout=5) == []
+
+
+def test_a_p99_no_rate_meets_is_one_line_exit_2(tmp_run_dir, leftover_processes):
+    out = tmp_run_dir / "plan"
+    res = plan(out, "--rate", "20", "--p99-ms", "50")
+    assert res.returncode == 2, res.stdout[-3000:] + res.stderr[-3000:]
+    line = res.stderr.strip()
+    assert "\n" not in line and "p99_ms: one replica of 1x1-mapped@cpus=0.5 cannot keep p99 within 50 ms" in line
+    assert "best p99 seen" in line and "(from 2.67 req/s)" in line, line
+    data = json.loads((out / "plan.json").read_text())
+    # down the ladder from the first rate before saying no rate meets it; none beats the 100 ms sleep
+    assert data["plan"] is None and [s["rate"] for s in data["steps"]] == [6, 4, 2.67]
+    assert all(s["p99_ms"] >= 100 for s in data["steps"])
+    assert leftover_processes([str(out)], timeout=5) == []
