@@ -55,12 +55,12 @@ def running(pid: int) -> bool:
 
 
 def replicas_layout(run_dirs, free_ports, spec: str, replicas: int, **opts):
-    """Ports for every replica: S sockets each, the listen port, one stats port each."""
+    """Ports for every replica: S sockets each and the listen port; each replica's stats server is the
+    default unix socket in its own run directory."""
     sockets = len(parse_layout(spec, run_dir="/tmp/x").sockets)
-    ports = free_ports(sockets * replicas + 1 + replicas)
+    ports = free_ports(sockets * replicas + 1)
     return checked(parse_layout(spec, run_dir=str(run_dirs()), base_port=ports[0],
-                                listen=f"127.0.0.1:{ports[sockets * replicas]}",
-                                stats_port=ports[sockets * replicas + 1], replicas=replicas, **opts))
+                                listen=f"127.0.0.1:{ports[sockets * replicas]}", replicas=replicas, **opts))
 
 
 @needs_cgroups
@@ -139,10 +139,9 @@ def test_zero_replicas_is_one_line_exit_2(tmp_run_dir):
 def test_more_quota_than_the_machine_is_one_line_exit_2_nothing_left(tmp_run_dir, free_ports, leftover_processes):
     n = os.cpu_count()
     before = ours()
-    base, listen, stats = free_ports(3)
+    base, listen = free_ports(2)
     res = run_cli("run", f"1x1-mapped@cpus=1,replicas={n + 1}", "--run-dir", str(tmp_run_dir / "run"),
-                  "--listen", f"127.0.0.1:{listen}", "--base-port", str(base), "--stats-port", str(stats),
-                  "--for", "1")
+                  "--listen", f"127.0.0.1:{listen}", "--base-port", str(base), "--for", "1")
     assert res.returncode == 2, res
     line = res.stderr.strip()
     assert "\n" not in line and f"{n + 1} replicas x 1 CPUs = {n + 1} CPUs of quota" in line, line
