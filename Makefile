@@ -40,12 +40,13 @@ help:
 # It links the static libpython when the Python has one (Debian: libpython3.X-dev, which
 # python3-dev pulls in), the PGO build python3 itself is made of: the app's Python runs fewer
 # instructions than in the shared libpython (docs/alternatives.md); else the shared one, as before.
+# --force-reinstall: pip would otherwise keep a uWSGI built earlier (against the shared libpython).
 UWSGI_REQ := $(shell sed -n 's/^ *"\(uwsgi[<>=!~][^"]*\)".*/\1/p' pyproject.toml)
 $(BIN)/.installed: pyproject.toml | system-deps
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	LDFLAGS="$$(bash scripts/static-libpython-ldflags.sh $(BIN)/python $(CURDIR)/$(VENV)/libpython)" \
-		$(BIN)/python -m pip install -q --no-cache-dir --no-binary uwsgi '$(UWSGI_REQ)'
+		$(BIN)/python -m pip install -q --no-cache-dir --no-binary uwsgi --force-reinstall --no-deps '$(UWSGI_REQ)'
 	rm -rf $(VENV)/libpython
 	@$(BIN)/uwsgi --help | grep -q -- '--route-if-not' || { echo "error: $(BIN)/uwsgi was built without PCRE (no internal routing): install libpcre2-dev (make system-deps), then rm -rf $(VENV) && make venv" >&2; exit 1; }
 	$(BIN)/python -m pip install -q -e '.[test]'

@@ -51,3 +51,10 @@ export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # Debian's package may start a system nginx on :80; this project never uses it.
+# Debian's prometheus package enables a service listening on :9090 on every interface, with no
+# authentication; the tests start their own Prometheus on loopback. Stop and disable the one this
+# script just installed (and only that one), and say so.
+if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
+    $sudo systemctl disable --now prometheus >/dev/null 2>&1 || true
+    echo "note: stopped and disabled Debian's prometheus.service (it listens on :9090 on every interface); the tests start their own on 127.0.0.1" >&2
+fi

@@ -4,6 +4,8 @@ replicas' cgroup counters summed. Pure: the stacks themselves are tests/integrat
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -119,3 +121,13 @@ def test_machine_limits_for_replicas(proc_root):
 def test_replicas_together_weigh_one_server():
     assert [replica_shares(r) for r in (1, 2, 4, 3, 64)] == [1024, 512, 256, 341, 16]
     assert [replica_weight(r) for r in (1, 2, 4, 64)] == [100, 50, 25, 2]
+
+
+def test_faults_refuses_replicas_in_one_line():
+    """faults watches one uWSGI (its stats server and workers): a replicated layout is refused, not
+    run with a stats socket nobody serves."""
+    proc = subprocess.run([sys.executable, "-m", "uwsgi_layouts", "faults", "--layouts", "1x1-mapped@replicas=2",
+                           "--only", "kill-worker"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == ("error: layouts: 1x1-mapped@replicas=2 has 2 replicas; faults runs one app server: "
+                                   "measure a replica alone (drop replicas=)")

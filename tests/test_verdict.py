@@ -184,3 +184,18 @@ def test_one_round_is_judged_as_nothing():
     rps = v.levels[0].claim_targets[0]
     assert rps.judged() == "straddles: too few rounds" and "too few rounds to judge" in rps.words()
     assert "inf" not in " ".join(verdict_lines(r)) + " ".join(headline_lines(r, "x"))
+
+
+@pytest.mark.parametrize("cells_each, judged", [(1, False), (2, False), (3, True)])
+def test_unpaired_cells_judge_the_claim_only_when_enough_of_them(cells_each, judged):
+    """Results from before rounds were recorded compare cells unpaired: one cell a side has a
+    cross-ratio "range" that is a single point, which must not clear (or miss) a threshold."""
+    r = results_of({2: [(1.50, 0.50)] * cells_each, 4: [(1.50, 0.50)] * cells_each})
+    r = replace(r, cells=tuple(replace(c, round=0) for c in r.cells))  # 0: not recorded
+    v = article_verdict(r)
+    rps = v.levels[0].claim_targets[0]
+    assert rps.comparison.method == "unpaired"
+    if judged:
+        assert rps.standing is Standing.CLEARS and v.outcome is Outcome.HOLDS
+    else:
+        assert rps.standing is Standing.STRADDLES and v.outcome is Outcome.UNDECIDED

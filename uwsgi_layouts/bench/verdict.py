@@ -23,7 +23,7 @@ import enum
 from dataclasses import dataclass
 
 from uwsgi_layouts.bench.analysis import Group, compare_groups, group_cells, rule_of
-from uwsgi_layouts.bench.paired import Comparison, percent
+from uwsgi_layouts.bench.paired import UNPAIRED_MIN, Comparison, percent
 from uwsgi_layouts.bench.results import Results
 
 ARTICLE = "article"  # the scenario whose request is the article's
@@ -234,7 +234,9 @@ class ClaimAtLevel:
         out = []
         for figure, threshold, at_most in (("rps", TARGET_RPS_RATIO, False), ("p99", TARGET_P99_RATIO, True)):
             c = self.rps if figure == "rps" else self.p99
-            judged = c.method != "too few rounds"
+            # An interval with a level behind it: a paired t interval, or unpaired cells enough for their
+            # cross-ratio range to decide (fewer: that range can be a single point, which clears nothing).
+            judged = c.method == "t" or (c.method == "unpaired" and c.rounds >= UNPAIRED_MIN)
             standing = standing_of(c.low, c.high, threshold, at_most) if judged else Standing.STRADDLES
             out.append(TargetJudgement(self.concurrency, figure, threshold, at_most, c.ratio, c.low,
                                        c.high if judged else float("inf"), standing, True, c))

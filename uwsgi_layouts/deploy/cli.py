@@ -514,7 +514,8 @@ def cmd_run(args) -> int:
     try:
         with Stack(layout, lock=lock) as stack:
             warn(layout)
-            stats = f"uWSGI stats: {layout.stats_address}" if layout.has_stats else f"{server.label}, no stats server"
+            stats = (f"uWSGI stats: {', '.join(m.layout.stats_address for m in stack.members)}" if layout.has_stats
+                     else f"{server.label}, no stats server")
             print(f"serving {layout.name} on {layout.url}  ({stats}; logs: {run_dir / 'logs'})  Ctrl-C to stop",
                   flush=True)
             for cgroup in stack.cgroups.values():

@@ -782,7 +782,11 @@ def resolve_args(args) -> tuple[list[str], list[str], subj.Subject]:
                            "the experiments across hosts run the demo app with its own requests" if hosts else
                            "the demo app's experiments send their own requests: give --app for yours")
     for spec in layouts:
-        parse_variant(spec.partition("@")[0] if hosts else spec, run_dir="/tmp/x", **subject.layout_options)
+        parsed = parse_variant(spec.partition("@")[0] if hosts else spec, run_dir="/tmp/x", **subject.layout_options)
+        if parsed.replicas > 1:
+            # The experiments watch one uWSGI (its stats server, its workers): each replica is a stack of its own.
+            raise BadArgument(f"layouts: {spec} has {parsed.replicas} replicas; faults runs one app server: "
+                              "measure a replica alone (drop replicas=)")
     allowed = HOST_EXPERIMENTS if hosts else EXPERIMENTS
     unknown = sorted(set(only) - set(allowed))
     if unknown:

@@ -63,6 +63,9 @@ def chain_reload(run_dir: Path, timeout: float = 120.0, progress=None,
         raise LayoutError("hosts", f"{layout.name} runs on {len(layout.hosts)} app hosts: chain-reload each host's "
                                    "uWSGI on that host, one host at a time (write 'c' to its master FIFO, "
                                    "hosts/ADDR/control/master.fifo)")
+    if layout.replicas > 1:
+        raise LayoutError("replicas", f"{layout.name} runs {layout.replicas} replicas: chain-reload each one's uWSGI "
+                                      "in turn (write 'c' to replicas/N/control/master.fifo)")
     fifo = run_dir / "control" / "master.fifo"
     stats = layout.stats_address
     try:
