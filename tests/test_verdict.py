@@ -158,7 +158,7 @@ def test_the_headline_is_short_and_names_the_layout():
     rec = recommend(r, "article")
     text = " ".join(" ".join(lines).split())
     assert rec is not None and f"Run here: {rec.layout}" in text
-    assert "How sure: 95% intervals, paired over 3 rounds" in text
+    assert "How sure: 95% confidence for all looks together, paired over 3 rounds" in text
     assert "other processes used up to 2% of the CPU" in text and "load average 0.4 at the start" in text
     assert "results/run/report.txt" in text
     assert all(len(x) <= 100 for x in lines)

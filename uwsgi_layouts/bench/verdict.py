@@ -342,9 +342,11 @@ def article_verdict(results: Results, scenario: str = ARTICLE) -> Verdict:
 
 
 def confidence_words(v: Verdict) -> str:
-    """``95% intervals, paired over 3 and 5 rounds``."""
+    """``95% confidence for all looks together, paired over 3 and 5 rounds``: the level is the
+    run's, split over the looks at the rounds (Bonferroni), so each interval is wider than 95%."""
     if any(t.comparison is not None and not t.comparison.paired for t in v.targets):
         return f"conservative unpaired intervals (the cells record no rounds), {percent(v.confidence)} otherwise"
     counts = [str(n) for n in v.rounds]
     rounds = counts[0] if len(counts) == 1 else ", ".join(counts[:-1]) + " and " + counts[-1]
-    return f"{percent(v.confidence)} intervals, paired over {rounds} rounds" if counts else percent(v.confidence)
+    return (f"{percent(v.confidence)} confidence for all looks together, paired over {rounds} rounds" if counts
+            else percent(v.confidence))
