@@ -4,7 +4,8 @@ with the layout's ``uwsgi_bin``: internal routing (the route-if-not lines answer
 packet 403), SSL (uwsgi over mutual TLS between nginx and an app host), the stats server,
 map-socket and threads (2 workers x 2 threads all serving; test_stack.py, run with
 UL_TEST_UWSGI_BIN, checks that each worker serves only its socket), the master FIFO's chain
-reload under load, harakiri. Each build is skipped with one line until ``make uwsgi-builds`` has made it.
+reload under load, harakiri. A build ``make uwsgi-builds`` has not made yet is made here first
+(scripts/build-uwsgi.sh, about 40 s each on 2 cores; one xdist worker at a time), never skipped.
 
 The rest of the integration suite runs against a build with UL_TEST_UWSGI_BIN=/path/to/bin/uwsgi
 (tests/conftest.py's make_layout gives every uWSGI layout that uwsgi_bin), e.g.
@@ -13,6 +14,9 @@ The rest of the integration suite runs against a build with UL_TEST_UWSGI_BIN=/p
 
 from __future__ import annotations
 
+import fcntl
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -26,27 +30,49 @@ from uwsgi_layouts.deploy.machine.python import check_pyuwsgi_virtualenv, defaul
 from uwsgi_layouts.deploy.model import LayoutError
 from uwsgi_layouts.deploy.run import http_get, netns
 
-BUILDS = Path(__file__).resolve().parents[2] / "build" / "uwsgi"
+ROOT = Path(__file__).resolve().parents[2]
+BUILDS = ROOT / "build" / "uwsgi"
 PROFILES = ("static", "pyuwsgi")
 
 
 def integration(test):
-    return pytest.mark.integration(pytest.mark.timeout(180)(test))
+    # 600 s: the first test of a build may wait for it to be made (scripts/build-uwsgi.sh)
+    return pytest.mark.integration(pytest.mark.timeout(600)(test))
 
 
-@pytest.fixture(params=PROFILES)
+def pyuwsgi_fits(binary: Path) -> bool:
+    """A pyuwsgi build runs the app in its own venv, which must see this checkout's project venv."""
+    interpreter = script_interpreter(binary)
+    if interpreter is None:
+        return True
+    try:
+        check_pyuwsgi_virtualenv(binary, interpreter.parent.parent, default_virtualenv())
+    except LayoutError:
+        return False
+    return True
+
+
+def made(profile: str) -> Path:
+    """build/uwsgi/PROFILE/bin/uwsgi, made by scripts/build-uwsgi.sh when absent (or, for pyuwsgi,
+    made for another checkout's venv); a lock keeps the xdist workers from building it twice."""
+    binary = BUILDS / profile / "bin" / "uwsgi"
+    BUILDS.mkdir(parents=True, exist_ok=True)
+    with open(BUILDS / f".{profile}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if binary.is_file() and (profile != "pyuwsgi" or pyuwsgi_fits(binary)):
+            return binary
+        shutil.rmtree(BUILDS / profile, ignore_errors=True)
+        proc = subprocess.run(["bash", str(ROOT / "scripts" / "build-uwsgi.sh"), profile], cwd=ROOT,
+                              capture_output=True, text=True, timeout=900)
+        if proc.returncode or not binary.is_file():
+            pytest.fail(f"scripts/build-uwsgi.sh {profile} failed: {(proc.stdout + proc.stderr)[-3000:]}",
+                        pytrace=False)
+    return binary
+
+
+@pytest.fixture(scope="session", params=PROFILES)
 def build(request) -> str:
-    binary = BUILDS / request.param / "bin" / "uwsgi"
-    if not binary.is_file():
-        pytest.skip(f"no {request.param} build: make uwsgi-builds (scripts/build-uwsgi.sh {request.param})")
-    if request.param == "pyuwsgi" and script_interpreter(binary) is not None:
-        venv = script_interpreter(binary).parent.parent
-        try:  # the lab's app runs in this interpreter's venv: the build must import its packages
-            check_pyuwsgi_virtualenv(binary, venv, default_virtualenv())
-        except LayoutError as exc:
-            pytest.skip(f"the pyuwsgi build was made for another project venv ({exc}): rebuild it here with "
-                        "scripts/build-uwsgi.sh pyuwsgi")
-    return str(binary)
+    return str(made(request.param))
 
 
 @pytest.fixture
@@ -112,9 +138,8 @@ def test_build_serves_uwsgi_over_mutual_tls(run_dirs, free_ports, build):
             assert status == 200
 
 
-def test_a_pyuwsgi_build_refuses_an_app_virtualenv_it_does_not_run(make_layout, build, tmp_path):
-    if not build.endswith("pyuwsgi/bin/uwsgi"):
-        pytest.skip("only pyuwsgi ignores uWSGI's virtualenv option")
+def test_a_pyuwsgi_build_refuses_an_app_virtualenv_it_does_not_run(make_layout, tmp_path):
+    build = str(made("pyuwsgi"))  # only pyuwsgi ignores uWSGI's virtualenv option
     other = tmp_path / "venv"
     (other / "bin").mkdir(parents=True)
     (other / "pyvenv.cfg").write_text("home = /usr/bin\nversion = 3.11.2\n")
