@@ -197,3 +197,17 @@ def dataset_facts(index) -> dict:
     """What a report says about the data set: sizes, where, on which filesystem."""
     return {**index.params(), "total_bytes": index.total_bytes, "root": str(index.root),
             "fs_type": ds.fs_type(index.root), "block_device": ds.disk_read_bytes(index.files_dir) is not None}
+
+
+EXIT_BAD_INPUT = 2
+
+
+def tool_main(build_parser, run, argv: list[str] | None = None) -> int:
+    """A tool's entry point: parse ``argv`` (default: the command line), run, and a BadArgument
+    becomes its one line on stderr and exit 2."""
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        return run(args)
+    except BadArgument as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT

@@ -23,13 +23,12 @@ loads no more than it uses (about 30 MB; the kinds' plotting libraries would add
 from __future__ import annotations
 
 import signal
-import sys
 import threading
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from uwsgi_layouts.bench.observe import parse_timed_line
-from uwsgi_layouts.bench.options import BadArgument, float_arg, int_arg, stats_arg
+from uwsgi_layouts.bench.options import BadArgument, float_arg, int_arg, stats_arg, tool_main
 from uwsgi_layouts.bench.watch import (
     LogWatch,
     MetricsServer,
@@ -55,7 +54,6 @@ MAX_SLOTS = 100_000
 # Upper bounds in seconds: fine where web requests end, coarse in the tail (the p99 is read to a bucket's width).
 DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0,
                    3.0, 5.0, 10.0, 30.0)
-EXIT_BAD_INPUT = 2
 HELP = ("export a running service's figures to Prometheus, continuously (uWSGI's stats server: pile-up, busy "
         "threads; any server: accept queues, busy ratio; nginx's log: latency histograms)")
 # What a timed line looks like: the bundle's log_format (deploy's site.conf.j2).
@@ -189,9 +187,4 @@ def run(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        return run(args)
-    except BadArgument as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    return tool_main(build_parser, run, argv)

@@ -11,17 +11,15 @@ growing, every thread busy, a 5xx share, and p99 over the target given here (``b
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from uwsgi_layouts.bench.options import BadArgument, float_arg, prepare_out
+from uwsgi_layouts.bench.options import float_arg, prepare_out, tool_main
 from uwsgi_layouts.bench.watch import dashboard_json, rules_yaml
 from uwsgi_layouts.deploy.cli import PROG, OneLineParser
 
 RULES_NAME = "uwsgi-layouts-watch.rules.yml"
 DASHBOARD_NAME = "uwsgi-layouts-watch.dashboard.json"
 MAX_P99_MS = 600_000.0
-EXIT_BAD_INPUT = 2
 HELP = "write Prometheus alert rules and a Grafana dashboard over watch's metrics (p99 target given here)"
 
 
@@ -47,9 +45,4 @@ def run(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        return run(args)
-    except BadArgument as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    return tool_main(build_parser, run, argv)

@@ -165,7 +165,28 @@ def kernel_listeners(names: list[str]) -> dict[str, Listener]:
     return out
 
 
-class SocketWatch:
+class Poller:
+    """A daemon thread running ``_run`` until ``stop`` (which waits up to 5 s for it): what the
+    socket and log watches share. ``_run`` loops until ``self._stop`` is set."""
+
+    def _init_thread(self, name: str) -> None:
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=name)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+
+class SocketWatch(Poller):
     """Listening sockets' accept queues, polled ``hz`` times a second for the window's highest.
     ``names()``: the sockets to read now (given ones, and the stats server's as uWSGI names them).
     A socket that stops or starts listening (a server restarting) is said once per change."""
@@ -177,17 +198,7 @@ class SocketWatch:
         self.tell = tell
         self._seen: dict[str, deque[tuple[float, int]]] = {}
         self._listening: dict[str, bool] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="watch-sockets")
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
+        self._init_thread("watch-sockets")
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -273,7 +284,7 @@ class LatencyHistograms:
         return out
 
 
-class LogWatch:
+class LogWatch(Poller):
     """nginx's access log from its end, read every ``LOG_POLL_S``: latency histograms, lines that
     were or were not in a timed format, and the upstream time of the window (Little's law: the
     mean requests held by the servers). A line not in a timed format is said once."""
@@ -288,17 +299,10 @@ class LogWatch:
         self.started = time.monotonic()
         self._busy: deque[tuple[float, float]] = deque()  # (when read, upstream seconds of the lines read then)
         self._said_untimed = False
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="watch-log")
-
-    def start(self) -> None:
-        self._thread.start()
+        self._init_thread("watch-log")
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
+        super().stop()
         self.tail.close()
 
     def _run(self) -> None:
