@@ -27,6 +27,7 @@ def module_name(path: Path) -> str:
 
 MODULES = {module_name(p): p for package in ("bench", "deploy") for p in sorted((PACKAGE_DIR / package).rglob("*.py"))}
 MODULES["console"] = PACKAGE_DIR / "console.py"
+MODULES["files"] = PACKAGE_DIR / "files.py"  # the one atomic writer, under every room
 
 
 def resolve(name: str) -> str | None:
@@ -287,3 +288,8 @@ def test_the_fresh_imports_catch_a_module_that_needs_another_imported_first(tmp_
 def test_the_peer_launcher_imports_nothing_of_ours():
     """It runs in the app's own interpreter, which has none of our packages."""
     assert not GRAPH["deploy.run.peer_launch"]
+
+
+def test_the_atomic_writer_is_under_every_room():
+    """deploy's rooms and bench's layers all write through ``files``: it imports none of them."""
+    assert GRAPH["files"] == set()

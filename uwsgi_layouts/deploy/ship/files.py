@@ -121,11 +121,6 @@ def bundle_record(bundle: Bundle) -> dict:
 
 # --- checks on the rendered files --------------------------------------------------------------
 
-# Directives of the main and events contexts: a site included inside http {} must hold none.
-MAIN_CONTEXT = {"http", "events", "user", "worker_processes", "pid", "error_log", "include", "stream", "mail",
-                "load_module", "worker_rlimit_nofile", "daemon", "master_process"}
-
-
 def unit_directives(text: str) -> list[tuple[str, str, str]]:
     """(section, key, value) of a systemd unit file, in order."""
     out, section = [], ""

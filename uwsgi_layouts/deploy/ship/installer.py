@@ -40,9 +40,7 @@ import json
 import os
 import pwd
 import re
-import shutil
 import subprocess
-import tempfile
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,6 +51,7 @@ from uwsgi_layouts.deploy.machine import (
     blocked_at,
     check_dirs_not_writable,
     code_dirs_of,
+    find_nginx,
     linked_python,
     preflight,
     run_user_ids,
@@ -92,6 +91,7 @@ from uwsgi_layouts.deploy.ship.services import (
     systemctl,
     systemd_running,
 )
+from uwsgi_layouts.files import write_atomic
 
 # Where packages put their units: a bundle must not shadow one (NAME=nginx would).
 PACKAGE_UNIT_DIRS = ("/lib/systemd/system", "/usr/lib/systemd/system", "/run/systemd/system")
@@ -201,7 +201,7 @@ def unit_of(name: str, slot: str) -> str:
 
 
 def nginx_binary() -> str:
-    found = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    found = find_nginx()
     if not found:
         raise LayoutError("nginx", "nginx is not installed: apt-get install nginx")
     return found
@@ -464,7 +464,7 @@ class Journal:
     def rollback(self) -> list[str]:
         undone = []
         for path, data, mode, uid, gid in reversed(self.replaced):
-            write_atomic(path, data, mode, uid, gid)
+            install_file(path, data, mode, uid, gid)
             undone.append(f"restored {path}")
         for path in reversed(self.created):
             if path.is_symlink() or path.is_file():
@@ -479,20 +479,9 @@ class Journal:
         return undone
 
 
-def write_atomic(path: Path, data: bytes, mode: int, uid: int, gid: int) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.install-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if os.geteuid() == 0:
-            os.chown(tmp, uid, gid)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def install_file(path: Path, data: bytes, mode: int, uid: int, gid: int) -> None:
+    """Installed files are durable (fsynced before the rename) and owned as the step says."""
+    write_atomic(path, data, mode=mode, owner=(uid, gid) if os.geteuid() == 0 else None, durable=True)
 
 
 def apply(steps: list[Step], journal: Journal) -> None:
@@ -520,7 +509,7 @@ def apply(steps: list[Step], journal: Journal) -> None:
                                          st.st_gid))
             else:
                 journal.created.append(step.target)
-            write_atomic(step.target, step.text.encode(), step.mode, 0, _gid(step.group) if os.geteuid() == 0 else 0)
+            install_file(step.target, step.text.encode(), step.mode, 0, _gid(step.group) if os.geteuid() == 0 else 0)
 
 
 def nginx_test(root: Path) -> tuple[bool, str, list[str]]:
