@@ -160,6 +160,14 @@ def test_bisections_are_capped():
     assert len(steps) - 1 - first_miss == 1
 
 
+def test_rungs_down_the_ladder_are_not_bisections():
+    """A first rate above the capacity: down the ladder to a rate that meets it, then bisections
+    (one here), as the validation's searches start at 0.8 x count x the plan's rate."""
+    replica = ModelReplica(3.5)
+    steps = search_capacity(replica.offer, start=5.33, target_p99_ms=2500, resolution=0.01, bisections=1)
+    assert [s.rate for s in steps] == [5.33, 3.55, 4.44]
+
+
 def plan_data(tmp_path: Path) -> dict:
     steps = [RateStep(rate=r, verdict=v, p99_ms=p, cpu_share=c, busy_ratio=b, requests_logged=n, kept_up=k,
                       step_s=t, throttled_share=0.1)

@@ -336,17 +336,24 @@ def search_capacity(offer: Callable[[float], RateStep], start: float, target_p99
                     bisections: int = MAX_BISECTIONS, max_steps: int = MAX_STEPS) -> list[RateStep]:
     """Offer rates from ``start`` (``offer(rate)`` runs one step) as ``next_rate`` says; every
     step, in the order run. ``best_rate`` of them is the capacity, to within ``resolution`` when
-    the search ended on it (bisections spent after the first miss count against ``bisections``)."""
+    the search ended on it (or on ``bisections`` rates between one met and one missed)."""
     if not start >= MIN_RATE:
         raise ValueError(f"start: must be >= {MIN_RATE} req/s, got {start!r}")
     steps: list[RateStep] = []
     rate: float | None = start
+    done = 0
     while rate is not None and len(steps) < max_steps:
+        done += is_bisection(steps, rate, target_p99_ms)
         steps.append(offer(rate))
-        first_miss = next((i for i, s in enumerate(steps) if not s.meets(target_p99_ms)), None)
-        done = 0 if first_miss is None else len(steps) - 1 - first_miss
         rate = next_rate(steps, target_p99_ms, factor, resolution, bisections - done)
     return steps
+
+
+def is_bisection(tried: list[RateStep], rate: float, target_p99_ms: float) -> bool:
+    """Whether ``rate`` lies between a rate that met the target and one that did not (a rung down
+    the ladder after a first miss is not a bisection)."""
+    return (any(s.meets(target_p99_ms) and s.rate < rate for s in tried)
+            and any(not s.meets(target_p99_ms) and s.rate > rate for s in tried))
 
 
 def resolved(steps: list[RateStep], target_p99_ms: float) -> float | None:

@@ -359,12 +359,14 @@ def warm_up(load: Load) -> float:
 # --------------------------------------------------------------------------- the search and the check
 
 
-def search(a: PlanArgs, lab: Lab, raw: Path, on_step=print, replicas: int = 1,
-           start: float | None = None) -> tuple[list[RateStep], float | None]:
+def search(a: PlanArgs, lab: Lab, raw: Path, on_step=print, replicas: int = 1, start: float | None = None,
+           validating: bool = False) -> tuple[list[RateStep], float | None]:
     """``replicas`` replicas (one for the plan) searched for their capacity (``search_capacity``:
     up the ladder, then bisected to ``a.resolution``); (the steps, their PSS after them in MB).
-    The busy-thread ratio is sampled with one replica only (one stats server)."""
-    name, prefix = (dir_name(a.layout), "step") if replicas == 1 else (f"capacity-{replicas}", f"capacity-{replicas}x")
+    The busy-thread ratio is sampled with one replica only (one stats server). ``validating``:
+    a count of the validation, whose raw files are named apart from the plan's own steps."""
+    name, prefix = ((f"capacity-{replicas}", f"capacity-{replicas}x") if validating else
+                    (dir_name(a.layout), "step"))
     with lab.stack(a.layout, name=name, replicas=str(replicas), **a.stack_options) as stack:
         load = prepare_load(stack, a, lab.work_dir)
         reached = warm_up(load)
@@ -398,7 +400,8 @@ def validate(a: PlanArgs, plan: Plan, lab: Lab, raw: Path, host_cpus: int, on_st
     out = []
     for count in range(1, min(VALIDATE_COUNTS, fits) + 1):
         print(f"validate: {count} replica(s) together, their own capacity", flush=True)
-        steps, _ = search(a, lab, raw, on_step, replicas=count, start=round(0.8 * count * plan.per_replica_rate, 2))
+        steps, _ = search(a, lab, raw, on_step, replicas=count, start=round(0.8 * count * plan.per_replica_rate, 2),
+                          validating=True)
         out.append(validation_row(count, steps, plan, a.p99_ms))
     return out
 
