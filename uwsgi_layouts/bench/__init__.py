@@ -7,8 +7,8 @@ One pipeline, every experiment kind plugs into it:
      render,      httperf,       JSON format:     conclusions)    from stored JSON only)
      start,       scenarios,     cells, steps
      stop)        file lists)    or faults)
-       observe.py reads a running stack (CPU, memory, per-worker requests and requests in
-       flight, nginx workers, logs)
+       observe/ reads a running stack: processes (CPU, memory, per-worker requests), stats
+       (the stats server over time), sockets (listen queues), nginx (workers, logs), config
        subject.py: the app under test and its traffic (deploy's app options, --request...)
 
     kinds/    compare (closed-loop cells, sweep in closedloop.py), openloop (httperf rate steps),

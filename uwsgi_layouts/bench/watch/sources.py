@@ -34,12 +34,12 @@ from uwsgi_layouts.bench.observe import (
     TimedLine,
     inet_listeners,
     inflight_summary,
-    is_unix_address,
     parse_timed_line,
     same_listener,
     unix_listeners,
 )
 from uwsgi_layouts.bench.results import STATUS_CLASSES as RESULTS_STATUS_CLASSES
+from uwsgi_layouts.deploy.machine import is_unix_address
 
 LOG_POLL_S = 0.5  # how often the access log's new lines are read
 FORMAT_PROBE_BYTES = 64 * 1024  # the end of an existing log, read at start to check its format
