@@ -25,6 +25,8 @@ Order, and what each step may change:
    - the same slot: reload nginx if the site changed; chain-reload uWSGI if the app's code changed
      (its fingerprint in the manifest); nothing at all if nothing changed ("nothing changed").
    A slot that fails to start is stopped and every file put back: the old one never stopped serving.
+   With ``bundle --watch``, the slot's exporter unit (deploy/ship/watch.py) starts once the old
+   slot (and its exporter, bound to it) stopped, or restarts alone when only its unit changed.
 6. The manifest is written: what uninstall removes.
 
 ``--root PREFIX`` installs into a trial root on this machine: the files land under PREFIX, and
@@ -815,8 +817,8 @@ def _start_slot(record: dict, result: InstallResult, progress: Callable[[str], N
 
 
 def start_watch(unit: str, restart: bool) -> str:
-    """daemon-reload, enable and (re)start the exporter's unit; it must stay up (a port in use or
-    an unreadable log would end it at once)."""
+    """daemon-reload, enable and (re)start the exporter's unit (Type=simple: started once it runs;
+    a port in use ends it, and Restart=on-failure tries again)."""
     systemctl("daemon-reload")
     systemctl("enable", unit)
     systemctl("restart" if restart else "start", unit)
