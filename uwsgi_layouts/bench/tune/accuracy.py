@@ -387,19 +387,19 @@ def _ratio(entry: dict | None) -> str:
     return f"{entry['ratio']:.2f} ({low:.2f}–{high:.2f}, {outcome}{target})"
 
 
-def _ref(entry: dict | None) -> str:
+def _ref(entry: dict | None, unit: str = "") -> str:
     if not entry:
         return "none meets"
     low, high = entry["rps_range"]
     share = entry.get("throttled_share")  # under a pod's CPU limit: how often the quota held it back
-    return f"{entry['spec']} {entry['rps']:.1f} ({low:.1f}–{high:.1f})" + (
+    return f"{entry['spec']} {entry['rps']:.1f} ({low:.1f}–{high:.1f}){unit}" + (
         f", throttled {share:.0%}" if share is not None else "")
 
 
 def summary_lines(mix: str, d: dict) -> list[str]:
     mine = d["tune_choice_in_grid"]
     return [f"{mix}: tune chose {d['tune_choice']} in {d['tune_s'] / 60:.1f} min ({d['time_share']:.0%} of the grid's "
-            f"{d['grid_s'] / 60:.1f} min); in the grid {_ref(mine) if mine else 'n/a'} req/s; against the grid's "
+            f"{d['grid_s'] / 60:.1f} min); in the grid {_ref(mine, ' req/s') if mine else 'n/a'}; against the grid's "
             f"best {_ref(d['best'])}: {_ratio(d['best'])}; best holding {d.get('concurrency', 'N')} requests "
             f"{_ref(d['best_holding_n'])}: {_ratio(d['best_holding_n'])}; fastest {_ref(d['fastest'])}: "
             f"{_ratio(d['fastest'])}"]
