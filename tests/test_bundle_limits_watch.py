@@ -16,7 +16,7 @@ from tests.bundles import systemd_analyze_verify
 from uwsgi_layouts.deploy.machine import PACKAGE_DIR
 from uwsgi_layouts.deploy.model import LayoutError
 from uwsgi_layouts.deploy.ship import build_bundle, unit_directives, write_bundle
-from uwsgi_layouts.deploy.ship.installer import check_limits, slot_files
+from uwsgi_layouts.deploy.ship.installer import InstallResult, Step, _service_plan, check_limits, slot_files
 
 SERVER = {"app": "shop:app", "app_dir": "/srv/shop", "virtualenv": "/srv/shop/venv", "user": "shop",
           "server_names": ["shop.example.com"]}
@@ -120,3 +120,18 @@ def test_install_refuses_limits_beyond_the_server():
         check_limits({"cpus": 9999.0, "memory": None})
     with pytest.raises(LayoutError, match=r"memory: 16777216 MB is more than this server's \d+ MB"):
         check_limits({"cpus": None, "memory": 16 * 1024 * 1024})
+
+
+def test_the_dry_run_says_when_the_exporter_starts(tmp_path):
+    """install --dry-run's plan (``_service_plan``): a new slot's exporter after the old slot stops,
+    a changed exporter unit alone restarts it."""
+    record = {"name": "shop", "stop_grace": 30, "watch": {"program": PROGRAM, "listen": "127.0.0.1:9717"}}
+    unit = Step("file", tmp_path / "shop@green-watch.service", "update", bundle_kind="watch")
+    upgrade = InstallResult(name="shop", root=tmp_path, steps=[], slot="green", previous_slot="blue")
+    lines = _service_plan(record, upgrade)
+    assert lines[-2].startswith("stop shop@blue.service gracefully")
+    assert lines[-1] == "enable and start shop@green-watch.service (the exporter)"
+    same = InstallResult(name="shop", root=tmp_path, steps=[unit], slot="green", previous_slot="green")
+    assert _service_plan(record, same) == ["restart shop@green-watch.service (the exporter's unit changed)"]
+    without = {k: v for k, v in record.items() if k != "watch"}
+    assert not any("watch" in line for line in _service_plan(without, upgrade))
