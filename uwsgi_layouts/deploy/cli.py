@@ -300,6 +300,11 @@ def add_bundle_parsers(sub) -> None:
     bundle.add_argument("--uwsgi-tls-name", help=f"the name the hosts' certificates carry (default {DEFAULT_TLS_NAME})")
     bundle.add_argument("--max-fails", help="with --hosts: failures before nginx leaves a socket out (default T+1)")
     bundle.add_argument("--fail-timeout", help="with --hosts: seconds a failed socket stays out (default 10)")
+    bundle.add_argument("--watch", metavar="PROGRAM",
+                        help="also ship an exporter unit per slot running `PROGRAM watch` as the app's user "
+                             "(PROGRAM: uwsgi-layouts on the server, an absolute path; docs/watch.md)")
+    bundle.add_argument("--watch-listen", metavar="HOST:PORT",
+                        help="with --watch: the exporter's loopback address (default 127.0.0.1:9717)")
     add_risk_options(bundle, "system-static")
     add_container_options(bundle)
     install_p = sub.add_parser("install", help="install a bundle: copy, enable, nginx -t (undone if it fails), "
@@ -325,7 +330,8 @@ def add_bundle_parsers(sub) -> None:
 CONTAINER_OPTIONS = ("image", "base_image", "nginx_base_image", "python", "cpus", "memory", "replicas", "max_replicas",
                      "cpu_target", "probe_port")
 SERVER_ONLY_OPTIONS = ("server_name", "any_host", "tls_cert", "tls_key", "acme_webroot", "tls_listen", "user", "group",
-                       "nginx_group", "uwsgi", "writable", "hosts", "uwsgi_tls_dir", "uwsgi_tls_name", "base_port")
+                       "nginx_group", "uwsgi", "writable", "hosts", "uwsgi_tls_dir", "uwsgi_tls_name", "base_port",
+                       "watch", "watch_listen")
 
 
 def add_container_options(bundle: argparse.ArgumentParser) -> None:
@@ -384,7 +390,7 @@ def cmd_bundle(args) -> int:
         uwsgi=args.uwsgi, writable=args.writable, transport=args.transport, base_port=args.base_port,
         backlog=args.backlog, harakiri=args.harakiri, retries=args.retries, connect_timeout=args.connect_timeout,
         hosts=args.hosts, uwsgi_tls_dir=args.uwsgi_tls_dir, uwsgi_tls_name=args.uwsgi_tls_name,
-        max_fails=args.max_fails, fail_timeout=args.fail_timeout,
+        max_fails=args.max_fails, fail_timeout=args.fail_timeout, watch=args.watch, watch_listen=args.watch_listen,
     )
     # A site answers its own names only, unless told otherwise by an option named for the risk.
     if bool(args.server_name) == args.any_host:
