@@ -221,6 +221,12 @@ class FakeRunner:
         self.blocks: list[tuple[str, int, tuple[int, ...], tuple[str, ...]]] = []
         self.durations: list[float] = []
 
+    def run_pair(self, specs, repeat, levels, scenarios, on_cell=None, durations=None):
+        """Two blocks' worth of time and cells, in a paired block's order (level by level)."""
+        cells = [c for spec in specs for c in self.run_block(spec, repeat, levels, scenarios,
+                                                              durations=(durations or {}).get(spec))]
+        return sorted(cells, key=lambda c: (c.scenario, c.concurrency))  # stable: the specs' order per level
+
     def run_block(self, spec, repeat, levels, scenarios, on_cell=None, durations=None):
         self.blocks.append((spec, repeat, tuple(levels), tuple(scenarios)))
         durations = durations or {lv: self.plan.duration for lv in levels}
@@ -264,9 +270,9 @@ def test_settled_at_the_planned_rounds_adds_nothing():
 
 
 def test_undecided_key_comparisons_get_rounds_of_their_layouts_at_their_levels_only():
-    # mapped and shared within a few percent of each other at 2 connections: undecided, not equivalent
-    # (the claim plainly missed there); at 4 mapped clears the claim by far, even at 3 rounds
-    model = {("2x4-shared", 2): (10, 300), ("2x4-shared", 4): (12, 500), ("2x4-mapped", 2): (10.2, 290),
+    # at 2 connections mapped sits on the claim's thresholds (1.25x throughput, 0.70x p99): both
+    # straddle; at 4 mapped clears the claim by far, even at 3 rounds
+    model = {("2x4-shared", 2): (10, 300), ("2x4-shared", 4): (12, 500), ("2x4-mapped", 2): (12.5, 210),
              ("2x4-mapped", 4): (24, 200), ("2x4-thunder", 2): (6, 600), ("2x4-thunder", 4): (6, 700)}
     plan, clock = plan_of(), FakeClock()
     runner = FakeRunner(model, clock, plan, noise=0.05)
@@ -286,11 +292,11 @@ def test_undecided_key_comparisons_get_rounds_of_their_layouts_at_their_levels_o
     assert clock.t <= plan.budget_min * 60 - 10 or state["stop"] != "the budget ended"
     assert state["stop"] in ("every key comparison settled", "the budget ended",
                              f"the fixed maximum of {results.arguments['max_rounds']} rounds")
-    # every extra round's blocks ran interleaved, shared and mapped in the plan's order
+    # every extra round ran the pair as one paired block, shared first in odd rounds, mapped in even ones
     by_round = {}
     for spec, rnd, *_ in extra:
         by_round.setdefault(rnd, []).append(spec)
-    assert all(specs == ["2x4-shared", "2x4-mapped"] for specs in by_round.values())
+    assert all(specs == ["2x4-shared", "2x4-mapped"][::1 if rnd % 2 else -1] for rnd, specs in by_round.items())
     # the report says how many rounds each took, and which stayed undecided
     text = " ".join(" ".join(terminal_lines(results)).split())
     assert "Measured until decided within 5 min:" in text and f"stopped: {state['stop']}" in text

@@ -21,6 +21,7 @@ from uwsgi_layouts.bench.verdict import (
     Verdict,
     article_verdict,
     combine,
+    combine_levels,
     standing_of,
 )
 
@@ -68,10 +69,39 @@ def test_the_claim_combines_its_targets():
     c, m, s = Standing.CLEARS, Standing.MISSES, Standing.STRADDLES
     assert combine([c, c, c, c]) is Outcome.HOLDS
     assert combine([m, m, m, m]) is Outcome.DOES_NOT_HOLD
-    assert combine([c, m]) is Outcome.PARTLY and combine([c, m, s]) is Outcome.PARTLY
-    assert combine([m, s]) is Outcome.DOES_NOT_HOLD  # a missed target is decided, whatever the other does
+    # at one level the claim is a conjunction: one missed target decides it, whatever the other does
+    assert combine([c, m]) is Outcome.DOES_NOT_HOLD and combine([c, m, s]) is Outcome.DOES_NOT_HOLD
+    assert combine([m, s]) is Outcome.DOES_NOT_HOLD and combine([s, m]) is Outcome.DOES_NOT_HOLD
     assert combine([c, s]) is Outcome.UNDECIDED and combine([s]) is Outcome.UNDECIDED
     assert combine([]) is Outcome.CANNOT_BE_CHECKED
+
+
+def test_the_claim_combines_its_levels():
+    h, n, u = Outcome.HOLDS, Outcome.DOES_NOT_HOLD, Outcome.UNDECIDED
+    assert combine_levels([h, h]) is Outcome.HOLDS and combine_levels([n, n]) is Outcome.DOES_NOT_HOLD
+    assert combine_levels([h, n]) is Outcome.PARTLY and combine_levels([n, h]) is Outcome.PARTLY
+    # made for P and 2P: not holding at one decides it, even while the other is undecided
+    assert combine_levels([n, u]) is Outcome.DOES_NOT_HOLD and combine_levels([u, n]) is Outcome.DOES_NOT_HOLD
+    assert combine_levels([h, u]) is Outcome.UNDECIDED and combine_levels([u, u]) is Outcome.UNDECIDED
+    assert combine_levels([]) is Outcome.CANNOT_BE_CHECKED
+
+
+def test_one_missed_target_decides_a_level_while_the_other_straddles():
+    """Throughput plainly below 1.25x (its interval wholly under it), the p99 straddling 0.70x:
+    the claim does not hold at that level, and the level gets no more rounds; the direction
+    (mapped against 1) is undecided there, which changes nothing."""
+    r = results_of({2: [(1.00, 0.62), (1.06, 0.80), (1.02, 0.70), (1.05, 0.78), (1.01, 0.66)],
+                    4: [(1.50, 0.50), (1.52, 0.52), (1.49, 0.51), (1.51, 0.50), (1.50, 0.52)]})
+    v = article_verdict(r)
+    at_p, at_2p = v.levels
+    rps, p99 = at_p.claim_targets
+    assert rps.standing is Standing.MISSES and p99.standing is Standing.STRADDLES
+    assert at_p.pair.rps.outcome == "undecided" and at_p.outcome is Outcome.DOES_NOT_HOLD and at_p.decided
+    assert at_2p.outcome is Outcome.HOLDS and v.outcome is Outcome.PARTLY
+    keys = {k.level: k for k in key_comparisons(r) if k.kind == "verdict"}
+    assert keys[2].settled and keys[4].settled
+    head = " ".join(" ".join(headline_lines(r, "x")).split())
+    assert "P: does not hold: throughput" in head and "holds in part here" in head
 
 
 def test_direction_undecided_but_the_claim_plainly_missed():
@@ -141,7 +171,8 @@ def test_the_rendered_verdict_agrees_with_its_target_table(name):
     for level, said in sentences.items():
         standings = [Standing(r[4]) for r in claim_rows if int(r[0]) == level]
         assert combine(standings).value == said
-    overall = combine(Standing(r[4]) for r in claim_rows).value
+    overall = combine_levels(combine(Standing(r[4]) for r in claim_rows if int(r[0]) == level)
+                             for level in sorted({int(r[0]) for r in claim_rows})).value
     assert f"): {overall} here." in " ".join(" ".join(lines).split())
     # the Markdown report and the headline render the same judgement
     md = " ".join(" ".join(markdown_lines(results, [])).split())

@@ -68,7 +68,7 @@ from uwsgi_layouts.deploy.ship import make_certs
 # holds one of both levels or two of P alone) bring it towards the 1,000 that put 10 above the
 # pooled p99 the verdict quotes.
 DEFAULT_DURATION = 2
-DEFAULT_KEY_DURATION = 10
+DEFAULT_KEY_DURATION = 4
 DEFAULT_WARMUP = 1
 DEFAULT_REPEATS = 3
 AUTO_BUDGET_MIN = 5.0  # --budget auto: at least this, or the planned rounds' estimate + AUTO_EXTENSION_S
@@ -325,7 +325,8 @@ def run(args) -> int:
             runner, environment = ReplayRunner(stored), stored.environment | {"replayed_from": str(args.replay)}
             if plan.budget_min is not None:
                 until = Until(None, lambda: 0.0, max_rounds=stored.arguments.get("max_rounds") or plan.repeats,
-                              stored_rounds=frozenset(c.round for c in stored.cells))
+                              stored_rounds=frozenset(c.round for c in stored.cells),
+                              final_share=stored.arguments.get("final_share") or 0.0)
         else:
             runner = LiveRunner(lab, out / "raw", scenarios, plan.duration, plan.warmup, plan.timeout,
                                 layout_options=plan.options, inflight_hz=plan.inflight_hz)

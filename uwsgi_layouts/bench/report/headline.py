@@ -11,7 +11,7 @@ with ``--full``).
 
 from __future__ import annotations
 
-from uwsgi_layouts.bench.analysis import machine_cautions, rule_of, warnings
+from uwsgi_layouts.bench.analysis import MIN_SLOWER_REQUESTS, machine_cautions, requests_for_p99, rule_of, warnings
 from uwsgi_layouts.bench.decisions import Recommendation, recommend
 from uwsgi_layouts.bench.paired import percent
 from uwsgi_layouts.bench.report import nginx
@@ -56,13 +56,21 @@ def _levels(levels) -> str:
 
 
 def run_here(rec: Recommendation) -> str:
-    """``Run here: 2x4-mapped (first at 4 and 8 connections, of 2, 4 and 8; throughput vs the
-    runner-up: 1.05x (0.98–1.12) undecided vs 2x4-thunder at 4, ...).``"""
-    text = f"Run here: {rec.layout} (first at {_levels(rec.best_at)} connections, of {_levels(rec.levels)}"
-    if rec.against:
-        text += "; throughput vs the runner-up: " + ", ".join(
-            f"{c.text()} {c.outcome} vs {other} at {lv}" for lv, other, c in rec.against)
-    return text + ")."
+    """``Run here: 2x4-mapped: not beaten beyond noise at any of 2, 4 and 8 connections; over them
+    1.07x (0.98–1.17) the throughput of 2x4-gunicorn@keepalive=off (beaten at 2): within noise.``"""
+    levels = _levels(rec.levels)
+    if not rec.beaten_at:
+        text = f"Run here: {rec.layout}: not beaten beyond noise at any of {levels} connections"
+    else:
+        text = (f"Run here: {rec.layout}: beaten beyond noise at {_levels(rec.beaten_at)} of {levels} connections, "
+                f"the fewest of any layout")
+    if rec.overall is not None:
+        c = rec.overall
+        beaten = f" (beaten at {_levels(rec.runner_up_beaten_at)})" if rec.runner_up_beaten_at else ""
+        verdict = {"better": "more beyond noise", "equivalent": f"equivalent within ±{c.margin:.0%}"}.get(
+            c.outcome, "within noise")
+        text += f"; over them {c.text()} the throughput of {rec.runner_up}{beaten}: {verdict}"
+    return text + "."
 
 
 def changed(v: Verdict) -> str:
@@ -89,14 +97,30 @@ def short_level(v: Verdict, lv: LevelJudgement) -> str:
     return f"{name}: {lv.outcome.value}: " + "; ".join(parts)
 
 
+def tails(v: Verdict) -> str:
+    """Whether the verdict's cells pooled enough requests to quote their p99 (at least
+    MIN_SLOWER_REQUESTS above it), and if not, what the verdict's p99 ratios rest on instead."""
+    groups = [g for lv in v.levels for g in (lv.pair.mapped, lv.pair.shared)]
+    if not groups:
+        return ""
+    thin = [g for g in groups if not g.p99_quotable]
+    pooled = sorted(g.requests for g in groups)
+    spread = f"{pooled[0]:,}" if pooled[0] == pooled[-1] else f"{pooled[0]:,}-{pooled[-1]:,}"
+    if not thin:
+        return (f"Tails: the verdict's {len(groups)} cells pooled {spread} requests each, at least "
+                f"{MIN_SLOWER_REQUESTS} above every p99.")
+    return (f"Tails: {len(thin)} of the verdict's {len(groups)} cells pooled too few requests to quote their p99 "
+            f"({spread}; {requests_for_p99():,} put {MIN_SLOWER_REQUESTS} above it): the p99 ratios pair each "
+            f"round's own p99, and the report marks those pooled p99s n/q.")
+
+
 def how_sure(results: Results, v: Verdict | None) -> str:
     """The confidence level, the rounds and what measuring until decided did."""
     rule = rule_of(results)
     text = f"How sure: {confidence_words(v)}" if v is not None and v.levels else \
         f"How sure: {percent(rule.confidence)} intervals"
-    text += ", every decision at that level"
     if rule.last > rule.first:
-        text += f" ({rule.t_looks} looks, each at {percent(1 - rule.look_alpha)})"
+        text += f" ({rule.looks_words()})"
     state = results.arguments.get("until_decided") or {}
     added = [r["round"] for r in state.get("rounds", [])]
     if state:
@@ -145,6 +169,8 @@ def headline_lines(results: Results, where: str | None = None) -> list[str]:
             out += wrap(short_level(v, lv), indent="  - ", subsequent="    ")
         if v.missing:
             out += wrap(f"Not checked: {v.missing}.", indent="  ", subsequent="  ")
+        if v.levels:
+            out += wrap(tails(v))
     out += wrap(how_sure(results, v))
     out += wrap(machine(results))
     count = len(warnings(results))
