@@ -230,3 +230,18 @@ def test_unpaired_cells_judge_the_claim_only_when_enough_of_them(cells_each, jud
         assert rps.standing is Standing.CLEARS and v.outcome is Outcome.HOLDS
     else:
         assert rps.standing is Standing.STRADDLES and v.outcome is Outcome.UNDECIDED
+
+
+def test_a_decided_levels_thin_tails_wait_for_the_undecided_level():
+    """P decided (throughput plainly short) but its cells too short to quote a p99; 2P straddling:
+    the next round measures 2P only, so that the undecided level gets every round the budget holds."""
+    thin = {2: [(1.00, 0.80), (1.04, 0.82), (1.02, 0.81)], 4: [(1.20, 0.60), (1.30, 0.62), (1.24, 0.58)]}
+    r = results_of(thin)
+    r = replace(r, cells=tuple(replace(c, histogram=((int(c.latency_ms.p99 * 1000), 40),), requests=40)
+                               if c.concurrency == 2 else c for c in r.cells))
+    keys = {k.level: k for k in key_comparisons(r) if k.kind == "verdict"}
+    assert keys[2].settled and keys[2].thin and not keys[4].settled
+    assert next_blocks(list(keys.values())) == {"2x4-mapped": {"article": [4]}, "2x4-shared": {"article": [4]}}
+    # once 2P is decided too, the rounds go to the thin tails
+    settled = [replace(k, settled=True) for k in keys.values()]
+    assert next_blocks(settled) == {"2x4-mapped": {"article": [2]}, "2x4-shared": {"article": [2]}}

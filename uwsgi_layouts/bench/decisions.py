@@ -24,8 +24,8 @@ class KeyComparison:
     and p99), the best layout at a level against the runner-up (throughput), and with peers each
     peer's best variant against its next (throughput) and the best uWSGI layout against the best
     peer at 2P (the targets, throughput and p99). ``settled``:
-    decided or equivalent (no more rounds needed), and for the verdict's pairs each target of the
-    claim cleared or missed (``bench.verdict``: none straddles its threshold); ``thin``: a p99 of
+    decided or equivalent (no more rounds needed); for the verdict's pairs, the claim at that level
+    decided (``bench.verdict``: both targets cleared, or one missed); ``thin``: a p99 of
     either group rests on fewer than MIN_SLOWER_REQUESTS requests above it (more rounds would let it
     be quoted); ``quotes_tails``: the verdict quotes this pair's p99s, so a thin one needs rounds as
     much as an undecided comparison does."""
@@ -96,11 +96,13 @@ def key_comparisons(results: Results) -> list[KeyComparison]:
 
 
 def next_blocks(keys: list[KeyComparison]) -> dict[str, dict[str, list[int]]]:
-    """What the next added round measures: the verdict's pairs first while any is unsettled or
-    thin (they are what a run exists to answer, and a budget rarely holds a round of everything),
-    then every other unsettled key comparison, then the thin tails of the rest."""
+    """What the next added round measures: the verdict's undecided levels first (they are what a
+    run exists to answer, and a budget rarely holds a round of everything; a decided level's thin
+    tails would halve the rounds the undecided one gets), then the verdict's thin tails, then
+    every other unsettled key comparison, then the thin tails of the rest."""
     verdict = [k for k in keys if k.kind == "verdict"]
-    return extension_blocks(verdict) or extension_blocks(keys) or extension_blocks(keys, thin_too=True)
+    return (extension_blocks([k for k in verdict if not k.settled]) or extension_blocks(verdict)
+            or extension_blocks(keys) or extension_blocks(keys, thin_too=True))
 
 
 def extension_blocks(keys: list[KeyComparison], thin_too: bool = False) -> dict[str, dict[str, list[int]]]:
@@ -143,8 +145,8 @@ class Recommendation:
 
 
 def recommend(results: Results, scenario: str) -> Recommendation | None:
-    """The layout to run for ``scenario`` (None when nothing was measured for it)."""
-    groups = group_cells(results, scenario)
+    """The layout to run for ``scenario`` (None when nothing was measured or served for it)."""
+    groups = [g for g in group_cells(results, scenario) if g.requests]  # a layout that served nothing is no answer
     if not groups:
         return None
     levels = tuple(sorted({g.concurrency for g in groups}))

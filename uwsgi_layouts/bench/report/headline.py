@@ -64,7 +64,7 @@ def run_here(rec: Recommendation) -> str:
     else:
         text = (f"Run here: {rec.layout}: beaten beyond noise at {_levels(rec.beaten_at)} of {levels} connections, "
                 f"the fewest of any layout")
-    if rec.overall is not None:
+    if rec.overall is not None and rec.overall.rounds:
         c = rec.overall
         beaten = f" (beaten at {_levels(rec.runner_up_beaten_at)})" if rec.runner_up_beaten_at else ""
         verdict = {"better": "more beyond noise", "equivalent": f"equivalent within ±{c.margin:.0%}"}.get(
