@@ -245,3 +245,22 @@ def test_a_decided_levels_thin_tails_wait_for_the_undecided_level():
     # once 2P is decided too, the rounds go to the thin tails
     settled = [replace(k, settled=True) for k in keys.values()]
     assert next_blocks(settled) == {"2x4-mapped": {"article": [2]}, "2x4-shared": {"article": [2]}}
+
+
+def test_the_headline_stays_short_with_thin_tails_and_every_line_in_use():
+    """The longest ordinary answer: both levels straddling after rounds added until decided (the
+    final look's share in the how-sure line) and the verdict's tails too thin to quote."""
+    noisy = [(1.12, 0.74), (1.28, 0.66), (1.19, 0.71), (1.24, 0.69), (1.15, 0.76), (1.22, 0.68), (1.18, 0.72),
+             (1.26, 0.70)]
+    r = results_of({2: noisy, 4: noisy[::-1]})
+    r = replace(r, cells=tuple(replace(c, histogram=((int(c.latency_ms.p99 * 1000), 50),), requests=50)
+                               for c in r.cells),
+                arguments={**r.arguments, "max_rounds": 9, "final_share": 0.75, "final_round": 8,
+                           "until_decided": {"rounds": [{"round": n, "layouts": {}} for n in range(4, 9)],
+                                             "settled_at": {}, "stop": "the budget ended"}})
+    lines = headline_lines(r, "results/20260101-120000-compare")
+    text = " ".join(" ".join(lines).split())
+    assert len(lines[2:]) <= 15, "\n".join(lines)
+    assert "Tails: pooled p99 not quotable in 4 of 4 verdict cells (400 requests, 1,000 needed)." in text
+    assert "(looks at 3-9 rounds: interim 99.8%, final 96.2%)" in text and "straddles 1.25x" in text
+    assert all(len(x) <= 100 for x in lines)

@@ -138,11 +138,10 @@ class Rule:
         return 0.0 if rounds < MIN_ROUNDS else 1 - self.alpha_at(rounds)
 
     def looks_words(self) -> str:
-        """``3 looks, each at 98.3%``; spending: ``looks at 3 to 12 rounds, each at 99.9% until the
-        final one at 96.3%``."""
+        """``3 looks, each at 98.3%``; spending: ``looks at 3-12 rounds: interim 99.9%, final 96.2%``."""
         if self.spends:
-            return (f"looks at {self.first} to at most {self.last} rounds, each at {percent(1 - self.look_alpha)} "
-                    f"until the final one at {percent(1 - self.final_alpha)}")
+            return (f"looks at {self.first}-{self.last} rounds: interim {percent(1 - self.look_alpha)}, "
+                    f"final {percent(1 - self.final_alpha)}")
         return f"{self.t_looks} looks, each at {percent(1 - self.look_alpha)}"
 
     def words(self) -> str:

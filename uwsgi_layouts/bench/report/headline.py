@@ -1,12 +1,12 @@
 """The headline of a compare run: the last screen of ``make compare`` and the top of report.md.
 
 At most about 15 lines, each answering one question: which layout to run here and why
-(``decisions.recommend``), what one socket per worker changed at P and 2P (the verdict's paired
-ratios with their intervals), whether the article's claim holds (``bench.verdict``: per level and
-per target), how sure (the run's confidence level and rounds), how busy the machine was (its
-environment record) and where the full report is. It renders what the analysis decided; the
-tables, decisions and warnings it summarises are in report.txt and report.md (or on the terminal
-with ``--full``).
+(``decisions.recommend``), what one socket per worker changed at P and 2P and whether the
+article's claim holds (``bench.verdict``: per level and per target, each with its paired ratio
+and interval), whether the verdict's pooled p99s can be quoted, how sure (the run's confidence
+level and rounds), how busy the machine was (its environment record) and where the full report
+is. It renders what the analysis decided; the tables, decisions and warnings it summarises are
+in report.txt and report.md (or on the terminal with ``--full``).
 """
 
 from __future__ import annotations
@@ -73,20 +73,13 @@ def run_here(rec: Recommendation) -> str:
     return text + "."
 
 
-def changed(v: Verdict) -> str:
-    """``One socket per worker (2x4-mapped vs 2x4-shared): at 2 (P) throughput 1.03x (1.00–1.07),
-    p99 0.86x (0.79–0.93); at 4 (2P) ...``."""
-    parts = []
-    for lv in v.levels:
-        name = v.level_name(lv.concurrency)
-        parts.append(f"at {lv.concurrency}{f' ({name})' if name else ''} throughput {lv.pair.rps.text()}, "
-                     f"p99 {lv.pair.p99.text()}")
-    return f"One socket per worker ({v.mapped} vs {v.shared}): " + "; ".join(parts) + "."
-
-
 def short_claim(v: Verdict) -> str:
-    """``The article's claim (>= 1.25x throughput, <= 0.7x p99 at P and 2P): does not hold here.``"""
-    return (f"The article's claim (>= {TARGET_RPS_RATIO:g}x throughput, <= {TARGET_P99_RATIO:g}x p99 at P and 2P): "
+    """``One socket per worker (2x4-mapped vs 2x4-shared) against the article's claim (>= 1.25x
+    throughput, <= 0.7x p99 at P and 2P): does not hold here.``: what it changed at each level,
+    with its intervals, is in the level lines that follow."""
+    pair = f"One socket per worker ({v.mapped} vs {v.shared}) against the article's claim" if v.mapped else \
+        "The article's claim"
+    return (f"{pair} (>= {TARGET_RPS_RATIO:g}x throughput, <= {TARGET_P99_RATIO:g}x p99 at P and 2P): "
             f"{v.outcome.value}" + (" here" if v.levels else "") + ".")
 
 
@@ -99,7 +92,8 @@ def short_level(v: Verdict, lv: LevelJudgement) -> str:
 
 def tails(v: Verdict) -> str:
     """Whether the verdict's cells pooled enough requests to quote their p99 (at least
-    MIN_SLOWER_REQUESTS above it), and if not, what the verdict's p99 ratios rest on instead."""
+    MIN_SLOWER_REQUESTS above it): one line. The p99 targets are judged either way, from each
+    round's own p99, paired (docs/compare.md, "Quoting a p99")."""
     groups = [g for lv in v.levels for g in (lv.pair.mapped, lv.pair.shared)]
     if not groups:
         return ""
@@ -107,11 +101,9 @@ def tails(v: Verdict) -> str:
     pooled = sorted(g.requests for g in groups)
     spread = f"{pooled[0]:,}" if pooled[0] == pooled[-1] else f"{pooled[0]:,}-{pooled[-1]:,}"
     if not thin:
-        return (f"Tails: the verdict's {len(groups)} cells pooled {spread} requests each, at least "
-                f"{MIN_SLOWER_REQUESTS} above every p99.")
-    return (f"Tails: {len(thin)} of the verdict's {len(groups)} cells pooled too few requests to quote their p99 "
-            f"({spread}; {requests_for_p99():,} put {MIN_SLOWER_REQUESTS} above it): the p99 ratios pair each "
-            f"round's own p99, and the report marks those pooled p99s n/q.")
+        return f"Tails: every verdict cell's pooled p99 quotable ({spread} requests, {MIN_SLOWER_REQUESTS}+ above it)."
+    return (f"Tails: pooled p99 not quotable in {len(thin)} of {len(groups)} verdict cells ({spread} requests, "
+            f"{requests_for_p99():,} needed).")
 
 
 def how_sure(results: Results, v: Verdict | None) -> str:
@@ -161,8 +153,6 @@ def headline_lines(results: Results, where: str | None = None) -> list[str]:
     if rec is not None:
         out += wrap(run_here(rec))
     v = article_verdict(results) if demo_claim else None
-    if v is not None and v.levels:
-        out += wrap(changed(v))
     if v is not None:
         out += wrap(short_claim(v))
         for lv in v.levels:
