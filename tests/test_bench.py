@@ -238,7 +238,7 @@ def test_compare_replay_writes_results_and_report(tmp_path, capsys):
     assert replayed.environment["replayed_from"].endswith("results-small.json")
     shown = capsys.readouterr().out
     # the headline, not the tables: those are in report.txt (or on the terminal with --full)
-    assert "== the answer ==" in shown and "The article's claim" in shown and "Run here: " in shown
+    assert "== the answer ==" in shown and "the article's claim (>= 1.25x" in shown and "Run here: " in shown
     assert "best at 2 connections" not in shown and "best at 2 connections" in (out / "report.txt").read_text()
 
 

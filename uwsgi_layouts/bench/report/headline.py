@@ -77,8 +77,8 @@ def short_claim(v: Verdict) -> str:
     """``One socket per worker (2x4-mapped vs 2x4-shared) against the article's claim (>= 1.25x
     throughput, <= 0.7x p99 at P and 2P): does not hold here.``: what it changed at each level,
     with its intervals, is in the level lines that follow."""
-    pair = f"One socket per worker ({v.mapped} vs {v.shared}) against the article's claim" if v.mapped else \
-        "The article's claim"
+    pair = f"One socket per worker ({v.mapped} vs {v.shared}) against the article's claim" if v.levels else \
+        "The article's claim"  # neither layout measured at P or 2P: nothing changed to speak of
     return (f"{pair} (>= {TARGET_RPS_RATIO:g}x throughput, <= {TARGET_P99_RATIO:g}x p99 at P and 2P): "
             f"{v.outcome.value}" + (" here" if v.levels else "") + ".")
 
