@@ -65,7 +65,7 @@ from uwsgi_layouts.deploy.ship import make_certs
 # 1-s warm-ups: every context cell 2 s, the verdict's cells (PxT-mapped and PxT-shared at P and
 # 2P, run as one paired block) 4 s: about 3.5 minutes on 2 cores. --budget auto (make compare's
 # default) is 5.7 minutes in all, so that the rounds added until decided (the verdict's pair
-# first, about 24 s a round) bring the verdict's pair to about 8 rounds: its noise is from round
+# first, about 24 s a round) bring the verdict's pair to 7 or 8 rounds: its noise is from round
 # to round (a cell of 2 s varied about as much as one of 10 s in the runs of docs/measured.md),
 # so more, shorter rounds narrow its interval more than longer cells would.
 DEFAULT_DURATION = 2
