@@ -21,6 +21,7 @@ from uwsgi_layouts.bench.verdict import (
     Verdict,
     article_verdict,
     combine,
+    combine_levels,
     standing_of,
 )
 
@@ -68,10 +69,39 @@ def test_the_claim_combines_its_targets():
     c, m, s = Standing.CLEARS, Standing.MISSES, Standing.STRADDLES
     assert combine([c, c, c, c]) is Outcome.HOLDS
     assert combine([m, m, m, m]) is Outcome.DOES_NOT_HOLD
-    assert combine([c, m]) is Outcome.PARTLY and combine([c, m, s]) is Outcome.PARTLY
-    assert combine([m, s]) is Outcome.DOES_NOT_HOLD  # a missed target is decided, whatever the other does
+    # at one level the claim is a conjunction: one missed target decides it, whatever the other does
+    assert combine([c, m]) is Outcome.DOES_NOT_HOLD and combine([c, m, s]) is Outcome.DOES_NOT_HOLD
+    assert combine([m, s]) is Outcome.DOES_NOT_HOLD and combine([s, m]) is Outcome.DOES_NOT_HOLD
     assert combine([c, s]) is Outcome.UNDECIDED and combine([s]) is Outcome.UNDECIDED
     assert combine([]) is Outcome.CANNOT_BE_CHECKED
+
+
+def test_the_claim_combines_its_levels():
+    h, n, u = Outcome.HOLDS, Outcome.DOES_NOT_HOLD, Outcome.UNDECIDED
+    assert combine_levels([h, h]) is Outcome.HOLDS and combine_levels([n, n]) is Outcome.DOES_NOT_HOLD
+    assert combine_levels([h, n]) is Outcome.PARTLY and combine_levels([n, h]) is Outcome.PARTLY
+    # made for P and 2P: not holding at one decides it, even while the other is undecided
+    assert combine_levels([n, u]) is Outcome.DOES_NOT_HOLD and combine_levels([u, n]) is Outcome.DOES_NOT_HOLD
+    assert combine_levels([h, u]) is Outcome.UNDECIDED and combine_levels([u, u]) is Outcome.UNDECIDED
+    assert combine_levels([]) is Outcome.CANNOT_BE_CHECKED
+
+
+def test_one_missed_target_decides_a_level_while_the_other_straddles():
+    """Throughput plainly below 1.25x (its interval wholly under it), the p99 straddling 0.70x:
+    the claim does not hold at that level, and the level gets no more rounds; the direction
+    (mapped against 1) is undecided there, which changes nothing."""
+    r = results_of({2: [(1.00, 0.62), (1.06, 0.80), (1.02, 0.70), (1.05, 0.78), (1.01, 0.66)],
+                    4: [(1.50, 0.50), (1.52, 0.52), (1.49, 0.51), (1.51, 0.50), (1.50, 0.52)]})
+    v = article_verdict(r)
+    at_p, at_2p = v.levels
+    rps, p99 = at_p.claim_targets
+    assert rps.standing is Standing.MISSES and p99.standing is Standing.STRADDLES
+    assert at_p.pair.rps.outcome == "undecided" and at_p.outcome is Outcome.DOES_NOT_HOLD and at_p.decided
+    assert at_2p.outcome is Outcome.HOLDS and v.outcome is Outcome.PARTLY
+    keys = {k.level: k for k in key_comparisons(r) if k.kind == "verdict"}
+    assert keys[2].settled and keys[4].settled
+    head = " ".join(" ".join(headline_lines(r, "x")).split())
+    assert "P: does not hold: throughput" in head and "holds in part here" in head
 
 
 def test_direction_undecided_but_the_claim_plainly_missed():
@@ -141,7 +171,8 @@ def test_the_rendered_verdict_agrees_with_its_target_table(name):
     for level, said in sentences.items():
         standings = [Standing(r[4]) for r in claim_rows if int(r[0]) == level]
         assert combine(standings).value == said
-    overall = combine(Standing(r[4]) for r in claim_rows).value
+    overall = combine_levels(combine(Standing(r[4]) for r in claim_rows if int(r[0]) == level)
+                             for level in sorted({int(r[0]) for r in claim_rows})).value
     assert f"): {overall} here." in " ".join(" ".join(lines).split())
     # the Markdown report and the headline render the same judgement
     md = " ".join(" ".join(markdown_lines(results, [])).split())
@@ -199,3 +230,37 @@ def test_unpaired_cells_judge_the_claim_only_when_enough_of_them(cells_each, jud
         assert rps.standing is Standing.CLEARS and v.outcome is Outcome.HOLDS
     else:
         assert rps.standing is Standing.STRADDLES and v.outcome is Outcome.UNDECIDED
+
+
+def test_a_decided_levels_thin_tails_wait_for_the_undecided_level():
+    """P decided (throughput plainly short) but its cells too short to quote a p99; 2P straddling:
+    the next round measures 2P only, so that the undecided level gets every round the budget holds."""
+    thin = {2: [(1.00, 0.80), (1.04, 0.82), (1.02, 0.81)], 4: [(1.20, 0.60), (1.30, 0.62), (1.24, 0.58)]}
+    r = results_of(thin)
+    r = replace(r, cells=tuple(replace(c, histogram=((int(c.latency_ms.p99 * 1000), 40),), requests=40)
+                               if c.concurrency == 2 else c for c in r.cells))
+    keys = {k.level: k for k in key_comparisons(r) if k.kind == "verdict"}
+    assert keys[2].settled and keys[2].thin and not keys[4].settled
+    assert next_blocks(list(keys.values())) == {"2x4-mapped": {"article": [4]}, "2x4-shared": {"article": [4]}}
+    # once 2P is decided too, the rounds go to the thin tails
+    settled = [replace(k, settled=True) for k in keys.values()]
+    assert next_blocks(settled) == {"2x4-mapped": {"article": [2]}, "2x4-shared": {"article": [2]}}
+
+
+def test_the_headline_stays_short_with_thin_tails_and_every_line_in_use():
+    """The longest ordinary answer: both levels straddling after rounds added until decided (the
+    final look's share in the how-sure line) and the verdict's tails too thin to quote."""
+    noisy = [(1.12, 0.74), (1.28, 0.66), (1.19, 0.71), (1.24, 0.69), (1.15, 0.76), (1.22, 0.68), (1.18, 0.72),
+             (1.26, 0.70)]
+    r = results_of({2: noisy, 4: noisy[::-1]})
+    r = replace(r, cells=tuple(replace(c, histogram=((int(c.latency_ms.p99 * 1000), 50),), requests=50)
+                               for c in r.cells),
+                arguments={**r.arguments, "max_rounds": 9, "final_share": 0.75, "final_round": 8,
+                           "until_decided": {"rounds": [{"round": n, "layouts": {}} for n in range(4, 9)],
+                                             "settled_at": {}, "stop": "the budget ended"}})
+    lines = headline_lines(r, "results/20260101-120000-compare")
+    text = " ".join(" ".join(lines).split())
+    assert len(lines[2:]) <= 15, "\n".join(lines)
+    assert "Tails: pooled p99 not quotable in 4 of 4 verdict cells (400 requests, 1,000 needed)." in text
+    assert "(looks at 3-9 rounds: interim 99.8%, final 96.2%)" in text and "straddles 1.25x" in text
+    assert all(len(x) <= 100 for x in lines)

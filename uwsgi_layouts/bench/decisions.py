@@ -2,16 +2,18 @@
 each is settled (``bench.kinds.closedloop``'s rounds added until decided).
 
 A pair is settled when more rounds would not change what the report says about it: for the
-article verdict's pairs (``bench.verdict``), the direction decided or equivalent and every target
-of the claim cleared or missed; for the others, the paired comparison decided or equivalent.
+article verdict's pairs (``bench.verdict``), the claim at that level decided (both targets
+cleared, or one missed); for the others, the paired comparison decided or equivalent.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass
 
-from uwsgi_layouts.bench.analysis import Group, alternatives, best_and_runner_up, group_cells
-from uwsgi_layouts.bench.paired import Comparison
+from uwsgi_layouts.bench.analysis import Group, alternatives, best_and_runner_up, compare_groups, group_cells, rule_of
+from uwsgi_layouts.bench.paired import Comparison, compare_rounds
 from uwsgi_layouts.bench.results import Results
 from uwsgi_layouts.bench.verdict import article_verdict
 
@@ -22,8 +24,8 @@ class KeyComparison:
     and p99), the best layout at a level against the runner-up (throughput), and with peers each
     peer's best variant against its next (throughput) and the best uWSGI layout against the best
     peer at 2P (the targets, throughput and p99). ``settled``:
-    decided or equivalent (no more rounds needed), and for the verdict's pairs each target of the
-    claim cleared or missed (``bench.verdict``: none straddles its threshold); ``thin``: a p99 of
+    decided or equivalent (no more rounds needed); for the verdict's pairs, the claim at that level
+    decided (``bench.verdict``: both targets cleared, or one missed); ``thin``: a p99 of
     either group rests on fewer than MIN_SLOWER_REQUESTS requests above it (more rounds would let it
     be quoted); ``quotes_tails``: the verdict quotes this pair's p99s, so a thin one needs rounds as
     much as an undecided comparison does."""
@@ -63,8 +65,10 @@ def key_comparisons(results: Results) -> list[KeyComparison]:
     if demo and "article" in results.scenarios:
         for judged in article_verdict(results).levels:
             lv = judged.pair
+            # Settled when the claim at this level is decided (holds, or a target is missed): the
+            # direction against 1 is the decisions' question and spends no rounds of the verdict's.
             out.append(KeyComparison("verdict", "article", lv.concurrency, (lv.mapped, lv.shared), (lv.rps, lv.p99),
-                                     lv.settled and not judged.straddles, quotes_tails=True))
+                                     judged.decided, quotes_tails=True))
             seen.add(("article", lv.concurrency, frozenset((lv.mapped.layout, lv.shared.layout))))
     for sc in results.scenarios:
         for level, b in best_and_runner_up(group_cells(results, sc)).items():
@@ -92,11 +96,13 @@ def key_comparisons(results: Results) -> list[KeyComparison]:
 
 
 def next_blocks(keys: list[KeyComparison]) -> dict[str, dict[str, list[int]]]:
-    """What the next added round measures: the verdict's pairs first while any is unsettled or
-    thin (they are what a run exists to answer, and a budget rarely holds a round of everything),
-    then every other unsettled key comparison, then the thin tails of the rest."""
+    """What the next added round measures: the verdict's undecided levels first (they are what a
+    run exists to answer, and a budget rarely holds a round of everything; a decided level's thin
+    tails would halve the rounds the undecided one gets), then the verdict's thin tails, then
+    every other unsettled key comparison, then the thin tails of the rest."""
     verdict = [k for k in keys if k.kind == "verdict"]
-    return extension_blocks(verdict) or extension_blocks(keys) or extension_blocks(keys, thin_too=True)
+    return (extension_blocks([k for k in verdict if not k.settled]) or extension_blocks(verdict)
+            or extension_blocks(keys) or extension_blocks(keys, thin_too=True))
 
 
 def extension_blocks(keys: list[KeyComparison], thin_too: bool = False) -> dict[str, dict[str, list[int]]]:
@@ -116,30 +122,67 @@ def extension_blocks(keys: list[KeyComparison], thin_too: bool = False) -> dict[
 
 @dataclass(frozen=True)
 class Recommendation:
-    """The layout to run here, for one scenario: the one ranked first (``analysis.ranked_at_level``)
-    at the most levels (a tie: the one first at the higher level), with its comparison against the
-    runner-up at each level where it is first."""
+    """The one layout to run here, for one scenario, over every level measured (one answer, one
+    reason, whatever the level): the layout beaten beyond noise (another had more throughput,
+    paired by round) at the fewest levels; among those, the most throughput over the levels (per
+    round, the geometric mean of its throughput at each level). ``runner_up``: the next layout
+    by the same order; ``overall``: the two's paired comparison of those per-round means, which
+    says whether the order between them is decided or within noise."""
 
     scenario: str
     layout: str
-    best_at: tuple[int, ...]  # the levels where it ranked first
     levels: tuple[int, ...]  # every level measured
-    against: tuple[tuple[int, str, Comparison], ...]  # (level, runner-up, throughput best / runner-up)
+    beaten_at: tuple[int, ...]  # the levels where another layout had more throughput beyond noise
+    runner_up: str = ""
+    runner_up_beaten_at: tuple[int, ...] = ()
+    overall: Comparison | None = None  # throughput over the levels, layout / runner_up
 
     def __post_init__(self):
-        if not self.best_at or any(lv not in self.levels for lv in self.best_at):
-            raise ValueError("best_at: the recommended layout must rank first at some measured level")
+        if any(lv not in self.levels for lv in self.beaten_at):
+            raise ValueError("beaten_at: must be measured levels")
+        if self.overall is not None and not self.runner_up:
+            raise ValueError("overall: a comparison needs the runner-up it was made with")
 
 
 def recommend(results: Results, scenario: str) -> Recommendation | None:
-    """The layout to run for ``scenario`` (None when nothing was measured for it)."""
-    ranked = best_and_runner_up(group_cells(results, scenario))
-    if not ranked:
+    """The layout to run for ``scenario`` (None when nothing was measured or served for it)."""
+    groups = [g for g in group_cells(results, scenario) if g.requests]  # a layout that served nothing is no answer
+    if not groups:
         return None
-    firsts: dict[str, list[int]] = {}
-    for level, b in ranked.items():
-        firsts.setdefault(b.best.layout, []).append(level)
-    layout = max(firsts, key=lambda name: (len(firsts[name]), max(firsts[name])))
-    against = tuple((lv, ranked[lv].runner_up.layout, ranked[lv].rps) for lv in firsts[layout]
-                    if ranked[lv].runner_up is not None)
-    return Recommendation(scenario, layout, tuple(firsts[layout]), tuple(ranked), against)
+    levels = tuple(sorted({g.concurrency for g in groups}))
+    by_layout: dict[str, dict[int, Group]] = {}
+    for g in groups:
+        by_layout.setdefault(g.layout, {})[g.concurrency] = g
+    most = max(len(x) for x in by_layout.values())
+    candidates = {name: x for name, x in by_layout.items() if len(x) == most}  # measured at the most levels
+    beaten = {name: tuple(lv for lv, g in sorted(x.items()) if _beaten(g, by_layout)) for name, x in candidates.items()}
+    scores = {name: _round_means(x) for name, x in candidates.items()}
+    common = set.intersection(*(set(s) for s in scores.values()))
+    order = sorted(candidates, key=lambda name: (len(beaten[name]), -_mean(scores[name], common), name))
+    best = order[0]
+    if len(order) == 1:
+        return Recommendation(scenario, best, levels, beaten[best])
+    runner = order[1]
+    overall = compare_rounds(scores[best], scores[runner], True, "rps", rule_of(results))
+    return Recommendation(scenario, best, levels, beaten[best], runner, beaten[runner], overall)
+
+
+def _beaten(g: Group, by_layout: dict[str, dict[int, Group]]) -> bool:
+    """Another layout at ``g``'s level had more throughput beyond noise."""
+    return any(h is not g and compare_groups(h, g, "rps").outcome == "better"
+               for x in by_layout.values() for h in [x.get(g.concurrency)] if h is not None)
+
+
+def _round_means(at_levels: dict[int, Group]) -> dict[int, float]:
+    """Round -> the geometric mean of the layout's throughput over its levels, for the rounds that
+    measured every level (the rounds added for a few levels only are left out)."""
+    per_level = [g.per_round.get("rps", {}) for g in at_levels.values()]
+    rounds = set.intersection(*(set(x) for x in per_level)) if per_level else set()
+    return {r: math.exp(statistics.fmean(math.log(x[r]) for x in per_level))
+            for r in sorted(rounds) if all(x[r] > 0 for x in per_level)}
+
+
+def _mean(scores: dict[int, float], rounds: set[int]) -> float:
+    """The geometric mean of ``scores`` over ``rounds`` (over all of them when none is shared)."""
+    values = [scores[r] for r in (rounds or scores) if r in scores]
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else 0.0

@@ -35,10 +35,12 @@ The outcome, for A against B, with the equivalence margin m (default 5%, ``--mar
 Looking again (``Rule``). A run that adds rounds until a comparison is decided looks at it after
 every round. Each look could call a difference by chance, so the stopping rule fixes the maximum
 of rounds before the first extra round is measured (``Rule.last``) and splits the 5% error over
-the t looks that maximum allows (Bonferroni: ``Rule.look_alpha``): however many of them are
-taken, the chance that any of them calls a difference (or an equivalence) that is not there stays
-at most 5%. Every comparison of a run is judged by the same rule, so every interval a report
-quotes has the same level (``Rule.level``).
+the t looks that maximum allows (Bonferroni: ``Rule.look_alpha``), equally or keeping most of it
+for the final look (``Rule.final_share``, compare's default: its budget fixes the rounds, so the
+answer at the end matters more than stopping early): however many of them are taken, the chance
+that any of them calls a difference (or an equivalence) that is not there stays at most 5%.
+Every comparison of a run is judged by the same rule: one stated level for the run, 95% over
+all its looks together (``Rule.level`` gives the share one interval carries).
 
 Unpaired (``compare_unpaired``): cells without a round index (results written before rounds were
 recorded) cannot be paired; their ratio interval is the conservative [min A / max B, max A / min B]
@@ -57,6 +59,10 @@ MIN_ROUNDS = 2  # fewer paired rounds decide nothing: one ratio has no spread
 UNPAIRED_MIN = 3  # unpaired cells: fewer on either side decide nothing (their cross-ratio range has no level)
 DEFAULT_MARGIN = 0.05
 CONFIDENCE = 0.95  # every decision of a run, over all its looks (docs/compare.md)
+# A budgeted compare keeps this share of the error for its final look (``Rule.final_share``): its
+# budget fixes how many rounds it measures, so stopping early saves little; 3/4 for the answer at
+# the end and 1/4 over the interim looks still stops a plain answer early.
+FINAL_SHARE = 0.75
 OUTCOMES = ("better", "worse", "equivalent", "undecided")
 
 
@@ -74,19 +80,30 @@ def check_margin(margin: float) -> float:
 
 @dataclass(frozen=True)
 class Rule:
-    """How comparisons are judged: the equivalence ``margin``, the ``confidence`` of one look, and
-    the looks the stopping rule allows: the first at ``first`` rounds (the planned ones), the last
-    at ``last`` rounds (the fixed maximum). ``last`` <= ``first``: a single look."""
+    """How comparisons are judged: the equivalence ``margin``, the run's ``confidence`` over all
+    its looks, and the looks the stopping rule allows: the first at ``first`` rounds (the planned
+    ones), the last at ``last`` rounds (the fixed maximum). ``last`` <= ``first``: a single look.
+
+    How the error is spent over the looks (fixed before the first added round, so that every
+    split is honest by the union bound): with ``final_share`` 0, equally (Bonferroni); with
+    ``final_share`` s > 0, the final look (the one at which the run stopped measuring, ``final``
+    rounds; 0 while it runs) gets the share s of the error and the interim looks share the rest
+    equally. A run whose budget fixes how many rounds it measures loses little by stopping early
+    only when the answer is plain: most of the error is kept for the answer at the end."""
 
     margin: float = DEFAULT_MARGIN
     confidence: float = CONFIDENCE
     first: int = 0
     last: int = 0
+    final_share: float = 0.0
+    final: int = 0
 
     def __post_init__(self):
         check_margin(self.margin)
         if not 0.9 <= self.confidence < 1:
             raise ValueError(f"confidence: must be in [0.9, 1), got {self.confidence!r}")
+        if not 0 <= self.final_share < 1:
+            raise ValueError(f"final_share: must be in [0, 1), got {self.final_share!r}")
 
     @property
     def t_looks(self) -> int:
@@ -96,17 +113,39 @@ class Rule:
         return max(1, sum(1 for n in range(self.first, self.last + 1) if n >= MIN_ROUNDS))
 
     @property
+    def spends(self) -> bool:
+        """The final look keeps its own share of the error (``final_share``)."""
+        return self.final_share > 0 and self.t_looks > 1
+
+    @property
     def look_alpha(self) -> float:
-        """The two-sided error of one t look: 1 - confidence, split over the looks (Bonferroni)."""
-        return (1 - self.confidence) / self.t_looks
+        """The two-sided error of one interim look: 1 - confidence split over the looks (Bonferroni),
+        or, when the final look keeps its share, the rest split over the interim looks."""
+        alpha = 1 - self.confidence
+        return alpha * (1 - self.final_share) / (self.t_looks - 1) if self.spends else alpha / self.t_looks
+
+    @property
+    def final_alpha(self) -> float:
+        """The two-sided error of the final look."""
+        return (1 - self.confidence) * self.final_share if self.spends else self.look_alpha
+
+    def alpha_at(self, rounds: int) -> float:
+        """The error of the look at ``rounds`` rounds: the final one's at (or past) ``final``."""
+        return self.final_alpha if self.spends and self.final and rounds >= self.final else self.look_alpha
 
     def level(self, rounds: int) -> float:
-        """The confidence of one interval at ``rounds`` rounds: the same for every look that can decide."""
-        return 0.0 if rounds < MIN_ROUNDS else 1 - self.look_alpha
+        """The confidence of one interval at ``rounds`` rounds."""
+        return 0.0 if rounds < MIN_ROUNDS else 1 - self.alpha_at(rounds)
+
+    def looks_words(self) -> str:
+        """``3 looks, each at 98.3%``; spending: ``looks at 3-12 rounds: interim 99.9%, final 96.2%``."""
+        if self.spends:
+            return (f"looks at {self.first}-{self.last} rounds: interim {percent(1 - self.look_alpha)}, "
+                    f"final {percent(1 - self.final_alpha)}")
+        return f"{self.t_looks} looks, each at {percent(1 - self.look_alpha)}"
 
     def words(self) -> str:
-        looks = (f"; looks from {self.first} to at most {self.last} rounds, each at "
-                 f"{percent(1 - self.look_alpha)} (Bonferroni over {self.t_looks})" if self.last > self.first else "")
+        looks = f"; {self.looks_words()} (Bonferroni over {self.t_looks})" if self.last > self.first else ""
         return (f"{percent(self.confidence)} confidence, t intervals on the log ratios{looks}; "
                 f"equivalent within ±{percent(self.margin)}")
 
@@ -206,7 +245,7 @@ def judge_ratios(values: list[float], higher_is_better: bool, figure: str = "", 
     if n < MIN_ROUNDS:
         return Comparison(figure, "undecided", point, min(values), max(values), n, "too few rounds", 0.0, rule.margin)
     sigma2 = sum(wi * (x - mean) ** 2 for wi, x in zip(w, logs, strict=True)) / (n - 1)
-    half = t_quantile(rule.look_alpha / 2, n - 1) * math.sqrt(sigma2 / total)
+    half = t_quantile(rule.alpha_at(n) / 2, n - 1) * math.sqrt(sigma2 / total)
     low, high = math.exp(mean - half), math.exp(mean + half)
     return Comparison(figure, outcome_of(low, high, higher_is_better, rule.margin), point, low, high, n, "t",
                       rule.level(n), rule.margin)

@@ -6,9 +6,11 @@ The claim: ``PxT-mapped`` (one socket per worker, nginx least_conn) has at least
 (level, target) is one ``TargetJudgement``: the paired comparison's interval (``bench.paired``, at
 the run's one confidence level) either clears the threshold (the whole interval on the claimed
 side), misses it (the whole interval on the other side) or straddles it (more rounds could still
-tip it). The ``Verdict`` is their combination (``combine``): the claim holds (every target
-cleared), does not hold (none cleared, some missed), holds in part (some cleared, some missed),
-or is undecided (nothing missed, something straddles: it says by how much). The run's own
+tip it). At each level the claim is a conjunction (``combine``): it holds when both targets
+clear, does not hold as soon as one is missed (the other may still straddle), and is undecided
+otherwise (nothing missed, something straddles: it says by how much). The ``Verdict`` combines
+the levels (``combine_levels``): holds (at P and 2P), holds in part (at one, not at the other),
+does not hold (at some level, and holds at none) or undecided. The run's own
 checks (the mapped layout's efficiency, zero errors) are judged alongside but are not the claim.
 
 The verdict line, the headline and the target table all render this one object, so they cannot
@@ -65,15 +67,29 @@ def standing_of(low: float, high: float, threshold: float, at_most: bool) -> Sta
 
 
 def combine(standings) -> Outcome:
-    """The claim over several targets: holds when every one cleared, holds in part when some cleared
-    and some missed, does not hold when some missed and none cleared, else undecided."""
+    """The claim at one level, a conjunction of its targets: it does not hold as soon as one
+    target is missed (whatever the others do: the claim needs both), it holds when every target
+    cleared, else it is undecided (nothing missed, something straddles)."""
     s = set(standings)
     if not s:
         return Outcome.CANNOT_BE_CHECKED
-    if s == {Standing.CLEARS}:
-        return Outcome.HOLDS
     if Standing.MISSES in s:
-        return Outcome.PARTLY if Standing.CLEARS in s else Outcome.DOES_NOT_HOLD
+        return Outcome.DOES_NOT_HOLD
+    return Outcome.HOLDS if s == {Standing.CLEARS} else Outcome.UNDECIDED
+
+
+def combine_levels(outcomes) -> Outcome:
+    """The claim over its levels (P and 2P): it holds when it holds at every level, holds in part
+    when it holds at some and does not hold at others, does not hold when it does not hold at some
+    level and holds at none (an undecided level cannot rescue a claim made for every level), else
+    it is undecided."""
+    s = set(outcomes)
+    if not s:
+        return Outcome.CANNOT_BE_CHECKED
+    if s == {Outcome.HOLDS}:
+        return Outcome.HOLDS
+    if Outcome.DOES_NOT_HOLD in s:
+        return Outcome.PARTLY if Outcome.HOLDS in s else Outcome.DOES_NOT_HOLD
     return Outcome.UNDECIDED
 
 
@@ -273,6 +289,12 @@ class LevelJudgement:
         """Some target of the claim straddles its threshold: more rounds could decide it."""
         return any(t.standing is Standing.STRADDLES for t in self.claim_targets)
 
+    @property
+    def decided(self) -> bool:
+        """The claim at this level holds or does not hold: more rounds would not change the
+        verdict (a straddling target beside a missed one cannot rescue the level)."""
+        return self.outcome in (Outcome.HOLDS, Outcome.DOES_NOT_HOLD)
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -301,7 +323,7 @@ class Verdict:
         measured holds only in part (half a check is not a reproduction)."""
         if not self.levels:
             return Outcome.CANNOT_BE_CHECKED
-        out = combine(t.standing for lv in self.levels for t in lv.claim_targets)
+        out = combine_levels(lv.outcome for lv in self.levels)
         return Outcome.PARTLY if self.missing and out is Outcome.HOLDS else out
 
     @property

@@ -109,7 +109,10 @@ def rule_of(results: Results) -> Rule:
     margin = a.get("margin", DEFAULT_MARGIN)
     repeats = a.get("repeats") if isinstance(a.get("repeats"), int) else 0
     last = a.get("max_rounds") if isinstance(a.get("max_rounds"), int) else 0
-    return Rule(margin=margin, first=repeats, last=last)
+    # A run written before the final look kept a share of its own split the error equally.
+    share = a.get("final_share") if isinstance(a.get("final_share"), (int, float)) else 0.0
+    final = a.get("final_round") if isinstance(a.get("final_round"), int) else 0
+    return Rule(margin=margin, first=repeats, last=last, final_share=share, final=final)
 
 
 def group_cells(results: Results, scenario: str | None = None) -> list[Group]:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import resource
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Protocol
@@ -59,6 +59,7 @@ from uwsgi_layouts.bench.observe import (
     spread_extra,
     stack_memory,
 )
+from uwsgi_layouts.bench.paired import FINAL_SHARE
 from uwsgi_layouts.bench.results import Cell, Results, utc_now
 from uwsgi_layouts.bench.stack import Lab, dir_name
 from uwsgi_layouts.deploy.machine import usable_cpus
@@ -93,8 +94,19 @@ class Plan:
 
     @property
     def blocks(self) -> list[tuple[int, str]]:
-        """(repeat, layout) in run order: every layout once per repeat, interleaved."""
-        return [(r, layout) for r in range(1, self.repeats + 1) for layout in self.layouts]
+        """(repeat, layout) in run order: every layout once per repeat, interleaved, in the plan's
+        order in odd rounds and reversed in even ones (A B C, C B A, ...: a machine that drifts
+        steadily slows the first layout in one round and the last in the next, so its drift
+        cancels in the paired ratios instead of favouring whichever always runs first)."""
+        return [(r, layout) for r in range(1, self.repeats + 1) for layout in round_order(self.layouts, r)]
+
+    @property
+    def pair(self) -> tuple[str, ...]:
+        """The verdict's two layouts (those of ``key_cells``, in the plan's order), which run as one
+        paired block (``Runner.run_pair``); () without key cells."""
+        keyed = {x for x, _ in self.key_cells}
+        pair = tuple(x for x in self.layouts if x in keyed)
+        return pair if len(pair) == 2 else ()
 
     @property
     def cell_count(self) -> int:
@@ -105,10 +117,13 @@ class Plan:
                               len(self.scenarios)) for _, spec in self.blocks)
 
     def cell_seconds(self, spec: str, level: int, added: bool = False) -> float:
-        """How long a cell of ``spec`` at ``level`` runs: a key cell at least ``key_duration``; a
-        round added until decided ``EXTENSION_FACTOR`` times the planned duration."""
-        base = self.duration * EXTENSION_FACTOR if added else self.duration
-        return max(base, self.key_duration) if self.key_duration and (spec, level) in self.key_cells else base
+        """How long a cell of ``spec`` at ``level`` runs: a key cell ``key_duration`` in every
+        round (its rounds stay alike: the verdict's noise comes from round to round, not from
+        within a cell, so rounds, not longer cells, narrow its interval); another cell of a round
+        added until decided ``EXTENSION_FACTOR`` times the planned duration."""
+        if self.key_duration and (spec, level) in self.key_cells:
+            return self.key_duration
+        return self.duration * EXTENSION_FACTOR if added else self.duration
 
     def durations(self, spec: str, levels, added: bool = False) -> dict[int, float]:
         """Level -> seconds, for one block of ``spec``."""
@@ -122,6 +137,11 @@ class Plan:
         data["key_cells"] = [list(x) for x in self.key_cells]
         data["scenario"] = self.scenarios[0]
         return data
+
+
+def round_order(layouts, repeat: int) -> list:
+    """``layouts`` in round ``repeat``'s order: as given in odd rounds, reversed in even ones."""
+    return list(layouts) if repeat % 2 else list(reversed(layouts))
 
 
 def block_seconds(overhead_s: float, warmup_s: float, duration_s: float, scenarios: int, levels: int) -> float:
@@ -171,6 +191,13 @@ class Runner(Protocol):
                   on_cell: Callable[[Cell], None] | None = None,
                   durations: dict[int, float] | None = None) -> list[Cell]: ...
 
+    def run_pair(self, specs: tuple[str, str], repeat: int, levels: list[int], scenarios: list[str],
+                 on_cell: Callable[[Cell], None] | None = None,
+                 durations: dict[str, dict[int, float]] | None = None) -> list[Cell]:
+        """Both layouts' stacks up at once, each level measured on one then the other (``specs``'
+        order), back to back: the two cells of a pair lie seconds apart instead of a block apart."""
+        ...
+
 
 class ReplayRunner:
     """Serves stored cells in place of measuring: the sweep, results and report logic run
@@ -192,6 +219,11 @@ class ReplayRunner:
                 if on_cell:
                     on_cell(cell)
         return out
+
+    def run_pair(self, specs, repeat, levels, scenarios, on_cell=None, durations=None):
+        """The stored cells in a paired block's order: per scenario and level, one layout then the other."""
+        return [c for sc in scenarios for level in levels for spec in specs
+                for c in self.run_block(spec, repeat, [level], [sc], on_cell)]
 
 
 class ReplayError(KeyError):
@@ -242,7 +274,7 @@ def _non_2xx(cell: Cell) -> str:
     return ", " + " ".join(other) if other else ""
 
 
-MAX_ROUNDS = 12  # the most rounds a comparison may reach by measuring until decided
+MAX_ROUNDS = 16  # the most rounds a comparison may reach by measuring until decided
 # The rounds added until decided measure cells this many times longer than the planned ones: a
 # round's ratio moves by one request in N (a 3-s cell at 2 connections holds about 66 requests,
 # 1.5% each), so longer cells decide a small difference in fewer rounds, and the paired interval
@@ -263,6 +295,7 @@ class Until:
     reserve_s: float = RESERVE_S
     max_rounds: int = 0  # replay: the stored run's
     stored_rounds: frozenset[int] = frozenset()
+    final_share: float = FINAL_SHARE  # of the error, kept for the final look (replay: the stored run's)
 
     def left_s(self) -> float:
         return (self.budget_s or 0.0) - self.reserve_s - self.clock()
@@ -286,19 +319,26 @@ def run_sweep(plan: Plan, runner: Runner, environment: dict, save=None, progress
 
     clock = until.clock if until is not None else time.monotonic  # the budget's clock times the blocks too
 
-    def block(spec: str, repeat: int, levels: list[int], scenarios: list[str], added: bool = False) -> None:
+    def block(specs: tuple[str, ...], repeat: int, levels: list[int], scenarios: list[str],
+              added: bool = False) -> None:
+        """One layout's block, or the verdict's pair as one paired block (``Runner.run_pair``)."""
         start = clock()
-        durations = plan.durations(spec, levels, added)
-        cells.extend(runner.run_block(spec, repeat, levels, scenarios, on_cell=progress, durations=durations))
-        if not added:  # the planned blocks': what a block's fixed cost is read from
-            seconds.append(clock() - start - block_time(0.0, plan.warmup, durations.values(), len(scenarios)))
+        durations = {spec: plan.durations(spec, levels, added) for spec in specs}
+        if len(specs) == 2:
+            cells.extend(runner.run_pair(specs, repeat, levels, scenarios, on_cell=progress, durations=durations))
+        else:
+            cells.extend(runner.run_block(specs[0], repeat, levels, scenarios, on_cell=progress,
+                                          durations=durations[specs[0]]))
+        if not added:  # the planned blocks': what a block's fixed cost (per stack) is read from
+            cost = sum(block_time(0.0, plan.warmup, d.values(), len(scenarios)) for d in durations.values())
+            seconds.append((clock() - start - cost) / len(specs))
         if on_block:
             on_block()
         if save:
             save(snapshot(complete=False))
 
-    for repeat, spec in plan.blocks:
-        block(spec, repeat, list(plan.concurrency), list(plan.scenarios))
+    for repeat, specs in units(plan, plan.blocks):
+        block(specs, repeat, list(plan.concurrency), list(plan.scenarios))
     if until is not None:
         overhead = _overhead(seconds, plan) if until.budget_s is not None else 0.0
         _until_decided(plan, until, snapshot, block, overhead, more)
@@ -306,6 +346,23 @@ def run_sweep(plan: Plan, runner: Runner, environment: dict, save=None, progress
     if save:
         save(results)
     return results
+
+
+def units(plan: Plan, blocks) -> list[tuple[int, tuple[str, ...]]]:
+    """``blocks`` ((repeat, layout) in run order) as what runs: each layout alone, except the
+    verdict's pair (``Plan.pair``), which runs as one paired block where its first layout stands,
+    in the round's order (shared first in odd rounds, mapped first in even ones)."""
+    out, done = [], set()
+    for repeat, spec in blocks:
+        if (repeat, spec) in done:
+            continue
+        if spec in plan.pair and all((repeat, x) in blocks for x in plan.pair):
+            specs = tuple(x for _, x in blocks if _ == repeat and x in plan.pair)
+            done.update((repeat, x) for x in specs)
+            out.append((repeat, specs))
+        else:
+            out.append((repeat, (spec,)))
+    return out
 
 
 def _overhead(seconds: list[float], plan: Plan) -> float:
@@ -345,7 +402,10 @@ def _until_decided(plan: Plan, until: Until, snapshot, block, overhead_s: float,
         fit = int(until.left_s() // per_round) if per_round > 0 else 0
         max_rounds = max(plan.repeats, min(MAX_ROUNDS, plan.repeats + fit))
     state: dict = {"rounds": [], "settled_at": {}, "stop": ""}
-    more.update({"max_rounds": max_rounds, "until_decided": state, "extension_duration": extension_duration(plan)})
+    # The error's split over the looks is fixed here too, before the first added round: the final
+    # look keeps FINAL_SHARE of it (bench.paired.Rule), the interim ones share the rest.
+    more.update({"max_rounds": max_rounds, "until_decided": state, "extension_duration": extension_duration(plan),
+                 "final_share": until.final_share})
     rounds = plan.repeats
     # The first look (the planned rounds) is judged with the same rule as every later one.
     keys = key_comparisons(snapshot(False))
@@ -369,13 +429,14 @@ def _until_decided(plan: Plan, until: Until, snapshot, block, overhead_s: float,
             why = "the budget ended"
             break
         rounds += 1
-        for spec in [x for x in plan.layouts if x in blocks]:
-            scenarios = [sc for sc in plan.scenarios if sc in blocks[spec]]
-            levels = sorted({lv for sc in scenarios for lv in blocks[spec][sc]})
-            block(spec, rounds, levels, scenarios, added=True)
+        for _, specs in units(plan, [(rounds, x) for x in round_order(plan.layouts, rounds) if x in blocks]):
+            scenarios = [sc for sc in plan.scenarios if any(sc in blocks[x] for x in specs)]
+            levels = sorted({lv for x in specs for sc in scenarios for lv in blocks[x].get(sc, [])})
+            block(specs, rounds, levels, scenarios, added=True)
         state["rounds"].append({"round": rounds, "layouts": blocks})
         keys = key_comparisons(snapshot(False))
     state["stop"] = why
+    more["final_round"] = rounds  # the final look: judged with the final share of the error
 
 
 class LiveRunner:
@@ -459,19 +520,54 @@ class LiveRunner:
             layout = stack.layout
             for name in scenarios:
                 scenario = self.scenarios[name]
-                if scenario.files is not None and not scenario.files.cold_cache:
-                    ds.warm(self.index.paths())  # a warm-cache scenario measures nginx and the app, not the disk
-                # Warm-up doubles as the unloaded-latency probe: one connection, nothing queued.
-                (probe,), _ = run_wrks(self.main_load(layout, scenario, 1, self.warmup, seed=repeat))
-                self._save_raw(f"{name}-{layout.name}-warmup-r{repeat}", probe.raw)
+                unloaded_ms = self._warm(layout, scenario, repeat)
                 for level in levels:
                     self.duration = durations.get(level, planned)  # the cell's, and its sampler window
-                    cell = self.measure(stack, layout, scenario, level, repeat, probe.latency_ms.p50, label=spec)
+                    cell = self.measure(stack, layout, scenario, level, repeat, unloaded_ms, label=spec)
                     stack.check_alive()
                     cells.append(cell)
                     if on_cell:
                         on_cell(cell)
         return cells
+
+    def run_pair(self, specs: tuple[str, str], repeat: int, levels: list[int], scenarios: list[str], on_cell=None,
+                 durations: dict[str, dict[int, float]] | None = None) -> list[Cell]:
+        """Both stacks started (each its own ports and run directory) and warmed up, then each
+        level measured on one and at once on the other: one stack idles while the other is
+        loaded. ``durations``: layout -> level -> seconds."""
+        planned = self.duration
+        durations = durations or {}
+        try:
+            with ExitStack() as running:
+                stacks = [running.enter_context(self.lab.stack(spec, name=dir_name(spec), **self.layout_options))
+                          for spec in specs]
+                return self._measure_pair(specs, stacks, repeat, levels, scenarios, on_cell, durations, planned)
+        finally:
+            self.duration = planned
+
+    def _measure_pair(self, specs, stacks, repeat, levels, scenarios, on_cell, durations, planned) -> list[Cell]:
+        cells = []
+        for name in scenarios:
+            scenario = self.scenarios[name]
+            unloaded = [self._warm(stack.layout, scenario, repeat) for stack in stacks]
+            for level in levels:
+                for spec, stack, probe_ms in zip(specs, stacks, unloaded, strict=True):
+                    self.duration = durations.get(spec, {}).get(level, planned)
+                    cell = self.measure(stack, stack.layout, scenario, level, repeat, probe_ms, label=spec)
+                    stack.check_alive()
+                    cells.append(cell)
+                    if on_cell:
+                        on_cell(cell)
+        return cells
+
+    def _warm(self, layout: Layout, scenario: Scenario, repeat: int) -> float:
+        """The warm-up, which doubles as the unloaded-latency probe (one connection, nothing
+        queued): its p50 in ms."""
+        if scenario.files is not None and not scenario.files.cold_cache:
+            ds.warm(self.index.paths())  # a warm-cache scenario measures nginx and the app, not the disk
+        (probe,), _ = run_wrks(self.main_load(layout, scenario, 1, self.warmup, seed=repeat))
+        self._save_raw(f"{scenario.name}-{layout.name}-warmup-r{repeat}", probe.raw)
+        return probe.latency_ms.p50
 
     def _before_files(self, scenario: Scenario) -> dict:
         """Evict (cold cache) and note the residency and the disk's read counter."""

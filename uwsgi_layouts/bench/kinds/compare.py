@@ -61,18 +61,19 @@ from uwsgi_layouts.deploy.model import MAX_PROCESSES, MAX_THREADS, parse_variant
 from uwsgi_layouts.deploy.run import unavailable as netns_unavailable
 from uwsgi_layouts.deploy.ship import make_certs
 
-# 6 layouts (5 of uWSGI and gunicorn at its best) x 3 levels x 3 repeats, plus starts and 1-s
-# warm-ups: the verdict's cells (PxT-mapped and PxT-shared at P and 2P) 10 s each, every other
-# cell 2 s: about 4.7 minutes on 2 cores. At P (about 22 req/s on 2 cores) three 10-s cells pool
-# about 660 requests; the rounds added until decided (the verdict's pairs first, AUTO_EXTENSION_S
-# holds one of both levels or two of P alone) bring it towards the 1,000 that put 10 above the
-# pooled p99 the verdict quotes.
+# 6 layouts (5 of uWSGI and gunicorn at its best) x 3 levels x 3 planned rounds, with starts and
+# 1-s warm-ups: every context cell 2 s, the verdict's cells (PxT-mapped and PxT-shared at P and
+# 2P, run as one paired block) 4 s: about 3.5 minutes on 2 cores. --budget auto (make compare's
+# default) is 5.7 minutes in all, so that the rounds added until decided (the verdict's pair
+# first, about 24 s a round) bring the verdict's pair to 7 or 8 rounds: its noise is from round
+# to round (a cell of 2 s varied about as much as one of 10 s in the runs of docs/measured.md),
+# so more, shorter rounds narrow its interval more than longer cells would.
 DEFAULT_DURATION = 2
-DEFAULT_KEY_DURATION = 10
+DEFAULT_KEY_DURATION = 4
 DEFAULT_WARMUP = 1
 DEFAULT_REPEATS = 3
-AUTO_BUDGET_MIN = 5.0  # --budget auto: at least this, or the planned rounds' estimate + AUTO_EXTENSION_S
-AUTO_EXTENSION_S = 65.0
+AUTO_BUDGET_MIN = 5.7  # --budget auto: at least this, or the planned rounds' estimate + AUTO_EXTENSION_S
+AUTO_EXTENSION_S = 75.0
 # Requests last ~100 ms here: 25 samples a second see each one ~2 times; the cost is measured
 # by scripts/sampler-cost.py (README, "Comparing layouts").
 DEFAULT_INFLIGHT_HZ = 25.0
@@ -325,7 +326,8 @@ def run(args) -> int:
             runner, environment = ReplayRunner(stored), stored.environment | {"replayed_from": str(args.replay)}
             if plan.budget_min is not None:
                 until = Until(None, lambda: 0.0, max_rounds=stored.arguments.get("max_rounds") or plan.repeats,
-                              stored_rounds=frozenset(c.round for c in stored.cells))
+                              stored_rounds=frozenset(c.round for c in stored.cells),
+                              final_share=stored.arguments.get("final_share") or 0.0)
         else:
             runner = LiveRunner(lab, out / "raw", scenarios, plan.duration, plan.warmup, plan.timeout,
                                 layout_options=plan.options, inflight_hz=plan.inflight_hz)

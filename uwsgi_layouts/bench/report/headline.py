@@ -1,17 +1,17 @@
 """The headline of a compare run: the last screen of ``make compare`` and the top of report.md.
 
 At most about 15 lines, each answering one question: which layout to run here and why
-(``decisions.recommend``), what one socket per worker changed at P and 2P (the verdict's paired
-ratios with their intervals), whether the article's claim holds (``bench.verdict``: per level and
-per target), how sure (the run's confidence level and rounds), how busy the machine was (its
-environment record) and where the full report is. It renders what the analysis decided; the
-tables, decisions and warnings it summarises are in report.txt and report.md (or on the terminal
-with ``--full``).
+(``decisions.recommend``), what one socket per worker changed at P and 2P and whether the
+article's claim holds (``bench.verdict``: per level and per target, each with its paired ratio
+and interval), whether the verdict's pooled p99s can be quoted, how sure (the run's confidence
+level and rounds), how busy the machine was (its environment record) and where the full report
+is. It renders what the analysis decided; the tables, decisions and warnings it summarises are
+in report.txt and report.md (or on the terminal with ``--full``).
 """
 
 from __future__ import annotations
 
-from uwsgi_layouts.bench.analysis import machine_cautions, rule_of, warnings
+from uwsgi_layouts.bench.analysis import MIN_SLOWER_REQUESTS, machine_cautions, requests_for_p99, rule_of, warnings
 from uwsgi_layouts.bench.decisions import Recommendation, recommend
 from uwsgi_layouts.bench.paired import percent
 from uwsgi_layouts.bench.report import nginx
@@ -56,29 +56,30 @@ def _levels(levels) -> str:
 
 
 def run_here(rec: Recommendation) -> str:
-    """``Run here: 2x4-mapped (first at 4 and 8 connections, of 2, 4 and 8; throughput vs the
-    runner-up: 1.05x (0.98–1.12) undecided vs 2x4-thunder at 4, ...).``"""
-    text = f"Run here: {rec.layout} (first at {_levels(rec.best_at)} connections, of {_levels(rec.levels)}"
-    if rec.against:
-        text += "; throughput vs the runner-up: " + ", ".join(
-            f"{c.text()} {c.outcome} vs {other} at {lv}" for lv, other, c in rec.against)
-    return text + ")."
-
-
-def changed(v: Verdict) -> str:
-    """``One socket per worker (2x4-mapped vs 2x4-shared): at 2 (P) throughput 1.03x (1.00–1.07),
-    p99 0.86x (0.79–0.93); at 4 (2P) ...``."""
-    parts = []
-    for lv in v.levels:
-        name = v.level_name(lv.concurrency)
-        parts.append(f"at {lv.concurrency}{f' ({name})' if name else ''} throughput {lv.pair.rps.text()}, "
-                     f"p99 {lv.pair.p99.text()}")
-    return f"One socket per worker ({v.mapped} vs {v.shared}): " + "; ".join(parts) + "."
+    """``Run here: 2x4-mapped: not beaten beyond noise at any of 2, 4 and 8 connections; over them
+    1.07x (0.98–1.17) the throughput of 2x4-gunicorn@keepalive=off (beaten at 2): within noise.``"""
+    levels = _levels(rec.levels)
+    if not rec.beaten_at:
+        text = f"Run here: {rec.layout}: not beaten beyond noise at any of {levels} connections"
+    else:
+        text = (f"Run here: {rec.layout}: beaten beyond noise at {_levels(rec.beaten_at)} of {levels} connections, "
+                f"the fewest of any layout")
+    if rec.overall is not None and rec.overall.rounds:
+        c = rec.overall
+        beaten = f" (beaten at {_levels(rec.runner_up_beaten_at)})" if rec.runner_up_beaten_at else ""
+        verdict = {"better": "more beyond noise", "equivalent": f"equivalent within ±{c.margin:.0%}"}.get(
+            c.outcome, "within noise")
+        text += f"; over them {c.text()} the throughput of {rec.runner_up}{beaten}: {verdict}"
+    return text + "."
 
 
 def short_claim(v: Verdict) -> str:
-    """``The article's claim (>= 1.25x throughput, <= 0.7x p99 at P and 2P): does not hold here.``"""
-    return (f"The article's claim (>= {TARGET_RPS_RATIO:g}x throughput, <= {TARGET_P99_RATIO:g}x p99 at P and 2P): "
+    """``One socket per worker (2x4-mapped vs 2x4-shared) against the article's claim (>= 1.25x
+    throughput, <= 0.7x p99 at P and 2P): does not hold here.``: what it changed at each level,
+    with its intervals, is in the level lines that follow."""
+    pair = f"One socket per worker ({v.mapped} vs {v.shared}) against the article's claim" if v.levels else \
+        "The article's claim"  # neither layout measured at P or 2P: nothing changed to speak of
+    return (f"{pair} (>= {TARGET_RPS_RATIO:g}x throughput, <= {TARGET_P99_RATIO:g}x p99 at P and 2P): "
             f"{v.outcome.value}" + (" here" if v.levels else "") + ".")
 
 
@@ -89,14 +90,29 @@ def short_level(v: Verdict, lv: LevelJudgement) -> str:
     return f"{name}: {lv.outcome.value}: " + "; ".join(parts)
 
 
+def tails(v: Verdict) -> str:
+    """Whether the verdict's cells pooled enough requests to quote their p99 (at least
+    MIN_SLOWER_REQUESTS above it): one line. The p99 targets are judged either way, from each
+    round's own p99, paired (docs/compare.md, "Quoting a p99")."""
+    groups = [g for lv in v.levels for g in (lv.pair.mapped, lv.pair.shared)]
+    if not groups:
+        return ""
+    thin = [g for g in groups if not g.p99_quotable]
+    pooled = sorted(g.requests for g in groups)
+    spread = f"{pooled[0]:,}" if pooled[0] == pooled[-1] else f"{pooled[0]:,}-{pooled[-1]:,}"
+    if not thin:
+        return f"Tails: every verdict cell's pooled p99 quotable ({spread} requests, {MIN_SLOWER_REQUESTS}+ above it)."
+    return (f"Tails: pooled p99 not quotable in {len(thin)} of {len(groups)} verdict cells ({spread} requests, "
+            f"{requests_for_p99():,} needed).")
+
+
 def how_sure(results: Results, v: Verdict | None) -> str:
     """The confidence level, the rounds and what measuring until decided did."""
     rule = rule_of(results)
     text = f"How sure: {confidence_words(v)}" if v is not None and v.levels else \
         f"How sure: {percent(rule.confidence)} intervals"
-    text += ", every decision at that level"
     if rule.last > rule.first:
-        text += f" ({rule.t_looks} looks, each at {percent(1 - rule.look_alpha)})"
+        text += f" ({rule.looks_words()})"
     state = results.arguments.get("until_decided") or {}
     added = [r["round"] for r in state.get("rounds", [])]
     if state:
@@ -137,14 +153,14 @@ def headline_lines(results: Results, where: str | None = None) -> list[str]:
     if rec is not None:
         out += wrap(run_here(rec))
     v = article_verdict(results) if demo_claim else None
-    if v is not None and v.levels:
-        out += wrap(changed(v))
     if v is not None:
         out += wrap(short_claim(v))
         for lv in v.levels:
             out += wrap(short_level(v, lv), indent="  - ", subsequent="    ")
         if v.missing:
             out += wrap(f"Not checked: {v.missing}.", indent="  ", subsequent="  ")
+        if v.levels:
+            out += wrap(tails(v))
     out += wrap(how_sure(results, v))
     out += wrap(machine(results))
     count = len(warnings(results))
