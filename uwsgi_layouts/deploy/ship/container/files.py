@@ -38,6 +38,7 @@ from uwsgi_layouts.deploy.ship.container.spec import (
     PRESTOP_SECONDS,
     SOCKET_GID,
     SOCKET_GROUP,
+    WATCH_BASE_IMAGE,
     WATCH_CPU_MILLI,
     WATCH_LOG_DIR,
     WATCH_LOG_SOCKET,
@@ -128,7 +129,8 @@ def render_container_bundle(cb: ContainerBundle) -> dict[str, str]:
         "log_dir_setup": f"mkdir -p {WATCH_LOG_DIR} && chown {WATCH_UID}:{SOCKET_GID} {WATCH_LOG_DIR} "
                          f"&& chmod 0750 {WATCH_LOG_DIR}",
         "extra_access_log": f"syslog:server=unix:{WATCH_LOG_SOCKET},nohostname" if cb.watch else "",
-        "watch_uid": WATCH_UID, "watch_user": WATCH_USER, "watch_venv": WATCH_VENV, "watch_log_dir": WATCH_LOG_DIR,
+        "watch_uid": WATCH_UID, "watch_base_image": WATCH_BASE_IMAGE,
+        "watch_user": WATCH_USER, "watch_venv": WATCH_VENV, "watch_log_dir": WATCH_LOG_DIR,
         "watch_cpu": cpu_quantity(WATCH_CPU_MILLI), "watch_memory": memory_quantity(WATCH_MEMORY),
         "watch_args": watch_args(cb) if cb.watch else [],
     }

@@ -69,7 +69,9 @@ DEFAULT_WATCH_LISTEN = "0.0.0.0:9717"
 DEFAULT_METRICS_NAMESPACE = "monitoring"
 WATCH_LOG_DIR = "/run/uwsgi-layouts-log"
 WATCH_LOG_SOCKET = f"{WATCH_LOG_DIR}/access.sock"
-WATCH_MIN_PYTHON = (3, 10)  # uwsgi-layouts' own requires-python
+# The exporter's image runs the Python of the machine that wrote the bundle: its libraries are
+# pinned to the versions installed there (which may not install on the app's older Python).
+WATCH_BASE_IMAGE = f"docker.io/library/python:{sys.version_info[0]}.{sys.version_info[1]}-slim-bookworm"
 WATCH_CPU_MILLI = 100
 WATCH_MEMORY = 96 * 2**20
 NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -198,9 +200,6 @@ class ContainerBundle:
                                       "DIR, or --cpus and --memory")
         if self.watch is not None and self.target != "kubernetes":
             raise LayoutError("watch", "the exporter sidecar is part of the pod: --target kubernetes")
-        if self.watch is not None and tuple(map(int, self.python.split("."))) < WATCH_MIN_PYTHON:
-            raise LayoutError("watch", f"the exporter runs on the base image's Python ({self.python}); uwsgi-layouts "
-                                       f"needs {'.'.join(map(str, WATCH_MIN_PYTHON))} or later")
         if self.http_port == self.probe_port:
             raise LayoutError("probe_port", f"{self.probe_port} is also the HTTP port")
 
