@@ -156,8 +156,8 @@ def _agree(field_name: str, figures: list[tuple[str, object]], shown) -> tuple[o
     for source, value in known[1:]:
         if value != known[0][1]:
             first = known[0][0].removesuffix(NOT_MEASURED)
-            raise LayoutError(field_name, f"{source.removesuffix(NOT_MEASURED)} says {shown(value)} but {first} says "
-                                          f"{shown(known[0][1])}: drop one (the manifests follow one measurement)")
+            raise LayoutError(field_name, f"{first} says {shown(known[0][1])} but {source.removesuffix(NOT_MEASURED)} "
+                                          f"says {shown(value)}: drop one (the manifests follow one measurement)")
     return (known[0][1], known[0][0]) if known else (None, "")
 
 
@@ -184,9 +184,10 @@ def limits_for(variant: PodVariant, processes: int, *, cpus=None, memory=None, r
         (f"tune in {tune.path.parent} (--memory)" if tune else "",
          tune.memory_mib * MIB if tune and tune.memory_mib else None),
     ], memory_quantity)
-    request = tune.memory_request_bytes if tune else None
+    # Kubernetes takes bytes, but a whole MiB reads better and differs by less than one.
+    request = _rounded_mib(tune.memory_request_bytes) if tune and tune.memory_request_bytes else None
     if limit is None and request is not None:
-        limit = _rounded_mib(request)  # tune ran without a memory limit: the measured request is the limit
+        limit = request  # tune ran without a memory limit: the measured request is the limit
     if cpu_milli is None and limit is None:
         if any(x is not None for x in (replicas, max_replicas, cpu_target, plan)):
             raise LayoutError("cpus", "a pod count needs a pod size: give the layout's @cpus and @memory, --from-tune "
