@@ -254,3 +254,12 @@ def test_compose_keeps_the_limits(tmp_path):
     out, _ = written(tmp_path, "2x4-mapped", "--from-tune", str(write_tune(tmp_path)))
     compose = yaml.safe_load((out / "compose.yaml").read_text())
     assert compose["services"]["app"]["cpus"] == 1.0 and compose["services"]["app"]["mem_limit"] == 512 * MIB
+
+
+def test_the_documented_busy_ratio_autoscaler_validates():
+    """docs/watch.md's HorizontalPodAutoscaler (CPU and the busy ratio through prometheus-adapter)."""
+    text = (Path(__file__).resolve().parent.parent / "docs/watch.md").read_text()
+    blocks = [yaml.safe_load(b.split("```", 1)[0]) for b in text.split("```yaml\n")[1:]]
+    (hpa,) = [b for b in blocks if isinstance(b, dict) and b.get("kind") == "HorizontalPodAutoscaler"]
+    kubernetes_validate.validate(hpa, KUBERNETES_VERSION, strict=True)
+    assert [m["type"] for m in hpa["spec"]["metrics"]] == ["ContainerResource", "Pods"]

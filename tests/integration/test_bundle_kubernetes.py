@@ -222,9 +222,17 @@ def test_the_exporter_sidecar_answers_a_scrape_with_the_workers_metrics(pod):
 
     with ThreadPoolExecutor(8) as pool:
         assert set(pool.map(one, range(48))) == {200}
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while True:  # the log lines arrive within the exporter's poll (0.5 s); the stats at 10 reads/s
-        found = pod.scrape()
+        try:
+            found = pod.scrape()
+        except OSError as exc:  # still starting (its imports at its 100m CPU limit)
+            if time.monotonic() > deadline:
+                logs = pod.podman.run("logs", f"{pod.name}-pod-0-watch", check=False)
+                raise AssertionError(f"the exporter did not answer ({exc}); its log:\n{logs.stdout[-2000:]}"
+                                     f"{logs.stderr[-2000:]}") from None
+            time.sleep(1)
+            continue
         requests = {s.labels["worker"]: s.value for s in found.get("uwsgi_layouts_worker_requests", [])
                     if s.name == "uwsgi_layouts_worker_requests_total"}
         counts = {s.labels["upstream"]: s.value for s in found.get("uwsgi_layouts_upstream_response_seconds", [])

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 from uwsgi_layouts.bench import dataset as ds
+from uwsgi_layouts.bench.margin import MarginError, check_margin
 from uwsgi_layouts.bench.observe import is_unix_address
-from uwsgi_layouts.bench.paired import MarginError, check_margin
 
 
 def results_root() -> Path:

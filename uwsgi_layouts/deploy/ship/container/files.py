@@ -89,7 +89,7 @@ WATCH_VENV = "/opt/uwsgi-layouts"
 PACKAGE_DIR = TEMPLATES_DIR.parent  # uwsgi_layouts/, copied into the exporter's build context
 # What `uwsgi-layouts watch` imports beyond the standard library (tests/test_container_bundle.py
 # checks this against a fresh interpreter), pinned to the versions installed here.
-WATCH_DISTRIBUTIONS = ("prometheus_client", "psutil", "Jinja2", "MarkupSafe", "crossplane", "numpy", "scipy")
+WATCH_DISTRIBUTIONS = ("prometheus_client", "psutil", "Jinja2", "MarkupSafe", "crossplane")
 COPIED = {"image/nginx/uwsgi_params": "uwsgi_params", "image/nginx/mime.types": "mime.types"}
 
 
