@@ -10,7 +10,11 @@ import stat
 import subprocess
 import sys
 import time
+import urllib.request
 
+import pytest
+
+from tests.conftest import find_free_ports
 from uwsgi_layouts.bench.watch import DatagramLog, LogWatch
 from uwsgi_layouts.bench.watch.datagrams import strip_header
 from uwsgi_layouts.bench.watchcli import DEFAULT_BUCKETS
@@ -113,3 +117,51 @@ def test_bad_log_socket_arguments_exit_2_with_one_line(tmp_path):
             "access_log_socket:" in proc.stderr, proc.stderr
         assert words in proc.stderr, proc.stderr
     assert not (tmp_path / "m.sock").exists()  # nothing left behind
+
+
+@pytest.mark.integration
+def test_real_nginx_sends_its_lines_and_reconnects_after_an_exporter_restart(tmp_path):
+    """nginx's `access_log syslog:server=unix:PATH,nohostname`: before the socket exists each line
+    is lost (nginx says so in its error log), once it exists every line arrives without its syslog
+    header, and after the exporter's socket is made anew (a restarted sidecar) nginx reconnects."""
+    port = find_free_ports(1)[0]
+    path = tmp_path / "access.sock"
+    (tmp_path / "nginx.conf").write_text(
+        # Workers as root: they reach the socket (0660, root's) in pytest's 0700 directories; in the pod
+        # nginx's user shares the socket's group.
+        f"daemon off; user root; pid {tmp_path}/nginx.pid; error_log {tmp_path}/error.log warn;\n"
+        "events {}\n"
+        f"http {{ access_log syslog:server=unix:{path},nohostname; client_body_temp_path {tmp_path}; "
+        f"proxy_temp_path {tmp_path}; fastcgi_temp_path {tmp_path}; uwsgi_temp_path {tmp_path}; "
+        f"scgi_temp_path {tmp_path};\n"
+        f"  server {{ listen 127.0.0.1:{port}; location / {{ return 200 \"ok\\n\"; }} }} }}\n")
+    nginx = subprocess.Popen(["nginx", "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf")])
+
+    def get(n: int) -> None:
+        for _ in range(n):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as r:
+                assert r.status == 200
+
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                get(1)  # no socket yet: the line is lost, the answer is not
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "nginx did not start"
+                time.sleep(0.2)
+        while "send() to syslog failed" not in (tmp_path / "error.log").read_text():  # logged after the answer
+            assert time.monotonic() < deadline, (tmp_path / "error.log").read_text()
+            time.sleep(0.1)
+        for restart in range(2):
+            log = DatagramLog(str(path))
+            try:
+                get(3)
+                lines = read_until(log, 3 - restart)  # a restart loses the first line: its send is refused
+                assert len(lines) == 3 - restart and all(x.startswith('127.0.0.1 - - [') for x in lines), lines
+            finally:
+                log.close()
+    finally:
+        nginx.terminate()
+        nginx.wait(30)
