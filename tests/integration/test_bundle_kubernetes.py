@@ -217,22 +217,29 @@ def test_the_exporter_sidecar_answers_a_scrape_with_the_workers_metrics(pod):
     """--watch: `uwsgi-layouts watch` in the pod reads uWSGI's stats socket (per-worker figures),
     the kernel's queues of the workers' sockets and nginx's timed lines (datagrams on its socket),
     as uid 10003 in the sockets' group."""
-    def one(_):
-        return pod.get("/slow?ms=30")[0]
-
-    with ThreadPoolExecutor(8) as pool:
-        assert set(pool.map(one, range(48))) == {200}
-    deadline = time.monotonic() + 60
-    while True:  # the log lines arrive within the exporter's poll (0.5 s); the stats at 10 reads/s
+    deadline = time.monotonic() + 90
+    while True:  # the exporter starts in seconds (its imports at its 100m CPU limit)
         try:
-            found = pod.scrape()
-        except OSError as exc:  # still starting (its imports at its 100m CPU limit)
+            before = pod.scrape()
+            break
+        except OSError as exc:
             if time.monotonic() > deadline:
                 logs = pod.podman.run("logs", f"{pod.name}-pod-0-watch", check=False)
                 raise AssertionError(f"the exporter did not answer ({exc}); its log:\n{logs.stdout[-2000:]}"
                                      f"{logs.stderr[-2000:]}") from None
             time.sleep(1)
-            continue
+    # Once its socket exists nginx sends it every line (before, nginx drops them and says so).
+    sent_before = sum(s.value for s in before.get("uwsgi_layouts_log_lines", [])
+                      if s.name == "uwsgi_layouts_log_lines_total")
+
+    def one(_):
+        return pod.get("/slow?ms=30")[0]
+
+    with ThreadPoolExecutor(8) as pool:
+        assert set(pool.map(one, range(48))) == {200}
+    deadline = time.monotonic() + 30
+    while True:  # the log lines arrive within the exporter's poll (0.5 s); the stats at 10 reads/s
+        found = pod.scrape()
         requests = {s.labels["worker"]: s.value for s in found.get("uwsgi_layouts_worker_requests", [])
                     if s.name == "uwsgi_layouts_worker_requests_total"}
         counts = {s.labels["upstream"]: s.value for s in found.get("uwsgi_layouts_upstream_response_seconds", [])
@@ -240,6 +247,10 @@ def test_the_exporter_sidecar_answers_a_scrape_with_the_workers_metrics(pod):
         if (sum(requests.values()) >= 48 and sum(counts.values()) >= 48) or time.monotonic() > deadline:
             break
         time.sleep(1)
+    if not counts:  # say why: no line, or lines not in the timed format; nginx's error log
+        nginx = pod.podman.run("logs", f"{pod.name}-pod-0-nginx", check=False)
+        raise AssertionError(f"no latency from nginx's lines: lines {found.get('uwsgi_layouts_log_lines')} (before "
+                             f"{sent_before}); nginx's log:\n{nginx.stderr[-1500:]}")
     assert [s.value for s in found["uwsgi_layouts_up"]] == [1.0], found.get("uwsgi_layouts_up")
     assert set(requests) == {"1", "2"} and all(v > 0 for v in requests.values()), requests
     assert set(counts) == {"unix:/run/shop/uwsgi-0.sock", "unix:/run/shop/uwsgi-1.sock"}, counts
