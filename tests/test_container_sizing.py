@@ -254,6 +254,7 @@ def test_compose_keeps_the_limits(tmp_path):
     out, _ = written(tmp_path, "2x4-mapped", "--from-tune", str(write_tune(tmp_path)))
     compose = yaml.safe_load((out / "compose.yaml").read_text())
     assert compose["services"]["app"]["cpus"] == 1.0 and compose["services"]["app"]["mem_limit"] == 512 * MIB
+    assert compose["services"]["app"]["mem_reservation"] == 96 * MIB
 
 
 def test_the_documented_busy_ratio_autoscaler_validates():
