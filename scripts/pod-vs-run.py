@@ -79,9 +79,9 @@ def wrk(url: str, connections: int, duration: float) -> dict:
             "socket_errors": sum(map(int, socket_errors.groups())) if socket_errors else 0}
 
 
-def wait_serving(port: int, path: str, timeout: float, why) -> None:
+def wait_serving(port: int, path: str, timeout: float, why, gone=lambda: False) -> None:
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not gone():
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
             conn.request("GET", path)
@@ -113,7 +113,9 @@ def start_run(work: Path, app, spec: str, port: int) -> subprocess.Popen:
     """`uwsgi-layouts run`, in a process group of its own (stopped with SIGINT, as Ctrl-C)."""
     log = open(work / "run.log", "w")  # noqa: SIM115 (the process writes it until it stops)
     return subprocess.Popen([sys.executable, "-m", "uwsgi_layouts", "run", spec, "--app", "shop:app", "--app-dir",
-                             str(app.app_dir), "--virtualenv", str(app.venv), "--listen", f"127.0.0.1:{port}"],
+                             str(app.app_dir), "--virtualenv", str(app.venv), "--listen", f"127.0.0.1:{port}",
+                             # not the default, named after the spec: its comma would split uWSGI's socket paths
+                             "--run-dir", str(work / "run")],
                             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
 
@@ -184,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
             run_proc = start_run(work, app, spec, run_port)
             wait_serving(pod_port, args.path, READY_TIMEOUT_S,
                          lambda: podman.run("logs", "shop-pod-0-app", check=False).stderr[-2000:])
-            wait_serving(run_port, args.path, READY_TIMEOUT_S, lambda: (work / "run.log").read_text()[-2000:])
+            wait_serving(run_port, args.path, READY_TIMEOUT_S, lambda: (work / "run.log").read_text()[-2000:],
+                         gone=lambda: run_proc.poll() is not None)
             urls = {"pod": f"http://127.0.0.1:{pod_port}{args.path}", "run": f"http://127.0.0.1:{run_port}{args.path}"}
             for url in urls.values():  # warm-up: imports, caches, the first requests' costs
                 wrk(url, connections, min(5.0, args.duration))
