@@ -4,6 +4,8 @@ are SYNTHETIC (tests/tunefakes.py's made-up model of each layout): nothing is me
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tests.tunefakes import FakeClock, FakeMeasure, article_model, fake_run
@@ -67,7 +69,37 @@ def test_arguments_rounds_background_load_and_your_app(tmp_path):
     assert setup.tune_command("article", 2.0, tmp_path / "t")[4:6] == ["--scenario", "article"]
 
 
+def test_inside_a_pods_limit_the_grid_and_tune_run_under_it(tmp_path):
+    setup, *_ = accuracy.parse(["--mixes", "article", "--cpus", "1", "--memory", "512"])
+    # the pod's CPUs size the space and the concurrency, as tune --cpus does: 2 x 1
+    assert (setup.cpus, setup.memory, setup.concurrency, setup.max_processes) == (1.0, 512, 2, 2)
+    assert setup.limits == {"cpus": 1.0, "memory": 512}
+    cmd = setup.tune_command("article", 2.0, tmp_path / "t")
+    assert cmd[cmd.index("--cpus") + 1] == "1" and cmd[cmd.index("--memory") + 1] == "512"
+    half, *_ = accuracy.parse(["--mixes", "article", "--cpus", "0.5", "--concurrency", "3"])
+    assert (half.concurrency, half.max_processes, half.limits) == (3, 2, {"cpus": 0.5})
+    plain, *_ = accuracy.parse(["--mixes", "article"])
+    assert plain.limits == {} and "--cpus" not in plain.tune_command("article", 2.0, tmp_path / "t")
+
+
+def test_each_figure_carries_its_median_throttled_share():
+    grid = synthetic_grid(rounds=3)
+    spec = grid.cells[0].layout
+    shares = iter([0.1, 0.5, 0.3])
+    cells = tuple(replace(c, limit={"cpus": 1.0, "memory_mb": None, "periods": 100, "throttled_periods": 10,
+                                    "throttled_s": 0.5, "cpu_s": 0.9, "oom_kills": 0,
+                                    "throttled_share": next(shares), "quota_share": 0.9})
+                  if c.layout == spec else c for c in grid.cells)
+    limited = replace(grid, cells=cells)
+    assert accuracy.throttled_share(limited, spec, "article") == 0.3
+    assert accuracy.throttled_share(limited, grid.layouts[-1], "article") is None  # no limit, no share
+    entry = {"spec": spec, "rps": 9.0, "rps_range": [8.0, 10.0], "throttled_share": 0.3}
+    assert accuracy._ref(entry, " req/s") == f"{spec} 9.0 (8.0–10.0) req/s, throttled 30%"
+
+
 @pytest.mark.parametrize("argv, message", [
+    (["--cpus", "0"], "cpus: must be a number of CPUs"),
+    (["--cpus", "4096"], "cpus: 4096 is more than this machine's"),
     (["--background-load", "0"], "background_load: must be a share of one core in (0, 1]"),
     (["--mixes", "traffic"], "mixes: traffic measures your app and requests"),
     (["--mixes", "nope"], "mixes: unknown mix 'nope'"),

@@ -19,6 +19,7 @@ from uwsgi_layouts.bench.capacity import (
     replicas_needed,
 )
 from uwsgi_layouts.bench.kinds.plan import add_arguments, check_counts, check_verdict, request_times, resolve_args
+from uwsgi_layouts.bench.load.traffic import TrafficError
 from uwsgi_layouts.bench.options import BadArgument
 from uwsgi_layouts.bench.report.plan import check_lines, plan_lines, step_lines, validation_lines
 from uwsgi_layouts.deploy.model import LayoutError
@@ -54,26 +55,31 @@ def test_best_rate_stops_at_the_first_miss():
     assert best_rate([step(10, p99=None)], 300) is None  # nothing timed: not met
 
 
-def test_next_rate_ladder_then_bisections():
+def test_next_rate_ladder_then_bisections_to_the_resolution():
     steps = [step(10)]
-    assert next_rate(steps, 300, 1.5, 2) == 15
+    assert next_rate(steps, 300, 1.5, 0.05, 2) == 15
     steps.append(step(15, p99=500))
-    assert next_rate(steps, 300, 1.5, 2) == 12.5
+    assert next_rate(steps, 300, 1.5, 0.05, 2) == 12.5
     steps.append(step(12.5))
-    assert next_rate(steps, 300, 1.5, 1) == 13.75
-    assert next_rate(steps, 300, 1.5, 0) is None
+    assert next_rate(steps, 300, 1.5, 0.05, 1) == 13.75
+    assert next_rate(steps, 300, 1.5, 0.05, 0) is None  # no bisection left
+    assert next_rate(steps, 300, 1.5, 0.25, 5) is None  # 15 is within 25% of 12.5: resolved
+    steps.append(step(13.75, p99=400))
+    assert next_rate(steps, 300, 1.5, 0.05, 5) == 13.12  # 13.75 is 10% above 12.5: not yet 5%
+    steps.append(step(13.12))
+    assert next_rate(steps, 300, 1.5, 0.05, 5) is None  # 13.75 is 4.8% above 13.12
     # The first rate misses: down the ladder, 3 rates in all, then no rate meets it.
     missed = [step(9, verdict="fail")]
-    assert next_rate(missed, 300, 1.5, 2) == 6
+    assert next_rate(missed, 300, 1.5, 0.05, 2) == 6
     missed.append(step(6, p99=400))
-    assert next_rate(missed, 300, 1.5, 2) == 4
+    assert next_rate(missed, 300, 1.5, 0.05, 2) == 4
     missed.append(step(4, p99=350))
-    assert next_rate(missed, 300, 1.5, 2) is None
-    assert next_rate([step(0.12, verdict="fail")], 300, 1.5, 2) is None  # below 0.1 req/s: no
+    assert next_rate(missed, 300, 1.5, 0.05, 2) is None
+    assert next_rate([step(0.12, verdict="fail")], 300, 1.5, 0.05, 2) is None  # below 0.1 req/s: no
     # ... and a lower rate that meets it turns the search back to bisections above it
-    assert next_rate([step(9, verdict="fail"), step(6)], 300, 1.5, 2) == 7.5
+    assert next_rate([step(9, verdict="fail"), step(6)], 300, 1.5, 0.05, 2) == 7.5
     with pytest.raises(ValueError):
-        next_rate([], 300, 1.5, 2)
+        next_rate([], 300, 1.5)
 
 
 def test_interpolate_between_and_clamped():
@@ -129,7 +135,9 @@ def parse(*argv):
 
 def test_arguments():
     a = parse("--layout", "2x2-mapped@cpus=1", "--rate", "100", "--p99-ms", "250")
-    assert (a.rate, a.p99_ms, a.headroom, a.spare, a.bisections, a.step) == (100, 250, 0.8, 1, 2, 15)
+    assert (a.rate, a.p99_ms, a.headroom, a.spare, a.bisections, a.step) == (100, 250, 0.8, 1, 8, 15)
+    assert (a.resolution, a.min_requests, a.timeout) == (0.05, 200, 5)
+    assert parse("--layout", "1x1-mapped", "--rate", "1", "--p99-ms", "4000").timeout == 8  # 2 x the target
     for argv, field in ((("--layout", "1x1-mapped", "--p99-ms", "1"), "rate: give"),
                         (("--layout", "1x1-mapped", "--rate", "1"), "p99_ms: give"),
                         (("--layout", "1x1-mapped", "--rate", "0", "--p99-ms", "1"), "rate: must be a number > 0"),
@@ -140,11 +148,34 @@ def test_arguments():
                         (("--layout", "1x1-mapped@replicas=2", "--rate", "1", "--p99-ms", "5"), "leave @replicas"),
                         (("--layout", "1x1-gunicorn", "--rate", "1", "--p99-ms", "5"), "stats server"),
                         (("--layout", "1x1-mapped", "--rate", "1", "--p99-ms", "5", "--headroom", "1.2"), "headroom"),
-                        (("--layout", "1x1-mapped", "--rate", "1", "--p99-ms", "5", "--step", "5"), "step")):
+                        (("--layout", "1x1-mapped", "--rate", "1", "--p99-ms", "5", "--step", "5"), "step"),
+                        (("--layout", "1x1-mapped", "--rate", "1", "--p99-ms", "5", "--resolution", "0"), "resolution"),
+                        (("--layout", "1x1-mapped", "--rate", "1", "--p99-ms", "5", "--min-requests", "5"),
+                         "min_requests"),
+                        (("--layout", "1x1-mapped", "--rate", "1", "--p99-ms", "3000", "--timeout", "3"),
+                         "timeout: must be above the p99 target")):
         with pytest.raises(BadArgument, match=field):
             parse(*argv)
     with pytest.raises(LayoutError, match="cpus"):
         parse("--layout", "1x1-mapped@cpus=0", "--rate", "1", "--p99-ms", "5")
+
+
+def test_your_requests_as_compare_takes_them(tmp_path):
+    requests = tmp_path / "traffic.txt"
+    requests.write_text("# two GETs, weighted\n3*GET /?rounds=1&fib=1&io_ms=10\nGET /healthz\n")
+    a = parse("--layout", "1x1-mapped@cpus=0.5", "--rate", "5", "--p99-ms", "500", "--requests", str(requests))
+    assert [r.target for r in a.mix.requests] == ["/?rounds=1&fib=1&io_ms=10", "/healthz"]
+    assert a.arguments()["traffic"]["requests"] and a.arguments()["path"] == ""
+    assert a.stack_options["access_log"] == "on"
+    with pytest.raises(TrafficError, match="request: httperf .* sends GET requests only"):
+        parse("--layout", "1x1-mapped", "--rate", "5", "--p99-ms", "500", "--request", "POST /x")
+    with pytest.raises(TrafficError, match="path: your requests"):
+        parse("--layout", "1x1-mapped", "--rate", "5", "--p99-ms", "500", "--request", "GET /", "--path", "/x")
+    with pytest.raises(TrafficError, match="header: Authorization"):
+        parse("--layout", "1x1-mapped", "--rate", "5", "--p99-ms", "500", "--request", "GET /", "--header",
+              "Authorization: Bearer x")
+    with pytest.raises(TrafficError, match="requests"):
+        parse("--layout", "1x1-mapped", "--rate", "5", "--p99-ms", "500", "--requests", str(tmp_path / "none.txt"))
 
 
 def plan_of(per_replica, cpus=0.5, target=40.0, headroom=0.8):
@@ -189,9 +220,15 @@ def test_request_times_from_the_access_log(tmp_path):
 
 
 def test_validation_lines():
-    rows = [{"replicas": 1, "rate": 4.5, "per_replica_rate": 4.5, "plan_per_replica_rate": 4.58, "difference": 0.0178},
-            {"replicas": 2, "rate": None, "per_replica_rate": None, "plan_per_replica_rate": 4.58, "difference": None}]
+    rows = [{"replicas": 1, "rate": 4.5, "per_replica_rate": 4.5, "plan_per_replica_rate": 4.58, "difference": 0.0178,
+             "resolution": 0.04},
+            {"replicas": 2, "rate": None, "per_replica_rate": None, "plan_per_replica_rate": 4.58, "difference": None},
+            {"replicas": 3, "rate": 12, "per_replica_rate": 4, "plan_per_replica_rate": 4.58, "difference": 0.145,
+             "resolution": None}]
     lines = validation_lines(rows)
     assert lines[0].startswith("VALIDATION:")
-    assert lines[2].split() == ["1", "4.5", "4.5", "4.58", "+2%"]
-    assert lines[3].split() == ["2", "-", "-", "4.58", "-"]
+    assert lines[2].split() == ["1", "4.5", "4.5", "4%", "4.58", "+2%"]
+    assert lines[3].split() == ["2", "-", "-", "-", "4.58", "-"]
+    assert lines[-1] == ("VALIDATION: the plan's rate per replica is NOT within 10% of every count measured (largest "
+                         "difference +14%, 3 replica(s))")
+    assert validation_lines(rows[:1])[-1].startswith("VALIDATION: the plan's rate per replica is within 10%")

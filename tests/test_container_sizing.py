@@ -1,6 +1,6 @@
 """`bundle --target kubernetes` sized by measurements: the app container's resources from the
 layout's @cpus/@memory or tune's results (--from-tune), the autoscaler from a capacity plan
-(--plan), headers naming them, and the exporter sidecar (--watch). Bad input: one line, exit 2,
+(--plan), headers naming them, and the exporter sidecar (--watch-sidecar). Bad input: one line, exit 2,
 nothing written. The manifests validate against Kubernetes' schemas (kubernetes-validate).
 Building and running them: tests/integration/test_bundle_kubernetes.py."""
 
@@ -122,7 +122,7 @@ def test_the_autoscaler_from_a_plan(tmp_path):
 
 
 def test_the_exporter_sidecar(tmp_path):
-    out, found = written(tmp_path, "2x4-mapped@cpus=1,memory=512", "--watch")
+    out, found = written(tmp_path, "2x4-mapped@cpus=1,memory=512", "--watch-sidecar")
     assert sorted(found) == ["Deployment", "HorizontalPodAutoscaler", "NetworkPolicy", "PodDisruptionBudget", "Service"]
     pod = found["Deployment"]["spec"]["template"]
     app, nginx, watch = pod["spec"]["containers"]
@@ -152,7 +152,7 @@ def test_the_exporter_sidecar(tmp_path):
 
 
 def test_a_pod_local_exporter_has_no_scrape_annotations(tmp_path):
-    _, found = written(tmp_path, "2x4-mapped@cpus=1,memory=512", "--watch", "--watch-listen", "127.0.0.1:9800",
+    _, found = written(tmp_path, "2x4-mapped@cpus=1,memory=512", "--watch-sidecar", "--watch-listen", "127.0.0.1:9800",
                        "--metrics-namespace", "prom")
     pod = found["Deployment"]["spec"]["template"]
     assert "annotations" not in pod["metadata"]
@@ -211,14 +211,15 @@ BAD = [
     ("plan-not-json", "2x4-mapped@cpus=1,memory=512", ["--plan", "NOTJSON"], "plan", "is not JSON"),
     ("max-below-plan", "2x4-mapped@cpus=1,memory=512", ["--plan", "PLAN", "--max-replicas", "2"], "max_replicas",
      "must be at least the replicas (3)"),
-    ("watch-container", "2x4-mapped", ["--target", "container", "--watch"], "watch", "is for --target kubernetes"),
+    ("watch-container", "2x4-mapped", ["--target", "container", "--watch-sidecar"], "watch_sidecar",
+     "is for --target kubernetes"),
     ("watch-listen-alone", "2x4-mapped@cpus=1,memory=512", ["--watch-listen", "127.0.0.1:9800"], "watch_listen",
-     "goes with --watch"),
-    ("watch-listen-bad", "2x4-mapped@cpus=1,memory=512", ["--watch", "--watch-listen", "[::]:9717"], "watch_listen",
-     "expected IPV4:PORT"),
-    ("watch-listen-nginx", "2x4-mapped@cpus=1,memory=512", ["--watch", "--watch-listen", "0.0.0.0:8080"],
+     "goes with --watch-sidecar"),
+    ("watch-listen-bad", "2x4-mapped@cpus=1,memory=512", ["--watch-sidecar", "--watch-listen", "[::]:9717"],
+     "watch_listen", "expected IPV4:PORT"),
+    ("watch-listen-nginx", "2x4-mapped@cpus=1,memory=512", ["--watch-sidecar", "--watch-listen", "0.0.0.0:8080"],
      "watch_listen", "is nginx's"),
-    ("namespace-bad", "2x4-mapped@cpus=1,memory=512", ["--watch", "--metrics-namespace", "Mon_itoring"],
+    ("namespace-bad", "2x4-mapped@cpus=1,memory=512", ["--watch-sidecar", "--metrics-namespace", "Mon_itoring"],
      "metrics_namespace", "expected a Kubernetes namespace name"),
     ("debian-plan", "2x4-mapped", ["--target", "debian", "--plan", "PLAN"], "plan", "is for --target container"),
 ]

@@ -51,7 +51,6 @@ from uwsgi_layouts.bench.observe import (
     parse_timed_line,
     process_listeners,
     read_sample,
-    read_stats,
     same_listener,
     unix_listen_queues,
     unix_listeners,
@@ -60,7 +59,7 @@ from uwsgi_layouts.bench.observe import (
 from uwsgi_layouts.bench.report import markdown_lines, terminal_lines
 from uwsgi_layouts.bench.report.exporters import export_all
 from uwsgi_layouts.bench.results import Diagnosis, Results, ResultsError, load
-from uwsgi_layouts.deploy.machine import PACKAGE_DIR, stats_exposure, without_requests
+from uwsgi_layouts.deploy.machine import PACKAGE_DIR, read_stats, stats_exposure, without_requests
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CASES = json.loads((FIXTURES / "doctor-samples.json").read_text())["cases"]

@@ -27,6 +27,7 @@ def module_name(path: Path) -> str:
 
 MODULES = {module_name(p): p for package in ("bench", "deploy") for p in sorted((PACKAGE_DIR / package).rglob("*.py"))}
 MODULES["console"] = PACKAGE_DIR / "console.py"
+MODULES["files"] = PACKAGE_DIR / "files.py"  # the one atomic writer, under every room
 
 
 def resolve(name: str) -> str | None:
@@ -125,9 +126,11 @@ def test_bench_layers_point_one_way():
     assert not {m for m in GRAPH["bench.results"] if m.startswith(("bench", "deploy"))}
     # doctor's judgement sits beside analysis: it reads observations and records, never loads or runs stacks.
     assert GRAPH["bench.diagnosis"] <= {"bench.observe", "bench.results"}
-    # watch's room sits beside doctor's judgement: observations and diagnosis in, metrics out.
+    # watch's room sits beside doctor's judgement: observations and diagnosis in, metrics out
+    # (deploy.machine: the one stats reader and the address syntax, as every bench module may).
     room = {m for m in GRAPH if m == "bench.watch" or m.startswith("bench.watch.")}
-    assert {t for m in room for t in GRAPH[m]} - room <= {"bench.observe", "bench.diagnosis", "bench.results"}
+    assert {t for m in room for t in GRAPH[m]} - room <= {"bench.observe", "bench.diagnosis", "bench.results",
+                                                          "deploy.machine"}
     for module, targets in GRAPH.items():
         if module.startswith(("bench.report", "bench.load", "bench.analysis", "bench.stack", "bench.observe",
                               "bench.diagnosis", "bench.watch")):
@@ -287,3 +290,8 @@ def test_the_fresh_imports_catch_a_module_that_needs_another_imported_first(tmp_
 def test_the_peer_launcher_imports_nothing_of_ours():
     """It runs in the app's own interpreter, which has none of our packages."""
     assert not GRAPH["deploy.run.peer_launch"]
+
+
+def test_the_atomic_writer_is_under_every_room():
+    """deploy's rooms and bench's layers all write through ``files``: it imports none of them."""
+    assert GRAPH["files"] == set()

@@ -173,3 +173,7 @@ def test_stored_memory_and_status_are_validated(results, tmp_path):
         dataclasses.replace(results.cells[0], memory={"app_pss_mb": -1.0})
     with pytest.raises(ResultsError, match="status: keys must be among 2xx, 3xx, 4xx, 5xx"):
         dataclasses.replace(results.cells[0], status={"1xx": 1})
+
+
+def test_single_threaded_layouts_cannot_separate_a_threads_cost():
+    assert fit_memory([(1, 1, 50.0), (2, 1, 80.0), (4, 1, 140.0)]) is None

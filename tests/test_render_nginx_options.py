@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from uwsgi_layouts.deploy.machine import default_cpus
 from uwsgi_layouts.deploy.model import LayoutError
 from uwsgi_layouts.deploy.render import crosscheck, find_directives, parse_nginx, write_layout
 
@@ -49,7 +50,8 @@ def test_every_option_lands_in_its_context(make_layout, dataset):
     layout, parsed, ini = render(
         make_layout, nginx_workers="auto", reuseport=True, accept_mutex=True, multi_accept=True, sendfile=True,
         sendfile_max_chunk="512k", aio="threads", aio_threads=8, aio_max_queue=1000, data_dir=str(dataset))
-    assert context_of(parsed, "worker_processes") == [((), ["auto"])]
+    # auto is rendered as this process's usable CPUs (nginx's own auto ignores a cgroup quota)
+    assert context_of(parsed, "worker_processes") == [((), [str(default_cpus())])]
     assert context_of(parsed, "thread_pool") == [((), ["ul_pool", "threads=8", "max_queue=1000"])]
     assert context_of(parsed, "accept_mutex") == [(("events",), ["on"])]
     assert context_of(parsed, "multi_accept") == [(("events",), ["on"])]

@@ -291,3 +291,50 @@ def test_every_metric_is_documented():
     missing = [f"{PREFIX}{name}{suffix[kind]}" for name, (kind, _) in METRICS.items()
                if f"| `{PREFIX}{name}{suffix[kind]}` | {kind} |" not in page]
     assert not missing, missing
+
+
+def test_a_sock_diag_failure_is_said_once_and_the_socket_watch_keeps_polling(tmp_path, monkeypatch):
+    """The kernel refusing one sock_diag read (a netlink hiccup) must not end the thread: the
+    figures would freeze while the endpoint kept answering."""
+    unix_path = str(tmp_path / "app.sock")
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(unix_path)
+    unix.listen(5)
+    real = kernel_listeners
+    calls = {"n": 0}
+
+    def flaky(names):
+        calls["n"] += 1
+        if calls["n"] <= 3:
+            raise OSError(105, "No buffer space available")
+        return real(names)
+
+    monkeypatch.setattr("uwsgi_layouts.bench.watch.sources.kernel_listeners", flaky)
+    said = []
+    watch = SocketWatch(lambda: [unix_path], hz=50, window_s=5, tell=said.append)
+    try:
+        watch.start()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not watch.window_max():
+            time.sleep(0.02)
+    finally:
+        watch.stop()
+        unix.close()
+    assert watch.window_max() == {unix_path: 0} and watch.failure is None
+    assert said[:3] == ["cannot read the kernel's listening sockets (No buffer space available): trying again",
+                        "reading the kernel's listening sockets again", f"socket {unix_path} listens"], said
+
+
+def test_a_source_thread_that_dies_stops_the_exporter_with_exit_1(tmp_path, monkeypatch, capsys):
+    """An unexpected error in a source's thread: said, and watch exits 1 for its supervisor to
+    restart it, instead of serving figures that no longer move."""
+    def broken(names):
+        raise ValueError("an answer sock_diag never gives")
+
+    monkeypatch.setattr("uwsgi_layouts.bench.watch.sources.kernel_listeners", broken)
+    started = time.monotonic()
+    code = watchcli.main(["--socket", str(tmp_path / "app.sock"), "--listen", str(tmp_path / "metrics.sock")])
+    err = capsys.readouterr().err
+    assert code == 1 and time.monotonic() - started < 10
+    assert "watch: stopping: watch-sockets stopped: ValueError: an answer sock_diag never gives" in err, err
+    assert not (tmp_path / "metrics.sock").exists()

@@ -1,7 +1,7 @@
 """`bundle --target kubernetes` for real: the images built with podman from the generated
 Containerfile (on Debian base images made here, tests/integration/podman.py), the Deployment
 run with `podman kube play` on the host's network, requests through the nginx sidecar, the
-exporter sidecar (--watch) scraped. The pod's size comes from the layout (@cpus, @memory).
+exporter sidecar (--watch-sidecar) scraped. The pod's size comes from the layout (@cpus, @memory).
 
 Everything runs in a podman of its own (configuration and storage in a session directory):
 the pods, containers and images go with it on every exit path, and a session left by a killed
@@ -86,7 +86,7 @@ def write_app(root: Path, broken: bool = False) -> Path:
 def make_bundle(root: Path, app: Path, name: str, port: int, probe_port: int, watch_port: int | None = None) -> Path:
     out = root / f"bundle-{name}"
     # The exporter on the host's loopback: the pod runs on the host's network here.
-    watch = ["--watch", "--watch-listen", f"127.0.0.1:{watch_port}"] if watch_port else []
+    watch = ["--watch-sidecar", "--watch-listen", f"127.0.0.1:{watch_port}"] if watch_port else []
     code = main(["bundle", LAYOUT, "--target", "kubernetes", "--name", name, "--app", "shop:app",
                  "--app-dir", str(app), "--static", f"/assets={app}/static", "--out", str(out),
                  "--image", f"localhost/ul-test-{name}:1", "--listen", f"127.0.0.1:{port}",
@@ -214,7 +214,7 @@ print(json.dumps({'uids': uids, 'write': wrote}))
 
 
 def test_the_exporter_sidecar_answers_a_scrape_with_the_workers_metrics(pod):
-    """--watch: `uwsgi-layouts watch` in the pod reads uWSGI's stats socket (per-worker figures),
+    """--watch-sidecar: `uwsgi-layouts watch` in the pod reads uWSGI's stats socket (per-worker figures),
     the kernel's queues of the workers' sockets and nginx's timed lines (datagrams on its socket),
     as uid 10003 in the sockets' group."""
     deadline = time.monotonic() + 90

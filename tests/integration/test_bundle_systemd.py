@@ -55,6 +55,46 @@ DOCTOR = (f"grep -q ' {HOST}$' /etc/hosts || echo '127.0.0.1 {HOST}' >> /etc/hos
           "--out /tmp/doctor; rc=$?; kill $load; wait; exit $rc")
 
 
+# The server's uwsgi-layouts, for the exporter's unit (bundle --watch): this checkout's, bound at the same path.
+WATCH = ("--watch", str(Path(sys.prefix) / "bin" / "uwsgi-layouts"))
+METRICS = "http://127.0.0.1:9717/metrics"
+
+
+def scrape(c: Container, unit: str, *needed: str, timeout: float = 30.0) -> str:
+    """The exporter's /metrics once every regular expression of ``needed`` matches a line of it
+    (it reads the stats server 10 times a second and tails the log: a request shows within a read
+    or two)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        # A request each time: watch tails the log from where it was when it started.
+        assert curl(c, f"https://{HOST}/")[0] == "200"
+        body = c.run("curl", "-sS", "--max-time", "5", METRICS, check=False).stdout
+        missing = [n for n in needed if not re.search(n, body, re.MULTILINE)]
+        if not missing:
+            return body
+        if time.monotonic() > deadline:
+            journal = c.run("journalctl", "--no-pager", "-n", "30", "-u", unit, check=False).stdout
+            raise AssertionError(f"the exporter never showed {missing}:\n{body}\n{journal}")
+        time.sleep(0.5)  # polling the exporter until it has read the new figures
+
+
+def unit_cgroup_limits(c: Container, unit: str) -> dict[str, str] | None:
+    """The CPU quota and memory limit in the unit's own cgroup files (v2, or v1's cpu and memory
+    hierarchies), None where the container's systemd has no writable controller (nspawn on a v1
+    or hybrid host mounts them read-only: systemd records the settings but cannot apply them)."""
+    group = show(c, unit, "ControlGroup")["ControlGroup"]
+    v2 = c.run("cat", f"/sys/fs/cgroup{group}/cpu.max", f"/sys/fs/cgroup{group}/memory.max", check=False)
+    if v2.returncode == 0:
+        quota, memory = v2.stdout.split("\n")[:2]
+        return {"cpu": quota, "memory": memory}
+    v1 = c.run("cat", f"/sys/fs/cgroup/cpu/{group}/cpu.cfs_quota_us", f"/sys/fs/cgroup/cpu/{group}/cpu.cfs_period_us",
+               f"/sys/fs/cgroup/memory/{group}/memory.limit_in_bytes", check=False)
+    if v1.returncode == 0:
+        quota, period, memory = v1.stdout.split()
+        return {"cpu": f"{quota} {period}", "memory": memory}
+    return None
+
+
 def make_bundle(out: Path, flask_app, spec: str, *extra: str) -> Path:
     proc = subprocess.run(
         [sys.executable, "-m", "uwsgi_layouts", "bundle", spec, "--out", str(out), "--app", flask_app.app, "--app-dir",
@@ -176,9 +216,10 @@ def test_the_unit_under_systemd_serves_stops_gracefully_and_uninstalls(flask_app
     cert, key = make_cert(tls, HOST)
     bundles = run_dirs()
     make_bundle(bundles / "v1", flask_app, "2x4-mapped", "--tls-cert", f"{CERT_DIR}/{cert.name}", "--tls-key",
-                f"{CERT_DIR}/{key.name}")
-    make_bundle(bundles / "v2", flask_app, "3x2-mapped", "--tls-cert", f"{CERT_DIR}/{cert.name}", "--tls-key",
-                f"{CERT_DIR}/{key.name}", "--stop-grace", "2")
+                f"{CERT_DIR}/{key.name}", *WATCH)
+    # A pod-sized slot: the unit carries the layout's limits (CPUQuota=, MemoryMax=).
+    make_bundle(bundles / "v2", flask_app, "3x2-mapped@cpus=1,memory=512", "--tls-cert", f"{CERT_DIR}/{cert.name}",
+                "--tls-key", f"{CERT_DIR}/{key.name}", "--stop-grace", "2", *WATCH)
     binds = [(str(flask_app.app_dir), "/srv/shop"), (str(tls), CERT_DIR), (str(bundles), "/bundles")]
     with booted(run_dirs, binds) as c:
         out = install(c, "/bundles/v1")
@@ -188,6 +229,11 @@ def test_the_unit_under_systemd_serves_stops_gracefully_and_uninstalls(flask_app
         state = show(c, "shop@blue", "ActiveState", "SubState", "StatusText", "User", "UnitFileState")
         assert state == {"ActiveState": "active", "SubState": "running", "StatusText": "uWSGI is ready",
                          "User": "shop", "UnitFileState": "enabled"}, state  # Type=notify: READY from uWSGI
+        assert "systemctl enable --now shop@blue-watch.service (the exporter)" in out, out
+        assert show(c, "shop@blue-watch", "ActiveState", "User", "UnitFileState") == {
+            "ActiveState": "active", "User": "shop", "UnitFileState": "enabled"}
+        assert show(c, "shop@blue", "CPUQuotaPerSecUSec", "MemoryMax") == {
+            "CPUQuotaPerSecUSec": "infinity", "MemoryMax": "infinity"}, "a layout without limits has none"
 
         stat = lambda path: c.run("stat", "-c", "%a %U %G %F", path).stdout.strip()  # noqa: E731
         assert stat("/run/shop") == "755 root root directory"
@@ -205,6 +251,20 @@ def test_the_unit_under_systemd_serves_stops_gracefully_and_uninstalls(flask_app
         status, body = curl(c, f"https://{HOST}/greeting")
         assert (status, json.loads(body)) == ("200", {"greeting": "from systemd"})
         assert curl(c, f"https://{HOST}/assets/hello.txt") == ("200", "hello from nginx\n")
+
+        # The exporter (as shop, with adm) reads the slot's stats socket and nginx's log, whose modes stay.
+        metrics = scrape(c, "shop@blue-watch", r'^uwsgi_layouts_up\{stats="/run/shop/blue/stats.sock"\} 1\.0$',
+                         r'^uwsgi_layouts_worker_requests_total\{worker="1"\} ',
+                         r'^uwsgi_layouts_worker_requests_total\{worker="2"\} ',
+                         r'^uwsgi_layouts_upstream_response_seconds_count\{.*status_class="2xx".*\} [1-9]',
+                         r'^uwsgi_layouts_listen_backlog\{socket="/run/shop/blue/uwsgi-0.sock"\} [1-9]')
+        served = sum(float(line.split()[-1]) for line in metrics.splitlines()
+                     if line.startswith("uwsgi_layouts_worker_requests_total{"))
+        assert served >= 2, metrics  # the / and /greeting above, at least
+        assert stat("/var/log/nginx/shop.access.log").startswith("640 www-data adm regular")
+        assert stat("/run/shop/blue/stats.sock").split()[1:3] == ["shop", "shop"]
+        assert c.run("curl", "-sS", "--max-time", "5", "http://[::1]:9717/metrics", check=False).returncode != 0, \
+            "the exporter listens on 127.0.0.1 only"
 
         # Only its names reach the app. With Debian's default site enabled, port 80 is that site's:
         # it answers unknown hosts with its own page; HTTPS refuses another or no SNI.
@@ -256,6 +316,19 @@ def test_the_unit_under_systemd_serves_stops_gracefully_and_uninstalls(flask_app
         assert "systemctl enable --now shop@green.service" in out and "removed /etc/uwsgi-layouts/shop@blue.ini" in out
         assert len(workers(c, "green")) == 3 and curl(c, f"https://{HOST}/")[0] == "200"
         assert c.run("systemctl", "cat", "shop@blue", check=False).returncode != 0, "blue's unit is gone"
+        assert c.run("systemctl", "cat", "shop@blue-watch", check=False).returncode != 0, "blue's exporter is gone"
+        # The new slot's exporter reads the new slot's three workers.
+        assert "systemctl enable --now shop@green-watch.service (the exporter)" in out, out
+        scrape(c, "shop@green-watch", r'^uwsgi_layouts_worker_threads\{worker="3"\} 2\.0$',
+               r'^uwsgi_layouts_up\{stats="/run/shop/green/stats.sock"\} 1\.0$')
+        # The layout's @cpus=1,memory=512 as systemd holds them for the unit.
+        assert show(c, "shop@green", "CPUQuotaPerSecUSec", "MemoryMax") == {
+            "CPUQuotaPerSecUSec": "1s", "MemoryMax": str(512 * 2**20)}
+        applied = unit_cgroup_limits(c, "shop@green")
+        record_property("unit_cgroup_limits", applied or "no writable cpu/memory controller in the container")
+        if applied is not None:  # cgroup v2 hosts, or v1 with the controllers delegated
+            assert applied["cpu"] == "100000 100000", applied  # 100 ms of CPU time per 100 ms period
+            assert applied["memory"] == str(512 * 2**20), applied
         # The grace bounds the wait: a request longer than it (2 s) is cut, the stop ends.
         long = in_background(c, f"https://{HOST}/slow?ms=5000")
         wait_in_flight(c, "green", 1)
@@ -278,7 +351,10 @@ def test_the_unit_under_systemd_serves_stops_gracefully_and_uninstalls(flask_app
         order = [next(i for i, line in enumerate(lines) if line.startswith(prefix))
                  for prefix in ("systemctl reload nginx", "systemctl stop shop@green.service")]
         assert order == sorted(order), proc.stdout
-        for path in ("/etc/uwsgi-layouts", "/etc/systemd/system/shop@green.service", "/etc/logrotate.d/shop",
+        assert show(c, "shop@green-watch", "LoadState")["LoadState"] == "not-found"
+        for path in ("/etc/uwsgi-layouts", "/etc/systemd/system/shop@green.service",
+                     "/etc/systemd/system/shop@green-watch.service", "/etc/logrotate.d/shop",
+                     "/etc/systemd/system/multi-user.target.wants/shop@green-watch.service",
                      "/etc/nginx/sites-enabled/shop.conf", "/var/lib/uwsgi-layouts/shop.json", "/run/shop"):
             assert c.run("test", "-e", path, check=False).returncode == 1, f"{path} left behind"
         assert c.run("test", "-f", "/var/log/nginx/shop.access.log", check=False).returncode == 0, "logs stay"

@@ -1,9 +1,10 @@
 """``uwsgi-layouts plan`` for real: one replica under a 0.5-CPU quota, real nginx, uWSGI and
 httperf. The demo app sleeping 100 ms on one thread serves at most ~10 req/s whatever the CPU, so
 the ladder (6, 9, 13.5 req/s) ends within three steps: the plan follows its arithmetic from the
-rates that met the p99, and nothing is left running. A p99 below the request's own 100 ms is met
-at no rate (6, 4, 2.67 req/s tried: down the ladder from the first): one line, exit 2, with the
-best p99 seen."""
+rates that met the p99, each step held the requests it was sized for, ``report DIR`` re-renders
+it, and nothing is left running. The request comes from a ``--requests`` file, as compare takes
+one. A p99 below the request's own 100 ms is met at no rate (6, 4, 2.67 req/s tried: down the
+ladder from the first): one line, exit 2, with the best p99 seen."""
 
 from __future__ import annotations
 
@@ -28,9 +29,8 @@ SLEEPY = "/?rounds=1&fib=1&io_ms=100"  # 100 ms per request, almost no CPU: ~10 
 def plan(out: Path, *args: str) -> subprocess.CompletedProcess:
     """The command run to its end; every cgroup it made (named with its pid) is gone after."""
     proc = subprocess.Popen([sys.executable, "-m", "uwsgi_layouts", "plan", "--layout", "1x1-mapped@cpus=0.5",
-                             "--path", SLEEPY, "--start", "6", "--bisections", "0", "--warmup", "1",
-                             "--out", str(out), *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                             "--start", "6", "--bisections", "0", "--warmup", "1", "--out", str(out), *args],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stdout, stderr = proc.communicate(timeout=280)
     assert not [d for d in existing_cgroups() if d.endswith(f"-{proc.pid}")]
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
@@ -38,16 +38,22 @@ def plan(out: Path, *args: str) -> subprocess.CompletedProcess:
 
 def test_plan_from_one_replica(tmp_run_dir, leftover_processes):
     out = tmp_run_dir / "plan"
-    res = plan(out, "--rate", "20", "--p99-ms", "1500")
+    requests = tmp_run_dir / "traffic.txt"
+    requests.write_text(f"# the demo app sleeping 100 ms\nGET {SLEEPY}\n")
+    res = plan(out, "--rate", "20", "--p99-ms", "1500", "--requests", str(requests), "--min-requests", "90")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "pre-flight: 1 distinct requests answered 200" in res.stdout
     data = json.loads((out / "plan.json").read_text())
+    assert data["arguments"]["traffic"]["requests"][0]["target"] == SLEEPY
     steps = data["steps"]
     assert [s["rate"] for s in steps][:2] == [6, 9] and len(steps) <= 3
     assert steps[-1]["verdict"] == "fail" or steps[-1]["p99_ms"] > 1500  # the ladder ended on a miss
-    for s in steps:  # every step's requests were timed from nginx's log (one per connection httperf opened)
-        assert s["requests_logged"] >= 0.9 * s["rate"] * 15, s
+    for s in steps:  # every step held >= 90 requests, all timed from nginx's log (one per connection httperf opened)
+        assert s["step_s"] % 5 == 0 and s["rate"] * s["step_s"] >= 90, s
+        assert s["requests_logged"] >= 0.99 * s["rate"] * s["step_s"], s
         assert s["busy_ratio"] is not None and 0 <= s["busy_ratio"] <= 1
         assert s["cpu_share"] is not None and s["cpu_share"] < 0.5  # sleeping, not computing
+        assert s["kept_up"] is not None and s["errors"] >= 0
     p = data["plan"]
     met = [s["rate"] for s in steps if s["verdict"] == "pass" and s["p99_ms"] <= 1500]
     assert p["per_replica_rate"] == max(met)
@@ -57,11 +63,16 @@ def test_plan_from_one_replica(tmp_run_dir, leftover_processes):
     assert f"PLAN: {p['replicas']} replicas of 1x1-mapped@cpus=0.5" in report and "AUTOSCALER:" in report
     assert "load " in report.splitlines()[0]
     assert leftover_processes([str(out)], timeout=5) == []
+    (out / "report.txt").unlink()
+    again = subprocess.run([sys.executable, "-m", "uwsgi_layouts", "report", str(out)], cwd=REPO, capture_output=True,
+                           text=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+    assert (out / "report.txt").read_text() == report
 
 
 def test_a_p99_no_rate_meets_is_one_line_exit_2(tmp_run_dir, leftover_processes):
     out = tmp_run_dir / "plan"
-    res = plan(out, "--rate", "20", "--p99-ms", "50")
+    res = plan(out, "--rate", "20", "--p99-ms", "50", "--path", SLEEPY, "--min-requests", "40")
     assert res.returncode == 2, res.stdout[-3000:] + res.stderr[-3000:]
     line = res.stderr.strip()
     assert "\n" not in line and "p99_ms: one replica of 1x1-mapped@cpus=0.5 cannot keep p99 within 50 ms" in line

@@ -26,9 +26,10 @@ import pytest
 from tests.integration.prometheus import prometheus
 from tests.integration.support import REPO_ROOT, SLOW
 from uwsgi_layouts.bench.load.wrk import WrkProcess
-from uwsgi_layouts.bench.observe import Sampler, read_stats, unix_listen_queues
+from uwsgi_layouts.bench.observe import Sampler, unix_listen_queues
 from uwsgi_layouts.bench.stack import Lab
 from uwsgi_layouts.bench.watchcli import DEFAULT_BUCKETS
+from uwsgi_layouts.deploy.machine import read_stats
 from uwsgi_layouts.deploy.run import Stack, child_setup
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

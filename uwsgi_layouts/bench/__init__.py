@@ -2,19 +2,19 @@
 
 One pipeline, every experiment kind plugs into it:
 
-    stack.py  -> load/       -> results.py -> analysis.py -> report/
+    stack.py  -> load/       -> results.py -> analysis/   -> report/
     (a Lab:      (wrk,          (one versioned   (statistics,    (text, Markdown and PNG
      render,      httperf,       JSON format:     conclusions)    from stored JSON only)
      start,       scenarios,     cells, steps
      stop)        file lists)    or faults)
-       observe.py reads a running stack (CPU, memory, per-worker requests and requests in
-       flight, nginx workers, logs)
+       observe/ reads a running stack: processes (CPU, memory, per-worker requests), stats
+       (the stats server over time), sockets (listen queues), nginx (workers, logs), config
        subject.py: the app under test and its traffic (deploy's app options, --request...)
 
     kinds/    compare (closed-loop cells, sweep in closedloop.py), openloop (httperf rate steps),
               faults (fault experiments), tune (a budgeted search that recommends a layout),
               doctor (a running uWSGI watched through its stats server; its pure judgement is
-              diagnosis.py, beside analysis.py): the subcommands of ``uwsgi-layouts`` (cli.py);
+              diagnosis.py, beside analysis/): the subcommands of ``uwsgi-layouts`` (cli.py);
               options.py holds the argument validators they share.
     tune/     tune's pure logic (space, objective, search, stored record and replay) and its
               accuracy benchmark (``uwsgi-layouts tune-accuracy``).

@@ -1,9 +1,10 @@
 """The capacity plan's arithmetic (``uwsgi-layouts plan``, bench/kinds/plan.py): pure, no I/O.
 
 One replica of a layout, under its CPU quota, is offered fixed rates (open loop, httperf); a
-rate *meets* the target when httperf's step passes (``bench.analysis.judge_step``: replies kept
-up, no server-side error) and the p99 of nginx's ``$request_time`` over the step's requests is
-within the target. The highest rate that meets it is the replica's rate. Then:
+rate *meets* the target when its step passes (``judge_rate``) and the p99 of nginx's
+``$request_time`` over that step's requests is within the target. The highest rate that meets it
+below the first that does not is the replica's rate (``search_capacity``: a x1.5 ladder, then
+bisections down to a stated resolution). Then:
 
     replicas = ceil(target rate / (replica's rate x headroom)) + spare     (spare: 1 for a lost pod)
 
@@ -12,12 +13,34 @@ interpolated between the measured steps: CPU used as a share of its limit (a Kub
 ``averageUtilization`` on ``limits.cpu``) and the busy-thread ratio (threads inside a request /
 threads, from uWSGI's stats server: a custom metric). Memory: replicas x one replica's PSS, and a
 request of PSS + 25% per replica (as tune recommends it).
+
+The pass rule at one rate (``judge_rate``), sound at a few req/s. openloop's rule (every 5-s
+reply-rate sample after the first >= 95% of the rate) decides on one sample of ~15-35 replies at
+3-7 req/s, where one reply more or less is 3-7%: a replica that keeps up fails a step by chance.
+Here:
+
+- a step lasts long enough for ``MIN_REQUESTS`` requests per replica (``step_seconds``), so the
+  p99 is the 2nd-slowest of 200 rather than the slowest of 75, and a whole multiple of httperf's
+  5-s sample, so its samples line up with the sending;
+- *kept up* is judged on every steady sample together: the replies in the 5-s samples after the
+  first (the ramp) and within the sending (after it, only the backlog drains), against what the
+  rate sends in them. httperf sends at fixed intervals, so in steady state each such sample holds
+  rate x 5 replies whatever the latency; summed over consecutive samples, only the two outer
+  edges can move a reply in or out (``EDGE_REPLIES``), however long the step. So the step keeps
+  up when it is short by at most max(EDGE_REPLIES, (1 - ``KEPT_UP``) x expected): with the >= 150
+  steady replies a step of 200 requests holds, a server 3% short of the rate fails;
+- any server-side error (httperf's timeouts, refused or reset connections, a 4xx/5xx) fails the
+  step, counted; a reply missing, or a request nginx did not log, too; a client-side error
+  (httperf's own limits) makes it invalid.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
+
+from uwsgi_layouts.bench.load.httperf import CLIENT_ERRORS, SERVER_ERRORS
 
 DEFAULT_HEADROOM = 0.8
 DEFAULT_SPARE = 1
@@ -26,6 +49,17 @@ MEMORY_MARGIN = 0.25
 # When the first rate misses the target: rates tried down the ladder before saying no rate meets it.
 DOWN_RUNGS = 3
 MIN_RATE = 0.1
+# The search: the ladder's factor, and when bisecting stops (the gap between the highest rate met
+# and the lowest missed, relative to the met one; at most MAX_BISECTIONS rates).
+LADDER_FACTOR = 1.5
+DEFAULT_RESOLUTION = 0.05
+MAX_BISECTIONS = 8
+MAX_STEPS = 20
+# The pass rule (see the module's docstring).
+MIN_REQUESTS = 200  # per replica and step
+SAMPLE_S = 5  # httperf's reply-rate sample
+KEPT_UP = 0.97  # steady replies / what the rate sends in those samples
+EDGE_REPLIES = 2  # replies the two outer edges of consecutive samples can move in or out
 
 
 class PlanError(ValueError):
@@ -44,26 +78,35 @@ def p99_ms(times_s: list[float]) -> float | None:
 
 @dataclass(frozen=True)
 class RateStep:
-    """One open-loop step at ``rate`` req/s: httperf's verdict, the p99 nginx logged, the CPU the
-    replica's cgroup used as a share of its quota, and the busy-thread ratio."""
+    """One open-loop step at ``rate`` req/s: its verdict (``judge_rate``), the p99 nginx logged,
+    the CPU the replicas' cgroups used as a share of their quota and the share of CFS periods in
+    which they were throttled, the busy-thread ratio, the server-side errors counted, the steady
+    replies as a share of what the rate sent, and how long the step lasted."""
 
     rate: float
-    verdict: str  # "pass", "fail" or "invalid" (bench.analysis.judge_step)
+    verdict: str  # "pass", "fail" or "invalid" (judge_rate)
     p99_ms: float | None
     cpu_share: float | None = None  # CPU used / (cpus x seconds); None without @cpus
     busy_ratio: float | None = None  # mean threads inside a request / threads
     reasons: tuple[str, ...] = ()
     requests_logged: int = 0
+    errors: int = 0  # server-side: httperf's timeouts, refused, reset; 4xx/5xx replies
+    kept_up: float | None = None  # steady replies / rate x their seconds
+    step_s: float | None = None
+    throttled_share: float | None = None  # throttled periods / periods
 
     def __post_init__(self):
         if not (isinstance(self.rate, (int, float)) and self.rate > 0):
             raise ValueError(f"rate: must be > 0, got {self.rate!r}")
         if self.verdict not in ("pass", "fail", "invalid"):
             raise ValueError(f"verdict: must be pass, fail or invalid, got {self.verdict!r}")
-        for name in ("p99_ms", "cpu_share", "busy_ratio"):
+        for name in ("p99_ms", "cpu_share", "busy_ratio", "kept_up", "step_s", "throttled_share"):
             value = getattr(self, name)
-            if value is not None and not (value >= 0 and math.isfinite(value)):
+            if value is not None and not (isinstance(value, (int, float)) and value >= 0 and math.isfinite(value)):
                 raise ValueError(f"{name}: must be a finite number >= 0, got {value!r}")
+        for name in ("requests_logged", "errors"):
+            if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 0):
+                raise ValueError(f"{name}: must be an integer >= 0, got {getattr(self, name)!r}")
 
     def meets(self, target_p99_ms: float) -> bool:
         return self.verdict == "pass" and self.p99_ms is not None and self.p99_ms <= target_p99_ms
@@ -71,7 +114,76 @@ class RateStep:
     def to_dict(self) -> dict:
         return {"rate": self.rate, "verdict": self.verdict, "p99_ms": self.p99_ms, "cpu_share": self.cpu_share,
                 "busy_ratio": self.busy_ratio, "reasons": list(self.reasons),
-                "requests_logged": self.requests_logged}
+                "requests_logged": self.requests_logged, "errors": self.errors, "kept_up": self.kept_up,
+                "step_s": self.step_s, "throttled_share": self.throttled_share}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RateStep":
+        """A stored step (plan.json; files written before errors, kept_up, step_s and throttled_share
+        were recorded load without them). ValueError names a bad field."""
+        if not isinstance(data, dict):
+            raise ValueError(f"step: must be a mapping, got {type(data).__name__}")
+        known = {f: data[f] for f in cls.__dataclass_fields__ if f in data}
+        missing = [f for f in ("rate", "verdict", "p99_ms") if f not in known]
+        if missing:
+            raise ValueError(f"step: missing {', '.join(missing)}")
+        return cls(**known | {"reasons": tuple(known.get("reasons") or ())})
+
+
+def step_seconds(rate_per_replica: float, min_requests: int = MIN_REQUESTS, min_step_s: float = 15) -> int:
+    """How long a step at ``rate_per_replica`` req/s per replica lasts: long enough for
+    ``min_requests`` per replica and at least ``min_step_s``, rounded up to httperf's 5-s samples."""
+    if not (rate_per_replica > 0 and min_requests >= 1 and min_step_s > 0):
+        raise ValueError(f"rate {rate_per_replica}, requests {min_requests}, step {min_step_s}")
+    seconds = max(min_step_s, min_requests / rate_per_replica)
+    return int(SAMPLE_S * math.ceil(seconds / SAMPLE_S - 1e-9))
+
+
+@dataclass(frozen=True)
+class Judgement:
+    verdict: str
+    reasons: tuple[str, ...]
+    errors: int
+    kept_up: float | None
+
+
+def steady_samples(samples: list[float], sending_s: float) -> list[float]:
+    """httperf's 5-s reply-rate samples that are steady: after the first (the ramp: no reply
+    before one response time) and within the sending (later ones only drain the backlog)."""
+    within = int(sending_s // SAMPLE_S + 1e-9)
+    return samples[1:within]
+
+
+def judge_rate(rate: float, parsed: dict, requests_logged: int) -> Judgement:
+    """The verdict of one step at ``rate`` req/s (all replicas together) from httperf's parsed
+    summary (``bench.load.httperf.parse``, with its per-sample reply rates) and the number of this
+    step's requests nginx logged. See the module's docstring for why each part."""
+    e = parsed["errors"]
+    client = {k: e[k] for k in CLIENT_ERRORS if e.get(k)}
+    if client:
+        return Judgement("invalid", ("client-side errors " + ", ".join(f"{k}={v}" for k, v in client.items())
+                                     + ": the load generator, not the server, was the limit",), 0, None)
+    server = {k: e[k] for k in SERVER_ERRORS if e.get(k)} | {
+        k: parsed["status"][k] for k in ("4xx", "5xx") if parsed["status"].get(k)}
+    errors = sum(server.values())
+    steady = steady_samples(parsed["reply_rate"].get("each") or [], parsed["connections"] / rate)
+    if not steady:
+        return Judgement("invalid", ("no steady reply-rate sample (httperf samples every 5 s, the first is the "
+                                     "ramp): a step of at least 10 s with --verbose",), errors, None)
+    expected = len(steady) * SAMPLE_S * rate
+    replies = sum(steady) * SAMPLE_S
+    kept_up = round(replies / expected, 4)
+    reasons = []
+    if expected - replies > max(EDGE_REPLIES, (1 - KEPT_UP) * expected) + 1e-6:
+        reasons.append(f"replies fell behind: {replies:.0f} in {len(steady)} steady 5-s samples, {rate:g}/s sends "
+                       f"{expected:.1f} (short by more than {EDGE_REPLIES} and {1 - KEPT_UP:.0%})")
+    if errors:
+        reasons.append(f"{errors} server-side error(s): " + ", ".join(f"{k}={v}" for k, v in server.items()))
+    if parsed["replies"] < parsed["requests"]:
+        reasons.append(f"{parsed['requests'] - parsed['replies']} of {parsed['requests']} requests unanswered")
+    if requests_logged < parsed["requests"]:
+        reasons.append(f"nginx logged {requests_logged} of {parsed['requests']} requests")
+    return Judgement("fail" if reasons else "pass", tuple(reasons), errors, kept_up)
 
 
 def best_rate(steps: list[RateStep], target_p99_ms: float) -> float | None:
@@ -159,6 +271,14 @@ class Plan:
                 "pss_mb": self.pss_mb, "memory_request_mb": self.memory_request_mb,
                 "memory_total_mb": self.memory_total_mb, "steps": [s.to_dict() for s in self.steps]}
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "Plan":
+        """A stored plan (plan.json's ``plan``); the derived figures (design rate, memory) are
+        recomputed, not read. ValueError (or KeyError) names a bad or missing field."""
+        keys = ("layout", "cpus", "target_rate", "target_p99_ms", "headroom", "spare", "per_replica_rate",
+                "replicas", "cpu_target", "busy_target", "pss_mb")
+        return cls(**{k: data[k] for k in keys}, steps=tuple(RateStep.from_dict(s) for s in data.get("steps") or ()))
+
 
 def make_plan(layout: str, cpus: float | None, steps: list[RateStep], target_rate: float, target_p99_ms: float,
               headroom: float = DEFAULT_HEADROOM, spare: int = DEFAULT_SPARE, pss_mb: float | None = None) -> Plan:
@@ -185,11 +305,13 @@ def make_plan(layout: str, cpus: float | None, steps: list[RateStep], target_rat
                 pss_mb=round(pss_mb, 1) if pss_mb is not None else None, steps=tuple(steps))
 
 
-def next_rate(tried: list[RateStep], target_p99_ms: float, factor: float, bisections_left: int) -> float | None:
+def next_rate(tried: list[RateStep], target_p99_ms: float, factor: float = LADDER_FACTOR,
+              resolution: float = DEFAULT_RESOLUTION, bisections_left: int = MAX_BISECTIONS) -> float | None:
     """The next rate to offer, or None when the search is done: up the ladder (the highest rate
     tried x ``factor``) while every step met the target; after a step that did not, a bisection
-    between the highest rate that met it and the lowest that did not, while ``bisections_left``;
-    while none met it, down the ladder (the lowest / ``factor``) until DOWN_RUNGS rates were tried."""
+    between the highest rate that met it and the lowest that did not, until their gap is within
+    ``resolution`` of the rate met (or no ``bisections_left``); while none met it, down the ladder
+    (the lowest / ``factor``) until DOWN_RUNGS rates were tried."""
     if not tried:
         raise ValueError("the search starts from a first rate")
     missed = [s.rate for s in tried if not s.meets(target_p99_ms)]
@@ -202,7 +324,41 @@ def next_rate(tried: list[RateStep], target_p99_ms: float, factor: float, bisect
         # not end the search), then no rate does.
         down = round(low_miss / factor, 2)
         return down if len(tried) < DOWN_RUNGS and down >= MIN_RATE else None
-    if bisections_left <= 0:
+    met = max(below)
+    if bisections_left <= 0 or (low_miss - met) <= resolution * met + 1e-9:
         return None  # refined enough
-    mid = round((max(below) + low_miss) / 2, 2)
-    return None if mid in (max(below), low_miss) else mid
+    mid = round((met + low_miss) / 2, 2)
+    return None if mid in (met, low_miss) else mid
+
+
+def search_capacity(offer: Callable[[float], RateStep], start: float, target_p99_ms: float,
+                    factor: float = LADDER_FACTOR, resolution: float = DEFAULT_RESOLUTION,
+                    bisections: int = MAX_BISECTIONS, max_steps: int = MAX_STEPS) -> list[RateStep]:
+    """Offer rates from ``start`` (``offer(rate)`` runs one step) as ``next_rate`` says; every
+    step, in the order run. ``best_rate`` of them is the capacity, to within ``resolution`` when
+    the search ended on it (or on ``bisections`` rates between one met and one missed)."""
+    if not start >= MIN_RATE:
+        raise ValueError(f"start: must be >= {MIN_RATE} req/s, got {start!r}")
+    steps: list[RateStep] = []
+    rate: float | None = start
+    done = 0
+    while rate is not None and len(steps) < max_steps:
+        done += is_bisection(steps, rate, target_p99_ms)
+        steps.append(offer(rate))
+        rate = next_rate(steps, target_p99_ms, factor, resolution, bisections - done)
+    return steps
+
+
+def is_bisection(tried: list[RateStep], rate: float, target_p99_ms: float) -> bool:
+    """Whether ``rate`` lies between a rate that met the target and one that did not (a rung down
+    the ladder after a first miss is not a bisection)."""
+    return (any(s.meets(target_p99_ms) and s.rate < rate for s in tried)
+            and any(not s.meets(target_p99_ms) and s.rate > rate for s in tried))
+
+
+def resolved(steps: list[RateStep], target_p99_ms: float) -> float | None:
+    """The gap between the capacity found and the lowest rate above it that missed, relative to
+    the capacity (what the search resolved it to); None without both."""
+    best = best_rate(steps, target_p99_ms)
+    above = [s.rate for s in steps if best is not None and s.rate > best and not s.meets(target_p99_ms)]
+    return round(min(above) / best - 1, 4) if above else None

@@ -1,4 +1,4 @@
-"""``uwsgi-layouts compare|openloop|faults|tune|doctor|report``: run an experiment kind, or re-render a stored run."""
+"""``uwsgi-layouts compare|openloop|faults|tune|doctor|plan|report``: run a kind, or re-render a stored run."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ from pathlib import Path
 
 from uwsgi_layouts.bench.dataset import DatasetError
 from uwsgi_layouts.bench.kinds import KINDS
-from uwsgi_layouts.bench.kinds.base import publish
+from uwsgi_layouts.bench.kinds.base import RESULTS_NAME, publish
 from uwsgi_layouts.bench.kinds.closedloop import ReplayError
 from uwsgi_layouts.bench.load.httperf import HttperfError
 from uwsgi_layouts.bench.load.traffic import TrafficError
 from uwsgi_layouts.bench.load.wrk import WrkError
 from uwsgi_layouts.bench.options import BadArgument, MissingTool
+from uwsgi_layouts.bench.report.plan import PLAN_JSON, read_plan, write_plan_reports
 from uwsgi_layouts.bench.results import ResultsError, load
 from uwsgi_layouts.deploy.cli import PROG, OneLineParser, parse_args
 from uwsgi_layouts.deploy.model import LayoutError, RenderError, StackError
@@ -29,16 +30,30 @@ def build_parser(prog: str = PROG) -> OneLineParser:
         kind.add_arguments(sub.add_parser(kind.name, help=kind.help))
     rep = sub.add_parser("report", help="render report.txt, report.md and plots from a stored results.json "
                                         "(any kind, any version this tool reads)")
-    rep.add_argument("results", help="a results.json written by compare, openloop, faults, tune or doctor (or an "
-                                     "old openloop.json)")
+    rep.add_argument("results", help="a run's directory, or its results.json (compare, openloop, faults, tune, "
+                                     "doctor; or an old openloop.json) or plan.json (plan)")
     rep.add_argument("--out", help="where to write the report files (default: beside the results file)")
     return parser
 
 
+def stored_run(path: Path) -> Path:
+    """The results file a run's directory holds (results.json, else plan.json), or ``path``."""
+    if not path.is_dir():
+        return path
+    found = next((path / name for name in (RESULTS_NAME, PLAN_JSON) if (path / name).is_file()), None)
+    if found is None:
+        raise ResultsError(f"results: {path} holds neither {RESULTS_NAME} nor {PLAN_JSON}")
+    return found
+
+
 def cmd_report(args) -> int:
-    results = load(args.results)
-    out = Path(args.out) if args.out else Path(args.results).parent
-    publish(results, out)
+    source = stored_run(Path(args.results))
+    out = Path(args.out) if args.out else source.parent
+    if source.name == PLAN_JSON:  # plan's own file: its report is rendered from it alone
+        print("\n".join(write_plan_reports(out, read_plan(source))))
+        print(f"\nwrote report.txt, report.md in {out}")
+        return 0
+    publish(load(source), out)
     return 0
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from uwsgi_layouts.bench import dataset as ds
 from uwsgi_layouts.bench.margin import MarginError, check_margin
-from uwsgi_layouts.bench.observe import is_unix_address
+from uwsgi_layouts.deploy.machine import is_unix_address
 
 
 def results_root() -> Path:

@@ -66,12 +66,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from uwsgi_layouts.files import write_atomic
 
 FORMAT_VERSION = 2
 READS_VERSIONS = (1, 2)
@@ -898,7 +898,8 @@ class Results:
         """Write atomically (temp file + rename): a crash never leaves half a results file. A pair
         of numbers (a histogram's ``[latency_us, count]``) stays on one line."""
         text = _PAIR.sub(r"[\1, \2]", json.dumps(self.to_dict(), indent=2, sort_keys=False))
-        return write_text_atomic(path, text + "\n")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return write_atomic(path, text + "\n")
 
 
 # Only structural whitespace: JSON strings cannot hold a raw newline, so nothing inside one matches.
@@ -968,33 +969,3 @@ def migrate_v1(data: dict, source: str) -> dict:
 def utc_now() -> str:
     """``created``: the time a run started, ISO 8601 in UTC to the second."""
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-
-
-# --------------------------------------------------------------------------- atomic files
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def write_atomic(path: Path | str, write: Callable, binary: bool = False) -> Path:
-    """Create ``path`` via a temp file in the same directory and ``os.replace``: a reader (or a
-    crash) never sees half a file. ``write(fh)`` fills the open temp file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600, which would hide results from the team
-        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as fh:
-            write(fh)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def write_text_atomic(path: Path | str, text: str) -> Path:
-    return write_atomic(path, lambda fh: fh.write(text))

@@ -14,6 +14,10 @@ options and checks them the same way:
     preflight_traffic(lab, spec, options, subject, timeout)   each distinct request once through
                                    nginx: every failing one named; with --skip-failing (an access
                                    log) dropped, and the subject returned without them
+    check_mix_for_httperf(subject, refused)   the open-loop kinds (openloop, plan): a mix httperf
+                                   can replay (GET only, no credential headers on its command line)
+    httperf_traffic(subject, layout, work_dir, timeout, warmup_s)   on a started stack: the mix
+                                   checked through nginx, as httperf's --wlog list, and wrk's warm-up
 
 The demo app (``app.wsgi:application`` from this project) keeps its named scenarios. Another app
 gets the user's requests, ``GET /`` when none are given: its cells run as scenario ``traffic``.
@@ -26,10 +30,13 @@ import argparse
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from uwsgi_layouts.bench.load import httperf
 from uwsgi_layouts.bench.load import scenarios as sc
 from uwsgi_layouts.bench.load.accesslog import read_access_log
 from uwsgi_layouts.bench.load.traffic import (
     MAX_UNANSWERED,
+    SAFE_METHODS,
+    SENSITIVE_HEADERS,
     Mix,
     Request,
     TrafficError,
@@ -41,7 +48,9 @@ from uwsgi_layouts.bench.load.traffic import (
     parse_request_line,
     read_requests_file,
     without,
+    write_mix_script,
 )
+from uwsgi_layouts.bench.load.wrk import WrkProcess
 from uwsgi_layouts.bench.stack import Lab
 from uwsgi_layouts.deploy.cli import add_app_options, add_risk_options, app_options, import_timeout
 from uwsgi_layouts.deploy.machine import PACKAGE_DIR, PREFLIGHT_TIMEOUT, checked, preflight
@@ -236,3 +245,46 @@ def check_traffic(subject: Subject, host: str, port: int, timeout: float, where:
     answered = ", ".join(sorted({str(s) for s in statuses.values()}))
     lines.append(f"pre-flight: {len(statuses)} distinct requests answered {answered}{place}")
     return subject, lines
+
+
+def check_mix_for_httperf(subject: Subject, refused: dict[str, bool]) -> None:
+    """httperf (openloop, plan) opens one connection per request from a list of paths, one method
+    for all, and takes headers on its command line (which other local users can read).
+    ``refused``: the kind's own request options given beside the mix (e.g. {"path": True})."""
+    given = next((name for name, on in refused.items() if on), None)
+    if given:
+        raise TrafficError(given, "your requests (--request, --requests, --access-log, or GET / of your --app) "
+                                  "replace it: leave it out")
+    other = sorted({r.method for r in subject.mix.requests if r.method not in SAFE_METHODS})
+    if other:
+        raise TrafficError("request", f"httperf (openloop, plan) sends GET requests only (it replays a list of "
+                                      f"paths), the mix has {', '.join(other)}: leave them out (compare and tune "
+                                      "send them)")
+    secret = [n for n, _ in subject.mix.headers if n.lower() in SENSITIVE_HEADERS]
+    if secret:
+        raise TrafficError("header", f"{secret[0]}: httperf (openloop, plan) takes headers on its command line, "
+                                     "which other local users can read: leave credentials out (compare and tune "
+                                     "send them from a private file)")
+
+
+@dataclass(frozen=True)
+class HttperfTraffic:
+    """The user's requests as httperf replays them on one started stack."""
+
+    subject: Subject  # without the requests that failed the pre-flight (--skip-failing)
+    wlog: Path  # httperf's --wlog list of paths, by weight
+    headers: tuple
+    warm: WrkProcess  # one connection of the mix, before the first step
+    lines: tuple[str, ...]  # the pre-flight's, to print
+
+
+def httperf_traffic(subject: Subject, layout: Layout, work_dir: Path, timeout: float, warmup_s: float,
+                    where: str) -> HttperfTraffic:
+    """Each distinct request once through the stack's nginx (``check_traffic``), then the mix as
+    httperf's --wlog list under ``work_dir/traffic`` and the warm-up that sends it."""
+    subject, lines = check_traffic(subject, layout.listen_host, layout.listen_port, timeout, where=where)
+    mix = subject.mix
+    wlog = httperf.write_mix_wlog(work_dir / "traffic" / "mix.wlog", mix)
+    warm = WrkProcess(layout.url, 1, warmup_s, timeout_s=timeout, script_args=["1"],
+                      script=write_mix_script(work_dir / "traffic" / "warmup.lua", mix))
+    return HttperfTraffic(subject, wlog, tuple(mix.headers), warm, tuple(lines))

@@ -196,6 +196,10 @@ def run(args) -> int:
             while True:
                 if stats_watch is not None:
                     stats_watch.check()
+                failed = [s.failure for s in (socket_watch, log_watch) if s is not None and s.failure]
+                if failed:
+                    say(f"stopping: {failed[0]}")
+                    return 1
                 if stop.wait(1 / hz):
                     break
             say("stopped")

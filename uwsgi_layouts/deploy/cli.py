@@ -300,6 +300,13 @@ def add_bundle_parsers(sub) -> None:
     bundle.add_argument("--uwsgi-tls-name", help=f"the name the hosts' certificates carry (default {DEFAULT_TLS_NAME})")
     bundle.add_argument("--max-fails", help="with --hosts: failures before nginx leaves a socket out (default T+1)")
     bundle.add_argument("--fail-timeout", help="with --hosts: seconds a failed socket stays out (default 10)")
+    bundle.add_argument("--watch", metavar="PROGRAM",
+                        help="also ship an exporter unit per slot running `PROGRAM watch` as the app's user "
+                             "(PROGRAM: uwsgi-layouts on the server, an absolute path; docs/watch.md)")
+    bundle.add_argument("--watch-listen", metavar="HOST:PORT",
+                        help="with --watch: the exporter's loopback address (default 127.0.0.1:9717); with "
+                             "--watch-sidecar: where /metrics listens in the pod, IPV4:PORT (default 0.0.0.0:9717, the "
+                             "pod's own interfaces, for Prometheus; 127.0.0.1:PORT keeps it inside the pod)")
     add_risk_options(bundle, "system-static")
     add_container_options(bundle)
     install_p = sub.add_parser("install", help="install a bundle: copy, enable, nginx -t (undone if it fails), "
@@ -323,9 +330,10 @@ def add_bundle_parsers(sub) -> None:
 
 # The options of --target container|kubernetes (deploy/ship/container/), and the Debian ones they refuse.
 CONTAINER_OPTIONS = ("image", "base_image", "nginx_base_image", "python", "cpus", "memory", "replicas", "max_replicas",
-                     "cpu_target", "probe_port", "from_tune", "plan", "watch", "watch_listen", "metrics_namespace")
+                     "cpu_target", "probe_port", "from_tune", "plan", "watch_sidecar", "metrics_namespace")
 SERVER_ONLY_OPTIONS = ("server_name", "any_host", "tls_cert", "tls_key", "acme_webroot", "tls_listen", "user", "group",
-                       "nginx_group", "uwsgi", "writable", "hosts", "uwsgi_tls_dir", "uwsgi_tls_name", "base_port")
+                       "nginx_group", "uwsgi", "writable", "hosts", "uwsgi_tls_dir", "uwsgi_tls_name", "base_port",
+                       "watch")
 
 
 def add_container_options(bundle: argparse.ArgumentParser) -> None:
@@ -356,15 +364,12 @@ def add_container_options(bundle: argparse.ArgumentParser) -> None:
                                                "plan's, else 4)")
     bundle.add_argument("--cpu-target", help="kubernetes: the autoscaler's CPU target, per cent of the app container's "
                                              "request (default: the plan's, else 70)")
-    bundle.add_argument("--watch", action="store_true",
+    bundle.add_argument("--watch-sidecar", action="store_true",
                         help="kubernetes: add an exporter sidecar (`uwsgi-layouts watch`: the stats socket and "
                              "nginx's timed log as Prometheus metrics) and a NetworkPolicy")
-    bundle.add_argument("--watch-listen", metavar="IPV4:PORT",
-                        help="with --watch: where /metrics listens in the pod (default 0.0.0.0:9717, the pod's own "
-                             "interfaces, for Prometheus; 127.0.0.1:PORT keeps it inside the pod)")
     bundle.add_argument("--metrics-namespace", metavar="NS",
-                        help="with --watch: the namespace whose pods (Prometheus) the NetworkPolicy lets reach the "
-                             "metrics port (default monitoring)")
+                        help="with --watch-sidecar: the namespace whose pods (Prometheus) the NetworkPolicy lets reach "
+                             "the metrics port (default monitoring)")
     bundle.add_argument("--probe-port", help="the sidecar's port for the probes (default 8081; --listen PORT is the "
                                              "HTTP port, default 8080)")
 
@@ -377,7 +382,9 @@ def cmd_container_bundle(args) -> int:
                                            "transport", "stop_grace", "client_max_body_size")}
     container = {k: getattr(args, k) for k in CONTAINER_OPTIONS}
     options = [f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}")
-               for k, v in {**given, **container}.items() if v not in (None, False)]
+               for k, v in {**given, **container, "watch_listen": args.watch_listen}.items() if v not in (None, False)]
+    container["watch"] = container.pop("watch_sidecar")
+    container["watch_listen"] = args.watch_listen
     options += [f"--listen {address}" for address in args.listen or ()]
     cb = build_container_bundle(args.layout, target=args.target, **app_options(args, here=False),
                                 listen=args.listen, options=options, **given, **container)
@@ -405,7 +412,7 @@ def cmd_bundle(args) -> int:
         uwsgi=args.uwsgi, writable=args.writable, transport=args.transport, base_port=args.base_port,
         backlog=args.backlog, harakiri=args.harakiri, retries=args.retries, connect_timeout=args.connect_timeout,
         hosts=args.hosts, uwsgi_tls_dir=args.uwsgi_tls_dir, uwsgi_tls_name=args.uwsgi_tls_name,
-        max_fails=args.max_fails, fail_timeout=args.fail_timeout,
+        max_fails=args.max_fails, fail_timeout=args.fail_timeout, watch=args.watch, watch_listen=args.watch_listen,
     )
     # A site answers its own names only, unless told otherwise by an option named for the risk.
     if bool(args.server_name) == args.any_host:

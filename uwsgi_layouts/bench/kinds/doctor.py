@@ -36,10 +36,8 @@ from uwsgi_layouts.bench.observe import (
     LogTail,
     Sample,
     Sampler,
-    is_unix_address,
     kernel_listen_overflows,
     read_sample,
-    read_stats,
     socket_holdings,
     uwsgi_config,
     worker_memory,
@@ -47,7 +45,7 @@ from uwsgi_layouts.bench.observe import (
 )
 from uwsgi_layouts.bench.options import BadArgument, command_line, float_arg, int_arg, prepare_out, stats_arg
 from uwsgi_layouts.bench.results import Results, utc_now
-from uwsgi_layouts.deploy.machine import stats_exposure
+from uwsgi_layouts.deploy.machine import is_unix_address, read_stats, stats_exposure
 
 DEFAULT_FOR_S = 60
 MAX_FOR_S = 3600

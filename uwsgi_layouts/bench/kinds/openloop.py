@@ -44,13 +44,7 @@ from uwsgi_layouts.bench.environment import capture
 from uwsgi_layouts.bench.kinds.base import RESULTS_NAME, Kind, publish, sigterm_interrupts
 from uwsgi_layouts.bench.load import httperf
 from uwsgi_layouts.bench.load.files import ROUTES, write_wlog
-from uwsgi_layouts.bench.load.traffic import (
-    SAFE_METHODS,
-    SENSITIVE_HEADERS,
-    TrafficError,
-    redact_argv,
-    write_mix_script,
-)
+from uwsgi_layouts.bench.load.traffic import redact_argv
 from uwsgi_layouts.bench.load.wrk import WrkProcess, run_wrks
 from uwsgi_layouts.bench.observe import tree_cpu_seconds
 from uwsgi_layouts.bench.options import (
@@ -110,7 +104,7 @@ def resolve_args(args) -> "_Args":
         raise BadArgument(f"files: must be one of {', '.join(ROUTES)}, got {args.files!r}")
     subject = subj.from_args(args)
     if subject.mix is not None:
-        _check_mix_for_httperf(subject, args)
+        subj.check_mix_for_httperf(subject, {"path": bool(args.path), "files": bool(args.files)})
     elif not subject.demo and args.files:
         raise BadArgument("files: the data set's routes are the demo app's; your app gets --request lines")
     parse_variant(spec, run_dir="/tmp/validate", **subject.layout_options)
@@ -122,23 +116,6 @@ def resolve_args(args) -> "_Args":
         transport=transport_arg(args.transport), all=bool(args.all), out=args.out,
         command=command_line("openloop", redact_argv(getattr(args, "argv", None) or []) or None),
         subject=subject)
-
-
-def _check_mix_for_httperf(subject: subj.Subject, args) -> None:
-    """httperf opens one connection per request from a list of paths, one method for all, and
-    takes headers on its command line (which other local users can read)."""
-    if args.path or args.files:
-        raise BadArgument(f"{'path' if args.path else 'files'}: your requests (--request, --requests, --access-log, "
-                          "or GET / of your --app) replace it: leave it out")
-    other = sorted({r.method for r in subject.mix.requests if r.method not in SAFE_METHODS})
-    if other:
-        raise TrafficError("request", f"openloop sends GET requests only (httperf replays a list of paths), the "
-                                      f"mix has {', '.join(other)}: leave them out (compare and tune send them)")
-    secret = [n for n, _ in subject.mix.headers if n.lower() in SENSITIVE_HEADERS]
-    if secret:
-        raise TrafficError("header", f"{secret[0]}: openloop hands headers to httperf on its command line, which "
-                                     "other local users can read: leave credentials out (compare and tune send "
-                                     "them from a private file)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,15 +166,11 @@ def measure(a: _Args, lab: Lab, raw: Path, steps: list[Step], on_step=print, tra
     with lab.stack(a.layout, name=dir_name(a.layout), **options) as stack:
         layout = stack.layout
         if mix is not None:
-            subject, lines = subj.check_traffic(a.subject, layout.listen_host, layout.listen_port, a.timeout,
-                                                where=a.layout)
-            print("\n".join(lines), flush=True)
-            mix = subject.mix
+            replay = subj.httperf_traffic(a.subject, layout, lab.work_dir, a.timeout, a.warmup, where=a.layout)
+            print("\n".join(replay.lines), flush=True)
             if traffic is not None:
-                traffic["mix"] = mix
-            wlog, headers = httperf.write_mix_wlog(lab.work_dir / "traffic" / "mix.wlog", mix), mix.headers
-            warm = WrkProcess(layout.url, 1, a.warmup, timeout_s=a.timeout, script_args=["1"],
-                              script=write_mix_script(lab.work_dir / "traffic" / "warmup.lua", mix))
+                traffic["mix"] = replay.subject.mix
+            wlog, headers, warm = replay.wlog, replay.headers, replay.warm
         else:
             warm_url = f"http://{layout.listen}{a.path}" if not a.files else layout.url + "healthz"
             warm = WrkProcess(warm_url, 1, a.warmup, timeout_s=a.timeout)

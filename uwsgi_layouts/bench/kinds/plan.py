@@ -1,16 +1,22 @@
 """``uwsgi-layouts plan``: how many replicas of a pod carry a target rate within a p99.
 
     uwsgi-layouts plan --layout 2x2-mapped@cpus=1 --rate 100 --p99-ms 250 [--headroom 0.8] [--check]
+    uwsgi-layouts plan --app shop:app --requests traffic.txt ...   (your app: bench.subject)
 
 One replica of the layout (its ``@cpus`` quota and ``@memory`` limit in a cgroup of its own) is
-offered fixed rates in open loop, as ``openloop`` does (httperf: new connections at a fixed rate,
-one request each; ``bench.analysis.judge_step`` passes a step whose replies kept up without
-server-side errors): a ladder from half the rate one connection reached in the warm-up, x1.5 a
-rung, until a rate misses the target, then ``--bisections`` rates between the last that met it and
-the first that did not. A rate meets the target when its step passes and the p99 of its requests
-is within ``--p99-ms``. The arithmetic is ``bench.capacity``'s: replicas = ceil(rate / (one
-replica's rate x headroom)) + spare, the autoscaler targets (CPU used / limit and busy threads /
-threads at the design rate) and the memory (PSS of one replica after load).
+offered fixed rates in open loop (httperf: new connections at a fixed rate, one request each): a
+ladder from half the rate one connection reached in the warm-up, x1.5 a rung, until a rate misses
+the target, then bisections between the last that met it and the first that did not until they
+are within ``--resolution`` (``bench.capacity.search_capacity``). Each step lasts long enough for
+``--min-requests`` requests per replica; it passes by ``bench.capacity.judge_rate`` (replies kept
+up over every steady 5-s sample together, no server-side error) and meets the target when the p99
+of that step's requests is within ``--p99-ms``. The arithmetic is ``bench.capacity``'s: replicas
+= ceil(rate / (one replica's rate x headroom)) + spare, the autoscaler targets (CPU used / limit
+and busy threads / threads at the design rate) and the memory (PSS of one replica after load).
+
+Your app and its requests: the options of ``compare`` and ``openloop`` (``bench.subject``: --app,
+--request, --requests, --access-log...), pre-flighted as openloop does; httperf replays the GET
+requests by weight.
 
 Why p99 comes from nginx's access log: httperf prints only the min, mean, max, median and
 standard deviation of its connection times, no percentile and no per-request time; nginx logs
@@ -19,6 +25,10 @@ byte sent, which holds every wait at the app server (its sockets' queues, the qu
 throttling). It leaves out the client's connect to nginx, which is the same for every pod size.
 The stack runs with ``access_log`` on; nginx stays outside the replica's cgroup, so the log costs
 the quota nothing.
+
+``--validate``: 1, 2 and 3 replicas together (those that fit), each count's capacity searched
+exactly as one replica's was (the same rule, the same resolution, steps of the same length per
+replica's rate), so their rate per replica compares like with like with the plan's.
 
 ``--check`` (the plan checks itself): where the planned serving replicas fit this machine (the sum
 of their quotas within its CPUs; else the largest count that fits, at the rate the plan gives that
@@ -42,21 +52,29 @@ import sys
 import time
 from pathlib import Path
 
-from uwsgi_layouts.bench.analysis import judge_step
+from uwsgi_layouts.bench import subject as subj
 from uwsgi_layouts.bench.capacity import (
     DEFAULT_HEADROOM,
+    DEFAULT_RESOLUTION,
     DEFAULT_SPARE,
+    LADDER_FACTOR,
+    MAX_BISECTIONS,
+    MIN_REQUESTS,
     Plan,
     PlanError,
     RateStep,
     best_rate,
+    judge_rate,
     make_plan,
-    next_rate,
     p99_ms,
+    resolved,
+    search_capacity,
+    step_seconds,
 )
 from uwsgi_layouts.bench.environment import capture
 from uwsgi_layouts.bench.kinds.base import Kind, sigterm_interrupts
 from uwsgi_layouts.bench.load import httperf
+from uwsgi_layouts.bench.load.traffic import redact_argv
 from uwsgi_layouts.bench.load.wrk import WrkProcess, run_wrks
 from uwsgi_layouts.bench.observe import Sampler, limit_record, parse_timed_line, stack_memory
 from uwsgi_layouts.bench.options import (
@@ -67,20 +85,17 @@ from uwsgi_layouts.bench.options import (
     prepare_out,
     require_tools,
 )
-from uwsgi_layouts.bench.report.plan import report_lines
+from uwsgi_layouts.bench.report.plan import PLAN_JSON, write_plan_reports
 from uwsgi_layouts.bench.stack import Lab, dir_name
 from uwsgi_layouts.deploy.machine import cpu_limit
 from uwsgi_layouts.deploy.model import parse_variant, total_limits
 from uwsgi_layouts.deploy.run import Stack
 
 DEFAULT_PATH = "/?rounds=5&fib=25&io_ms=10"  # the article's request (as openloop's)
-MIN_STEP_S = 15  # httperf samples the reply rate every 5 s: at least 2 full samples
-LADDER_FACTOR = 1.5
-DEFAULT_BISECTIONS = 2
-MAX_STEPS = 16
+MIN_STEP_S = 15  # httperf samples the reply rate every 5 s: at least 2 steady samples
 MAX_RATE = 100_000
-PLAN_JSON = "plan.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: steps sized by --min-requests, judged by capacity.judge_rate; the subject
+MIN_TIMEOUT_S = 5
 SAMPLE_INTERVAL_S = 0.1  # the stats server, for the busy-thread ratio
 DRAIN_TIMEOUT_S = 60.0  # at most this long waiting for the stack to be idle before a step
 DRAIN_POLL_S = 0.2
@@ -97,19 +112,26 @@ def add_arguments(p) -> None:
     p.add_argument("--spare", help=f"replicas added for lost pods (default {DEFAULT_SPARE})")
     p.add_argument("--start", help="the first rate offered, req/s (default: half what one connection reached in "
                                    "the warm-up)")
-    p.add_argument("--bisections", help=f"rates tried between the last that met the target and the first that "
-                                        f"did not (default {DEFAULT_BISECTIONS})")
-    p.add_argument("--step", help=f"seconds per rate (default and minimum {MIN_STEP_S})")
+    p.add_argument("--resolution", help=f"bisect until the lowest rate missed is within this share above the "
+                                        f"highest met, in 0.01..0.5 (default {DEFAULT_RESOLUTION})")
+    p.add_argument("--bisections", help=f"at most this many rates between the last that met the target and the "
+                                        f"first that did not (default {MAX_BISECTIONS})")
+    p.add_argument("--min-requests", help=f"requests per replica in every step: a step lasts "
+                                          f"max(--step, this / rate per replica) s (default {MIN_REQUESTS})")
+    p.add_argument("--step", help=f"shortest step, seconds (default and minimum {MIN_STEP_S})")
     p.add_argument("--path", help=f"request path (default {DEFAULT_PATH}, the article's request)")
-    p.add_argument("--timeout", help="httperf's per-request timeout in seconds (default 5)")
+    p.add_argument("--timeout", help=f"httperf's per-request timeout in seconds, above the p99 target (default "
+                                     f"max({MIN_TIMEOUT_S}, 2 x the p99 target))")
     p.add_argument("--warmup", help="seconds of one-connection warm-up before the first step (default 2)")
     p.add_argument("--client-nice", help="niceness of httperf, which busy-polls a core (default 19)")
     p.add_argument("--check", action="store_true", help="run the planned replicas at the target rate (and one "
                                                         "fewer) where they fit this machine, and report predicted "
                                                         "against measured")
     p.add_argument("--validate", action="store_true", help=f"also search the capacity of 1..{VALIDATE_COUNTS} "
-                                                           "replicas together (those that fit this machine) and "
-                                                           "compare their rate per replica with the plan's")
+                                                           "replicas together (those that fit this machine), as "
+                                                           "one replica's was, and compare their rate per replica "
+                                                           "with the plan's")
+    subj.add_arguments(p)
     p.add_argument("--out", help="output directory (default results/<timestamp>-plan)")
 
 
@@ -134,23 +156,46 @@ class PlanArgs:
     headroom: float = DEFAULT_HEADROOM
     spare: int = DEFAULT_SPARE
     start: float | None = None
-    bisections: int = DEFAULT_BISECTIONS
+    resolution: float = DEFAULT_RESOLUTION
+    bisections: int = MAX_BISECTIONS
+    min_requests: int = MIN_REQUESTS
     step: float = MIN_STEP_S
     path: str = DEFAULT_PATH
-    timeout: float = 5
+    timeout: float = MIN_TIMEOUT_S
     warmup: float = 2
     client_nice: int = 19
     check: bool = False
     validate: bool = False
     out: str | None = None
     command: str = ""
+    subject: subj.Subject | None = None  # the app and its requests (None: the demo app, --path)
+
+    @property
+    def mix(self):
+        return self.subject.mix if self.subject is not None else None
+
+    @property
+    def stack_options(self) -> dict:
+        """Every stack's options: nginx's access log (the p99) and the app's."""
+        return {"access_log": "on", **(self.subject.layout_options if self.subject else {})}
 
     def arguments(self) -> dict:
-        return {k: v for k, v in dataclasses.asdict(self).items() if k != "out"}
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("out", "subject")}
+        if self.subject is not None:
+            out["app"] = self.subject.record
+            if self.mix is not None:
+                out |= {"path": "", "traffic": self.mix.to_dict()}
+        return out
+
+
+def default_timeout(p99_target_ms: float) -> float:
+    """httperf gives up on a request after this: well above the p99 target, so that a slow request
+    is timed (and counted in the p99) rather than cut."""
+    return max(MIN_TIMEOUT_S, math.ceil(2 * p99_target_ms / 1000))
 
 
 def resolve_args(args) -> PlanArgs:
-    """Validate and fill defaults; raise BadArgument (or LayoutError) naming the field."""
+    """Validate and fill defaults; raise BadArgument (or LayoutError, TrafficError) naming the field."""
     rate = positive("rate", args.rate, "the target rate in req/s, e.g. --rate 100")
     p99 = positive("p99_ms", args.p99_ms, "the p99 target in ms, e.g. --p99-ms 250")
     if not args.layout or not str(args.layout).strip():
@@ -164,18 +209,27 @@ def resolve_args(args) -> PlanArgs:
     path = args.path or DEFAULT_PATH
     if not path.startswith("/") or any(c.isspace() for c in path) or len(path) > 2000:
         raise BadArgument(f"path: must start with / and contain no spaces, got {path!r}")
+    subject = subj.from_args(args)
+    if subject.mix is not None:
+        subj.check_mix_for_httperf(subject, {"path": bool(args.path)})
+    parse_variant(spec, run_dir="/tmp/validate", **subject.layout_options)
+    timeout = default_timeout(p99) if args.timeout is None else float_arg("timeout", args.timeout, 1, 600)
+    if timeout * 1000 <= p99:
+        raise BadArgument(f"timeout: must be above the p99 target ({p99:g} ms), so that slow requests are timed, "
+                          f"not cut; got {timeout:g} s")
     return PlanArgs(
         layout=spec, rate=rate, p99_ms=p99,
         headroom=float_arg("headroom", args.headroom or DEFAULT_HEADROOM, 0.05, 1),
         spare=int_arg("spare", args.spare if args.spare is not None else DEFAULT_SPARE, 0, 10),
         start=positive("start", args.start, "the first rate in req/s") if args.start is not None else None,
-        bisections=int_arg("bisections", args.bisections if args.bisections is not None else DEFAULT_BISECTIONS,
-                           0, 6),
+        resolution=float_arg("resolution", args.resolution or DEFAULT_RESOLUTION, 0.01, 0.5),
+        bisections=int_arg("bisections", args.bisections if args.bisections is not None else MAX_BISECTIONS, 0, 12),
+        min_requests=int_arg("min_requests", args.min_requests or MIN_REQUESTS, 20, 100_000),
         step=float_arg("step", args.step or MIN_STEP_S, MIN_STEP_S, 600), path=path,
-        timeout=float_arg("timeout", args.timeout or 5, 1, 60), warmup=float_arg("warmup", args.warmup or 2, 1, 60),
+        timeout=timeout, warmup=float_arg("warmup", args.warmup or 2, 1, 60),
         client_nice=int_arg("client_nice", args.client_nice if args.client_nice is not None else 19, 0, 19),
         check=bool(args.check), validate=bool(args.validate), out=args.out,
-        command=command_line("plan", getattr(args, "argv", None)))
+        command=command_line("plan", redact_argv(getattr(args, "argv", None) or []) or None), subject=subject)
 
 
 # --------------------------------------------------------------------------- one step
@@ -243,77 +297,112 @@ def drain(stack: Stack, timeout_s: float) -> bool:
     return False
 
 
-def offer(stack: Stack, a: PlanArgs, rate: float, raw: Path, name: str, sample: bool) -> Offered:
-    """One open-loop step at ``rate`` against ``stack`` once it is idle; httperf's output saved as
-    raw/``name``."""
+@dataclasses.dataclass(frozen=True)
+class Load:
+    """What httperf sends to one started stack: a path, or the user's requests as a --wlog list
+    with their headers; and the one-connection warm-up before the first step."""
+
+    path: str
+    wlog: Path | None
+    headers: tuple
+    warm: WrkProcess
+
+
+def prepare_load(stack: Stack, a: PlanArgs, work_dir: Path) -> Load:
+    """The demo app's path, or the user's requests checked once through this stack's nginx."""
+    layout = stack.layout
+    if a.mix is None:
+        return Load(a.path, None, (), WrkProcess(f"http://{layout.listen}{a.path}", 1, a.warmup, timeout_s=a.timeout))
+    replay = subj.httperf_traffic(a.subject, layout, work_dir, a.timeout, a.warmup, where=a.layout)
+    print("\n".join(replay.lines), flush=True)
+    return Load(a.path, replay.wlog, replay.headers, replay.warm)
+
+
+def offer(stack: Stack, a: PlanArgs, load: Load, rate: float, raw: Path, name: str, sample: bool) -> Offered:
+    """One open-loop step at ``rate`` against ``stack``'s replicas once they are idle, long enough
+    for ``a.min_requests`` requests per replica (``step_seconds``); httperf's output saved as
+    raw/``name``; judged by ``judge_rate`` on the requests nginx logged during the step only."""
     layout = stack.layout
     drained = drain(stack, DRAIN_TIMEOUT_S)
+    seconds = step_seconds(rate / layout.replicas, a.min_requests, a.step)
     log = Path(layout.run_dir) / "logs" / "access.log"
     offset = _log_size(log)
     before, t0 = stack.cgroup_reading(), time.monotonic()
-    cmd = httperf.command(layout.listen_port, a.path, rate, a.step, a.timeout, nice=a.client_nice)
+    cmd = httperf.command(layout.listen_port, load.path, rate, seconds, a.timeout, nice=a.client_nice,
+                          wlog=load.wlog, headers=load.headers)
     with Sampler(layout.stats_address if sample else None, interval=SAMPLE_INTERVAL_S) as sampler:
-        text = httperf.run(cmd, a.step * 2 + a.timeout + 30)
+        text = httperf.run(cmd, seconds * 2 + a.timeout + 30)
     after, t1 = stack.cgroup_reading(), time.monotonic()
     stack.check_alive()
     raw.mkdir(parents=True, exist_ok=True)
     (raw / name).write_text(text)
     parsed = httperf.parse(text)
-    verdict, reasons = judge_step(rate, parsed)
-    if not drained:
-        reasons = [*reasons, f"started before the previous step's requests drained ({DRAIN_TIMEOUT_S:g} s)"]
     times = request_times(log, offset)
+    judged = judge_rate(rate, parsed, len(times))
+    reasons = judged.reasons
+    if not drained:
+        reasons = (*reasons, f"started before the previous step's requests drained ({DRAIN_TIMEOUT_S:g} s)")
     limit = limit_record(*total_limits(layout), before, after, t1 - t0)
-    step = RateStep(rate=rate, verdict=verdict, p99_ms=p99_ms(times), cpu_share=limit.get("quota_share"),
-                    busy_ratio=busy_ratio(sampler) if sample else None, reasons=tuple(reasons),
-                    requests_logged=len(times))
+    step = RateStep(rate=rate, verdict=judged.verdict, p99_ms=p99_ms(times), cpu_share=limit.get("quota_share"),
+                    busy_ratio=busy_ratio(sampler) if sample else None, reasons=reasons,
+                    requests_logged=len(times), errors=judged.errors, kept_up=judged.kept_up, step_s=seconds,
+                    throttled_share=limit.get("throttled_share"))
     return Offered(step, limit, parsed)
 
 
-def warm_up(stack: Stack, a: PlanArgs) -> float:
-    """One connection for ``a.warmup`` s; the rate it reached (req/s)."""
-    (run,), _ = run_wrks(WrkProcess(f"http://{stack.layout.listen}{a.path}", 1, a.warmup, timeout_s=a.timeout))
+def warm_up(load: Load) -> float:
+    """One connection for the warm-up's seconds; the rate it reached (req/s)."""
+    (run,), _ = run_wrks(load.warm)
     return run.rps
 
 
 # --------------------------------------------------------------------------- the search and the check
 
 
-def search(a: PlanArgs, lab: Lab, raw: Path, on_step=print, replicas: int = 1,
-           start: float | None = None) -> tuple[list[RateStep], float | None]:
-    """``replicas`` replicas (one for the plan), rates up the ladder then bisected; (the steps,
-    their PSS after them in MB). The busy-thread ratio is sampled with one replica only (one stats
-    server)."""
-    steps: list[RateStep] = []
-    name, prefix = (dir_name(a.layout), "step") if replicas == 1 else (f"capacity-{replicas}", f"capacity-{replicas}x")
-    with lab.stack(a.layout, name=name, access_log="on", replicas=str(replicas)) as stack:
-        reached = warm_up(stack, a)
-        rate = start or a.start or max(0.5, round(reached / 2, 2))
-        while rate is not None and len(steps) < MAX_STEPS:
-            steps.append(offer(stack, a, rate, raw, f"{prefix}-{rate:g}.txt", sample=replicas == 1).step)
-            on_step(steps[-1])
-            first_miss = next((i for i, s in enumerate(steps) if not s.meets(a.p99_ms)), None)
-            done = 0 if first_miss is None else len(steps) - 1 - first_miss
-            rate = next_rate(steps, a.p99_ms, LADDER_FACTOR, a.bisections - done)
+def search(a: PlanArgs, lab: Lab, raw: Path, on_step=print, replicas: int = 1, start: float | None = None,
+           validating: bool = False) -> tuple[list[RateStep], float | None]:
+    """``replicas`` replicas (one for the plan) searched for their capacity (``search_capacity``:
+    up the ladder, then bisected to ``a.resolution``); (the steps, their PSS after them in MB).
+    The busy-thread ratio is sampled with one replica only (one stats server). ``validating``:
+    a count of the validation, whose raw files are named apart from the plan's own steps."""
+    name, prefix = ((f"capacity-{replicas}", f"capacity-{replicas}x") if validating else
+                    (dir_name(a.layout), "step"))
+    with lab.stack(a.layout, name=name, replicas=str(replicas), **a.stack_options) as stack:
+        load = prepare_load(stack, a, lab.work_dir)
+        reached = warm_up(load)
+        first = start or a.start or max(0.5, round(reached / 2, 2))
+
+        def one(rate: float) -> RateStep:
+            step = offer(stack, a, load, rate, raw, f"{prefix}-{rate:g}.txt", sample=replicas == 1).step
+            on_step(step)
+            return step
+
+        steps = search_capacity(one, first, a.p99_ms, LADDER_FACTOR, a.resolution, a.bisections)
         pss = stack_memory(stack).get("app_pss_mb")
     return steps, pss
 
 
+def validation_row(count: int, steps: list[RateStep], plan: Plan, target_p99_ms: float) -> dict:
+    """One replica count's capacity (searched) per replica, against the plan's."""
+    carried = best_rate(steps, target_p99_ms)
+    per_replica = round(carried / count, 3) if carried is not None else None
+    return {"replicas": count, "rate": carried, "per_replica_rate": per_replica,
+            "plan_per_replica_rate": plan.per_replica_rate, "resolution": resolved(steps, target_p99_ms),
+            "difference": round(plan.per_replica_rate / per_replica - 1, 4) if per_replica else None,
+            "steps": [s.to_dict() for s in steps]}
+
+
 def validate(a: PlanArgs, plan: Plan, lab: Lab, raw: Path, host_cpus: int, on_step=print) -> list[dict]:
     """Each replica count from 1 to VALIDATE_COUNTS that fits this machine, searched for its own
-    capacity as one replica was (from 0.8 x count x one replica's rate): its rate per replica
-    against the plan's."""
+    capacity exactly as one replica was (the same rule and resolution; steps as long per replica's
+    rate), from 0.8 x count x one replica's rate: its rate per replica against the plan's."""
     fits = math.floor(host_cpus / plan.cpus + 1e-9) if plan.cpus else VALIDATE_COUNTS
     out = []
     for count in range(1, min(VALIDATE_COUNTS, fits) + 1):
-        steps, _ = search(a, lab, raw, on_step, replicas=count,
-                          start=round(0.8 * count * plan.per_replica_rate, 2))
-        carried = best_rate(steps, a.p99_ms)
-        per_replica = round(carried / count, 3) if carried is not None else None
-        out.append({"replicas": count, "rate": carried, "per_replica_rate": per_replica,
-                    "plan_per_replica_rate": plan.per_replica_rate,
-                    "difference": round(plan.per_replica_rate / per_replica - 1, 4) if per_replica else None,
-                    "steps": [s.to_dict() for s in steps]})
+        print(f"validate: {count} replica(s) together, their own capacity", flush=True)
+        steps, _ = search(a, lab, raw, on_step, replicas=count, start=round(0.8 * count * plan.per_replica_rate, 2),
+                          validating=True)
+        out.append(validation_row(count, steps, plan, a.p99_ms))
     return out
 
 
@@ -332,16 +421,19 @@ def check_counts(plan: Plan, host_cpus: int) -> tuple[int, float, str]:
 
 
 def run_count(a: PlanArgs, lab: Lab, raw: Path, count: int, rate: float, per_replica_rate: float) -> dict:
-    """``count`` replicas together at ``rate``: one step, with the p99, the summed PSS and throttling."""
-    with lab.stack(a.layout, name=f"check-{count}", access_log="on", replicas=str(count)) as stack:
-        warm_up(stack, a)
-        offered = offer(stack, a, rate, raw, f"check-{count}x-{rate:g}.txt", sample=False)
+    """``count`` replicas together at ``rate``: one step (as long as the search's at that rate per
+    replica), with the p99, the summed PSS and throttling."""
+    with lab.stack(a.layout, name=f"check-{count}", replicas=str(count), **a.stack_options) as stack:
+        load = prepare_load(stack, a, lab.work_dir)
+        warm_up(load)
+        offered = offer(stack, a, load, rate, raw, f"check-{count}x-{rate:g}.txt", sample=False)
         pss = stack_memory(stack).get("app_pss_mb")
     s = offered.step
     return {"replicas": count, "rate": rate, "per_replica_rate": round(rate / count, 3),
             "predicted": rate / count <= per_replica_rate, "verdict": s.verdict, "p99_ms": s.p99_ms,
-            "meets": s.meets(a.p99_ms), "reasons": list(s.reasons), "pss_mb": pss,
-            "throttled_share": offered.limit.get("throttled_share"), "cpu_share": offered.limit.get("quota_share")}
+            "meets": s.meets(a.p99_ms), "reasons": list(s.reasons), "pss_mb": pss, "errors": s.errors,
+            "step_s": s.step_s, "throttled_share": offered.limit.get("throttled_share"),
+            "cpu_share": offered.limit.get("quota_share")}
 
 
 def check(a: PlanArgs, plan: Plan, lab: Lab, raw: Path, on_line=print) -> dict:
@@ -380,29 +472,32 @@ def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def write_reports(out: Path, data: dict, plan: Plan | None, steps: list[RateStep], target_p99_ms: float) -> list[str]:
+def write_reports(out: Path, data: dict) -> list[str]:
+    """plan.json (first: the reports are rendered from what it holds), report.txt and report.md."""
     (out / PLAN_JSON).write_text(json.dumps(data, indent=2) + "\n")
-    lines = report_lines(data, plan, steps, target_p99_ms)
-    (out / "report.txt").write_text("\n".join(lines) + "\n")
-    (out / "report.md").write_text("# Capacity plan\n\n```\n" + "\n".join(lines) + "\n```\n")
-    return lines
+    return write_plan_reports(out, data)
 
 
 def run(args) -> int:
     a = resolve_args(args)
     require_tools("httperf", "wrk")
+    for note in a.subject.notes:
+        print(note, flush=True)
+    subj.preflight_app(a.layout, a.subject.layout_options, a.subject.import_timeout)  # before any stack starts
     out = prepare_out(a.out, suffix="-plan")
-    print(f"plan: one replica of {a.layout}, rates x{LADDER_FACTOR:g} up the ladder then {a.bisections} "
-          f"bisection(s), {a.step:g} s each; target {a.rate:g} req/s within p99 {a.p99_ms:g} ms; results in {out}",
-          flush=True)
+    print(f"plan: one replica of {a.layout} ({a.subject.app}), rates x{LADDER_FACTOR:g} up the ladder, then "
+          f"bisected to within {a.resolution:.0%} (at most {a.bisections}); each step at least {a.step:g} s and "
+          f"{a.min_requests} requests per replica; target {a.rate:g} req/s within p99 {a.p99_ms:g} ms; results in "
+          f"{out}", flush=True)
     data: dict = {"format_version": FORMAT_VERSION, "kind": "plan", "arguments": a.arguments(),
                   "environment": capture() | {"httperf": httperf.version()}, "load_before": load_average()}
     cpus = parse_variant(a.layout, run_dir="/tmp/validate").cpus
 
     def on_step(step: RateStep) -> None:
-        print(f"  {step.rate:g} req/s: {step.verdict}, p99 {step.p99_ms} ms, CPU/limit {step.cpu_share}, "
-              f"busy threads {step.busy_ratio}" + (f" ({'; '.join(step.reasons)})" if step.reasons else ""),
-              flush=True)
+        print(f"  {step.rate:g} req/s for {step.step_s:g} s: {step.verdict}, p99 {step.p99_ms} ms over "
+              f"{step.requests_logged} requests, kept up {step.kept_up}, CPU/limit {step.cpu_share}, throttled "
+              f"{step.throttled_share}, busy threads {step.busy_ratio}"
+              + (f" ({'; '.join(step.reasons)})" if step.reasons else ""), flush=True)
 
     try:
         return _measure_and_plan(a, out, data, cpus, on_step)
@@ -419,7 +514,7 @@ def _measure_and_plan(a: PlanArgs, out: Path, data: dict, cpus: float | None, on
         except PlanError as exc:
             data |= {"steps": [s.to_dict() for s in steps], "plan": None, "error": str(exc),
                      "load_after": load_average()}
-            write_reports(out, data, None, steps, a.p99_ms)
+            write_reports(out, data)
             raise BadArgument(str(exc)) from None
         data |= {"plan": plan.to_dict(), "steps": [s.to_dict() for s in steps]}
         if a.check:
@@ -427,7 +522,7 @@ def _measure_and_plan(a: PlanArgs, out: Path, data: dict, cpus: float | None, on
         if a.validate:
             data["validation"] = validate(a, plan, lab, out / "raw", cpu_limit().host, on_step)
     data["load_after"] = load_average()
-    print("\n".join(write_reports(out, data, plan, steps, a.p99_ms)))
+    print("\n".join(write_reports(out, data)))
     print(f"\nwrote {PLAN_JSON}, report.txt, report.md in {out}")
     return 0
 

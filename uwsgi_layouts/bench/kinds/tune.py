@@ -52,7 +52,7 @@ from uwsgi_layouts.bench.options import (
     transport_arg,
 )
 from uwsgi_layouts.bench.report.limits import pod_record
-from uwsgi_layouts.bench.results import Results, load, utc_now, write_text_atomic
+from uwsgi_layouts.bench.results import Results, load, utc_now
 from uwsgi_layouts.bench.stack import Lab
 from uwsgi_layouts.bench.tune import record
 from uwsgi_layouts.bench.tune.objective import Objective
@@ -71,6 +71,7 @@ from uwsgi_layouts.deploy.model import (
 from uwsgi_layouts.deploy.render import write_layout
 from uwsgi_layouts.deploy.run import http_get
 from uwsgi_layouts.deploy.ship import build_bundle, write_bundle
+from uwsgi_layouts.files import write_atomic
 
 EXIT_NO_LAYOUT = 3
 DEFAULT_BUDGET_MIN = 10.0
@@ -462,7 +463,7 @@ def write_recommended(out: Path, spec: str, options: dict) -> dict:
         lines += [f"Production: {note}.", "", "```sh", install, "```", ""]
     else:
         lines += [f"Production: {note}.", ""]
-    write_text_atomic(where / "RUN.md", "\n".join(lines))
+    write_atomic(where / "RUN.md", "\n".join(lines))
     return {"dir": RECOMMENDED, "layout": spec, "files": [*result.files, "RUN.md"],
             "bundle": "bundle" if bundle is not None else None, "note": note, "serve": serve, "install": install}
 

@@ -17,8 +17,6 @@ from pathlib import Path
 
 from uwsgi_layouts.deploy.run import child_setup
 
-INSTALL_HINT = "httperf is not installed: apt-get install httperf (or run scripts/install-system-deps.sh)"
-
 # httperf 0.9.0's summary lines (its exit code is 0 whatever happened).
 RE_TOTAL = re.compile(r"Total: connections (\d+) requests (\d+) replies (\d+) test-duration ([\d.]+) s")
 RE_REPLY_RATE = re.compile(

@@ -16,7 +16,6 @@ histogram (``WrkRun.histogram``):
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -279,10 +278,3 @@ def run_wrks(*loads: WrkProcess, rusage_before=None) -> tuple[list[WrkRun], floa
             w.stop()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return runs, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-
-
-def run_wrk(url: str, connections: int, duration_s: float, threads: int = 1, timeout_s: float = 10.0) -> WrkRun:
-    """Closed-loop load: ``connections`` keep-alive connections, each sending its next
-    request when the previous answer arrives (as in the article: wrk -t1 -cN --latency)."""
-    (run,), cpu = run_wrks(WrkProcess(url, connections, duration_s, threads, timeout_s))
-    return dataclasses.replace(run, cpu_s=cpu)

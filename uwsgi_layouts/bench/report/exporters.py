@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Protocol
 
 from uwsgi_layouts.bench.report import markdown_lines, plots, terminal_lines
-from uwsgi_layouts.bench.results import Results, write_text_atomic
+from uwsgi_layouts.bench.results import Results
+from uwsgi_layouts.files import write_atomic
 
 
 class Exporter(Protocol):
@@ -57,7 +58,7 @@ class MarkdownExporter:
         if files is None:
             files = [n for n in plots.plot_file_names(results) if (out_dir / n).is_file()]
         text = "\n".join(markdown_lines(results, list(files))).rstrip("\n") + "\n"
-        return [write_text_atomic(out_dir / self.filename, text)]
+        return [write_atomic(out_dir / self.filename, text)]
 
 
 @dataclass
@@ -68,7 +69,7 @@ class TerminalExporter:
     name = "txt"
 
     def export(self, results: Results, out_dir: Path) -> list[Path]:
-        return [write_text_atomic(Path(out_dir) / self.filename, "\n".join(terminal_lines(results)) + "\n")]
+        return [write_atomic(Path(out_dir) / self.filename, "\n".join(terminal_lines(results)) + "\n")]
 
 
 EXPORTERS: dict[str, type] = {"png": PlotExporter, "md": MarkdownExporter, "txt": TerminalExporter}

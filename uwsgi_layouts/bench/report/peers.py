@@ -18,13 +18,13 @@ from uwsgi_layouts.bench.analysis import (
     TARGET_VS_PEER_P99,
     TARGET_VS_PEER_RPS,
     Alternatives,
-    Comparison,
     Group,
     Matchup,
     alternatives,
     compare_groups,
     server_of,
 )
+from uwsgi_layouts.bench.paired import Comparison
 from uwsgi_layouts.bench.report.subject import is_demo_run
 from uwsgi_layouts.bench.report.text import fmt_stat, md_table, num, quoted_p99, quoted_p99_interval, table, wrap
 from uwsgi_layouts.bench.results import Results

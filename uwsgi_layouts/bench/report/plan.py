@@ -1,10 +1,20 @@
 """The capacity plan's report (``uwsgi-layouts plan``): the steps one replica was offered, the
 plan and its autoscaler settings, and, when it checked itself, predicted against measured per
-replica count. Plain lines; report.md is the same text in a code block."""
+replica count. Plain lines; report.md is the same text in a code block.
+
+Rendered from plan.json only (``write_plan_reports``), so ``uwsgi-layouts report DIR`` re-renders
+a stored plan as the run did (``read_plan``: one line naming what is wrong with a file)."""
 
 from __future__ import annotations
 
-from uwsgi_layouts.bench.capacity import Plan
+import json
+from pathlib import Path
+
+from uwsgi_layouts.bench.capacity import Plan, RateStep
+from uwsgi_layouts.bench.results import ResultsError
+
+PLAN_JSON = "plan.json"
+PLAN_VERSIONS = (1, 2)
 
 
 def _pct(x: float | None) -> str:
@@ -17,10 +27,12 @@ def _num(x: float | None, unit: str = "") -> str:
 
 def step_lines(plan_or_steps, target_p99_ms: float) -> list[str]:
     steps = plan_or_steps.steps if isinstance(plan_or_steps, Plan) else plan_or_steps
-    out = [f"{'rate/s':>8} {'verdict':>8} {'p99 ms':>8} {'meets':>6} {'CPU/limit':>10} {'busy thr':>9}"]
+    out = [f"{'rate/s':>8} {'s':>4} {'requests':>8} {'verdict':>8} {'kept up':>8} {'errors':>6} {'p99 ms':>8} "
+           f"{'meets':>6} {'CPU/limit':>10} {'throttled':>9} {'busy thr':>9}"]
     for s in sorted(steps, key=lambda s: s.rate):
-        out.append(f"{s.rate:>8g} {s.verdict:>8} {_num(s.p99_ms):>8} {'yes' if s.meets(target_p99_ms) else 'no':>6} "
-                   f"{_pct(s.cpu_share):>10} {_num(s.busy_ratio):>9}"
+        out.append(f"{s.rate:>8g} {_num(s.step_s):>4} {s.requests_logged:>8} {s.verdict:>8} {_pct(s.kept_up):>8} "
+                   f"{s.errors:>6} {_num(s.p99_ms):>8} {'yes' if s.meets(target_p99_ms) else 'no':>6} "
+                   f"{_pct(s.cpu_share):>10} {_pct(s.throttled_share):>9} {_num(s.busy_ratio):>9}"
                    + (f"  ({'; '.join(s.reasons)})" if s.reasons else ""))
     return out
 
@@ -67,7 +79,9 @@ def report_lines(data: dict, plan: Plan | None, steps, target_p99_ms: float) -> 
     a = data["arguments"]
     out = [f"plan: {a['layout']} for {a['rate']:g} req/s within p99 {a['p99_ms']:g} ms (open loop, httperf; p99 "
            f"from nginx's $request_time); load {data['load_before']} before, {data['load_after']} after", ""]
-    out += ["One replica under its quota, offered fixed rates:", *step_lines(steps, target_p99_ms), ""]
+    rule = (f"each step >= {a['min_requests']} requests, bisected to {a['resolution']:.0%}"
+            if "min_requests" in a else "steps of the first plan format")
+    out += [f"One replica under its quota, offered fixed rates ({rule}):", *step_lines(steps, target_p99_ms), ""]
     out += plan_lines(plan) if plan is not None else [f"NO PLAN: {data['error']}"]
     if data.get("check"):
         out += ["", *check_lines(data["check"])]
@@ -78,10 +92,62 @@ def report_lines(data: dict, plan: Plan | None, steps, target_p99_ms: float) -> 
 
 def validation_lines(rows: list[dict]) -> list[str]:
     """Each replica count's own capacity (searched), per replica, against the plan's."""
-    out = ["VALIDATION: each count's own capacity, searched as one replica's was",
-           f"{'replicas':>8} {'carried/s':>10} {'per replica':>12} {'plan':>8} {'plan vs measured':>17}"]
+    out = ["VALIDATION: each count's own capacity, searched as one replica's was (same rule, resolution and "
+           "step length per replica's rate)",
+           f"{'replicas':>8} {'carried/s':>10} {'per replica':>12} {'resolved':>9} {'plan':>8} "
+           f"{'plan vs measured':>17}"]
     for r in rows:
         diff = "-" if r["difference"] is None else f"{r['difference']:+.0%}"
-        out.append(f"{r['replicas']:>8} {_num(r['rate']):>10} {_num(r['per_replica_rate']):>12} "
+        resolution = "-" if r.get("resolution") is None else f"{r['resolution']:.0%}"
+        out.append(f"{r['replicas']:>8} {_num(r['rate']):>10} {_num(r['per_replica_rate']):>12} {resolution:>9} "
                    f"{r['plan_per_replica_rate']:>8g} {diff:>17}")
+    within = [r for r in rows if r["difference"] is not None]
+    if within:
+        worst = max(within, key=lambda r: abs(r["difference"]))
+        verdict = "within" if abs(worst["difference"]) <= TARGET_DIFFERENCE else "NOT within"
+        out.append(f"VALIDATION: the plan's rate per replica is {verdict} {TARGET_DIFFERENCE:.0%} of every count "
+                   f"measured (largest difference {worst['difference']:+.0%}, {worst['replicas']} replica(s))")
     return out
+
+
+TARGET_DIFFERENCE = 0.10  # the issue's target: the plan's rate per replica within 10% of each count's
+
+
+def read_plan(path: Path | str) -> dict:
+    """A stored plan.json, checked enough to render (ResultsError, one line, otherwise)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot read the plan ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise ResultsError(f"{path}: cannot read the plan's JSON ({exc})") from None
+    if not isinstance(data, dict) or data.get("kind") != "plan":
+        raise ResultsError(f"{path}: not a plan (kind {data.get('kind') if isinstance(data, dict) else None!r})")
+    if data.get("format_version") not in PLAN_VERSIONS:
+        raise ResultsError(f"{path}: plan format_version {data.get('format_version')!r} is not supported (this tool "
+                           f"reads {' and '.join(map(str, PLAN_VERSIONS))})")
+    missing = [k for k in ("arguments", "steps", "load_before", "load_after") if k not in data]
+    if data.get("plan") is None and "error" not in data:
+        missing.append("plan or error")
+    if missing:
+        raise ResultsError(f"{path}: missing {', '.join(missing)}")
+    try:
+        plan_and_steps(data)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ResultsError(f"{path}: a bad plan or step ({exc})") from None
+    return data
+
+
+def plan_and_steps(data: dict) -> tuple[Plan | None, list[RateStep]]:
+    steps = [RateStep.from_dict(s) for s in data["steps"]]
+    return (Plan.from_dict(data["plan"]) if data.get("plan") else None), steps
+
+
+def write_plan_reports(out: Path, data: dict) -> list[str]:
+    """report.txt and report.md in ``out`` from a plan's data (as plan.json holds it); the lines."""
+    plan, steps = plan_and_steps(data)
+    lines = report_lines(data, plan, steps, data["arguments"]["p99_ms"])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.txt").write_text("\n".join(lines) + "\n")
+    (out / "report.md").write_text("# Capacity plan\n\n```\n" + "\n".join(lines) + "\n```\n")
+    return lines

@@ -11,6 +11,7 @@ figure is closed.
 
 from __future__ import annotations
 
+import io
 import re
 import statistics
 from collections.abc import Callable
@@ -33,8 +34,9 @@ from uwsgi_layouts.bench.analysis import (  # noqa: E402
     steady_min,
 )
 from uwsgi_layouts.bench.report.limits import LimitFigures, has_limits, limit_figures  # noqa: E402
-from uwsgi_layouts.bench.results import Results, write_atomic  # noqa: E402
+from uwsgi_layouts.bench.results import Results  # noqa: E402
 from uwsgi_layouts.bench.tune.record import outcome_of  # noqa: E402
+from uwsgi_layouts.files import write_atomic  # noqa: E402
 
 FIGSIZE = (9, 5.5)
 DPI = 110
@@ -56,7 +58,9 @@ def scenario_paths(results: Results, path: Path | str) -> list[tuple[str, Path]]
 
 def _save(fig, path: Path) -> Path:
     """Write the figure as PNG atomically: a crash never leaves half an image under ``path``."""
-    return write_atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=DPI, bbox_inches="tight"), binary=True)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=DPI, bbox_inches="tight")
+    return write_atomic(path, png.getvalue())
 
 
 def _processes(results: Results) -> int | None:

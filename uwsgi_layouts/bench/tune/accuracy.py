@@ -2,7 +2,7 @@
 
     uwsgi-layouts tune-accuracy [--mixes article,io-heavy,traffic] [--concurrency 4] [--repeats 5]
         [--duration 8] [--p99-ms article=1500,io-heavy=300] [--budget-share 0.25]
-        [--background-load 0.5] [--app ... --requests FILE] [--out DIR]
+        [--background-load 0.5] [--cpus 1 [--memory MB]] [--app ... --requests FILE] [--out DIR]
     (make tune-accuracy ARGS=...; --grids DIR reruns tune against the grids of an earlier run)
 
 Per mix (a mix of the demo app, or ``traffic``: your app and requests, given with compare's app
@@ -21,6 +21,11 @@ and traffic options, e.g. the Flask test app that ``scripts/flask-shop.py`` buil
    interval); and the ratio of the times. ``--judge DIR`` does this step again on a finished run's
    files.
 
+``--cpus N`` (``--memory MB``): inside a pod's limit. Every layout of the grid runs in a cgroup of
+its own with that quota (as ``@cpus``), tune is run with ``--cpus N``, the space and the
+concurrency default to the pod's CPUs (2 x N rounded up, as tune's), and each figure carries the
+throttled share its cells measured (median over the rounds).
+
 ``--background-load FRACTION``: a process of ours burns that share of one core in short duty
 cycles for the whole run (grid and tune alike; ``bench.load.background``, stopped on every exit
 path), so accuracy under a noisy neighbour is a figure too.
@@ -35,7 +40,9 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -61,6 +68,7 @@ from uwsgi_layouts.bench.tune.space import (
     one_process_twin,
 )
 from uwsgi_layouts.deploy.machine import default_cpus
+from uwsgi_layouts.deploy.model import LayoutError, parse_cpus, parse_memory_mb
 
 # The I/O-heavy mix mostly sleeps: its p99 holds still under CPU load from other users of the
 # machine (about 210 ms with enough threads, 400+ when requests queue), so a limit there is
@@ -85,9 +93,11 @@ def grid_specs(max_processes: int, threads: tuple[int, ...], strategies: tuple[s
 
 
 def run_grid(mix: str, specs: list[str], concurrency: int, repeats: int, duration: float, out: Path,
-             subject: subj.Subject | None = None) -> tuple[Results, float]:
+             subject: subj.Subject | None = None, limits: dict | None = None) -> tuple[Results, float]:
     scenario = SCENARIOS[mix].resolved(1)
-    options = {"transport": "unix"}  # as tune measures by default: the grid judges tune's choice on equal terms
+    # As tune measures by default (and under the same pod limits, as tune --cpus sets them): the grid
+    # judges tune's choice on equal terms.
+    options = {"transport": "unix"} | (limits or {})
     if mix == TRAFFIC:
         scenario = scenario.with_mix(subject.mix)
         options |= subject.layout_options
@@ -122,9 +132,17 @@ def grid_evaluations(grid: Results, objective: Objective, mix: str) -> dict:
     return out
 
 
-def _figures(e) -> dict:
+def _figures(e, grid: Results, mix: str) -> dict:
     return {"spec": e.spec, "rps": e.rps.value, "rps_range": [e.rps.low, e.rps.high], "p99_ms": e.p99.value,
-            "memory_mb": e.memory_mb}
+            "memory_mb": e.memory_mb, "throttled_share": throttled_share(grid, e.spec, mix)}
+
+
+def throttled_share(grid: Results, spec: str, mix: str) -> float | None:
+    """Median over the grid's rounds of the share of CFS periods in which ``spec``'s server used
+    up its quota (None without a CPU limit)."""
+    shares = [c.limit["throttled_share"] for c in grid.cells if c.layout == spec and c.scenario == mix and c.limit
+              and c.limit.get("throttled_share") is not None]
+    return statistics.median(shares) if shares else None
 
 
 def judge(grid: Results, tune: Results, mix: str) -> dict:
@@ -147,7 +165,7 @@ def judge(grid: Results, tune: Results, mix: str) -> dict:
         "grid_meets": len(ranked),
         "grid_tied_with_fastest": [e.spec for e in every.tied],
         "tune_choice": choice,
-        "tune_choice_in_grid": _figures(mine) if mine else None,
+        "tune_choice_in_grid": _figures(mine, grid, mix) if mine else None,
         "tune_choice_meets_in_grid": bool(mine and mine.meets),
         "tune_choice_rank_by_throughput": next((i + 1 for i, e in enumerate(ranked) if e is mine), None),
         "tune_own_rps": outcome.chosen.rps.value if outcome.chosen else None,
@@ -155,7 +173,7 @@ def judge(grid: Results, tune: Results, mix: str) -> dict:
         "tune_blocks": len(outcome.blocks),
     }
     for name, ref in references.items():
-        entry = _figures(ref) if ref else None
+        entry = _figures(ref, grid, mix) if ref else None
         if ref and mine:
             ratio = rps_comparison(mine, ref)
             entry |= {"ratio": 1.0 if mine is ref else ratio.ratio,
@@ -190,12 +208,19 @@ class Setup:
     background_load: float | None = None  # share of one core burnt by our neighbour for the whole run
     app_argv: tuple[str, ...] = ()  # the traffic mix's app and request options, as given
     subject: subj.Subject | None = None
+    cpus: float | None = None  # the pod's CPU limit: the grid under @cpus, tune with --cpus
+    memory: int | None = None  # its memory limit in MB
+
+    @property
+    def limits(self) -> dict:
+        return {k: v for k, v in (("cpus", self.cpus), ("memory", self.memory)) if v is not None}
 
     def tune_command(self, mix: str, budget_min: float, out: Path) -> list[str]:
         what = list(self.app_argv) if mix == TRAFFIC else ["--scenario", mix]
         cmd = [sys.executable, "-m", "uwsgi_layouts", "tune", *what, "--concurrency", str(self.concurrency),
                "--max-processes", str(self.max_processes), "--threads", ",".join(map(str, self.threads)),
                "--strategies", ",".join(self.strategies), "--budget", f"{budget_min:.2f}", "--out", str(out)]
+        cmd += [a for k, v in self.limits.items() for a in (f"--{k}", f"{v:g}")]
         return cmd + (["--p99-ms", f"{self.p99_ms[mix]:g}"] if mix in self.p99_ms else [])
 
 
@@ -203,8 +228,8 @@ def parse(argv: list[str] | None) -> tuple[Setup, str | None, str | None]:
     nproc = default_cpus()
     p = argparse.ArgumentParser(prog="uwsgi-layouts tune-accuracy", description=__doc__.splitlines()[0])
     p.add_argument("--mixes", default="article,io-heavy")
-    p.add_argument("--concurrency", default=str(2 * nproc))
-    p.add_argument("--max-processes", default=str(2 * nproc))
+    p.add_argument("--concurrency", help="requests in flight (default 2 x the usable CPUs, or the pod's with --cpus)")
+    p.add_argument("--max-processes", help="largest P of the grid (default as --concurrency)")
     p.add_argument("--threads", default=",".join(map(str, DEFAULT_THREADS)))
     p.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES))
     p.add_argument("--repeats", default=str(DEFAULT_REPEATS), help="interleaved rounds of every layout of the grid "
@@ -217,16 +242,28 @@ def parse(argv: list[str] | None) -> tuple[Setup, str | None, str | None]:
                                                    "their times in DIR/accuracy.json) and run tune only")
     p.add_argument("--judge", metavar="DIR", help="judge a finished run again from its stored files (measures "
                                                    "nothing) and rewrite DIR/accuracy.json")
+    p.add_argument("--cpus", help="the pod's CPU limit (fractions allowed): the grid runs under it, tune gets "
+                                  "--cpus")
+    p.add_argument("--memory", help="the pod's memory limit in MB, as --cpus")
     p.add_argument("--background-load", metavar="FRACTION", help="a process of ours burns this share of one core "
                                                                   "(0..1] in short duty cycles for the whole run")
     subj.add_arguments(p)  # the traffic mix: your app and requests, as for compare and tune
     p.add_argument("--out")
     argv = list(sys.argv[1:] if argv is None else argv)
     a = p.parse_args(argv)
+    try:
+        cpus, memory = parse_cpus(a.cpus), parse_memory_mb(a.memory)
+    except LayoutError as exc:
+        raise BadArgument(str(exc)) from None
+    if cpus is not None and cpus > (os.cpu_count() or 1):
+        raise BadArgument(f"cpus: {cpus:g} is more than this machine's {os.cpu_count()} CPUs")
+    if cpus is not None:  # a pod of that size: its CPUs, not this machine's, size the grid (as tune does)
+        nproc = max(1, math.ceil(cpus - 1e-9))
     setup = Setup(
         mixes=tuple(m.strip() for m in a.mixes.split(",") if m.strip()),
-        concurrency=int_arg("concurrency", a.concurrency, 1, 1000),
-        max_processes=int_arg("max_processes", a.max_processes, 1, 64),
+        concurrency=int_arg("concurrency", a.concurrency if a.concurrency is not None else 2 * nproc, 1, 1000),
+        max_processes=int_arg("max_processes", a.max_processes if a.max_processes is not None else 2 * nproc, 1, 64),
+        cpus=cpus, memory=memory,
         threads=tuple(int_arg("threads", t, 1, 256) for t in a.threads.split(",")),
         strategies=tuple(s.strip() for s in a.strategies.split(",")),
         repeats=int_arg("repeats", a.repeats, 1, 20), duration=float_arg("duration", a.duration, 1, 120),
@@ -280,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     # what was asked for from the start, what the neighbour took once it stopped.
     asked = {"fraction": neighbour.fraction, "period_ms": neighbour.period_ms, "cpu_share_taken": None} \
         if neighbour is not None else None
-    summary = {"environment": capture(), "concurrency": setup.concurrency, "grid_layouts": specs,
+    summary = {"environment": capture(), "concurrency": setup.concurrency, "limits": setup.limits,
+               "grid_layouts": specs,
                "grid_left_out": left_out, "repeats": setup.repeats, "duration_s": setup.duration,
                "p99_ms": setup.p99_ms, "background_load": asked, "mixes": {}}
     print(f"grid: {len(specs)} layouts ({len(left_out)} one-process duplicates left out) x {setup.repeats} rounds "
@@ -317,7 +355,7 @@ def one_mix(setup: Setup, mix: str, specs: list[str], out: Path) -> dict | None:
         grid_s = json.loads((Path(setup.grids) / "accuracy.json").read_text())["mixes"][mix]["grid_s"]
     else:
         grid, grid_s = run_grid(mix, specs, setup.concurrency, setup.repeats, setup.duration, out / f"grid-{mix}",
-                                setup.subject)
+                                setup.subject, setup.limits)
     budget_min = max(1.0, grid_s * setup.share / 1.1 / 60)  # a 10% overrun still stays within the share
     tune_dir = out / f"tune-{mix}"
     cmd = setup.tune_command(mix, budget_min, tune_dir)
@@ -349,17 +387,19 @@ def _ratio(entry: dict | None) -> str:
     return f"{entry['ratio']:.2f} ({low:.2f}–{high:.2f}, {outcome}{target})"
 
 
-def _ref(entry: dict | None) -> str:
+def _ref(entry: dict | None, unit: str = "") -> str:
     if not entry:
         return "none meets"
     low, high = entry["rps_range"]
-    return f"{entry['spec']} {entry['rps']:.1f} ({low:.1f}–{high:.1f})"
+    share = entry.get("throttled_share")  # under a pod's CPU limit: how often the quota held it back
+    return f"{entry['spec']} {entry['rps']:.1f} ({low:.1f}–{high:.1f}){unit}" + (
+        f", throttled {share:.0%}" if share is not None else "")
 
 
 def summary_lines(mix: str, d: dict) -> list[str]:
     mine = d["tune_choice_in_grid"]
     return [f"{mix}: tune chose {d['tune_choice']} in {d['tune_s'] / 60:.1f} min ({d['time_share']:.0%} of the grid's "
-            f"{d['grid_s'] / 60:.1f} min); in the grid {_ref(mine) if mine else 'n/a'} req/s; against the grid's "
+            f"{d['grid_s'] / 60:.1f} min); in the grid {_ref(mine, ' req/s') if mine else 'n/a'}; against the grid's "
             f"best {_ref(d['best'])}: {_ratio(d['best'])}; best holding {d.get('concurrency', 'N')} requests "
             f"{_ref(d['best_holding_n'])}: {_ratio(d['best_holding_n'])}; fastest {_ref(d['fastest'])}: "
             f"{_ratio(d['fastest'])}"]
@@ -372,7 +412,11 @@ def table_lines(summary: dict) -> list[str]:
     taken = load.get("cpu_share_taken") if load else None
     rows = [f"background load: {load['fraction']:g} of one core asked, "
             + (f"{taken:.2f} taken" if taken is not None else "what it took unknown (the run did not end)")
-            if load else "background load: none", ""]
+            if load else "background load: none"]
+    limits = summary.get("limits") or {}
+    rows += [("inside a pod's limit: " + ", ".join(f"{k} {v:g}" for k, v in limits.items()) + " (every grid layout "
+              "and tune's candidates; throttled = median share of CFS periods the quota held the server back)")
+             if limits else "no pod limit", ""]
     rows += ["| mix | grid: cells, time | tune: time (share) | tune's choice | the objective's best | ratio | best of "
              "those holding N | ratio | fastest | ratio | load average |", "|" + "---|" * 11]
     for mix, d in summary["mixes"].items():

@@ -32,8 +32,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from uwsgi_layouts.bench.analysis import NOISY_SPREAD, Comparison, Group, Interval, compare_groups, group_of
-from uwsgi_layouts.bench.paired import Rule
+from uwsgi_layouts.bench.analysis import NOISY_SPREAD, Group, Interval, compare_groups, group_of
+from uwsgi_layouts.bench.paired import Comparison, Rule
 from uwsgi_layouts.bench.results import Cell
 from uwsgi_layouts.bench.tune.space import Candidate
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import MetricsHandler
 
-from uwsgi_layouts.bench.observe import is_unix_address
+from uwsgi_layouts.deploy.machine import is_unix_address
 
 UNIX_MODE = 0o660
 

@@ -34,12 +34,12 @@ from uwsgi_layouts.bench.observe import (
     TimedLine,
     inet_listeners,
     inflight_summary,
-    is_unix_address,
     parse_timed_line,
     same_listener,
     unix_listeners,
 )
 from uwsgi_layouts.bench.results import STATUS_CLASSES as RESULTS_STATUS_CLASSES
+from uwsgi_layouts.deploy.machine import is_unix_address
 
 LOG_POLL_S = 0.5  # how often the access log's new lines are read
 FORMAT_PROBE_BYTES = 64 * 1024  # the end of an existing log, read at start to check its format
@@ -167,15 +167,27 @@ def kernel_listeners(names: list[str]) -> dict[str, Listener]:
 
 class Poller:
     """A daemon thread running ``_run`` until ``stop`` (which waits up to 5 s for it): what the
-    socket and log watches share. ``_run`` loops until ``self._stop`` is set."""
+    socket and log watches share. ``_run`` loops until ``self._stop`` is set. An exception that
+    ends ``_run`` is said and kept in ``failure``: the main loop then stops the exporter (exit 1,
+    for its supervisor to restart it) rather than serve figures that no longer move."""
+
+    tell: Callable[[str], None]
 
     def _init_thread(self, name: str) -> None:
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name=name)
+        self._thread = threading.Thread(target=self._guarded_run, daemon=True, name=name)
+        self.failure: str | None = None
 
     def _run(self) -> None:
         raise NotImplementedError
+
+    def _guarded_run(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:  # noqa: BLE001 -- any: a dead thread must not go unnoticed
+            self.failure = f"{self._thread.name} stopped: {type(exc).__name__}: {exc}"
+            self.tell(self.failure)
 
     def start(self) -> None:
         self._thread.start()
@@ -201,10 +213,21 @@ class SocketWatch(Poller):
         self._init_thread("watch-sockets")
 
     def _run(self) -> None:
+        failing = False
         while not self._stop.is_set():
             now = time.monotonic()
             names = self.names()
-            found = kernel_listeners(names)
+            try:
+                found = kernel_listeners(names)
+            except OSError as exc:  # sock_diag refused (a netlink hiccup, a lost capability): try again
+                if not failing:
+                    self.tell(f"cannot read the kernel's listening sockets ({exc.strerror or exc}): trying again")
+                failing = True
+                self._stop.wait(self.interval)
+                continue
+            if failing:
+                self.tell("reading the kernel's listening sockets again")
+            failing = False
             for name in names:
                 if self._listening.get(name) != (name in found):
                     self.tell(f"socket {name} {'listens' if name in found else 'is not listening'}")

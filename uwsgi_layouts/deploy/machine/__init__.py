@@ -26,6 +26,7 @@ from uwsgi_layouts.deploy.machine.netns import (
     unmark_isolated,
 )
 from uwsgi_layouts.deploy.machine.network import check_listen_address, somaxconn
+from uwsgi_layouts.deploy.machine.nginx import find_nginx
 from uwsgi_layouts.deploy.machine.paths import PACKAGE_DIR, output_dir
 from uwsgi_layouts.deploy.machine.python import (
     app_virtualenv,
@@ -63,7 +64,7 @@ from uwsgi_layouts.deploy.machine.users import (
 __all__ = [
     "CgroupReading", "CpuLimit", "Exposure", "Homes", "MAX_PREFLIGHT_TIMEOUT", "NETNS_DIR", "PACKAGE_DIR",
     "PREFLIGHT_TIMEOUT", "PROBE_PATH", "accept", "app_virtualenv", "blocked_at", "check_data_dir",
-    "check_dirs_not_writable", "check_hosts", "check_limits", "check_listen_address", "check_reachable",
+    "check_dirs_not_writable", "find_nginx", "check_hosts", "check_limits", "check_listen_address", "check_reachable",
     "check_readable", "check_replicas", "check_static_locations", "check_tls_dir", "check_virtualenv", "checked",
     "code_dirs_of", "connect", "cpu_limit", "default_cpus", "enter", "find_uwsgi", "group_of", "homes", "is_isolated",
     "is_unix_address", "linked_python", "map_is_current", "mark_isolated", "output_dir", "plain_allowed", "preflight",

@@ -65,8 +65,19 @@ def resident_kb():
         return None
 
 
+def proportional_kb():
+    # PSS: each shared page (libpython, the C libraries) counted over the processes sharing it, as
+    # the memory a worker adds is counted (smaps_rollup: Linux 4.14+; None where it is missing).
+    try:
+        with open("/proc/self/smaps_rollup") as rollup:
+            return next((int(line.split()[1]) for line in rollup if line.startswith("Pss:")), None)
+    except (OSError, ValueError):
+        return None
+
+
 def report(**fields):
     fields["rss_kb"] = resident_kb()
+    fields["pss_kb"] = proportional_kb()
     os.write(1, ("\n" + cfg["mark"] + json.dumps(fields) + "\n").encode())
     os._exit(0)
 
@@ -289,19 +300,22 @@ def preflight(layout: Layout, timeout: float = PREFLIGHT_TIMEOUT) -> None:
             _kill_group(proc)
     result = _last_report(out)
     _raise_for(layout, result, err, proc.returncode, ran)
-    check_memory_limit(layout, (result or {}).get("rss_kb"))
+    result = result or {}
+    check_memory_limit(layout, result.get("pss_kb"), result.get("rss_kb"))
 
 
-def check_memory_limit(layout: Layout, rss_kb: int | None) -> None:
-    """A layout's ``@memory`` must hold at least one worker: the pre-flight interpreter's resident
-    memory after importing the app and answering one request is about what each worker holds."""
+def check_memory_limit(layout: Layout, pss_kb: int | None, rss_kb: int | None = None) -> None:
+    """A layout's ``@memory`` must hold at least one worker: the pre-flight interpreter's PSS after
+    importing the app and answering one request is about what each worker holds (its RSS where
+    the kernel has no smaps_rollup)."""
     memory = getattr(layout, "memory", None)
-    if memory is None or not rss_kb:
+    measured, kind = (pss_kb, "PSS") if pss_kb else (rss_kb, "resident")
+    if memory is None or not measured:
         return
-    needed_mb = rss_kb / 1024
+    needed_mb = measured / 1024
     if memory < needed_mb:
         raise LayoutError("memory", f"{memory} MB is below one worker's memory: the pre-flight import of {layout.app} "
-                                    f"held {needed_mb:.0f} MB (resident, after one request): the kernel would "
+                                    f"held {needed_mb:.0f} MB ({kind}, after one request): the kernel would "
                                     "OOM-kill the workers; give more")
 
 

@@ -5,23 +5,15 @@ written last as the map's commit mark."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from uwsgi_layouts.deploy.model import FACTS_NAME, MAP_NAME, MapFacts, map_text, size_hash
+from uwsgi_layouts.files import write_atomic
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="ascii") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # nginx (its master, or a test's unprivileged user) reads it
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # 0644: nginx (its master, or a test's unprivileged user) reads it
+    write_atomic(path, text.encode("ascii"), mode=0o644)
 
 
 def write_map(root: Path, files: dict[str, str], source: dict, check=None) -> MapFacts:

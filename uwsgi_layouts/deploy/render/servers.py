@@ -13,12 +13,12 @@ packages from our venv; gunicorn.conf.py and granian.env are what it hands them.
 from __future__ import annotations
 
 import ast
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from uwsgi_layouts.deploy.render.nginx_workers import nginx_worker_processes
 from uwsgi_layouts.deploy.render.templates import TEMPLATES_DIR
 
 if TYPE_CHECKING:
@@ -354,8 +354,7 @@ class Granian(Peer):
     def backpressure(layout) -> int:
         """Every connection nginx can open to it: backpressure counts connections, not requests,
         and nginx keeps idle ones open (upstream keepalive)."""
-        workers = (os.cpu_count() or 1) if layout.nginx_workers == "auto" else layout.nginx_workers
-        return NGINX_WORKER_CONNECTIONS * workers
+        return NGINX_WORKER_CONNECTIONS * nginx_worker_processes(layout)
 
     @staticmethod
     def read_env_file(text: str) -> dict[str, str]:

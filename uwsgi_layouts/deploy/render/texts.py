@@ -22,6 +22,7 @@ from uwsgi_layouts.deploy.model import (
     MapError,
     server_layouts,
 )
+from uwsgi_layouts.deploy.render.nginx_workers import auto_comment, nginx_worker_processes
 from uwsgi_layouts.deploy.render.servers import (
     ENTRY_FILE,
     GRACEFUL_STOP,
@@ -55,6 +56,8 @@ def render_texts(layout: Layout) -> dict[str, str]:
         "peer_idle_timeout": PEER_IDLE_TIMEOUT, "graceful_stop": GRACEFUL_STOP, "sys_prefix": sys.prefix,
         **_file_map_context(layout),
         "pass_target": pass_target(layout), "ssl_ciphers": SSL_CIPHERS, "ssl_protocols": SSL_PROTOCOLS,
+        "nginx_worker_processes": nginx_worker_processes(layout),
+        "nginx_workers_why": auto_comment() if layout.nginx_workers == "auto" else "",
     }
     texts = {"nginx.conf": env.get_template("nginx.conf.j2").render(context),
              "mime.types": (TEMPLATES_DIR / "mime.types").read_text()}  # nginx's own list (templates/mime.types)

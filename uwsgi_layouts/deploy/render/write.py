@@ -26,6 +26,7 @@ from uwsgi_layouts.deploy.machine import (
     check_listen_address,
     check_reachable,
     enter,
+    find_nginx,
     find_uwsgi,
     output_dir,
     run_user_ids,
@@ -59,7 +60,7 @@ class RenderResult:
 def nginx_test(conf_dir: Path, namespace: str = "") -> tuple[bool, str]:
     """Run ``nginx -t`` on a rendered directory (inside network namespace ``namespace``, where
     nginx will run: it binds the listen address). Returns (ok, output); ("", True) without nginx."""
-    binary = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    binary = find_nginx()
     if binary is None:
         return True, ""
     # -p: relative paths resolve inside conf_dir; -e: don't touch the compiled-in /var/log path.

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import psutil
 
+from uwsgi_layouts.files import write_atomic
+
 
 def owner_alive(pid: int, started: float) -> bool:
     try:
@@ -35,10 +37,7 @@ def write_state(directory: Path, run_id: str, **record) -> Path:
     written whole (a rename) before anything it names is made."""
     path = directory / f"{run_id}.json"
     state = {"id": run_id, "pid": os.getpid(), "started": psutil.Process().create_time(), **record}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state))
-    os.replace(tmp, path)
-    return path
+    return write_atomic(path, json.dumps(state))
 
 
 def dead_owners(directory: Path) -> Iterator[tuple[Path, dict]]:

@@ -26,6 +26,7 @@ from pathlib import Path
 import psutil
 
 from uwsgi_layouts.deploy.model import LayoutError
+from uwsgi_layouts.files import write_atomic
 
 LOCK_NAME = "stack.lock"
 RECORD_NAME = "stack.json"
@@ -136,9 +137,7 @@ def record(run_dir: Path, processes: list[tuple[str, int]]) -> None:
             continue
         entries.append({"name": name, "pid": pid, "started": started})
     path = run_dir / RECORD_NAME
-    tmp = run_dir / f".{RECORD_NAME}.{os.getpid()}"
-    tmp.write_text(json.dumps({"owner": os.getpid(), "processes": entries}, indent=1) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps({"owner": os.getpid(), "processes": entries}, indent=1) + "\n")
 
 
 def forget(run_dir: Path) -> None:

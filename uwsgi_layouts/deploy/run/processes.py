@@ -14,12 +14,11 @@ from __future__ import annotations
 import ctypes
 import http.client
 import os
-import shutil
 import signal
 import subprocess
 from pathlib import Path
 
-from uwsgi_layouts.deploy.machine import enter, find_uwsgi
+from uwsgi_layouts.deploy.machine import enter, find_nginx, find_uwsgi
 from uwsgi_layouts.deploy.model import StackError
 
 PR_SET_PDEATHSIG = 1
@@ -81,7 +80,7 @@ def uwsgi_binary() -> str:
 
 
 def nginx_binary() -> str:
-    found = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    found = find_nginx()
     if not found:
         raise StackError("nginx is not installed: run scripts/install-system-deps.sh (apt-get install nginx)")
     return found

@@ -59,6 +59,8 @@ from uwsgi_layouts.deploy.model import (
     parse_layout,
     parse_static,
 )
+from uwsgi_layouts.deploy.ship.watch import watch_listen as watch_listen_address
+from uwsgi_layouts.deploy.ship.watch import watch_program, watch_unit_of
 
 BUNDLE_JSON = "bundle.json"
 BUNDLE_JSON_VERSION = 1
@@ -97,6 +99,8 @@ HOSTNAME_RE = re.compile(r"^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)
 BODY_SIZE_RE = re.compile(r"^(0|[1-9][0-9]{0,5}[kKmMgG]?)$")
 # Where a bundle writes; an app path below one of these would be relocated by `install --root`
 # or hidden by the unit's sandbox, so none may be.
+# A layout's limits a bundle ships, as systemd's resource control sets them on the unit's cgroup.
+BUNDLE_LIMITS = ("cpus", "memory")
 SYSTEM_DIRS = ("/etc", "/run", "/var/log", "/proc", "/sys", "/dev", "/boot")
 TMP_DIRS = ("/tmp", "/var/tmp")  # PrivateTmp= hides them from the service
 HOME_DIRS = ("/home", "/root", "/run/user")  # ProtectHome= hides them
@@ -287,6 +291,10 @@ class Bundle:
     role: str = ""
     host: str = ""
     uwsgi_tls_pem: tuple[tuple[str, str], ...] = ()
+    # ``--watch``: the server's uwsgi-layouts program and the loopback address of its metrics
+    # (deploy/ship/watch.py); "" = no exporter unit.
+    watch_bin: str = ""
+    watch_listen: str = ""
 
     # --- what the templates and crosscheck read as from a Layout ---------------------------
     processes = property(lambda self: self.layout.processes)
@@ -404,6 +412,16 @@ class Bundle:
         return [(ours[s.index], params) for s, params in self.layout.upstream_servers]
 
     @property
+    def cpu_quota(self) -> str:
+        """The unit's CPUQuota=: the layout's ``@cpus`` in per cent of one CPU ("" = no quota)."""
+        return f"{round(self.layout.cpus * 100)}%" if self.layout.cpus is not None else ""
+
+    @property
+    def memory_max(self) -> str:
+        """The unit's MemoryMax=: the layout's ``@memory`` in MiB (systemd's M is 1024 x 1024)."""
+        return f"{self.layout.memory}M" if self.layout.memory is not None else ""
+
+    @property
     def stats_address(self) -> str:
         return f"{self.run_dir}/stats.sock"
 
@@ -440,8 +458,17 @@ class Bundle:
             return {"ca": f"{base}/ca.crt", "cert": f"{base}/host.crt", "key": f"{base}/host.key"}
         return {}
 
+    @property
+    def watch_unit(self) -> str:
+        return watch_unit_of(self.name, self.slot)
+
+    @property
+    def access_log(self) -> str:
+        """The site's access log (nginx's, in the timed format the exporter reads)."""
+        return f"/var/log/nginx/{self.name}.access.log"
+
     def files(self) -> list[BundleFile]:
-        return bundle_files(self.name, self.group, self.role)
+        return bundle_files(self.name, self.group, self.role, watch=bool(self.watch_bin))
 
 
 @dataclass(frozen=True)
@@ -454,10 +481,10 @@ class BundleFile:
     kind: str = ""  # site | ini | unit | logrotate | tls: what install does when it changes
 
 
-def bundle_files(name: str, group: str, role: str = "") -> list[BundleFile]:
+def bundle_files(name: str, group: str, role: str = "", watch: bool = False) -> list[BundleFile]:
     """Every installed file of bundle ``name``: where it lives in the bundle and on the server.
     ``role``: "" (one machine: the site, ini and unit of each slot), "front" (the site) or
-    "host" (uWSGI) of a bundle across hosts."""
+    "host" (uWSGI) of a bundle across hosts. ``watch``: each slot's exporter unit too."""
     def site(slot: str = "") -> BundleFile:
         inside = f"{slot}/" if slot else ""
         return BundleFile(f"{inside}nginx/sites-available/{name}.conf", f"/etc/nginx/sites-available/{name}.conf",
@@ -472,9 +499,14 @@ def bundle_files(name: str, group: str, role: str = "") -> list[BundleFile]:
                        slot=slot, kind="unit"),
         ]
 
+    def exporter(slot: str) -> list[BundleFile]:
+        unit = watch_unit_of(name, slot)
+        return [BundleFile(f"{slot}/systemd/{unit}", f"/etc/systemd/system/{unit}", 0o644, slot=slot,
+                           kind="watch")] if watch else []
+
     logrotate = [BundleFile(f"logrotate/{name}", f"/etc/logrotate.d/{name}", 0o644, kind="logrotate")]
     if not role:
-        return [f for slot in SLOTS for f in (site(slot), *service(slot))] + logrotate
+        return [f for slot in SLOTS for f in (site(slot), *service(slot), *exporter(slot))] + logrotate
     files = [site()] if role == "front" else [*service(), *logrotate]
     if role == "front":  # nginx's master reads its client key as root
         base = f"{FRONT_TLS_DIR}/{name}"
@@ -506,6 +538,8 @@ def _topology(spec: str, name: str, options: dict) -> Layout:
     lab-only fields (run dir, listen, user) never reach a bundle file: they get values
     that always validate and cannot collide with the sockets. Across hosts, the certificates are
     read from this machine (``_across_hosts`` copies them into the bundle)."""
+    spec, limits = _limits(spec)
+    options = {**options, **limits}
     transport = options.get("transport") or ("tcp" if options.get("hosts") else "unix")
     probe = parse_layout(spec, transport="unix", run_dir=f"/run/{name}")
     count = len(probe.sockets)
@@ -521,6 +555,23 @@ def _topology(spec: str, name: str, options: dict) -> Layout:
     return replace(layout, uwsgi_tls_dir=check_hosts(layout))
 
 
+def _limits(spec: str) -> tuple[str, dict[str, str]]:
+    """``PxT-STRATEGY@cpus=N,memory=MB``: the layout and the pod-sized limits the unit carries
+    (CPUQuota=, MemoryMax=). Every other option after ``@`` is a lab variant, refused by name: a
+    bundle's tuning options are its flags."""
+    base, sep, extra = str(spec).partition("@")
+    limits: dict[str, str] = {}
+    for item in extra.split(",") if sep else ():
+        key, eq, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if key not in BUNDLE_LIMITS or not eq:
+            raise LayoutError("layout", f"a bundle takes only {' and '.join(f'{k}=' for k in BUNDLE_LIMITS)} after "
+                                        f"'@' (the unit's CPUQuota= and MemoryMax=), got {item.strip()!r} in "
+                                        f"{spec!r}; give other options as flags")
+        limits[key] = value.strip()
+    return base, limits
+
+
 def uwsgi_server(strategy) -> str:
     """The server a strategy runs: "uwsgi" unless the strategy says otherwise (``server``)."""
     return str(getattr(strategy, "server", "uwsgi") or "uwsgi")
@@ -533,7 +584,8 @@ def default_name(app: str) -> str:
 def build_bundle(spec: str, *, app=None, app_dir=None, virtualenv=None, env=None, static=None, name=None,
                  uwsgi=None, user=None, group=None, nginx_group=None, writable=None, server_names=None,
                  listen=None, tls_listen=None, tls_cert=None, tls_key=None, acme_webroot=None,
-                 client_max_body_size=None, stop_grace=None, allow=(), **layout_options) -> Bundle:
+                 client_max_body_size=None, stop_grace=None, allow=(), watch=None, watch_listen=None,
+                 **layout_options) -> Bundle:
     """A validated Bundle, or LayoutError naming the field. Reads only the TLS files given, and
     only when they exist on this machine (``install`` checks them on the server in any case).
     ``allow``: risks accepted by name (``system-static``: a static directory under /var/lib,
@@ -591,6 +643,14 @@ def build_bundle(spec: str, *, app=None, app_dir=None, virtualenv=None, env=None
         if taken & ports:
             raise LayoutError("base_port", f"uWSGI socket port {min(taken & ports)} is also an nginx listen port: "
                                            "choose another --base-port")
+    if watch_listen is not None and watch is None:
+        raise LayoutError("watch_listen", "needs --watch (the path of uwsgi-layouts on the server)")
+    if watch is not None and layout.hosts:
+        raise LayoutError("watch", "is for a bundle on one machine; across --hosts, run uwsgi-layouts watch on each "
+                                   "app host by hand (docs/watch.md)")
+    watch_bin = watch_program(watch) if watch is not None else ""
+    nginx_ports = {port_of(a) for a in http + (https if cert_path else ())}
+    metrics = watch_listen_address(watch_listen, nginx_ports) if watch_bin else ""
     size = str(client_max_body_size or DEFAULT_BODY_SIZE).strip()
     if not BODY_SIZE_RE.match(size):
         raise LayoutError("client_max_body_size", f"expected a size such as 10m, 512k or 0 (no limit), got {size!r}")
@@ -601,6 +661,7 @@ def build_bundle(spec: str, *, app=None, app_dir=None, virtualenv=None, env=None
         env=parse_env(env or ()), static=static_dirs, writable=writable_dirs, server_names=_server_names(server_names),
         listen=http, tls_listen=https if cert_path else (), tls_cert=cert_path, tls_key=key_path,
         acme_webroot=webroot, client_max_body_size=size.lower(), stop_grace=_stop_grace(stop_grace, layout.harakiri),
+        watch_bin=watch_bin, watch_listen=metrics,
         **_across_hosts(layout),
     )
 

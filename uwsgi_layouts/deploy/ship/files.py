@@ -70,7 +70,7 @@ def render_bundle(bundle: Bundle) -> dict[str, str]:
         }
 
     templates = {"site": "bundle/site.conf.j2", "ini": "bundle/uwsgi.ini.j2", "unit": "bundle/unit.service.j2",
-                 "logrotate": "bundle/logrotate.j2"}
+                 "logrotate": "bundle/logrotate.j2", "watch": "bundle/watch.service.j2"}
     texts = {}
     for f in bundle.files():
         if f.kind in templates:
@@ -100,6 +100,10 @@ def bundle_record(bundle: Bundle) -> dict:
         **({"acme_webroot": bundle.acme_webroot} if bundle.acme_webroot else {}),
         "slots": list(bundle.slots),
         "stop_grace": bundle.stop_grace,
+        # The unit's CPUQuota= and MemoryMax= (None: none): install checks them against the server.
+        "limits": {"cpus": bundle.layout.cpus, "memory": bundle.layout.memory},
+        # --watch: the exporter's unit per slot (deploy/ship/watch.py), absent without it.
+        **({"watch": {"program": bundle.watch_bin, "listen": bundle.watch_listen}} if bundle.watch_bin else {}),
         **({"role": bundle.role, "host": bundle.host, "hosts": list(bundle.layout.hosts)} if bundle.role else {}),
         "server_names": list(bundle.server_names),
         "unit": bundle.unit if not bundle.slots else f"{bundle.name}@SLOT.service",
@@ -120,11 +124,6 @@ def bundle_record(bundle: Bundle) -> dict:
 
 
 # --- checks on the rendered files --------------------------------------------------------------
-
-# Directives of the main and events contexts: a site included inside http {} must hold none.
-MAIN_CONTEXT = {"http", "events", "user", "worker_processes", "pid", "error_log", "include", "stream", "mail",
-                "load_module", "worker_rlimit_nofile", "daemon", "master_process"}
-
 
 def unit_directives(text: str) -> list[tuple[str, str, str]]:
     """(section, key, value) of a systemd unit file, in order."""

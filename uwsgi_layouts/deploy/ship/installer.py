@@ -25,6 +25,8 @@ Order, and what each step may change:
    - the same slot: reload nginx if the site changed; chain-reload uWSGI if the app's code changed
      (its fingerprint in the manifest); nothing at all if nothing changed ("nothing changed").
    A slot that fails to start is stopped and every file put back: the old one never stopped serving.
+   With ``bundle --watch``, the slot's exporter unit (deploy/ship/watch.py) starts once the old
+   slot (and its exporter, bound to it) stopped, or restarts alone when only its unit changed.
 6. The manifest is written: what uninstall removes.
 
 ``--root PREFIX`` installs into a trial root on this machine: the files land under PREFIX, and
@@ -40,19 +42,20 @@ import json
 import os
 import pwd
 import re
-import shutil
 import subprocess
-import tempfile
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 from uwsgi_layouts.deploy.machine import (
     PREFLIGHT_TIMEOUT,
     blocked_at,
     check_dirs_not_writable,
     code_dirs_of,
+    find_nginx,
     linked_python,
     preflight,
     run_user_ids,
@@ -92,6 +95,8 @@ from uwsgi_layouts.deploy.ship.services import (
     systemctl,
     systemd_running,
 )
+from uwsgi_layouts.deploy.ship.watch import LOG_READER_GROUP, watch_unit_of
+from uwsgi_layouts.files import write_atomic
 
 # Where packages put their units: a bundle must not shadow one (NAME=nginx would).
 PACKAGE_UNIT_DIRS = ("/lib/systemd/system", "/usr/lib/systemd/system", "/run/systemd/system")
@@ -165,7 +170,7 @@ def load_bundle(bundle_dir: Path) -> tuple[dict, dict[str, str]]:
     if not isinstance(name, str) or not NAME_RE.match(name) or not isinstance(server, dict):
         raise LayoutError("bundle", f"{bundle_dir / BUNDLE_JSON} names no valid bundle")
     texts = {}
-    for f in bundle_files(name, server.get("group", ""), record.get("role", "")):
+    for f in bundle_files(name, server.get("group", ""), record.get("role", ""), watch=bool(record.get("watch"))):
         path = bundle_dir / f.path
         try:
             text = path.read_text()
@@ -201,7 +206,7 @@ def unit_of(name: str, slot: str) -> str:
 
 
 def nginx_binary() -> str:
-    found = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    found = find_nginx()
     if not found:
         raise LayoutError("nginx", "nginx is not installed: apt-get install nginx")
     return found
@@ -235,7 +240,8 @@ def check_machine(record: dict, root: Path, app_check: bool = True, installed: b
     if role == "front":
         return
     # Our units in /etc would shadow a package's NAME.service, its template NAME@.service or an instance.
-    units = {f"{name}.service", f"{name}@.service", *(unit_of(name, slot) for slot in record.get("slots") or [])}
+    units = {f"{name}.service", f"{name}@.service", *(unit_of(name, slot) for slot in record.get("slots") or []),
+             *(watch_unit_of(name, slot) for slot in record.get("slots") or [] if record.get("watch"))}
     for unit_dir in PACKAGE_UNIT_DIRS:
         for unit in sorted(units):
             clash = under(root, f"{unit_dir}/{unit}")
@@ -245,6 +251,9 @@ def check_machine(record: dict, root: Path, app_check: bool = True, installed: b
     if log_dir.exists() and not installed and log_dir.stat().st_uid != pwd.getpwnam(server["user"]).pw_uid:
         raise LayoutError("name", f"{log_dir} exists and belongs to someone else: LogsDirectory= would hand it to "
                                   f"{server['user']}; bundle with another --name")
+    check_limits(record.get("limits") or {})
+    if record.get("watch"):
+        check_watch(record["watch"], app_check)
     sockets = server.get("sockets", [])
     paths = [p for group in (sockets.values() if isinstance(sockets, dict) else [sockets]) for p in group]
     longest = max((s for s in paths if s.startswith("/")), key=len, default="")
@@ -284,6 +293,31 @@ def check_machine(record: dict, root: Path, app_check: bool = True, installed: b
         static=pairs("static"), data_dir="", user=server["user"], drops_privileges=os.geteuid() == 0,
         server="uwsgi",  # a bundle runs uWSGI (deploy/ship/bundle.py refuses peers)
     ), timeout=import_timeout)
+
+
+def check_watch(watch: dict, app_check: bool) -> None:
+    """The exporter's unit runs ``PROGRAM watch`` with the adm group (deploy/ship/watch.py)."""
+    try:
+        grp.getgrnam(LOG_READER_GROUP)
+    except KeyError:
+        raise LayoutError("watch", f"no group {LOG_READER_GROUP!r} on this machine: the exporter reads nginx's log "
+                                   "through it (Debian's group for reading logs)") from None
+    if app_check and not os.access(watch["program"], os.X_OK):
+        raise LayoutError("watch", f"{watch['program']} is not an executable on this machine: install uwsgi-layouts "
+                                   "there, or bundle with --watch naming where it is")
+
+
+def check_limits(limits: dict) -> None:
+    """The unit's CPUQuota= and MemoryMax= within this server (the bundle was made elsewhere): a
+    quota above its CPUs limits nothing, a memory limit above its memory neither."""
+    host = os.cpu_count() or 1
+    if limits.get("cpus") is not None and limits["cpus"] > host:
+        raise LayoutError("cpus", f"{limits['cpus']:g} is more than this server's {host} CPUs (the unit's "
+                                  f"CPUQuota=): bundle with @cpus of at most {host}")
+    total_mb = psutil.virtual_memory().total // 2**20
+    if limits.get("memory") is not None and limits["memory"] > total_mb:
+        raise LayoutError("memory", f"{limits['memory']} MB is more than this server's {total_mb} MB (the unit's "
+                                    f"MemoryMax=): bundle with @memory of at most {total_mb}")
 
 
 def check_uwsgi_version(uwsgi: str, venv: str) -> None:
@@ -375,7 +409,8 @@ def _gid(group: str) -> int:
 def slot_files(record: dict, slot: str):
     """The bundle's files install takes for ``slot`` (its own and the slot-free ones)."""
     server = record["server"]
-    return [f for f in bundle_files(record["name"], server["group"], record.get("role", "")) if f.slot in ("", slot)]
+    return [f for f in bundle_files(record["name"], server["group"], record.get("role", ""),
+                                    watch=bool(record.get("watch"))) if f.slot in ("", slot)]
 
 
 def choose_slot(record: dict, texts: dict[str, str], root: Path, manifest: Manifest | None) -> str:
@@ -464,7 +499,7 @@ class Journal:
     def rollback(self) -> list[str]:
         undone = []
         for path, data, mode, uid, gid in reversed(self.replaced):
-            write_atomic(path, data, mode, uid, gid)
+            install_file(path, data, mode, uid, gid)
             undone.append(f"restored {path}")
         for path in reversed(self.created):
             if path.is_symlink() or path.is_file():
@@ -479,20 +514,9 @@ class Journal:
         return undone
 
 
-def write_atomic(path: Path, data: bytes, mode: int, uid: int, gid: int) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.install-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if os.geteuid() == 0:
-            os.chown(tmp, uid, gid)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def install_file(path: Path, data: bytes, mode: int, uid: int, gid: int) -> None:
+    """Installed files are durable (fsynced before the rename) and owned as the step says."""
+    write_atomic(path, data, mode=mode, owner=(uid, gid) if os.geteuid() == 0 else None, durable=True)
 
 
 def apply(steps: list[Step], journal: Journal) -> None:
@@ -520,7 +544,7 @@ def apply(steps: list[Step], journal: Journal) -> None:
                                          st.st_gid))
             else:
                 journal.created.append(step.target)
-            write_atomic(step.target, step.text.encode(), step.mode, 0, _gid(step.group) if os.geteuid() == 0 else 0)
+            install_file(step.target, step.text.encode(), step.mode, 0, _gid(step.group) if os.geteuid() == 0 else 0)
 
 
 def nginx_test(root: Path) -> tuple[bool, str, list[str]]:
@@ -634,8 +658,9 @@ def install(bundle_dir: Path | str, root: Path | str = "/", dry_run: bool = Fals
     for path in result.retired:  # the old slot is stopped (or, without systemd, never ran here)
         if on_systemd and path.name.endswith(".service") and is_active(path.name):
             systemctl("stop", path.name, timeout=stop_timeout(int(record.get("stop_grace", 30))))
-            systemctl("disable", path.name, check=False)
             progress(f"systemctl stop {path.name} (graceful: a slot left running by an earlier install)")
+        if on_systemd and path.name.endswith(".service"):
+            systemctl("disable", path.name, check=False)  # an exporter stopped with its slot stays enabled
         path.unlink(missing_ok=True)
         progress(f"removed {path} (slot {path.stem.rpartition('@')[2] if '@' in path.stem else live})")
     if result.retired and on_systemd:
@@ -680,9 +705,13 @@ def _service_plan(record: dict, result: InstallResult) -> list[str]:
         if result.previous_slot:
             lines.append(f"stop {old} gracefully (requests in flight finish, up to {record.get('stop_grace')} s), "
                          "disable it")
+        if record.get("watch"):
+            lines.append(f"enable and start {watch_unit_of(record['name'], result.slot)} (the exporter)")
         return lines
     lines = ["reload nginx (the site changed)"] if "site" in changed_kinds else []
     lines += [f"chain-reload {unit}: the app's code changed"] if result.code_changed else []
+    lines += [f"restart {watch_unit_of(record['name'], result.slot)} (the exporter's unit changed)"] \
+        if "watch" in changed_kinds else []
     return lines or [f"leave {unit} and nginx as they are: nothing changed"]
 
 
@@ -732,6 +761,9 @@ def run_services(record: dict, result: InstallResult, manifest: Manifest | None,
                 systemctl("stop", old, timeout=stop_timeout(max(grace, manifest.stop_grace if manifest else 0)))
                 did(f"systemctl stop {old} (graceful: its requests in flight finished)")
             systemctl("disable", old, check=False)
+            systemctl("disable", watch_unit_of(name, result.previous_slot), check=False)
+        if record.get("watch"):  # its port is free now that the old slot's exporter stopped with it
+            did(start_watch(watch_unit_of(name, result.slot), restart=False))
         return ran
     if not is_active(unit):
         systemctl("start", unit)
@@ -740,6 +772,9 @@ def run_services(record: dict, result: InstallResult, manifest: Manifest | None,
         did(reload_nginx(grace + 5, progress))
     if result.code_changed:
         did(chain_reload(unit, stats, timeout=_chain_timeout(record, grace)))
+    watch_unit = watch_unit_of(name, result.slot)
+    if record.get("watch") and ("watch" in changed_kinds or not is_active(watch_unit)):
+        did(start_watch(watch_unit, restart="watch" in changed_kinds))
     if not ran:
         did(f"nothing changed: {unit} and nginx not reloaded")
     return ran
@@ -768,6 +803,15 @@ def _start_slot(record: dict, result: InstallResult, progress: Callable[[str], N
         raise
     did(f"systemctl enable --now {unit}" + (f" (beside {unit_of(record['name'], result.previous_slot)})"
                                             if result.previous_slot else ""))
+
+
+def start_watch(unit: str, restart: bool) -> str:
+    """daemon-reload, enable and (re)start the exporter's unit (Type=simple: started once it runs;
+    a port in use ends it, and Restart=on-failure tries again)."""
+    systemctl("daemon-reload")
+    systemctl("enable", unit)
+    systemctl("restart" if restart else "start", unit)
+    return f"systemctl enable --now {unit} (the exporter" + (", restarted: its unit changed)" if restart else ")")
 
 
 def _stop_slot(unit: str) -> None:

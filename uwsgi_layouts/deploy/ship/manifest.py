@@ -12,12 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from uwsgi_layouts.deploy.model import LayoutError
 from uwsgi_layouts.deploy.ship.bundle import STATE_DIR
+from uwsgi_layouts.files import write_atomic
 
 MANIFEST_VERSION = 1
 # Fingerprinting stats files; past this many the code is not fingerprinted (a reload is then the admin's).
@@ -72,16 +72,7 @@ def read_manifest(root: Path, name: str) -> Manifest | None:
 def write_manifest(root: Path, manifest: Manifest) -> Path:
     """Written beside its target, then renamed over it (root:root 0644: paths and hashes only)."""
     path = root / manifest_path(manifest.name).lstrip("/")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(manifest.to_json())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomic(path, manifest.to_json(), mode=0o644)
 
 
 def sha256(data: bytes) -> str:

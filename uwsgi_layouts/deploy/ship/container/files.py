@@ -7,7 +7,7 @@
     image/nginx/uwsgi_params, mime.types
     image/app/                     a copy of the app's directory (no virtualenv, no VCS, no caches)
     kubernetes/{deployment,service,pdb,hpa}.yaml, compose.yaml     (--target kubernetes)
-    kubernetes/networkpolicy.yaml, image/watch/                    (--watch: the exporter sidecar)
+    kubernetes/networkpolicy.yaml, image/watch/                    (--watch-sidecar: the exporter sidecar)
     README.md
 
 nginx's site comes from the Debian bundle's template with the image's paths, and it is

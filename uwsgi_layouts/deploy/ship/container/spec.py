@@ -62,7 +62,7 @@ _DOMAIN = rf"(?:localhost|{_LABEL}(?:\.{_LABEL})+)(?::[0-9]+)?"
 IMAGE_RE = re.compile(rf"^(?:(?P<domain>{_DOMAIN})/)?(?P<path>{_COMPONENT}(?:/{_COMPONENT})*)"
                       r"(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$")
 PYTHON_RE = re.compile(r"^3\.[0-9]{1,2}$")
-# The exporter sidecar (--watch): its metrics port on the pod's interfaces (Prometheus scrapes pod
+# The exporter sidecar (--watch-sidecar): its metrics port on the pod's interfaces (Prometheus scrapes pod
 # IPs; a NetworkPolicy admits only the monitoring namespace), nginx's timed log as datagrams on a
 # unix socket in a volume of nginx and the exporter alone (nothing on disk grows).
 DEFAULT_WATCH_LISTEN = "0.0.0.0:9717"
@@ -99,7 +99,7 @@ def sidecar_image(image: str, role: str = "nginx") -> str:
 
 @dataclass(frozen=True)
 class WatchSidecar:
-    """``--watch``: ``uwsgi-layouts watch`` in the pod, reading the stats socket and nginx's timed
+    """``--watch-sidecar``: ``uwsgi-layouts watch`` in the pod, reading the stats socket and nginx's timed
     log, serving /metrics on ``host:port``."""
 
     host: str
@@ -199,7 +199,7 @@ class ContainerBundle:
                                       "at: the layout's @cpus and @memory (2x4-mapped@cpus=1,memory=300), --from-tune "
                                       "DIR, or --cpus and --memory")
         if self.watch is not None and self.target != "kubernetes":
-            raise LayoutError("watch", "the exporter sidecar is part of the pod: --target kubernetes")
+            raise LayoutError("watch_sidecar", "the exporter sidecar is part of the pod: --target kubernetes")
         if self.http_port == self.probe_port:
             raise LayoutError("probe_port", f"{self.probe_port} is also the HTTP port")
 
@@ -234,11 +234,12 @@ def build_container_bundle(spec: str, *, target: str, app=None, app_dir=None, vi
     sized = dict(cpus=cpus, memory=memory, replicas=replicas, max_replicas=max_replicas, cpu_target=cpu_target,
                  from_tune=from_tune, plan=plan, watch_listen=watch_listen, metrics_namespace=metrics_namespace)
     if target != "kubernetes":
-        given = next((k for k, v in sized.items() if v is not None), "watch" if watch else None)
+        given = next((k for k, v in sized.items() if v is not None), "watch_sidecar" if watch else None)
         if given:
             raise LayoutError(given, "is for --target kubernetes (the pod's size, count and sidecars)")
     if not watch and (watch_listen is not None or metrics_namespace is not None):
-        raise LayoutError("watch_listen" if watch_listen is not None else "metrics_namespace", "goes with --watch")
+        raise LayoutError("watch_listen" if watch_listen is not None else "metrics_namespace",
+                          "goes with --watch-sidecar here (--watch is a Debian bundle's exporter unit)")
     variant = pod_variant(spec)
     if layout_options.get("transport") not in (None, "unix"):
         raise LayoutError("transport", UNIX_ONLY)

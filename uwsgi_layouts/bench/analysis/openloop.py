@@ -1,0 +1,44 @@
+"""The open loop: one httperf step's verdict."""
+
+from __future__ import annotations
+
+from uwsgi_layouts.bench.load.httperf import CLIENT_ERRORS, SERVER_ERRORS
+
+# --- the open loop: one step's verdict ---------------------------------------------------
+
+REPLIES_OF_REQUESTS = 0.99  # a step passes with at least this share of its requests answered
+MIN_RATE_OF_TARGET = 0.95  # ... and its lowest steady reply-rate sample at least this share of the offered rate
+
+
+def steady_min(reply_rate: dict) -> float:
+    """The lowest reply-rate sample, leaving out the first when there are others: the first
+    5-s window holds the ramp-up (no reply comes back before one response time has passed),
+    which at low rates alone costs more than 5% of the window. Without per-sample figures
+    (httperf run without --verbose), httperf's own min."""
+    each = reply_rate.get("each") or []
+    if len(each) >= 2:
+        return min(each[1:])
+    return reply_rate["min"]
+
+
+def judge_step(rate: float, parsed: dict) -> tuple[str, list[str]]:
+    """("pass" | "fail" | "invalid", reasons) for one open-loop step at ``rate`` from httperf's
+    parsed summary (see bench.kinds.openloop)."""
+    e = parsed["errors"]
+    client = {k: e[k] for k in CLIENT_ERRORS if e[k]}
+    if client:
+        return "invalid", ["client-side errors " + ", ".join(f"{k}={v}" for k, v in client.items())
+                           + ": the load generator, not the server, was the limit"]
+    reasons = []
+    if parsed["reply_rate"]["samples"] == 0:
+        return "invalid", ["no reply-rate sample (httperf samples every 5 s): use a longer --step"]
+    if parsed["replies"] < REPLIES_OF_REQUESTS * parsed["requests"]:
+        reasons.append(f"replies {parsed['replies']} < {REPLIES_OF_REQUESTS:.0%} of {parsed['requests']} requests")
+    low = steady_min(parsed["reply_rate"])
+    if low < MIN_RATE_OF_TARGET * rate:
+        reasons.append(f"min reply rate {low:g}/s < {MIN_RATE_OF_TARGET:.0%} of {rate:g}/s")
+    server = {k: e[k] for k in SERVER_ERRORS if e[k]}
+    bad_status = {k: parsed["status"][k] for k in ("4xx", "5xx") if parsed["status"][k]}
+    if server or bad_status:
+        reasons.append("server-side errors " + ", ".join(f"{k}={v}" for k, v in {**bad_status, **server}.items()))
+    return ("fail" if reasons else "pass"), reasons
