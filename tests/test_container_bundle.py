@@ -15,7 +15,8 @@ import yaml
 from tests.flaskapp import SHOP_PY
 from uwsgi_layouts.deploy.model import LayoutError
 from uwsgi_layouts.deploy.ship.container import APP_UID, NGINX_UID, SOCKET_GID
-from uwsgi_layouts.deploy.ship.container.spec import image_reference, parse_cpus, parse_memory
+from uwsgi_layouts.deploy.ship.container.sizing import parse_cpus, parse_memory
+from uwsgi_layouts.deploy.ship.container.spec import image_reference
 
 # The Kubernetes version the manifests are written for and checked against (docs/containers.md).
 KUBERNETES_VERSION = "1.33.0"
@@ -63,10 +64,13 @@ def test_files_and_headers(kube_bundle):
                  "kubernetes/service.yaml"]
     for rel in generated:
         text = (kube_bundle / rel).read_text()
-        head = "\n".join(text.splitlines()[:3])
+        head = "\n".join(text.splitlines()[:5])
         assert "do not edit" in head and "layout 2x4-mapped" in head, (rel, head)
         if rel != "image/nginx/site.conf":  # the Debian bundle's site, with its own header
-            assert "--cpus 750m" in head and "limits 750m CPU / 512Mi as given (no measurement)" in head, (rel, head)
+            assert "--cpus 750m" in head, (rel, head)
+            assert ("Resources (app container: 750m CPU, memory request 512Mi, limit 512Mi): --cpus 750m and "
+                    "--memory 512Mi (no measurement)." in head), (rel, head)
+            assert "Replicas (3-4, CPU target 70%): options (no plan)." in head, (rel, head)
     copied = sorted(str(p.relative_to(kube_bundle / "image/app")) for p in (kube_bundle / "image/app").rglob("*"))
     assert copied == ["requirements.txt", "shop.py", "static", "static/hello.txt"]
 

@@ -1,6 +1,7 @@
 """`bundle --target kubernetes` for real: the images built with podman from the generated
 Containerfile (on Debian base images made here, tests/integration/podman.py), the Deployment
-run with `podman kube play` on the host's network, requests through the nginx sidecar.
+run with `podman kube play` on the host's network, requests through the nginx sidecar, the
+exporter sidecar (--watch-sidecar) scraped. The pod's size comes from the layout (@cpus, @memory).
 
 Everything runs in a podman of its own (configuration and storage in a session directory):
 the pods, containers and images go with it on every exit path, and a session left by a killed
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import find_free_ports
 from tests.flaskapp import SHOP_PY
@@ -31,6 +33,7 @@ from uwsgi_layouts.deploy.ship.container.spec import APP_PRESTOP_SECONDS, PRESTO
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500), pytest.mark.xdist_group("podman")]
 
 CPU_LIMIT = "750m"
+LAYOUT = "2x4-mapped@cpus=0.75,memory=512"  # the pod's size, as the layout was measured at
 READY_TIMEOUT = 120.0
 
 
@@ -41,6 +44,7 @@ class Pod:
     port: int
     probe_port: int
     name: str
+    watch_port: int | None = None
 
     @property
     def app_container(self) -> str:
@@ -55,8 +59,18 @@ class Pod:
         finally:
             conn.close()
 
-    def exec_app(self, *command: str) -> str:
-        return self.podman.run("exec", self.app_container, *command).stdout
+    def exec_app(self, *command: str, container: str = "app") -> str:
+        return self.podman.run("exec", f"{self.name}-pod-0-{container}", *command).stdout
+
+    def scrape(self) -> dict[str, list]:
+        """The exporter's /metrics: family name -> its samples."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.watch_port, timeout=10)
+        try:
+            conn.request("GET", "/metrics")
+            text = conn.getresponse().read().decode()
+        finally:
+            conn.close()
+        return {family.name: family.samples for family in text_string_to_metric_families(text)}
 
 
 def write_app(root: Path, broken: bool = False) -> Path:
@@ -69,22 +83,26 @@ def write_app(root: Path, broken: bool = False) -> Path:
     return app
 
 
-def make_bundle(root: Path, app: Path, name: str, port: int, probe_port: int) -> Path:
+def make_bundle(root: Path, app: Path, name: str, port: int, probe_port: int, watch_port: int | None = None) -> Path:
     out = root / f"bundle-{name}"
-    code = main(["bundle", "2x4-mapped", "--target", "kubernetes", "--name", name, "--app", "shop:app",
-                 "--app-dir", str(app), "--static", f"/assets={app}/static", "--out", str(out), "--cpus", CPU_LIMIT,
-                 "--memory", "512Mi", "--image", f"localhost/ul-test-{name}:1", "--listen", f"127.0.0.1:{port}",
+    # The exporter on the host's loopback: the pod runs on the host's network here.
+    watch = ["--watch-sidecar", "--watch-listen", f"127.0.0.1:{watch_port}"] if watch_port else []
+    code = main(["bundle", LAYOUT, "--target", "kubernetes", "--name", name, "--app", "shop:app",
+                 "--app-dir", str(app), "--static", f"/assets={app}/static", "--out", str(out),
+                 "--image", f"localhost/ul-test-{name}:1", "--listen", f"127.0.0.1:{port}",
                  "--probe-port", str(probe_port), "--stop-grace", "10", "--python", "3.11",
                  # One pod: podman runs every replica, and on the host's network they would share the port.
-                 "--replicas", "1"])
+                 "--replicas", "1", *watch])
     assert code == 0
     return out
 
 
 def build_images(podman: Podman, out: Path, name: str, bases: dict[str, str]) -> None:
-    args = {"BASE_IMAGE": bases["python"], "NGINX_IMAGE": bases["nginx"]}
+    args = {"BASE_IMAGE": bases["python"], "NGINX_IMAGE": bases["nginx"], "WATCH_BASE_IMAGE": bases["python"]}
     podman.build(out / "image", "app", f"localhost/ul-test-{name}:1", args)
     podman.build(out / "image", "nginx", f"localhost/ul-test-{name}-nginx:1", args)
+    if (out / "image/watch").is_dir():
+        podman.build(out / "image", "watch", f"localhost/ul-test-{name}-watch:1", args)
 
 
 def play(podman: Podman, out: Path) -> None:
@@ -124,11 +142,11 @@ def bases(podman) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def pod(podman, bases, tmp_path_factory) -> Pod:
     root = tmp_path_factory.mktemp("kube")
-    port, probe_port = find_free_ports(2)
-    out = make_bundle(root, write_app(root), "shop", port, probe_port)
+    port, probe_port, watch_port = find_free_ports(3)
+    out = make_bundle(root, write_app(root), "shop", port, probe_port, watch_port)
     build_images(podman, out, "shop", bases)
     play(podman, out)
-    running = Pod(podman, out, port, probe_port, "shop")
+    running = Pod(podman, out, port, probe_port, "shop", watch_port)
     wait_ready(running)
     return running
 
@@ -193,6 +211,53 @@ print(json.dumps({'uids': uids, 'write': wrote}))
     assert len(found["uids"]) == 3, found  # the master and two workers
     assert all(set(ids) == {APP_UID} for ids in found["uids"].values()), found
     assert found["write"] in ("Read-only file system", "Permission denied"), found
+
+
+def test_the_exporter_sidecar_answers_a_scrape_with_the_workers_metrics(pod):
+    """--watch-sidecar: `uwsgi-layouts watch` in the pod reads uWSGI's stats socket (per-worker figures),
+    the kernel's queues of the workers' sockets and nginx's timed lines (datagrams on its socket),
+    as uid 10003 in the sockets' group."""
+    deadline = time.monotonic() + 90
+    while True:  # the exporter starts in seconds (its imports at its 100m CPU limit)
+        try:
+            before = pod.scrape()
+            break
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                logs = pod.podman.run("logs", f"{pod.name}-pod-0-watch", check=False)
+                raise AssertionError(f"the exporter did not answer ({exc}); its log:\n{logs.stdout[-2000:]}"
+                                     f"{logs.stderr[-2000:]}") from None
+            time.sleep(1)
+    # Once its socket exists nginx sends it every line (before, nginx drops them and says so).
+    sent_before = sum(s.value for s in before.get("uwsgi_layouts_log_lines", [])
+                      if s.name == "uwsgi_layouts_log_lines_total")
+
+    def one(_):
+        return pod.get("/slow?ms=30")[0]
+
+    with ThreadPoolExecutor(8) as pool:
+        assert set(pool.map(one, range(48))) == {200}
+    deadline = time.monotonic() + 30
+    while True:  # the log lines arrive within the exporter's poll (0.5 s); the stats at 10 reads/s
+        found = pod.scrape()
+        requests = {s.labels["worker"]: s.value for s in found.get("uwsgi_layouts_worker_requests", [])
+                    if s.name == "uwsgi_layouts_worker_requests_total"}
+        counts = {s.labels["upstream"]: s.value for s in found.get("uwsgi_layouts_upstream_response_seconds", [])
+                  if s.name == "uwsgi_layouts_upstream_response_seconds_count" and s.labels["status_class"] == "2xx"}
+        if (sum(requests.values()) >= 48 and sum(counts.values()) >= 48) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    if not counts:  # say why: no line, or lines not in the timed format; nginx's error log
+        nginx = pod.podman.run("logs", f"{pod.name}-pod-0-nginx", check=False)
+        raise AssertionError(f"no latency from nginx's lines: lines {found.get('uwsgi_layouts_log_lines')} (before "
+                             f"{sent_before}); nginx's log:\n{nginx.stderr[-1500:]}")
+    assert [s.value for s in found["uwsgi_layouts_up"]] == [1.0], found.get("uwsgi_layouts_up")
+    assert set(requests) == {"1", "2"} and all(v > 0 for v in requests.values()), requests
+    assert set(counts) == {"unix:/run/shop/uwsgi-0.sock", "unix:/run/shop/uwsgi-1.sock"}, counts
+    assert sum(counts.values()) >= 48, counts
+    backlogs = {s.labels["socket"]: s.value for s in found["uwsgi_layouts_listen_backlog"]}
+    assert set(backlogs) == {"/run/shop/uwsgi-0.sock", "/run/shop/uwsgi-1.sock"} and min(backlogs.values()) > 0
+    assert pod.exec_app("id", "-u", container="watch").strip() == "10003"
 
 
 def test_an_app_that_does_not_import_never_turns_ready(podman, bases, tmp_path_factory, pod):

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from uwsgi_layouts.bench import dataset as ds
-from uwsgi_layouts.bench.paired import MarginError, check_margin
+from uwsgi_layouts.bench.margin import MarginError, check_margin
 from uwsgi_layouts.deploy.machine import is_unix_address
 
 

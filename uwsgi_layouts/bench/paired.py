@@ -55,6 +55,8 @@ from dataclasses import dataclass
 
 from scipy import stats
 
+from uwsgi_layouts.bench.margin import check_margin
+
 MIN_ROUNDS = 2  # fewer paired rounds decide nothing: one ratio has no spread
 UNPAIRED_MIN = 3  # unpaired cells: fewer on either side decide nothing (their cross-ratio range has no level)
 DEFAULT_MARGIN = 0.05
@@ -64,18 +66,6 @@ CONFIDENCE = 0.95  # every decision of a run, over all its looks (docs/compare.m
 # the end and 1/4 over the interim looks still stops a plain answer early.
 FINAL_SHARE = 0.75
 OUTCOMES = ("better", "worse", "equivalent", "undecided")
-
-
-class MarginError(ValueError):
-    pass
-
-
-def check_margin(margin: float) -> float:
-    """The equivalence margin must lie in (0, 0.5): 0 would make equivalence impossible, 0.5
-    would call a layout with half the throughput equivalent."""
-    if not (isinstance(margin, (int, float)) and not isinstance(margin, bool) and 0 < margin < 0.5):
-        raise MarginError(f"margin: must be a share in (0, 0.5), e.g. 0.05 for ±5%, got {margin!r}")
-    return float(margin)
 
 
 @dataclass(frozen=True)

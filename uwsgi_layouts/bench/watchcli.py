@@ -1,13 +1,16 @@
 """``uwsgi-layouts watch``: a running service's figures as a Prometheus endpoint, until stopped.
 
-    uwsgi-layouts watch [--stats ADDRESS] [--socket ADDRESS ...] [--access-log FILE] [--slots N]
+    uwsgi-layouts watch [--stats ADDRESS] [--socket ADDRESS ...] [--access-log FILE | --access-log-socket PATH]
+                        [--slots N]
                         [--listen ADDRESS] [--allow-public-listen] [--window SECONDS] [--hz N]
 
 What it reads (``bench.watch``): a uWSGI stats server (per worker busy threads, requests,
 respawns, harakiri; pile-up and every-thread-busy shares over the sliding window, as doctor
 computes them), the kernel's accept queue and backlog of any server's listening sockets (the
 stats server's by default, ``--socket`` for gunicorn or granian), and nginx's access log in a
-timed format (latency histograms per upstream socket and status class). A stats server that
+timed format (latency histograms per upstream socket and status class), tailed from a file or
+received as syslog datagrams on a unix socket it creates (``--access-log-socket``: a pod's
+sidecar, where a file would grow with nothing to rotate it). A stats server that
 does not answer, or a service restarting, is no error: ``uwsgi_layouts_up`` says 0 until it
 answers again, and the change is said once on stderr.
 
@@ -30,6 +33,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from uwsgi_layouts.bench.observe import parse_timed_line
 from uwsgi_layouts.bench.options import BadArgument, float_arg, int_arg, stats_arg, tool_main
 from uwsgi_layouts.bench.watch import (
+    DatagramLog,
     LogWatch,
     MetricsServer,
     SocketWatch,
@@ -71,6 +75,9 @@ def build_parser(prog: str = f"{PROG} watch") -> OneLineParser:
                         "HOST:PORT (repeatable; default: the stats server's sockets); for gunicorn or granian")
     p.add_argument("--access-log", metavar="FILE",
                    help=f"nginx's access log of the site, tailed, in a timed format: {TIMED_FORMAT}")
+    p.add_argument("--access-log-socket", metavar="PATH",
+                   help="instead of --access-log: a unix datagram socket watch creates (mode 0660, removed on exit) "
+                        "for nginx's `access_log syslog:server=unix:PATH,nohostname FORMAT` in a timed format")
     p.add_argument("--slots", metavar="N",
                    help="threads in total (workers x threads) of a server without a stats server (gunicorn, "
                         "granian): the busy ratio from the access log's upstream times is over these")
@@ -107,6 +114,17 @@ def listen_arg(raw: str | None, allow_public: bool) -> tuple[str, str, int]:
     return kind, host, port
 
 
+def log_socket_arg(raw: str | None, access_log: str | None) -> str | None:
+    if raw is None:
+        return None
+    if access_log:
+        raise BadArgument("access_log_socket: give --access-log (a file) or --access-log-socket, not both")
+    path = raw.strip()
+    if not path.startswith("/") or len(path.encode()) > 107:
+        raise BadArgument(f"access_log_socket: a unix socket path must be absolute and at most 107 bytes, got {raw!r}")
+    return path
+
+
 def check_log(path: str) -> None:
     """Refuse a log whose recent lines carry no upstream times (an empty log is taken: it may fill)."""
     try:
@@ -125,9 +143,10 @@ def run(args) -> int:
     window_s = int_arg("window", args.window if args.window is not None else DEFAULT_WINDOW_S, 5, MAX_WINDOW_S)
     hz = float_arg("hz", args.hz if args.hz is not None else DEFAULT_HZ, 1, MAX_HZ)
     listen = listen_arg(args.listen, args.allow_public_listen)
-    if stats is None and not sockets and not args.access_log:
+    log_socket = log_socket_arg(args.access_log_socket, args.access_log)
+    if stats is None and not sockets and not args.access_log and not log_socket:
         raise BadArgument("stats: nothing to watch: give --stats (uWSGI), --socket (any server) or --access-log")
-    if slots is not None and (stats is not None or not args.access_log):
+    if slots is not None and (stats is not None or not (args.access_log or log_socket)):
         raise BadArgument("slots: only for a server without a stats server, with --access-log (uWSGI's busy ratio "
                           "comes from --stats)")
     if args.access_log:
@@ -153,13 +172,19 @@ def run(args) -> int:
                 log_watch = LogWatch(args.access_log, DEFAULT_BUCKETS, window_s)
             except OSError as exc:
                 raise BadArgument(f"access_log: cannot read {args.access_log} ({exc.strerror or exc})") from None
+        elif log_socket:
+            try:
+                log_watch = LogWatch(log_socket, DEFAULT_BUCKETS, window_s, tail=DatagramLog(log_socket))
+            except OSError as exc:
+                raise BadArgument(f"access_log_socket: cannot create {log_socket} ({exc.strerror or exc})") from None
         registry.register(WatchCollector(stats_watch, socket_watch, log_watch, slots))
         stop = threading.Event()
         previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             server.start()
             watched = [f"stats {stats}" if stats else "", f"sockets {', '.join(sockets)}" if sockets else "",
-                       f"access log {args.access_log}" if args.access_log else ""]
+                       f"access log {args.access_log}" if args.access_log else "",
+                       f"access log datagrams on {log_socket}" if log_socket else ""]
             # The first line out, before any source can say something: what a supervisor waits for.
             print(f"watch: serving metrics on {server.url} ({'; '.join(w for w in watched if w)}, a {window_s}-s "
                   f"window, {hz:g} reads/s); SIGTERM or Ctrl-C stops", flush=True)

@@ -304,7 +304,9 @@ def add_bundle_parsers(sub) -> None:
                         help="also ship an exporter unit per slot running `PROGRAM watch` as the app's user "
                              "(PROGRAM: uwsgi-layouts on the server, an absolute path; docs/watch.md)")
     bundle.add_argument("--watch-listen", metavar="HOST:PORT",
-                        help="with --watch: the exporter's loopback address (default 127.0.0.1:9717)")
+                        help="with --watch: the exporter's loopback address (default 127.0.0.1:9717); with "
+                             "--watch-sidecar: where /metrics listens in the pod, IPV4:PORT (default 0.0.0.0:9717, the "
+                             "pod's own interfaces, for Prometheus; 127.0.0.1:PORT keeps it inside the pod)")
     add_risk_options(bundle, "system-static")
     add_container_options(bundle)
     install_p = sub.add_parser("install", help="install a bundle: copy, enable, nginx -t (undone if it fails), "
@@ -328,10 +330,10 @@ def add_bundle_parsers(sub) -> None:
 
 # The options of --target container|kubernetes (deploy/ship/container/), and the Debian ones they refuse.
 CONTAINER_OPTIONS = ("image", "base_image", "nginx_base_image", "python", "cpus", "memory", "replicas", "max_replicas",
-                     "cpu_target", "probe_port")
+                     "cpu_target", "probe_port", "from_tune", "plan", "watch_sidecar", "metrics_namespace")
 SERVER_ONLY_OPTIONS = ("server_name", "any_host", "tls_cert", "tls_key", "acme_webroot", "tls_listen", "user", "group",
                        "nginx_group", "uwsgi", "writable", "hosts", "uwsgi_tls_dir", "uwsgi_tls_name", "base_port",
-                       "watch", "watch_listen")
+                       "watch")
 
 
 def add_container_options(bundle: argparse.ArgumentParser) -> None:
@@ -346,12 +348,28 @@ def add_container_options(bundle: argparse.ArgumentParser) -> None:
     bundle.add_argument("--nginx-base-image", metavar="REF", help="the default NGINX_IMAGE the sidecar is built on")
     bundle.add_argument("--python", metavar="X.Y", help="the app's Python (default: its virtualenv's, "
                                                         ".python-version, else this tool's)")
-    bundle.add_argument("--cpus", help="kubernetes: the app container's CPU limit (and request), e.g. 2 or 1500m")
-    bundle.add_argument("--memory", help="kubernetes: its memory limit (and request), e.g. 512Mi")
-    bundle.add_argument("--replicas", help="kubernetes: the fewest pods (default 2)")
-    bundle.add_argument("--max-replicas", help="kubernetes: the most pods the autoscaler starts (default 4)")
-    bundle.add_argument("--cpu-target", help="kubernetes: the autoscaler's CPU target, per cent of the request "
-                                             "(default 70)")
+    bundle.add_argument("--cpus", help="kubernetes: the app container's CPU limit (and request), e.g. 2 or 1500m "
+                                       "(default: the layout's @cpus or tune's; a different figure is refused)")
+    bundle.add_argument("--memory", help="kubernetes: its memory limit, e.g. 512Mi (default: the layout's @memory or "
+                                         "tune's)")
+    bundle.add_argument("--from-tune", metavar="DIR",
+                        help="kubernetes: the results of `tune --cpus N [--memory MB]` for this layout: the app "
+                             "container's CPUs, memory limit and measured memory request (PSS after load + 25%%)")
+    bundle.add_argument("--plan", metavar="FILE",
+                        help="kubernetes: plan.json of `uwsgi-layouts plan` for this layout: the autoscaler's "
+                             "minimum replicas and CPU utilisation target")
+    bundle.add_argument("--replicas", help="kubernetes: the fewest pods (default: the plan's, the layout's @replicas, "
+                                           "else 2)")
+    bundle.add_argument("--max-replicas", help="kubernetes: the most pods the autoscaler starts (default: twice the "
+                                               "plan's, else 4)")
+    bundle.add_argument("--cpu-target", help="kubernetes: the autoscaler's CPU target, per cent of the app container's "
+                                             "request (default: the plan's, else 70)")
+    bundle.add_argument("--watch-sidecar", action="store_true",
+                        help="kubernetes: add an exporter sidecar (`uwsgi-layouts watch`: the stats socket and "
+                             "nginx's timed log as Prometheus metrics) and a NetworkPolicy")
+    bundle.add_argument("--metrics-namespace", metavar="NS",
+                        help="with --watch-sidecar: the namespace whose pods (Prometheus) the NetworkPolicy lets reach "
+                             "the metrics port (default monitoring)")
     bundle.add_argument("--probe-port", help="the sidecar's port for the probes (default 8081; --listen PORT is the "
                                              "HTTP port, default 8080)")
 
@@ -363,7 +381,10 @@ def cmd_container_bundle(args) -> int:
     given = {k: getattr(args, k) for k in ("name", "harakiri", "retries", "connect_timeout", "backlog",
                                            "transport", "stop_grace", "client_max_body_size")}
     container = {k: getattr(args, k) for k in CONTAINER_OPTIONS}
-    options = [f"--{k.replace('_', '-')} {v}" for k, v in {**given, **container}.items() if v is not None]
+    options = [f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}")
+               for k, v in {**given, **container, "watch_listen": args.watch_listen}.items() if v not in (None, False)]
+    container["watch"] = container.pop("watch_sidecar")
+    container["watch_listen"] = args.watch_listen
     options += [f"--listen {address}" for address in args.listen or ()]
     cb = build_container_bundle(args.layout, target=args.target, **app_options(args, here=False),
                                 listen=args.listen, options=options, **given, **container)
@@ -371,8 +392,9 @@ def cmd_container_bundle(args) -> int:
     files = write_container_bundle(cb, out)
     print(f"{args.target} bundle {cb.name} ({cb.layout.name}) written to {out}: {', '.join(files)}, image/app/")
     print(f"next: podman build --target app -t {cb.image} {out / 'image'}; podman build --target nginx -t "
-          f"{cb.nginx_image} {out / 'image'}" + (f"; podman kube play {out / 'kubernetes/deployment.yaml'}"
-                                                if args.target == "kubernetes" else ""))
+          f"{cb.nginx_image} {out / 'image'}"
+          + (f"; podman build --target watch -t {cb.watch_image} {out / 'image'}" if cb.watch else "")
+          + (f"; podman kube play {out / 'kubernetes/deployment.yaml'}" if args.target == "kubernetes" else ""))
     return 0
 
 
@@ -380,7 +402,7 @@ def cmd_bundle(args) -> int:
     if args.target != "debian":
         return cmd_container_bundle(args)
     for option in CONTAINER_OPTIONS:
-        if getattr(args, option) is not None:
+        if getattr(args, option) not in (None, False):
             raise LayoutError(option, "is for --target container or kubernetes")
     bundle = build_bundle(
         args.layout, **app_options(args, here=False), name=args.name, server_names=args.server_name,

@@ -51,6 +51,7 @@ from uwsgi_layouts.bench.options import (
     timestamp_dir,
     transport_arg,
 )
+from uwsgi_layouts.bench.report.limits import pod_record
 from uwsgi_layouts.bench.results import Results, load, utc_now
 from uwsgi_layouts.bench.stack import Lab
 from uwsgi_layouts.bench.tune import record
@@ -379,6 +380,9 @@ def snapshot(config: Config, outcome: Outcome, cells: dict, clock_reads: list[fl
            "stall_clients": outcome.stall_clients, "decision": decision_summary(outcome)}
     if recommended is not None:
         rec["recommended"] = recommended
+    pod = pod_record(config.arguments, outcome.chosen.spec, outcome.chosen.memory_mb) if outcome.chosen else None
+    if pod is not None:
+        rec["pod"] = pod  # the POD line's figures (MB of 10^6 bytes; memory_mb is the limit in MiB)
     if wall_s is not None:
         rec["wall_s"] = wall_s  # the whole run, pre-flights to the last save
     arguments = {**config.arguments, "complete": complete, "tune": rec}

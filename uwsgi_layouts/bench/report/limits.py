@@ -144,3 +144,15 @@ def pod_sentence(results: Results, spec: str, scenario: str, pss_mb: float | Non
         text += (f"; memory request {pss_mb * (1 + MEMORY_REQUEST_MARGIN):.0f} MB (its PSS after load, "
                  f"{pss_mb:.0f} MB, + {MEMORY_REQUEST_MARGIN:.0%})")
     return text + "."
+
+
+def pod_record(arguments: dict, spec: str, pss_mb: float | None) -> dict | None:
+    """What the POD line says, for a reader of results.json (``bundle --target kubernetes
+    --from-tune DIR`` takes the app container's resources from it): the pod's limits tune ran
+    under, the layout it recommends and its memory request. None when tune ran without a limit."""
+    cpus, memory = arguments.get("cpus"), arguments.get("memory")
+    if cpus is None and memory is None:
+        return None
+    request = round(pss_mb * (1 + MEMORY_REQUEST_MARGIN), 1) if pss_mb is not None else None
+    return {"layout": spec, "cpus": cpus, "memory_mb": memory, "pss_mb": None if pss_mb is None else round(pss_mb, 1),
+            "memory_request_mb": request, "memory_margin": MEMORY_REQUEST_MARGIN}

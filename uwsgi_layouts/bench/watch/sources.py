@@ -312,11 +312,13 @@ class LogWatch(Poller):
     were or were not in a timed format, and the upstream time of the window (Little's law: the
     mean requests held by the servers). A line not in a timed format is said once."""
 
-    def __init__(self, path: str, buckets: tuple[float, ...], window_s: float, tell: Callable[[str], None] = say):
+    def __init__(self, path: str, buckets: tuple[float, ...], window_s: float, tell: Callable[[str], None] = say,
+                 tail=None):
         self.path = path
         self.window_s = window_s
         self.tell = tell
-        self.tail = LogTail(path)  # raises OSError: the caller says so
+        # A file tailed, or any reader of lines with read() and close() (``datagrams.DatagramLog``).
+        self.tail = tail if tail is not None else LogTail(path)  # raises OSError: the caller says so
         self.histograms = LatencyHistograms(buckets)
         self.lines = {"timed": 0, "untimed": 0}
         self.started = time.monotonic()

@@ -7,6 +7,7 @@
     image/nginx/uwsgi_params, mime.types
     image/app/                     a copy of the app's directory (no virtualenv, no VCS, no caches)
     kubernetes/{deployment,service,pdb,hpa}.yaml, compose.yaml     (--target kubernetes)
+    kubernetes/networkpolicy.yaml, image/watch/                    (--watch-sidecar: the exporter sidecar)
     README.md
 
 nginx's site comes from the Debian bundle's template with the image's paths, and it is
@@ -16,11 +17,13 @@ cross-checked against uwsgi.ini with the lab's ``crosscheck`` (upstream == socke
 
 from __future__ import annotations
 
+import importlib.metadata
 import shutil
 from pathlib import Path
 
 from uwsgi_layouts.deploy.model import RenderError
 from uwsgi_layouts.deploy.render import TEMPLATES_DIR, environment, make_staging, server_for
+from uwsgi_layouts.deploy.ship.container.sizing import cpu_quantity, memory_quantity
 from uwsgi_layouts.deploy.ship.container.spec import (
     APP_PRESTOP_SECONDS,
     APP_UID,
@@ -35,9 +38,14 @@ from uwsgi_layouts.deploy.ship.container.spec import (
     PRESTOP_SECONDS,
     SOCKET_GID,
     SOCKET_GROUP,
+    WATCH_BASE_IMAGE,
+    WATCH_CPU_MILLI,
+    WATCH_LOG_DIR,
+    WATCH_LOG_SOCKET,
+    WATCH_MEMORY,
+    WATCH_UID,
+    WATCH_USER,
     ContainerBundle,
-    cpu_quantity,
-    memory_quantity,
 )
 from uwsgi_layouts.deploy.ship.files import (
     check_out_dir,
@@ -75,16 +83,27 @@ KUBERNETES_TEMPLATES = {
     "kubernetes/hpa.yaml": "container/kubernetes/hpa.yaml.j2",
     "compose.yaml": "container/compose.yaml.j2",
 }
+WATCH_TEMPLATES = {"kubernetes/networkpolicy.yaml": "container/kubernetes/networkpolicy.yaml.j2"}
+# The exporter image's virtualenv; uwsgi-layouts' package goes into its src/.
+WATCH_VENV = "/opt/uwsgi-layouts"
+PACKAGE_DIR = TEMPLATES_DIR.parent  # uwsgi_layouts/, copied into the exporter's build context
+# What `uwsgi-layouts watch` imports beyond the standard library (tests/test_container_bundle.py
+# checks this against a fresh interpreter), pinned to the versions installed here.
+WATCH_DISTRIBUTIONS = ("prometheus_client", "psutil", "Jinja2", "MarkupSafe", "crossplane")
 COPIED = {"image/nginx/uwsgi_params": "uwsgi_params", "image/nginx/mime.types": "mime.types"}
 
 
-def origin(cb: ContainerBundle) -> str:
-    """What the files came from, for their header: the layout, the options, and the measurement
-    (none yet: the limits are the options given)."""
+def origin(cb: ContainerBundle) -> list[str]:
+    """What the files came from, for their header: the options, and for Kubernetes the
+    measurement (or none) behind the resources and behind the replicas and autoscaler."""
     given = f"options `{' '.join(cb.options)}`" if cb.options else "no options"
-    limits = (f"limits {cb.limits.cpu} CPU / {cb.limits.memory_text} as given (no measurement)" if cb.limits
-              else "no limits (the build context only)")
-    return f"layout {cb.layout.name}, {given}, {limits}, Python {cb.python} ({cb.python_from})"
+    lines = [f"From: {given}; Python {cb.python} ({cb.python_from})."]
+    if cb.limits:
+        lines += [f"Resources (app container: {cb.limits.cpu} CPU, memory request {cb.limits.memory_request_text}, "
+                  f"limit {cb.limits.memory_text}): {cb.limits.resources_from}.",
+                  f"Replicas ({cb.limits.replicas}-{cb.limits.max_replicas}, CPU target {cb.limits.cpu_target}%): "
+                  f"{cb.limits.scaling_from}."]
+    return lines
 
 
 def render_container_bundle(cb: ContainerBundle) -> dict[str, str]:
@@ -93,7 +112,7 @@ def render_container_bundle(cb: ContainerBundle) -> dict[str, str]:
     env.filters["outdent"] = outdent
     context = {
         "cb": cb, "bundle": cb.bundle, "layout": cb.bundle, "server": server_for(cb.bundle.layout),
-        "unix_mode": "660", "origin": origin(cb), "limits": cb.limits, "prestop": PRESTOP_SECONDS,
+        "unix_mode": "660", "origin_lines": origin(cb), "limits": cb.limits, "prestop": PRESTOP_SECONDS,
         "app_prestop": APP_PRESTOP_SECONDS,
         "app_dir": IMAGE_APP_DIR, "venv": IMAGE_VENV, "static_dir": IMAGE_STATIC_DIR, "uwsgi_pin": UWSGI_PIN,
         "app_uid": APP_UID, "nginx_uid": NGINX_UID, "socket_gid": SOCKET_GID, "app_user": APP_USER,
@@ -104,9 +123,36 @@ def render_container_bundle(cb: ContainerBundle) -> dict[str, str]:
         "nginx_cpu_milli": NGINX_CPU_MILLI, "nginx_memory_bytes": NGINX_MEMORY,
         "socket_dir_setup": f"mkdir -p {cb.socket_dir} && chown {APP_UID}:{SOCKET_GID} {cb.socket_dir} "
                             f"&& chmod 0750 {cb.socket_dir}",
+        # With the exporter, its group may pass into the stats directory (the socket is 0660).
+        "stats_dir_setup": f"mkdir -p {STATS_DIR} && chown {APP_UID}:{SOCKET_GID} {STATS_DIR} && chmod "
+                           f"{'0750' if cb.watch else '0700'} {STATS_DIR}",
+        "log_dir_setup": f"mkdir -p {WATCH_LOG_DIR} && chown {WATCH_UID}:{SOCKET_GID} {WATCH_LOG_DIR} "
+                         f"&& chmod 0750 {WATCH_LOG_DIR}",
+        "extra_access_log": f"syslog:server=unix:{WATCH_LOG_SOCKET},nohostname" if cb.watch else "",
+        "watch_uid": WATCH_UID, "watch_base_image": WATCH_BASE_IMAGE,
+        "watch_user": WATCH_USER, "watch_venv": WATCH_VENV, "watch_log_dir": WATCH_LOG_DIR,
+        "watch_cpu": cpu_quantity(WATCH_CPU_MILLI), "watch_memory": memory_quantity(WATCH_MEMORY),
+        "watch_args": watch_args(cb) if cb.watch else [],
     }
-    templates = dict(IMAGE_TEMPLATES, **(KUBERNETES_TEMPLATES if cb.target == "kubernetes" else {}))
-    return {path: env.get_template(template).render(context) for path, template in templates.items()}
+    templates = dict(IMAGE_TEMPLATES, **(KUBERNETES_TEMPLATES if cb.target == "kubernetes" else {}),
+                     **(WATCH_TEMPLATES if cb.watch else {}))
+    texts = {path: env.get_template(template).render(context) for path, template in templates.items()}
+    if cb.watch:
+        texts["image/watch/requirements.txt"] = watch_requirements()
+    return texts
+
+
+def watch_args(cb: ContainerBundle) -> list[str]:
+    """The exporter's command line in the pod: the stats socket, the log socket, the listen address
+    (beyond loopback only with the option named for that risk: Prometheus scrapes pod IPs)."""
+    args = ["--stats", f"{STATS_DIR}/stats.sock", "--access-log-socket", WATCH_LOG_SOCKET, "--listen", cb.watch.listen]
+    return args if cb.watch.pod_local else [*args, "--allow-public-listen"]
+
+
+def watch_requirements() -> str:
+    pins = [f"{name}=={importlib.metadata.version(name)}" for name in WATCH_DISTRIBUTIONS]
+    return "# What `uwsgi-layouts watch` imports, at the versions of the machine that wrote this bundle.\n" + \
+        "\n".join(pins) + "\n"
 
 
 def check_container_bundle(cb: ContainerBundle, staging: Path) -> list[str]:
@@ -131,6 +177,9 @@ def write_container_bundle(cb: ContainerBundle, out_dir: Path | str) -> list[str
             shutil.copy(TEMPLATES_DIR / source, staging / rel)
         shutil.copytree(cb.source_dir, staging / "image/app", symlinks=True,
                         ignore=_skipping(cb.source_dir, staging, out))
+        if cb.watch:
+            shutil.copytree(PACKAGE_DIR, staging / "image/watch/uwsgi_layouts",
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         problems = check_container_bundle(cb, staging)
         if problems:
             raise RenderError("cross-check failed: " + "; ".join(problems))

@@ -18,6 +18,13 @@ from pathlib import Path
 
 from uwsgi_layouts.deploy.model import LayoutError, parse_env, parse_static
 from uwsgi_layouts.deploy.ship.bundle import Bundle, build_bundle
+from uwsgi_layouts.deploy.ship.container.measured import capacity_plan, tune_pod
+from uwsgi_layouts.deploy.ship.container.sizing import (
+    Limits,
+    limits_for,
+    pod_variant,
+    whole,
+)
 
 TARGETS = ("debian", "container", "kubernetes")
 # Where the app, its virtualenv and the static files live inside the images.
@@ -28,7 +35,8 @@ IMAGE_STATIC_DIR = "/srv/static"
 SOCKET_GID = 10000
 APP_UID = 10001
 NGINX_UID = 10002
-APP_USER, SOCKET_GROUP, NGINX_USER = "app", "sockets", "nginx-sidecar"
+WATCH_UID = 10003
+APP_USER, SOCKET_GROUP, NGINX_USER, WATCH_USER = "app", "sockets", "nginx-sidecar", "watch"
 # The files the build installs the app's dependencies from, the lock first (pip's requirements
 # format: pip-compile, `uv pip compile`, `pip freeze`).
 REQUIREMENTS_FILES = ("requirements.lock", "requirements.txt")
@@ -45,12 +53,6 @@ APP_PRESTOP_SECONDS = PRESTOP_SECONDS + 2
 # The sidecar's own resources: nginx in front of one pod's sockets needs little.
 NGINX_CPU_MILLI = 250
 NGINX_MEMORY = 64 * 2**20
-# A floor, not a measurement: an interpreter with uWSGI and a small app (Flask) takes about this
-# much resident memory per process; --memory below (P + 1) of these cannot hold P workers and the master.
-MIN_PROCESS_MEMORY = 24 * 2**20
-DEFAULT_REPLICAS = 2
-DEFAULT_MAX_REPLICAS = 4
-DEFAULT_CPU_TARGET = 70  # per cent of the CPU request, the HorizontalPodAutoscaler's target
 
 # distribution/reference's grammar (the one docker and podman parse), with a tag required:
 # we build the image and name it, so it needs a tag; a digest is only known after the build.
@@ -59,11 +61,21 @@ _LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
 _DOMAIN = rf"(?:localhost|{_LABEL}(?:\.{_LABEL})+)(?::[0-9]+)?"
 IMAGE_RE = re.compile(rf"^(?:(?P<domain>{_DOMAIN})/)?(?P<path>{_COMPONENT}(?:/{_COMPONENT})*)"
                       r"(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$")
-CPU_RE = re.compile(r"^(?:(?P<milli>[1-9][0-9]{0,6})m|(?P<cores>[0-9]{1,3}(?:\.[0-9]{1,3})?))$")
-MEMORY_RE = re.compile(r"^(?P<number>[1-9][0-9]{0,6})(?P<unit>Ki|Mi|Gi|Ti|k|M|G|T)?$")
-MEMORY_UNITS = {None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9,
-                "T": 10**12}
 PYTHON_RE = re.compile(r"^3\.[0-9]{1,2}$")
+# The exporter sidecar (--watch-sidecar): its metrics port on the pod's interfaces (Prometheus scrapes pod
+# IPs; a NetworkPolicy admits only the monitoring namespace), nginx's timed log as datagrams on a
+# unix socket in a volume of nginx and the exporter alone (nothing on disk grows).
+DEFAULT_WATCH_LISTEN = "0.0.0.0:9717"
+DEFAULT_METRICS_NAMESPACE = "monitoring"
+WATCH_LOG_DIR = "/run/uwsgi-layouts-log"
+WATCH_LOG_SOCKET = f"{WATCH_LOG_DIR}/access.sock"
+# The exporter's image runs the Python of the machine that wrote the bundle: its libraries are
+# pinned to the versions installed there (which may not install on the app's older Python).
+WATCH_BASE_IMAGE = f"docker.io/library/python:{sys.version_info[0]}.{sys.version_info[1]}-slim-bookworm"
+WATCH_CPU_MILLI = 100
+WATCH_MEMORY = 96 * 2**20
+NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+IPV4_LISTEN_RE = re.compile(r"^(?P<host>(?:[0-9]{1,3}\.){3}[0-9]{1,3}):(?P<port>[0-9]{1,5})$")
 UNIX_ONLY = ("the nginx sidecar reaches uWSGI over unix sockets in a volume the pod's two containers share (mode "
              "0660): tcp would let every container of the pod, and with host networking the node, connect")
 
@@ -79,53 +91,50 @@ def image_reference(field_name: str, raw: str, need_tag: bool) -> str:
     return text
 
 
-def sidecar_image(image: str) -> str:
-    """The nginx image beside the app's: NAME-nginx with the same registry and tag."""
+def sidecar_image(image: str, role: str = "nginx") -> str:
+    """A sidecar's image beside the app's: NAME-ROLE with the same registry and tag."""
     name, _, tag = image.rpartition(":")
-    return f"{name}-nginx:{tag}"
+    return f"{name}-{role}:{tag}"
 
 
-def parse_cpus(raw) -> int:
-    """A Kubernetes CPU quantity (``2``, ``1.5``, ``750m``) in millicores, at least 100m."""
-    text = str(raw).strip()
-    match = CPU_RE.match(text)
-    milli = (int(match["milli"]) if match["milli"] else round(float(match["cores"]) * 1000)) if match else 0
-    if not 100 <= milli <= 256_000:
-        raise LayoutError("cpus", f"expected a CPU limit such as 2, 1.5 or 750m (100m to 256), got {text!r}")
-    return milli
+@dataclass(frozen=True)
+class WatchSidecar:
+    """``--watch-sidecar``: ``uwsgi-layouts watch`` in the pod, reading the stats socket and nginx's timed
+    log, serving /metrics on ``host:port``."""
+
+    host: str
+    port: int
+    metrics_namespace: str = DEFAULT_METRICS_NAMESPACE
+
+    def __post_init__(self):
+        if not NAMESPACE_RE.match(self.metrics_namespace):
+            raise LayoutError("metrics_namespace", f"expected a Kubernetes namespace name (lowercase letters, digits, "
+                                                   f"'-'), got {self.metrics_namespace!r}")
+
+    @property
+    def listen(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pod_local(self) -> bool:
+        """Only the pod's own containers reach it (no scrape from outside the pod)."""
+        return self.host.startswith("127.")
 
 
-def parse_memory(raw) -> int:
-    """A Kubernetes memory quantity (``512Mi``, ``1Gi``, ``800M``) in bytes."""
-    text = str(raw).strip()
-    match = MEMORY_RE.match(text)
-    if not match:
-        raise LayoutError("memory", f"expected a memory limit such as 512Mi, 1Gi or 800M, got {text!r}")
-    return int(match["number"]) * MEMORY_UNITS[match["unit"]]
-
-
-def cpu_quantity(milli: int) -> str:
-    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
-
-
-def memory_quantity(size: int) -> str:
-    for unit in ("Gi", "Mi", "Ki"):
-        if size % MEMORY_UNITS[unit] == 0:
-            return f"{size // MEMORY_UNITS[unit]}{unit}"
-    return str(size)
-
-
-def _whole(field_name: str, raw, default: int, low: int, high: int) -> int:
-    if raw is None:
-        return default
-    text = str(raw).strip()
-    if not text.isdigit() or not low <= int(text) <= high:
-        raise LayoutError(field_name, f"expected a whole number in {low}..{high}, got {text!r}")
-    return int(text)
+def watch_sidecar(listen, metrics_namespace, http_port: int, probe_port: int) -> WatchSidecar:
+    text = str(listen or DEFAULT_WATCH_LISTEN).strip()
+    match = IPV4_LISTEN_RE.match(text)
+    if not match or any(int(octet) > 255 for octet in match["host"].split(".")):
+        raise LayoutError("watch_listen", f"expected IPV4:PORT such as {DEFAULT_WATCH_LISTEN} (the pod's interfaces, "
+                                          f"for Prometheus) or 127.0.0.1:9717 (the pod alone), got {text!r}")
+    port = whole("watch_listen", match["port"], 0, 1024, 65535)
+    if port in (http_port, probe_port):
+        raise LayoutError("watch_listen", f"port {port} is nginx's in the same pod")
+    return WatchSidecar(match["host"], port, str(metrics_namespace or DEFAULT_METRICS_NAMESPACE).strip())
 
 
 def _port(field_name: str, raw, default: int) -> int:
-    return _whole(field_name, raw, default, 1024, 65535)  # nginx runs as a user: no port below 1024
+    return whole(field_name, raw, default, 1024, 65535)  # nginx runs as a user: no port below 1024
 
 
 def requirements_file(app_dir: Path) -> str:
@@ -161,32 +170,9 @@ def python_version(raw, app_dir: Path, virtualenv) -> tuple[str, str]:
 
 
 @dataclass(frozen=True)
-class Limits:
-    """The app container's resources and the pod count (Kubernetes): requests equal limits, so
-    the pod gets the CPUs the layout was measured with (Guaranteed QoS), never more workers."""
-
-    cpu_milli: int
-    memory: int
-    replicas: int = DEFAULT_REPLICAS
-    max_replicas: int = DEFAULT_MAX_REPLICAS
-    cpu_target: int = DEFAULT_CPU_TARGET
-
-    def __post_init__(self):
-        if not 1 <= self.replicas <= self.max_replicas:
-            raise LayoutError("max_replicas", f"must be at least --replicas ({self.replicas}), got {self.max_replicas}")
-
-    @property
-    def cpu(self) -> str:
-        return cpu_quantity(self.cpu_milli)
-
-    @property
-    def memory_text(self) -> str:
-        return memory_quantity(self.memory)
-
-
-@dataclass(frozen=True)
 class ContainerBundle:
     bundle: Bundle  # the layout with the image's paths: what the shared nginx/uWSGI templates read
+    spec: str  # the layout as given, its pod variants (@cpus...) included: the generated headers name it
     target: str  # "container" (the build context) or "kubernetes" (that, the manifests and compose.yaml)
     source_dir: Path  # the app's directory on this machine, copied into the build context
     requirements: str  # its lock or requirements file (a name in source_dir)
@@ -200,6 +186,7 @@ class ContainerBundle:
     probe_port: int = DEFAULT_PROBE_PORT
     http_address: str = ""  # nginx's listen: the port, or IPV4:PORT (podman's host network in the tests)
     limits: Limits | None = None
+    watch: WatchSidecar | None = None
     # --env: set by the Deployment and compose.yaml, never baked into the image (it may hold secrets).
     env: tuple[tuple[str, str], ...] = ()
     options: tuple[str, ...] = ()  # the command line's options, for the generated header
@@ -208,14 +195,18 @@ class ContainerBundle:
         if self.target not in TARGETS[1:]:
             raise LayoutError("target", f"expected one of {', '.join(TARGETS)}, got {self.target!r}")
         if self.target == "kubernetes" and self.limits is None:
-            raise LayoutError("cpus", "a kubernetes bundle needs --cpus and --memory: the limits the layout was "
-                                      "measured at")
+            raise LayoutError("cpus", "a kubernetes bundle needs the pod's size, the limits the layout was measured "
+                                      "at: the layout's @cpus and @memory (2x4-mapped@cpus=1,memory=300), --from-tune "
+                                      "DIR, or --cpus and --memory")
+        if self.watch is not None and self.target != "kubernetes":
+            raise LayoutError("watch_sidecar", "the exporter sidecar is part of the pod: --target kubernetes")
         if self.http_port == self.probe_port:
             raise LayoutError("probe_port", f"{self.probe_port} is also the HTTP port")
 
     name = property(lambda self: self.bundle.name)
     layout = property(lambda self: self.bundle.layout)
     nginx_image = property(lambda self: sidecar_image(self.image))
+    watch_image = property(lambda self: sidecar_image(self.image, "watch"))
     socket_dir = property(lambda self: self.bundle.run_dir)
 
     @property
@@ -235,10 +226,21 @@ class ContainerBundle:
 def build_container_bundle(spec: str, *, target: str, app=None, app_dir=None, virtualenv=None, env=None,
                            static=None, name=None, image=None, base_image=None, nginx_base_image=None, python=None,
                            cpus=None, memory=None, replicas=None, max_replicas=None, cpu_target=None, listen=None,
-                           probe_port=None, stop_grace=None, options=(), **layout_options) -> ContainerBundle:
+                           probe_port=None, stop_grace=None, from_tune=None, plan=None, watch=False, watch_listen=None,
+                           metrics_namespace=None, options=(), **layout_options) -> ContainerBundle:
     """A validated ContainerBundle, or LayoutError naming the option."""
     if target not in TARGETS[1:]:
         raise LayoutError("target", f"expected one of {', '.join(TARGETS)}, got {target!r}")
+    sized = dict(cpus=cpus, memory=memory, replicas=replicas, max_replicas=max_replicas, cpu_target=cpu_target,
+                 from_tune=from_tune, plan=plan, watch_listen=watch_listen, metrics_namespace=metrics_namespace)
+    if target != "kubernetes":
+        given = next((k for k, v in sized.items() if v is not None), "watch_sidecar" if watch else None)
+        if given:
+            raise LayoutError(given, "is for --target kubernetes (the pod's size, count and sidecars)")
+    if not watch and (watch_listen is not None or metrics_namespace is not None):
+        raise LayoutError("watch_listen" if watch_listen is not None else "metrics_namespace",
+                          "goes with --watch-sidecar here (--watch is a Debian bundle's exporter unit)")
+    variant = pod_variant(spec)
     if layout_options.get("transport") not in (None, "unix"):
         raise LayoutError("transport", UNIX_ONLY)
     if layout_options.get("hosts"):
@@ -259,8 +261,8 @@ def build_container_bundle(spec: str, *, target: str, app=None, app_dir=None, vi
         statics.append((prefix, str(resolved.relative_to(source.resolve()))))
     port_text = str(listen[0] if isinstance(listen, (list, tuple)) and listen else listen or DEFAULT_HTTP_PORT)
     bundle = build_bundle(
-        spec, app=app, app_dir=IMAGE_APP_DIR, virtualenv=IMAGE_VENV, name=name, user=APP_USER, group=SOCKET_GROUP,
-        nginx_group=SOCKET_GROUP, static=tuple(f"{p}={IMAGE_STATIC_DIR}{p}" for p, _ in statics),
+        variant.shape, app=app, app_dir=IMAGE_APP_DIR, virtualenv=IMAGE_VENV, name=name, user=APP_USER,
+        group=SOCKET_GROUP, nginx_group=SOCKET_GROUP, static=tuple(f"{p}={IMAGE_STATIC_DIR}{p}" for p, _ in statics),
         listen=(port_text,), stop_grace=stop_grace, **layout_options)
     if bundle.transport != "unix":  # a variant of the spec (@transport=tcp) as well as --transport
         raise LayoutError("transport", UNIX_ONLY)
@@ -268,26 +270,20 @@ def build_container_bundle(spec: str, *, target: str, app=None, app_dir=None, vi
     if http_port < 1024:
         raise LayoutError("listen", f"port {http_port}: nginx runs as a user in the sidecar, so 1024 or above")
     limits = None
-    if target == "kubernetes" and (cpus is not None or memory is not None):
-        if cpus is None or memory is None:
-            raise LayoutError("cpus" if cpus is None else "memory", "give both --cpus and --memory")
-        size = parse_memory(memory)
-        floor = (bundle.processes + 1) * MIN_PROCESS_MEMORY
-        if size < floor:
-            raise LayoutError("memory", f"{memory} cannot hold {bundle.processes} workers and the master: at least "
-                                        f"{memory_quantity(floor)} ({memory_quantity(MIN_PROCESS_MEMORY)} per process)")
-        count = _whole("replicas", replicas, DEFAULT_REPLICAS, 1, 1000)
-        limits = Limits(cpu_milli=parse_cpus(cpus), memory=size, replicas=count,
-                        max_replicas=_whole("max_replicas", max_replicas, max(count, DEFAULT_MAX_REPLICAS), 1, 1000),
-                        cpu_target=_whole("cpu_target", cpu_target, DEFAULT_CPU_TARGET, 10, 100))
+    if target == "kubernetes":
+        limits = limits_for(variant, bundle.processes, cpus=cpus, memory=memory, replicas=replicas,
+                            max_replicas=max_replicas, cpu_target=cpu_target,
+                            tune=tune_pod(from_tune) if from_tune is not None else None,
+                            plan=capacity_plan(plan) if plan is not None else None)
+    probe = _port("probe_port", probe_port, DEFAULT_PROBE_PORT)
     default_image = f"localhost/{bundle.name}:latest"
     return ContainerBundle(
-        bundle=bundle, target=target, source_dir=source, requirements=requirements, python=version,
-        python_from=version_from, image=image_reference("image", image or default_image, need_tag=True),
+        bundle=bundle, spec=str(spec).strip(), target=target, source_dir=source, requirements=requirements,
+        python=version, python_from=version_from, image=image_reference("image", image or default_image, need_tag=True),
         base_image=image_reference("base_image", base_image or f"docker.io/library/python:{version}-slim-bookworm",
                                    need_tag=False),
         nginx_base_image=image_reference("nginx_base_image", nginx_base_image or DEFAULT_NGINX_IMAGE, need_tag=False),
         static_sources=tuple(statics), http_port=http_port, http_address=bundle.listen[0],
-        probe_port=_port("probe_port", probe_port, DEFAULT_PROBE_PORT), limits=limits, env=parse_env(env or ()),
-        options=tuple(options),
+        probe_port=probe, limits=limits, env=parse_env(env or ()), options=tuple(options),
+        watch=watch_sidecar(watch_listen, metrics_namespace, http_port, probe) if watch else None,
     )
