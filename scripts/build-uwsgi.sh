@@ -91,8 +91,6 @@ for profile in "$@"; do
         echo "error: static: $dir.tmp/bin/uwsgi still links a shared libpython" >&2
         exit 1
     fi
-    if [ "$profile" = pyuwsgi ]; then
-    fi
     if [ ! -x "$dir.tmp/bin/uwsgi" ]; then
         echo "error: $profile: pip installed no $dir.tmp/bin/uwsgi" >&2
         exit 1

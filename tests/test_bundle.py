@@ -288,7 +288,8 @@ def test_install_md_has_the_commands_of_this_bundle(tmp_path, tls_pair):
                  "systemctl stop shop@SLOT", "uwsgi-layouts uninstall shop --dry-run",
                  "systemctl disable --now shop@SLOT", "rm /etc/uwsgi-layouts/shop@SLOT.ini",
                  "adduser --system --group --no-create-home --home /srv/shop shop",
-                 "/srv/shop/venv/bin/pip install 'uwsgi>=2.0.28,<2.1'", "curl -sSI https://shop.example.com/",
+                 "/srv/shop/venv/bin/pip download --no-deps --no-binary :all: -d \"$src\" 'uwsgi>=2.0.28,<2.1'",
+                 "cp -p /srv/shop/venv/bin/pyuwsgi /srv/shop/venv/bin/uwsgi", "curl -sSI https://shop.example.com/",
                  "/etc/letsencrypt/renewal-hooks/deploy/reload-nginx", "--reloadcmd \"systemctl reload nginx\""]:
         assert line in text, line
     assert "tls/" not in text and "/etc/ssl/private" not in text

@@ -9,7 +9,8 @@ stack started, never by whoever else holds the port) and who they are (``worker_
 
 Peers run in the app's own interpreter (its virtualenv's ``bin/python``, as uWSGI's
 ``virtualenv =``) through ``deploy/run/peer_launch.py``, which takes only the server's packages
-from our venv; so does pyuwsgi, our default uWSGI, through ``deploy/run/pyuwsgi_launch.py``. Started as root, Stack starts every app server already as the run user (uWSGI
+from our venv; so does pyuwsgi, our default uWSGI, through
+``deploy/run/pyuwsgi_launch.py``. Started as root, Stack starts every app server already as the run user (uWSGI
 included: its master never changes credentials, which would clear its parent-death signal);
 they bind loopback ports above 1024 or unix sockets in a directory that user owns, and read
 only files that user can read, so they never need root.
