@@ -26,7 +26,7 @@ help:
 	@echo "make openloop [ARGS='--rates 5,10,15,20']   httperf at fixed rates until replies fall behind (the knee)"
 	@echo "make sampler-cost [ARGS='--pairs 12']       throughput with and without the in-flight sampler, interleaved"
 	@echo "make overhead [ARGS='--rounds 5']          uWSGI's CPU per request vs the peers, each candidate change paired against it"
-	@echo "make uwsgi-builds                          uWSGI built again: -O3, static libpython, pyuwsgi (layout option uwsgi_bin)"
+	@echo "make uwsgi-builds                          uWSGI built again: -O3, shared and static libpython, pyuwsgi (layout option uwsgi_bin)"
 	@echo "make doctor ARGS='--stats /run/NAME/SLOT/stats.sock'   diagnose a running uWSGI (60 s window; findings + tune line)"
 	@echo "make doctor-cost [ARGS='--pairs 12']        throughput with and without doctor attached, paired rounds"
 	@echo "make watch ARGS='--stats /run/NAME/SLOT/stats.sock'    Prometheus metrics of a running service on 127.0.0.1:9717"
@@ -36,19 +36,29 @@ help:
 # the console script uwsgi-layouts (an editable install: it runs this checkout).
 # uWSGI is compiled first, with --no-cache-dir: its internal routing (the route-if-not lines that
 # refuse code-loading packets) needs PCRE (libpcre2-dev) at build time, and pip would otherwise
-# reuse a wheel it once built without it. The check fails the build instead of a later start.
-# It links the static libpython when the Python has one (Debian: libpython3.X-dev, which
-# python3-dev pulls in), the PGO build python3 itself is made of: the app's Python runs fewer
-# instructions than in the shared libpython (docs/alternatives.md); else the shared one, as before.
-# --force-reinstall: pip would otherwise keep a uWSGI built earlier (against the shared libpython).
+# reuse a wheel it once built without it. The checks fail the build instead of a later start.
+# The lab's uWSGI is pyuwsgi (scripts/install-pyuwsgi.sh: uWSGI as an extension module, from the
+# same uWSGI version's sdist, with PCRE and SSL), started by the app's virtualenv's python3: the
+# app's Python runs in the python3 executable (PGO+LTO), as fast as under gunicorn or granian
+# (docs/alternatives.md). The uwsgi package (a binary embedding libpython) is installed first,
+# as pyproject.toml requires it, and kept as bin/uwsgi-static, another build for uwsgi_bin: linked
+# against the static libpython when the Python has one (Debian: libpython3.X-dev, which
+# python3-dev pulls in; about 1.06x python3's instructions), else bin/uwsgi-shared (1.14x).
+# --force-reinstall: pip would otherwise keep a uWSGI built earlier.
 UWSGI_REQ := $(shell sed -n 's/^ *"\(uwsgi[<>=!~][^"]*\)".*/\1/p' pyproject.toml)
 $(BIN)/.installed: pyproject.toml | system-deps
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	LDFLAGS="$$(bash scripts/static-libpython-ldflags.sh $(BIN)/python $(CURDIR)/$(VENV)/libpython)" \
-		$(BIN)/python -m pip install -q --no-cache-dir --no-binary uwsgi --force-reinstall --no-deps '$(UWSGI_REQ)'
-	rm -rf $(VENV)/libpython
-	@$(BIN)/uwsgi --help | grep -q -- '--route-if-not' || { echo "error: $(BIN)/uwsgi was built without PCRE (no internal routing): install libpcre2-dev (make system-deps), then rm -rf $(VENV) && make venv" >&2; exit 1; }
+	rm -f $(BIN)/uwsgi $(BIN)/uwsgi-static $(BIN)/uwsgi-shared
+	set -e; ldflags="$$(bash scripts/static-libpython-ldflags.sh $(BIN)/python $(CURDIR)/$(VENV)/libpython)"; \
+	LDFLAGS="$$ldflags" $(BIN)/python -m pip install -q --no-cache-dir --no-binary uwsgi --force-reinstall \
+		--no-deps '$(UWSGI_REQ)'; \
+	rm -rf $(VENV)/libpython; \
+	linked=$(BIN)/uwsgi-$$(test -n "$$ldflags" && echo static || echo shared); \
+	mv $(BIN)/uwsgi $$linked; \
+	bash scripts/install-pyuwsgi.sh $(BIN)/python "$$($$linked --version)"; \
+	for b in $(BIN)/uwsgi $$linked; do $$b --help | grep -q -- '--route-if-not' || { echo "error: $$b was built without PCRE (no internal routing): install libpcre2-dev (make system-deps), then rm -rf $(VENV) && make venv" >&2; exit 1; }; done
+	@$(BIN)/uwsgi --help | grep -q -- '--ssl-socket' || { echo "error: $(BIN)/uwsgi was built without SSL (no ssl-socket, which uwsgi_tls needs): install libssl-dev (make system-deps), then rm -rf $(VENV) && make venv" >&2; exit 1; }
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
 
@@ -105,10 +115,11 @@ sampler-cost: venv
 overhead: venv
 	$(BIN)/python scripts/overhead.py $(ARGS)
 
-# Other builds of the same uWSGI, into build/uwsgi/PROFILE (about 40 s each on 2 cores): -O3, and
-# two that run the app's Python at python3's speed (docs/alternatives.md): static, pyuwsgi.
+# Other builds of the same uWSGI, into build/uwsgi/PROFILE (about 40 s each on 2 cores): -O3, the
+# binary on the shared libpython (pip's default), on the static one, and pyuwsgi (make venv's, in a
+# venv of its own): docs/alternatives.md.
 uwsgi-builds: venv
-	bash scripts/build-uwsgi.sh o3 static pyuwsgi
+	bash scripts/build-uwsgi.sh o3 shared static pyuwsgi
 
 doctor: venv
 	$(BIN)/uwsgi-layouts doctor $(ARGS)

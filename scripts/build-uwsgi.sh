@@ -3,27 +3,27 @@
 # that a benchmark can run it beside the project's own build: a layout's `uwsgi_bin` option, e.g.
 # '2x4-mapped@uwsgi_bin=/path/to/build/uwsgi/o3/bin/uwsgi' (scripts/overhead.py finds them).
 #
-#   scripts/build-uwsgi.sh PROFILE...    (make uwsgi-builds builds o3, static and pyuwsgi; pcre and
-#   nopcre stay for the record: a build without PCRE cannot run our uwsgi.ini, whose route-if-not
-#   lines need routing)
+#   scripts/build-uwsgi.sh PROFILE...    (make uwsgi-builds builds o3, shared, static and pyuwsgi;
+#   pcre and nopcre stay for the record: a build without PCRE cannot run our uwsgi.ini, whose
+#   route-if-not lines need routing)
 #
-# Profiles: the project's build (pip compiles uWSGI with -O2 and whatever it finds: PCRE, hence
-# internal routing, only if libpcre2-dev was installed when it built) changed in one thing:
+# The project's own uWSGI (make venv) is pyuwsgi. The binary builds are pip's uwsgi package (it
+# compiles uWSGI with -O2 and whatever it finds: PCRE, hence internal routing, only if
+# libpcre2-dev was installed when it built), embedding Debian's shared libpython3.X.so unless:
 #   o3      CFLAGS=-O3 (uWSGI's -O2 comes first; gcc takes the last -O), PCRE as in the project's
 #   pcre    PCRE and internal routing on (needs libpcre2-dev; fails loudly without it)
 #   nopcre  PCRE and internal routing off
-# and two that run the app's Python as fast as the python3 executable does. Debian's shared
-# libpython3.11.so, which pip's uWSGI embeds, is a second build of Python without PGO and without
-# -fno-semantic-interposition: Python code runs about 1.2x slower in it (docs/alternatives.md).
+#   shared  nothing changed: the uWSGI pip builds by default, on the shared libpython (a second
+#           build of Python without PGO: Python code runs about 1.14x the instructions of python3)
 #   static  uWSGI linked against the static libpython3.X.a (the PGO build the python3 executable
-#           is made of; package libpython3.X-dev): scripts/static-libpython-ldflags.sh says how.
+#           is made of, without its LTO; package libpython3.X-dev): scripts/static-libpython-ldflags.sh
+#           says how (about 1.06x python3's instructions). make venv's default before pyuwsgi.
 #   pyuwsgi uWSGI as a Python extension module (what PyPI's pyuwsgi is) started by the python3
-#           executable, built from the sdist of the project's uWSGI version with its
-#           setup.pyuwsgi.py (PyPI's pyuwsgi trails uwsgi's releases, and its wheels have no SSL),
-#           so it has SSL and PCRE as ours does. Its bin/uwsgi is a script run by this venv's python:
-#           uWSGI's `virtualenv =` has no effect there (the interpreter already runs), so the app
-#           runs in this venv, which sees the project venv's packages through a .pth file (the
-#           lab's app runs in the project venv). Deployed, pyuwsgi goes into the app's virtualenv.
+#           executable (python3's own instructions), built from the sdist of the project's uWSGI
+#           version by scripts/install-pyuwsgi.sh (PyPI's pyuwsgi trails uwsgi's releases, and its
+#           wheels have no SSL), so it has SSL and PCRE as ours does. Its bin/uwsgi is a script
+#           run by this venv's python; the lab starts its pyuwsgi with the app's virtualenv's
+#           python instead (deploy/run/peer_launch.py), so the app runs in its own virtualenv.
 # Each is the same uWSGI version as the project's, built from source by pip (--no-binary, and no
 # cache: a cached wheel would silently be the old build) with the same Python, so its libpython
 # is the one the app's virtualenv was made with. BUILD.json beside it records how it was built.
@@ -34,14 +34,14 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV_PY="$ROOT/.venv/bin/python"
 OURS="$ROOT/.venv/bin/uwsgi"
 OUT_ROOT="${UWSGI_BUILDS:-$ROOT/build/uwsgi}"
-PROFILES="o3, pcre, nopcre, static, pyuwsgi"
+PROFILES="o3, pcre, nopcre, shared, static, pyuwsgi"
 
 if [ $# -eq 0 ]; then
     echo "error: profile: give one or more of $PROFILES" >&2
     exit 2
 fi
 for profile in "$@"; do
-    case "$profile" in o3|pcre|nopcre|static|pyuwsgi) ;; *)
+    case "$profile" in o3|pcre|nopcre|shared|static|pyuwsgi) ;; *)
         echo "error: profile: unknown profile '$profile'; allowed: $PROFILES" >&2; exit 2 ;;
     esac
 done
@@ -51,7 +51,6 @@ if [ ! -x "$VENV_PY" ] || [ ! -x "$OURS" ]; then
 fi
 version=$("$OURS" --version)
 python_version=$("$VENV_PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-project_site=$("$VENV_PY" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 STATIC_LDFLAGS="$ROOT/scripts/static-libpython-ldflags.sh"
 for profile in "$@"; do
     probe=$(mktemp -d)
@@ -82,28 +81,15 @@ for profile in "$@"; do
     overrides=()
     [ -n "$override" ] && overrides=("UWSGI_PROFILE_OVERRIDE=$override")
     if [ "$profile" = pyuwsgi ]; then
-        "$dir.tmp/bin/python" -m pip download -q --no-cache-dir --no-deps --no-binary :all: -d "$dir.tmp/src" \
-            "uwsgi==$version"
-        tar -xzf "$dir.tmp/src/uwsgi-$version.tar.gz" -C "$dir.tmp/src"
-        cp "$dir.tmp/src/uwsgi-$version/setup.pyuwsgi.py" "$dir.tmp/src/uwsgi-$version/setup.py"
-        target="$dir.tmp/src/uwsgi-$version"
+        bash "$ROOT/scripts/install-pyuwsgi.sh" "$dir.tmp/bin/python" "$version"
     else
-        target="uwsgi==$version"
+        env CFLAGS="$cflags" LDFLAGS="$ldflags" "${overrides[@]}" \
+            "$dir.tmp/bin/python" -m pip install -q --no-cache-dir --no-binary uwsgi "uwsgi==$version"
     fi
-    env CFLAGS="$cflags" LDFLAGS="$ldflags" "${overrides[@]}" \
-        "$dir.tmp/bin/python" -m pip install -q --no-cache-dir --no-binary uwsgi "$target"
-    rm -rf "$dir.tmp/src"
     rm -rf "$dir.tmp/libpython"  # only the link step needed it
     if [ "$profile" = static ] && ldd "$dir.tmp/bin/uwsgi" | grep -q libpython; then
         echo "error: static: $dir.tmp/bin/uwsgi still links a shared libpython" >&2
         exit 1
-    fi
-    if [ "$profile" = pyuwsgi ]; then
-        # setup.pyuwsgi.py installs the launcher as bin/pyuwsgi only; PyPI's pyuwsgi names it
-        # bin/uwsgi too ("a drop-in replacement for the uwsgi script"), as uwsgi_bin expects.
-        [ -e "$dir.tmp/bin/uwsgi" ] || cp -p "$dir.tmp/bin/pyuwsgi" "$dir.tmp/bin/uwsgi"
-        # The lab's app runs in the project venv: this interpreter sees its packages too.
-        "$dir.tmp/bin/python" -c 'import sys, sysconfig, pathlib; (pathlib.Path(sysconfig.get_path("purelib")) / "uwsgi-layouts-venv.pth").write_text(sys.argv[1] + "\n")' "$project_site"
     fi
     if [ ! -x "$dir.tmp/bin/uwsgi" ]; then
         echo "error: $profile: pip installed no $dir.tmp/bin/uwsgi" >&2

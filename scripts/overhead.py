@@ -10,7 +10,7 @@ stopped; the order rotates every round so that none always runs first):
     http           @protocol=http: http-socket per worker, nginx proxy_pass, a connection per request
     http11         @protocol=http11: http11-socket per worker, nginx keeps connections (max_conns=T)
     unix | tcp     the other transport
-    build-PROFILE  another uWSGI build (scripts/build-uwsgi.sh: o3, static, pyuwsgi), each one found under
+    build-PROFILE  another uWSGI build (scripts/build-uwsgi.sh: o3, shared, static), each one found under
                    build/uwsgi/ that differs from ours and has internal routing (a build without PCRE
                    cannot run our uwsgi.ini: its route-if-not lines refuse code-loading packets)
     gunicorn, gunicorn-keepalive-off, granian, granian-keepalive-off
@@ -88,9 +88,10 @@ SAMPLER_HZ = 25.0  # compare's default
 PERF_HZ = 999
 DEFAULT_BUILDS = ROOT / "build" / "uwsgi"
 ROLES = ("nginx", "master", "workers")
-# The builds that differ from ours in the libpython the app's Python runs in, not in flags.
-INTERPRETER_BUILDS = {"static": "uWSGI linked against the static libpython (python3's PGO build)",
-                      "pyuwsgi": "pyuwsgi: uWSGI as an extension module started by python3"}
+# The builds that differ from ours (pyuwsgi, make venv's: the app's Python in the python3
+# executable) in the libpython the app's Python runs in, not in flags.
+INTERPRETER_BUILDS = {"static": "uWSGI linked against the static libpython (python3's PGO build, without LTO)",
+                      "shared": "uWSGI embedding Debian's shared libpython (pip's default build)"}
 
 
 # --------------------------------------------------------------------------- the arms
@@ -126,7 +127,7 @@ def find_builds(root: Path, ours: dict) -> tuple[list[dict], list[str]]:
             notes.append(f"{record}: unreadable, left out")
             continue
         binary = record.parent / "bin" / "uwsgi"
-        # static and pyuwsgi keep our flags and change the libpython the app's Python runs in.
+        # static and shared keep our flags and change the libpython the app's Python runs in.
         same = build.get("cflags") == ours["cflags"] and build.get("routing") == ours["routing"] and \
             build.get("profile") not in INTERPRETER_BUILDS
         if same:

@@ -25,6 +25,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from uwsgi_layouts.deploy.machine import pyuwsgi_site
+
 FLASK_REQUIREMENT = "flask==3.1.3"
 SYSTEM_PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
 GREETING_VAR = "SHOP_GREETING"
@@ -171,7 +173,29 @@ def build_flask_app(root: Path, python: str = SYSTEM_PYTHON) -> FlaskApp:
             path.chmod(0o755 if path.is_dir() else 0o644)
     _run([python, "-m", "venv", str(app.venv)], timeout=120)
     _run([str(app.venv / "bin" / "python"), "-m", "pip", "install", "-q", FLASK_REQUIREMENT], timeout=600)
+    install_pyuwsgi(app.venv)
     return app
+
+
+def install_pyuwsgi(venv: Path) -> Path:
+    """pyuwsgi in the app's virtualenv, as a bundle's INSTALL.md installs it, without compiling it
+    again: the extension module make venv compiled for this Python copied into the virtualenv's
+    site-packages, and its launcher as bin/uwsgi (the bundle's default --uwsgi). Returns the launcher."""
+    ours = pyuwsgi_site(Path(sys.prefix) / "bin" / "uwsgi")
+    if ours is None:
+        raise RuntimeError(f"{sys.prefix}/bin/uwsgi is not pyuwsgi: rm -rf .venv && make venv")
+    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    for module in ours.glob("pyuwsgi.*"):
+        shutil.copy2(module, venv / "lib" / version / "site-packages" / module.name)
+    return write_pyuwsgi_launcher(venv / "bin" / "uwsgi", str(venv / "bin" / "python"))
+
+
+def write_pyuwsgi_launcher(path: Path, python: str) -> Path:
+    """pyuwsgi's bin/pyuwsgi (a console script of its package), run by ``python``."""
+    path.write_text(f"#!{python}\nimport sys\nfrom pyuwsgi import run\n\nif __name__ == '__main__':\n"
+                    "    sys.exit(run())\n")
+    path.chmod(0o755)
+    return path
 
 
 # --- a Python of another version, for the version-mismatch test --------------------------------

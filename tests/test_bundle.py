@@ -33,6 +33,7 @@ from uwsgi_layouts.deploy.ship import (
     write_bundle,
 )
 from uwsgi_layouts.deploy.ship import bundle as bundle_mod
+from uwsgi_layouts.deploy.ship.installer import check_uwsgi_python
 
 SERVER = {"app": "shop:app", "app_dir": "/srv/shop", "virtualenv": "/srv/shop/venv",
           "server_names": ["shop.example.com"]}
@@ -167,6 +168,40 @@ def test_bundle_names_no_path_of_this_lab(tmp_path, tls_pair):
             assert path not in text, f"{rel} names {path}"
 
 
+def test_the_default_uwsgi_is_pyuwsgi_in_the_virtualenv_and_reexecutes_its_python(tmp_path):
+    """Without --uwsgi the server's uWSGI is pyuwsgi in the app's virtualenv: its uwsgi.ini sets
+    binary-path to that virtualenv's python (a full reload of pyuwsgi would otherwise re-execute
+    /proc/self/exe, python3 outside the virtualenv); a --uwsgi binary gets none."""
+    default = bundle_dir(tmp_path / "default", "2x4-mapped", user="shop")
+    ini = (default / "blue/uwsgi/shop@blue.ini").read_text()
+    assert "\nbinary-path = /srv/shop/venv/bin/python\n" in ini, ini
+    record = json.loads((default / "bundle.json").read_text())["server"]
+    assert (record["uwsgi"], record["pyuwsgi"]) == ("/srv/shop/venv/bin/uwsgi", True)
+    binary = bundle_dir(tmp_path / "binary", "2x4-mapped", user="shop", uwsgi="/opt/uwsgi/bin/uwsgi")
+    assert "binary-path" not in (binary / "blue/uwsgi/shop@blue.ini").read_text()
+    assert json.loads((binary / "bundle.json").read_text())["server"]["pyuwsgi"] is False
+
+
+def test_install_refuses_a_uwsgi_of_another_kind_or_virtualenv(tmp_path):
+    """On the server: pyuwsgi must be run by the bundle's virtualenv's python (it runs the app in the
+    venv whose python starts it), and be the kind the bundle was made for."""
+    venv, other = tmp_path / "venv", tmp_path / "other"
+    for v in (venv, other):
+        (v / "bin").mkdir(parents=True)
+    launcher = venv / "bin" / "uwsgi"
+    launcher.write_text(f"#!{other}/bin/python\n")
+    with pytest.raises(LayoutError, match=r"^uwsgi: .* is pyuwsgi run by .*other/bin/python: the app would run in "
+                                          r".*other, not in .*venv: install pyuwsgi into"):
+        check_uwsgi_python(launcher, venv, pyuwsgi=True)
+    launcher.write_text(f"#!{venv}/bin/python\n")
+    check_uwsgi_python(launcher, venv, pyuwsgi=True)
+    with pytest.raises(LayoutError, match=r"^uwsgi: .* is pyuwsgi \(a script\), but the bundle was made for a uWSGI "
+                                          "binary"):
+        check_uwsgi_python(launcher, venv, pyuwsgi=False)
+    with pytest.raises(LayoutError, match=r"^uwsgi: .* is a uWSGI binary, but the bundle was made for pyuwsgi"):
+        check_uwsgi_python(Path("/bin/ls"), venv, pyuwsgi=True)
+
+
 def test_unit_passes_systemd_analyze_verify(tmp_path):
     """systemd's own parser: no warning (it ignores a bad line with rc 0, so stderr must be empty)."""
     analyze = shutil.which("systemd-analyze")
@@ -288,7 +323,8 @@ def test_install_md_has_the_commands_of_this_bundle(tmp_path, tls_pair):
                  "systemctl stop shop@SLOT", "uwsgi-layouts uninstall shop --dry-run",
                  "systemctl disable --now shop@SLOT", "rm /etc/uwsgi-layouts/shop@SLOT.ini",
                  "adduser --system --group --no-create-home --home /srv/shop shop",
-                 "/srv/shop/venv/bin/pip install 'uwsgi>=2.0.28,<2.1'", "curl -sSI https://shop.example.com/",
+                 "/srv/shop/venv/bin/pip download --no-deps --no-binary :all: -d \"$src\" 'uwsgi>=2.0.28,<2.1'",
+                 "cp -p /srv/shop/venv/bin/pyuwsgi /srv/shop/venv/bin/uwsgi", "curl -sSI https://shop.example.com/",
                  "/etc/letsencrypt/renewal-hooks/deploy/reload-nginx", "--reloadcmd \"systemctl reload nginx\""]:
         assert line in text, line
     assert "tls/" not in text and "/etc/ssl/private" not in text

@@ -123,6 +123,9 @@ def test_uwsgi_ini_and_containerfile(kube_bundle):
     containerfile = (kube_bundle / "image/Containerfile").read_text()
     assert "ARG BASE_IMAGE=docker.io/library/python:3.11-slim-bookworm" in containerfile  # the app's venv: 3.11
     assert "libpcre2-dev" in containerfile and "--route-if-not" in containerfile
+    # pyuwsgi (uWSGI run by the venv's python3) with SSL, and a full reload re-executes that python
+    assert "setup.pyuwsgi.py" in containerfile and "libssl-dev" in containerfile and "--ssl-socket" in containerfile
+    assert "\nbinary-path = /opt/venv/bin/python\n" in ini, ini
     assert "COPY app/requirements.txt" in containerfile and "STOPSIGNAL SIGQUIT" in containerfile
     site = (kube_bundle / "image/nginx/site.conf").read_text()
     assert "least_conn;" in site and "alias /srv/static/assets/;" in site

@@ -7,6 +7,7 @@ through them.
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ from uwsgi_layouts.deploy.machine import python as machine_python
 from uwsgi_layouts.deploy.machine.python import check_uwsgi_bin, uwsgi_help
 from uwsgi_layouts.deploy.model import LayoutError, layout_from_record, parse_variant
 from uwsgi_layouts.deploy.render import LAYOUT_JSON_VERSION, crosscheck, parse_uwsgi_ini, render_texts, write_layout
+from uwsgi_layouts.deploy.run.servers import PYUWSGI_LAUNCHER, process_for
 from uwsgi_layouts.deploy.ship import build_bundle
 
 CASES = [
@@ -173,9 +175,20 @@ def test_a_static_build_says_its_python_in_build_json(tmp_path, monkeypatch):
     assert checked(parse_variant(spec, run_dir=str(tmp_path / "run"))).uwsgi_bin == str(binary)
 
 
-def test_a_pyuwsgi_launcher_runs_the_app_only_in_its_own_venv(tmp_path, monkeypatch):
-    """pyuwsgi's bin/uwsgi is a script whose interpreter already runs when uWSGI reads
-    `virtualenv =`: the app's virtualenv must be that venv, or one it imports (a .pth line)."""
+def _pyuwsgi_venv(where: Path) -> Path:
+    """A stand-in pyuwsgi build: a venv whose site-packages holds a file named as pyuwsgi's extension
+    module (pure logic: nothing loads it). Returns its site-packages."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
+    site = where / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    (site / f"pyuwsgi{importlib.machinery.EXTENSION_SUFFIXES[0]}").write_bytes(b"")
+    return site
+
+
+def test_a_pyuwsgi_launcher_runs_uwsgi_in_the_apps_virtualenvs_python(tmp_path, monkeypatch):
+    """pyuwsgi's bin/uwsgi is a script of its own venv: the stack starts pyuwsgi with the app's
+    virtualenv's python instead (pyuwsgi_launch.py loads the module from the build's site-packages),
+    so the app runs in its own virtualenv (uWSGI's `virtualenv =` is inherent). A script whose venv
+    has no pyuwsgi module is refused in one line."""
     monkeypatch.setattr(machine_python, "uwsgi_has_routing", lambda binary: True)
     where = _build_dir(tmp_path, "pyuwsgi")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
@@ -185,15 +198,20 @@ def test_a_pyuwsgi_launcher_runs_the_app_only_in_its_own_venv(tmp_path, monkeypa
     app_venv = tmp_path / "app-venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(app_venv)], check=True)
     spec = f"2x4-mapped@uwsgi_bin={launcher}"
-    own = checked(parse_variant(spec, run_dir=str(tmp_path / "run"), virtualenv=str(where)))
-    assert own.uwsgi_bin == str(launcher)
-    with pytest.raises(LayoutError, match=r"uwsgi_bin: .* is pyuwsgi run by .*: the app runs in .*install pyuwsgi "
-                                          r"into"):
+    with pytest.raises(LayoutError, match=r"^uwsgi_bin: .* is a script whose venv holds no pyuwsgi module"):
         checked(parse_variant(spec, run_dir=str(tmp_path / "run"), virtualenv=str(app_venv)))
-    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
-    (where / "lib" / version / "site-packages" / "app.pth").write_text(
-        f"{app_venv}/lib/{version}/site-packages\n")
-    assert checked(parse_variant(spec, run_dir=str(tmp_path / "run"), virtualenv=str(app_venv))).uwsgi_bin
+    site = _pyuwsgi_venv(where)
+    layout = checked(parse_variant(spec, run_dir=str(tmp_path / "run"), virtualenv=str(app_venv)))
+    assert layout.uwsgi_bin == str(launcher)
+    python = str(app_venv / "bin" / "python")
+    assert process_for(layout).command(layout) == [python, str(PYUWSGI_LAUNCHER), str(site), "--binary-path", python,
+                                                   "--ini", str(tmp_path / "run" / "uwsgi.ini")]
+    ours = checked(parse_variant("2x4-mapped", run_dir=str(tmp_path / "run")))  # the app: our venv's demo
+    command = process_for(ours).command(ours)
+    if machine_python.pyuwsgi_site(Path(find_uwsgi())) is None:  # a uWSGI binary runs as is
+        assert command == [find_uwsgi(), "--ini", str(tmp_path / "run" / "uwsgi.ini")]
+    else:  # make venv's pyuwsgi, run by our venv's python (the demo app's virtualenv)
+        assert command[:2] == [str(Path(sys.prefix) / "bin" / "python"), str(PYUWSGI_LAUNCHER)], command
 
 
 def test_a_uwsgi_bin_without_pcre_or_ssl_is_bad_input_saying_how_to_get_one(tmp_path):
@@ -201,7 +219,7 @@ def test_a_uwsgi_bin_without_pcre_or_ssl_is_bad_input_saying_how_to_get_one(tmp_
     line naming what is missing and how to get it (LayoutError: exit 2). The stand-in launcher
     prints a --help (pure logic)."""
     where = _build_dir(tmp_path, "pyuwsgi")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
+    _pyuwsgi_venv(where)
     launcher = where / "bin" / "uwsgi"
     launcher.write_text(f"#!{where}/bin/python\nprint('    --socket    bind to the specified UNIX/TCP socket')\n")
     launcher.chmod(0o755)
@@ -211,6 +229,6 @@ def test_a_uwsgi_bin_without_pcre_or_ssl_is_bad_input_saying_how_to_get_one(tmp_
         checked(parse_variant(spec, run_dir=str(tmp_path / "out"), virtualenv=str(where)))
     uwsgi_help.cache_clear()
     launcher.write_text(f"#!{where}/bin/python\nprint('    --route-if-not    add a route when not condition')\n")
-    assert check_uwsgi_bin(str(launcher), str(where)) == str(launcher)  # no TLS: SSL not needed
+    assert check_uwsgi_bin(str(launcher)) == str(launcher)  # no TLS: SSL not needed
     with pytest.raises(LayoutError, match=r"^uwsgi_bin: .* was built without SSL .* libssl-dev .* " + hint):
-        check_uwsgi_bin(str(launcher), str(where), tls=True)
+        check_uwsgi_bin(str(launcher), tls=True)

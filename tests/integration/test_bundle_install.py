@@ -58,8 +58,8 @@ def cert_pair(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def make_bundle(out: Path, flask_app, *extra: str, spec: str = "2x4-mapped", host: str = HOST) -> Path:
-    proc = run_cli("bundle", spec, "--out", str(out), *flask_app.cli_args(), "--uwsgi",
-                   str(Path(sys.prefix) / "bin" / "uwsgi"), "--server-name", host, *extra)
+    # No --uwsgi: the default, pyuwsgi in the app's virtualenv (tests/flaskapp.py installs it there)
+    proc = run_cli("bundle", spec, "--out", str(out), *flask_app.cli_args(), "--server-name", host, *extra)
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -80,7 +80,10 @@ def served(root: Path, name: str = "shop", slot: str = "blue"):
     procs = []
     try:
         with open(root / "uwsgi.out", "w") as log:
-            procs.append(subprocess.Popen([str(Path(sys.prefix) / "bin" / "uwsgi"), "--ini", str(ini)],
+            # as the unit's ExecStart: the virtualenv's pyuwsgi (its bin/uwsgi)
+            venv = next(line.split("=", 1)[1].strip() for line in ini.read_text().splitlines()
+                        if line.startswith("virtualenv ="))
+            procs.append(subprocess.Popen([f"{venv}/bin/uwsgi", "--ini", str(ini)],
                                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
         with open(root / "nginx.out", "w") as log:
             procs.append(subprocess.Popen([nginx_binary(), "-c", str(root / "etc/nginx/nginx.conf"), "-e", "stderr",

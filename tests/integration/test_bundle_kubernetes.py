@@ -194,11 +194,11 @@ import json, os
 uids = {}
 for pid in filter(str.isdigit, os.listdir('/proc')):
     try:
-        cmd = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')[0].decode()
+        name = open(f'/proc/{pid}/comm').read().strip()  # pyuwsgi: python3 running the script bin/uwsgi
         status = open(f'/proc/{pid}/status').read()
     except OSError:
         continue
-    if cmd.endswith('uwsgi'):
+    if name == 'uwsgi':
         uids[pid] = [int(x) for x in status.split('Uid:')[1].split()[:4]]
 try:
     open('/srv/app/shop.py', 'a').close()

@@ -4,10 +4,12 @@ PID 1 of this machine (and of many CI runners) is not systemd, so the tests boot
 tests/integration/nspawn.py starts systemd 252 from this machine's /usr in a throwaway container
 (private network: only its own loopback, so nginx may listen on 80 and 443 there, beside
 Debian's own default site). The bundle is made on the host for server paths that do not exist
-here (/srv/shop, /opt/uwsgi, /etc/ssl/shop): the Flask shop, our uWSGI binary and the
-certificate are bound there read-only. Inside, `install` runs daemon-reload, enable, start and
-reloads nginx; the unit's whole sandbox is in force (ProtectSystem=strict, PrivateTmp,
-SystemCallFilter...), uWSGI runs as its own user `shop` and hands its sockets to www-data.
+here (/srv/shop, /etc/ssl/shop): the Flask shop with its virtualenv, which holds pyuwsgi (the
+bundle's default uWSGI: tests/flaskapp.py), and the certificate are bound there read-only, and
+over the virtualenv's bin/uwsgi a launcher run by the virtualenv's python at its path inside.
+Inside, `install` runs daemon-reload, enable, start and reloads nginx; the unit's whole sandbox
+is in force (ProtectSystem=strict, PrivateTmp, SystemCallFilter...), uWSGI runs as its own user
+`shop` and hands its sockets to www-data.
 
 The upgrade test loads the site with wrk (inside the container) for the whole of each upgrade
 and counts what failed; the counts are behaviour (0 and 0), not timing.
@@ -30,6 +32,7 @@ import psutil
 import pytest
 
 from tests.bundles import make_cert
+from tests.flaskapp import write_pyuwsgi_launcher
 from tests.integration.nspawn import Container, ContainerUnavailable
 from tests.integration.support import REPO_ROOT
 
@@ -99,7 +102,7 @@ def make_bundle(out: Path, flask_app, spec: str, *extra: str) -> Path:
     proc = subprocess.run(
         [sys.executable, "-m", "uwsgi_layouts", "bundle", spec, "--out", str(out), "--app", flask_app.app, "--app-dir",
          "/srv/shop", "--virtualenv", "/srv/shop/venv", "--static", f"{flask_app.static_prefix}=/srv/shop/static",
-         "--uwsgi", "/opt/uwsgi/bin/uwsgi", "--user", "shop", "--server-name", HOST, "--env",
+         "--user", "shop", "--server-name", HOST, "--env",
          f"{flask_app.greeting_var}=from systemd", *extra],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -109,8 +112,9 @@ def make_bundle(out: Path, flask_app, spec: str, *extra: str) -> Path:
 @contextmanager
 def booted(run_dirs, binds: list[tuple[str, str]]):
     """A container running systemd with the shop's user and nginx (Debian's default site on)."""
-    binds = [*binds, (str(Path(sys.prefix) / "bin" / "uwsgi"), "/opt/uwsgi/bin/uwsgi"), (str(REPO_ROOT),
-                                                                                           str(REPO_ROOT))]
+    # The virtualenv's pyuwsgi launcher names the virtualenv's host path: inside it is /srv/shop/venv.
+    launcher = write_pyuwsgi_launcher(run_dirs() / "uwsgi", "/srv/shop/venv/bin/python")
+    binds = [*binds, (str(launcher), "/srv/shop/venv/bin/uwsgi"), (str(REPO_ROOT), str(REPO_ROOT))]
     if PY != str(REPO_ROOT / ".venv/bin/python"):
         binds.append((sys.prefix, sys.prefix))
     try:

@@ -261,8 +261,9 @@ def test_bundles_across_hosts_install_and_serve(flask_app, run_dirs, free_ports)
         assert made.returncode == 0, made.stderr
         port = free_ports(1)[0]
         out = run_dirs() / "bundle"
-        proc = _run_cli("bundle", "2x2-mapped", "--out", str(out), *flask_app.cli_args(), "--uwsgi",
-                        str(Path(sys.prefix) / "bin" / "uwsgi"), "--hosts", ",".join(net.host_addresses),
+        # No --uwsgi: the default, pyuwsgi in the app's virtualenv (tests/flaskapp.py installs it there)
+        proc = _run_cli("bundle", "2x2-mapped", "--out", str(out), *flask_app.cli_args(),
+                        "--hosts", ",".join(net.host_addresses),
                         "--uwsgi-tls-dir", str(certs), "--listen", f"{net.front.address}:{port}", "--any-host")
         assert proc.returncode == 0, proc.stderr
         assert sorted(p.name for p in (out / "hosts").iterdir()) == sorted(net.host_addresses)
@@ -288,7 +289,7 @@ def test_bundles_across_hosts_install_and_serve(flask_app, run_dirs, free_ports)
         try:
             for host in net.host_addresses:
                 log = open(roots[host] / "uwsgi.out", "w")
-                procs.append(subprocess.Popen([str(Path(sys.prefix) / "bin" / "uwsgi"), "--ini",
+                procs.append(subprocess.Popen([str(flask_app.venv / "bin" / "uwsgi"), "--ini",
                                                str(roots[host] / "etc/uwsgi-layouts/shop.ini")], stdout=log,
                                               stderr=subprocess.STDOUT, preexec_fn=_in_netns(net.node(host).netns)))
                 log.close()

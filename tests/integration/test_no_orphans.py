@@ -153,8 +153,12 @@ def test_sigkill_of_a_benchmark_under_load_leaves_no_process_and_no_port(tmp_run
 
 
 def is_uwsgi(p: psutil.Process) -> bool:
-    """A uWSGI process (its program is uwsgi), not our own ``python -m uwsgi_layouts``."""
-    return command(p).split(" ")[0].endswith("/uwsgi")
+    """A uWSGI process (named uwsgi: a binary, or pyuwsgi's python3 naming itself so), not our own
+    ``python -m uwsgi_layouts``."""
+    try:
+        return p.name() == "uwsgi"
+    except psutil.Error:
+        return False
 
 
 def uwsgi_master(procs: list[psutil.Process]) -> psutil.Process:

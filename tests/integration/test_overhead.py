@@ -91,11 +91,14 @@ def test_http11_spreads_sequential_requests_over_the_mapped_workers(start_stack)
 
 
 def test_a_layouts_uwsgi_bin_is_the_uwsgi_that_runs(start_stack, run_dirs):
-    # A copy of our own uWSGI stands for another build (scripts/build-uwsgi.sh takes a minute).
+    # A copy of the uWSGI binary make venv keeps beside our pyuwsgi (uwsgi-static, or uwsgi-shared
+    # without a static libpython) stands for another build (scripts/build-uwsgi.sh takes a minute).
     where = run_dirs()
     where.chmod(0o755)
     copy = where / "uwsgi"
-    shutil.copy2(find_uwsgi(), copy)
+    binary = next(b for b in (Path(find_uwsgi()).with_name(f"uwsgi-{kind}") for kind in ("static", "shared"))
+                  if b.is_file())
+    shutil.copy2(binary, copy)
     copy.chmod(0o755)
     stack = start_stack("2x2-mapped", uwsgi_bin=str(copy))
     assert via_nginx(stack.layout, FAST)[0] == 200

@@ -168,7 +168,9 @@ def test_run_stops_cleanly_on_signal(tmp_run_dir, tmp_path, free_ports, leftover
         # The leak check below must be able to see the stack: it does while it runs.
         running = leftover_processes([str(tmp_run_dir)], timeout=0)
         names = " ".join(" ".join(p.cmdline()) for p in running)
-        assert "bin/uwsgi --ini" in names and "nginx" in names and "-m uwsgi_layouts run" in names, names
+        assert f"--ini {tmp_run_dir}/uwsgi.ini" in names and "nginx" in names and "-m uwsgi_layouts run" in names, names
+        # pyuwsgi's master and workers are python3 processes named uwsgi, as a uWSGI binary's are
+        assert sum(p.name() == "uwsgi" for p in running) >= 3, [(p.name(), p.cmdline()) for p in running]
         assert len(running) >= 5, names  # run + uWSGI master + 2 workers + nginx master (+ worker)
 
         proc.send_signal(signum)

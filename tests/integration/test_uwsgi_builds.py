@@ -15,24 +15,26 @@ The rest of the integration suite runs against a build with UL_TEST_UWSGI_BIN=/p
 from __future__ import annotations
 
 import fcntl
+import json
 import shutil
 import subprocess
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.integration.support import FAST, SLOW, concurrently, via_nginx
 from tests.integration.test_security import raw_uwsgi
 from uwsgi_layouts.bench.kinds.faults import chain_reload_under_load, stuck_request
 from uwsgi_layouts.bench.stack import Lab
-from uwsgi_layouts.deploy.machine import script_interpreter, uwsgi_has_routing, uwsgi_has_ssl
-from uwsgi_layouts.deploy.machine.python import check_pyuwsgi_virtualenv, default_virtualenv
-from uwsgi_layouts.deploy.model import LayoutError
+from uwsgi_layouts.deploy.machine import pyuwsgi_site, uwsgi_has_routing, uwsgi_has_ssl
 from uwsgi_layouts.deploy.run import http_get, netns
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILDS = ROOT / "build" / "uwsgi"
-PROFILES = ("static", "pyuwsgi")
+# make venv's own uWSGI is pyuwsgi (every stack test runs it); these are the builds uwsgi_bin selects,
+# pyuwsgi's among them (its own venv: the app's virtualenv's python starts it all the same).
+PROFILES = ("shared", "static", "pyuwsgi")
 
 
 def integration(test):
@@ -40,26 +42,14 @@ def integration(test):
     return pytest.mark.integration(pytest.mark.timeout(600)(test))
 
 
-def pyuwsgi_fits(binary: Path) -> bool:
-    """A pyuwsgi build runs the app in its own venv, which must see this checkout's project venv."""
-    interpreter = script_interpreter(binary)
-    if interpreter is None:
-        return True
-    try:
-        check_pyuwsgi_virtualenv(binary, interpreter.parent.parent, default_virtualenv())
-    except LayoutError:
-        return False
-    return True
-
-
 def made(profile: str) -> Path:
     """build/uwsgi/PROFILE/bin/uwsgi, made by scripts/build-uwsgi.sh when absent (or, for pyuwsgi,
-    made for another checkout's venv); a lock keeps the xdist workers from building it twice."""
+    without its module); a lock keeps the xdist workers from building it twice."""
     binary = BUILDS / profile / "bin" / "uwsgi"
     BUILDS.mkdir(parents=True, exist_ok=True)
     with open(BUILDS / f".{profile}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if binary.is_file() and (profile != "pyuwsgi" or pyuwsgi_fits(binary)):
+        if binary.is_file() and (profile != "pyuwsgi" or pyuwsgi_site(binary) is not None):
             return binary
         shutil.rmtree(BUILDS / profile, ignore_errors=True)
         proc = subprocess.run(["bash", str(ROOT / "scripts" / "build-uwsgi.sh"), profile], cwd=ROOT,
@@ -138,11 +128,16 @@ def test_build_serves_uwsgi_over_mutual_tls(run_dirs, free_ports, build):
             assert status == 200
 
 
-def test_a_pyuwsgi_build_refuses_an_app_virtualenv_it_does_not_run(make_layout, tmp_path):
-    build = str(made("pyuwsgi"))  # only pyuwsgi ignores uWSGI's virtualenv option
-    other = tmp_path / "venv"
-    (other / "bin").mkdir(parents=True)
-    (other / "pyvenv.cfg").write_text("home = /usr/bin\nversion = 3.11.2\n")
-    (other / "bin" / "python").symlink_to("/usr/bin/python3")
-    with pytest.raises(LayoutError, match="uwsgi_bin.*pyuwsgi.*install pyuwsgi into"):
-        make_layout("1x1-mapped", uwsgi_bin=build, virtualenv=str(other))
+@integration
+def test_a_pyuwsgi_build_runs_the_app_in_its_own_virtualenv_with_its_env(flask_app, start_stack):
+    """pyuwsgi's build venv has no Flask: the app's virtualenv's python starts uWSGI, so the app
+    imports the virtualenv's packages (`virtualenv =` inherent), and the --env lines reach the
+    app's os.environ (reload-os-env) though python3 started before uWSGI applied them."""
+    build = str(made("pyuwsgi"))
+    stack = start_stack("1x2-mapped", uwsgi_bin=build, env=((flask_app.greeting_var, "from pyuwsgi"),),
+                        **flask_app.layout_options())
+    status, _, body = via_nginx(stack.layout, "/greeting")
+    assert status == 200 and json.loads(body) == {"greeting": "from pyuwsgi"}, (status, body)
+    master = psutil.Process(stack.stats()["pid"])
+    assert master.cmdline()[0] == str(flask_app.venv / "bin" / "python"), master.cmdline()
+    assert master.name() == "uwsgi" and all(w.name() == "uwsgi" for w in master.children())

@@ -54,6 +54,10 @@ def uwsgi_python() -> tuple[tuple[int, int], str]:
     say which, else it is this interpreter, whose venv holds it.
     """
     binary = find_uwsgi()
+    interpreter = script_interpreter(Path(binary)) if binary else None
+    launched = virtualenv_python(interpreter.parent.parent) if interpreter else None
+    if launched:  # make venv's pyuwsgi: started by the app's virtualenv's python, of this version
+        return launched, f"{binary} is pyuwsgi, built for Python {launched[0]}.{launched[1]}"
     linked = linked_python(binary) if binary else None
     if linked:
         return linked, f"{binary} links libpython{linked[0]}.{linked[1]}"
@@ -155,16 +159,15 @@ def check_virtualenv(raw, server: str = "uwsgi") -> str:
     return str(venv)
 
 
-def check_uwsgi_bin(raw: str, virtualenv: str = "", tls: bool = False) -> str:
+def check_uwsgi_bin(raw: str, tls: bool = False) -> str:
     """Another build of uWSGI to run (the layout's ``uwsgi_bin``), resolved, or LayoutError: an
     executable file running the Python our uWSGI runs (so the app's virtualenv fits it too),
     that only root or we can change: started as root, it runs as root until it drops privileges.
     Three kinds (scripts/build-uwsgi.sh): a binary linking a shared libpython (its DT_NEEDED name
     says which), a binary linked against the static libpython (its BUILD.json says which, else the
-    Python headers it was compiled against), and pyuwsgi's launcher, a script whose #! interpreter
-    runs uWSGI as an extension module: there the app runs in that interpreter's venv whatever
-    ``virtualenv =`` says, so ``virtualenv`` (the app's) must be that venv or one it imports from
-    (a .pth file). It must have internal routing (every uwsgi.ini refuses code-loading packets
+    Python headers it was compiled against), and pyuwsgi's launcher, a script whose venv holds
+    uWSGI as an extension module (the lab starts it with the app's virtualenv's python:
+    ``pyuwsgi_site``). It must have internal routing (every uwsgi.ini refuses code-loading packets
     with route-if-not lines) and, for ``tls``, SSL."""
     if not raw.startswith("/"):
         raise LayoutError("uwsgi_bin", f"{raw!r} must be an absolute path to a uwsgi binary")
@@ -176,9 +179,9 @@ def check_uwsgi_bin(raw: str, virtualenv: str = "", tls: bool = False) -> str:
     interpreter = script_interpreter(binary)
     if interpreter is not None:
         owned_by_us_or_root(interpreter.resolve())
-        venv = interpreter.parent.parent
-        linked = virtualenv_python(venv)
-        check_pyuwsgi_virtualenv(binary, venv, virtualenv)
+        linked = virtualenv_python(interpreter.parent.parent)
+        if pyuwsgi_site(binary) is None:
+            raise LayoutError("uwsgi_bin", f"{raw} is a script whose venv holds no pyuwsgi module: {build}")
     else:
         linked = linked_python(str(binary)) or recorded_python(binary) or compiled_python(binary)
     major, minor = uwsgi_python()[0]
@@ -263,26 +266,17 @@ def site_packages(venv: Path, version: tuple[int, int]) -> Path:
     return venv / "lib" / f"python{version[0]}.{version[1]}" / "site-packages"
 
 
-def check_pyuwsgi_virtualenv(binary: Path, venv: Path, virtualenv: str) -> None:
-    """pyuwsgi runs the app in the venv it is installed in (uWSGI's ``virtualenv =`` sets up an
-    interpreter that already runs): LayoutError unless the app's virtualenv is that venv, or one
-    whose packages that venv imports (a directory line of a .pth file in its site-packages)."""
-    version = virtualenv_python(venv)
-    if not virtualenv or version is None:
-        return
-    own = site_packages(venv, version)
-    wanted = site_packages(Path(virtualenv), version).resolve()
-    seen = {own.resolve()}
-    for pth in sorted(own.glob("*.pth")):
-        try:
-            lines = pth.read_text(errors="replace").splitlines()
-        except OSError:
-            continue
-        seen.update(Path(line.strip()).resolve() for line in lines if line.strip().startswith("/"))
-    if wanted not in seen:
-        raise LayoutError("uwsgi_bin", f"{binary} is pyuwsgi run by {venv}/bin/python: the app runs in {venv} "
-                                       f"(uWSGI's virtualenv option has no effect there), not in {virtualenv}: "
-                                       f"install pyuwsgi into {virtualenv} and give its bin/uwsgi")
+def pyuwsgi_site(binary: Path) -> Path | None:
+    """The site-packages directory holding pyuwsgi's extension module, for a pyuwsgi launcher
+    (bin/uwsgi, a script run by its venv's python), else None (a uWSGI binary). The lab loads the
+    module from there into the app's virtualenv's python (deploy/run/pyuwsgi_launch.py)."""
+    interpreter = script_interpreter(binary)
+    version = virtualenv_python(interpreter.parent.parent) if interpreter else None
+    if version is None:
+        return None
+    site = site_packages(interpreter.parent.parent, version)
+    found = [m for suffix in importlib.machinery.EXTENSION_SUFFIXES for m in site.glob(f"pyuwsgi{suffix}")]
+    return site if found else None
 
 
 def default_virtualenv() -> str:

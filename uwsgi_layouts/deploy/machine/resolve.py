@@ -47,7 +47,7 @@ def checked(layout: Layout) -> Layout:
     check_static_locations(layout.static, layout.allow)  # as given: /s=/proc/self resolves to /proc/PID
     static = static_dirs(layout.static)
     tls_dir = check_hosts(layout)
-    uwsgi_bin = check_uwsgi_bin(layout.uwsgi_bin, virtualenv, layout.uwsgi_tls != "off") if layout.uwsgi_bin else ""
+    uwsgi_bin = check_uwsgi_bin(layout.uwsgi_bin, layout.uwsgi_tls != "off") if layout.uwsgi_bin else ""
     check_limits(layout)  # @cpus within the host's CPUs, and a cgroup controller to enforce it
     check_replicas(layout)  # @replicas: their quotas, memory limits and threads fit this machine
     out = replace(layout, app_dir=app_dir, user=user, data_dir=data_dir, run_dir=run_dir, virtualenv=virtualenv,

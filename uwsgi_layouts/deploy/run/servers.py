@@ -9,7 +9,8 @@ stack started, never by whoever else holds the port) and who they are (``worker_
 
 Peers run in the app's own interpreter (its virtualenv's ``bin/python``, as uWSGI's
 ``virtualenv =``) through ``deploy/run/peer_launch.py``, which takes only the server's packages
-from our venv. Started as root, Stack starts every app server already as the run user (uWSGI
+from our venv; so does pyuwsgi, our default uWSGI, through
+``deploy/run/pyuwsgi_launch.py``. Started as root, Stack starts every app server already as the run user (uWSGI
 included: its master never changes credentials, which would clear its parent-death signal);
 they bind loopback ports above 1024 or unix sockets in a directory that user owns, and read
 only files that user can read, so they never need root.
@@ -26,12 +27,13 @@ from pathlib import Path
 
 import psutil
 
-from uwsgi_layouts.deploy.machine import read_stats, run_user_ids, server_package_dir
+from uwsgi_layouts.deploy.machine import pyuwsgi_site, read_stats, run_user_ids, server_package_dir
 from uwsgi_layouts.deploy.model import Layout, StackError
 from uwsgi_layouts.deploy.render import SERVERS, Granian, Gunicorn, ServerConfig
 from uwsgi_layouts.deploy.run.processes import uwsgi_binary
 
 LAUNCHER = Path(__file__).resolve().parent / "peer_launch.py"
+PYUWSGI_LAUNCHER = Path(__file__).resolve().parent / "pyuwsgi_launch.py"
 INSTALL_PEERS = "it is a dependency of uwsgi-layouts: reinstall it (in a checkout: make venv)"
 
 
@@ -97,7 +99,16 @@ class UWSGIProcess(ServerProcess):
     death_signal = signal.SIGINT
 
     def command(self, layout):
-        return [layout.uwsgi_bin or uwsgi_binary(), "--ini", str(self.config.config_path(layout))]
+        binary = layout.uwsgi_bin or uwsgi_binary()
+        ini = str(self.config.config_path(layout))
+        site = pyuwsgi_site(Path(binary))
+        if site is None:  # a uWSGI binary: it embeds libpython and reads virtualenv = itself
+            return [binary, "--ini", ini]
+        # pyuwsgi (make venv's default): the app's virtualenv's python runs uWSGI, so the app's Python
+        # is the python3 executable and its packages the virtualenv's. binary-path: a full reload
+        # (SIGHUP) re-executes that interpreter, not /proc/self/exe's python3, which has no venv.
+        python = python_for(layout)
+        return [python, str(PYUWSGI_LAUNCHER), str(site), "--binary-path", python, "--ini", ini]
 
     def run_as(self, layout):
         # With TLS the master reads the host's private key as root and keeps root (master-as-root,

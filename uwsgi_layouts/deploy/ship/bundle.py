@@ -41,7 +41,7 @@ import ssl
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from uwsgi_layouts.deploy.machine import blocked_at, check_hosts, check_static_locations
+from uwsgi_layouts.deploy.machine import blocked_at, check_hosts, check_static_locations, script_interpreter
 from uwsgi_layouts.deploy.model import (
     APP_RE,
     CA_CERT,
@@ -259,6 +259,10 @@ def nobody_ids() -> tuple[int, int] | None:
 # --- the bundle ------------------------------------------------------------------------------
 
 
+# The uWSGI a bundle installs (pyuwsgi from this sdist, or the binary): 2.0.28 is the first whose
+# graceful stop ("q") waits for threaded workers' requests in flight.
+UWSGI_PIN = "uwsgi>=2.0.28,<2.1"
+
 @dataclass(frozen=True)
 class Bundle:
     """A layout with the server's paths and names. Besides its own fields it answers the
@@ -274,6 +278,9 @@ class Bundle:
     user: str
     group: str
     nginx_group: str
+    # uwsgi is pyuwsgi (a script run by the virtualenv's python3: the default) rather than a uWSGI
+    # binary: uwsgi.ini then sets binary-path, and install checks the server's file is one.
+    pyuwsgi: bool = True
     env: tuple[tuple[str, str], ...] = ()
     static: tuple[tuple[str, str], ...] = ()
     writable: tuple[str, ...] = ()
@@ -615,6 +622,9 @@ def build_bundle(spec: str, *, app=None, app_dir=None, virtualenv=None, env=None
     app_dir = server_path("app_dir", app_dir, "--app-dir (the app's directory)")
     venv = server_path("virtualenv", virtualenv, "--virtualenv (the app's virtualenv, which holds uWSGI)")
     uwsgi_bin = server_path("uwsgi", uwsgi or f"{venv}/bin/uwsgi", "--uwsgi")
+    # The default is pyuwsgi in the app's virtualenv (INSTALL.md); a --uwsgi path is pyuwsgi when
+    # it is a script here (bundled on the server, or at the same path), else a uWSGI binary.
+    pyuwsgi = not uwsgi or (os.path.isfile(uwsgi_bin) and script_interpreter(Path(uwsgi_bin)) is not None)
     static_dirs = parse_static(static or (), local=False)
     for prefix, directory in static_dirs:
         server_path("static", directory, f"the directory for {prefix}/")
@@ -655,7 +665,7 @@ def build_bundle(spec: str, *, app=None, app_dir=None, virtualenv=None, env=None
     if not BODY_SIZE_RE.match(size):
         raise LayoutError("client_max_body_size", f"expected a size such as 10m, 512k or 0 (no limit), got {size!r}")
     return Bundle(
-        layout=layout, name=bundle_name, app=app, app_dir=app_dir, virtualenv=venv, uwsgi=uwsgi_bin,
+        layout=layout, name=bundle_name, app=app, app_dir=app_dir, virtualenv=venv, uwsgi=uwsgi_bin, pyuwsgi=pyuwsgi,
         user=user_name, group=_account("group", group, user_name),
         nginx_group=_account("nginx_group", nginx_group, DEBIAN_NGINX_GROUP),
         env=parse_env(env or ()), static=static_dirs, writable=writable_dirs, server_names=_server_names(server_names),

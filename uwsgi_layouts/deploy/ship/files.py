@@ -29,6 +29,7 @@ from uwsgi_layouts.deploy.ship.bundle import (
     BUNDLE_JSON,
     BUNDLE_JSON_VERSION,
     UWSGI_CONF_DIR,
+    UWSGI_PIN,
     Bundle,
     host_bundles,
     site_link,
@@ -64,7 +65,7 @@ def render_bundle(bundle: Bundle) -> dict[str, str]:
         return {
             "layout": b, "bundle": b, "server": server_for(b.layout), "unix_mode": "660",
             "files": [f for f in b.files() if f.slot in ("", first.slot)], "first": first,
-            "site_link": site_link(b.name), "conf_dir": UWSGI_CONF_DIR,
+            "site_link": site_link(b.name), "conf_dir": UWSGI_CONF_DIR, "uwsgi_pin": UWSGI_PIN,
             "tls_protocols": TLS_PROTOCOLS, "tls_curves": TLS_CURVES, "tls_ciphers": TLS_CIPHERS,
             "hsts_max_age": HSTS_MAX_AGE, "ssl_ciphers": SSL_CIPHERS, "ssl_protocols": SSL_PROTOCOLS,
         }
@@ -111,7 +112,8 @@ def bundle_record(bundle: Bundle) -> dict:
         "log_dir": bundle.log_dir,
         "server": {
             "user": bundle.user, "group": bundle.group, "nginx_group": bundle.nginx_group,
-            "uwsgi": bundle.uwsgi, "app": bundle.app, "app_dir": bundle.app_dir, "virtualenv": bundle.virtualenv,
+            "uwsgi": bundle.uwsgi, "pyuwsgi": bundle.pyuwsgi,
+            "app": bundle.app, "app_dir": bundle.app_dir, "virtualenv": bundle.virtualenv,
             "env": [list(kv) for kv in bundle.env], "static": [list(kv) for kv in bundle.static],
             "writable": list(bundle.writable),
             "sockets": {slot: [s.address for s in bundle.for_slot(slot).sockets] for slot in bundle.slots}

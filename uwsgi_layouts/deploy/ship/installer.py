@@ -59,6 +59,7 @@ from uwsgi_layouts.deploy.machine import (
     linked_python,
     preflight,
     run_user_ids,
+    script_interpreter,
     uwsgi_has_routing,
     virtualenv_python,
 )
@@ -69,6 +70,7 @@ from uwsgi_layouts.deploy.ship.bundle import (
     NAME_RE,
     NGINX_LOG_MODE,
     NGINX_LOG_OWNER,
+    UWSGI_PIN,
     bundle_files,
     check_tls_pair,
     nobody_ids,
@@ -102,7 +104,6 @@ from uwsgi_layouts.files import write_atomic
 PACKAGE_UNIT_DIRS = ("/lib/systemd/system", "/usr/lib/systemd/system", "/run/systemd/system")
 # 2.0.28 is the first uWSGI whose graceful stop ("q") waits for threaded workers' requests in flight.
 MIN_UWSGI = (2, 0, 28)
-UWSGI_PIN = "uwsgi>=2.0.28,<2.1"
 
 
 @dataclass(frozen=True)
@@ -269,17 +270,15 @@ def check_machine(record: dict, root: Path, app_check: bool = True, installed: b
     if not (venv / "bin" / "python").exists():
         raise LayoutError("virtualenv", f"{venv} is not a virtualenv on this machine: python3 -m venv {venv}")
     if not os.access(uwsgi, os.X_OK):
-        raise LayoutError("uwsgi", f"{uwsgi} is not an executable on this machine: {venv}/bin/pip install "
-                                   f"'{UWSGI_PIN}' (it compiles: apt-get install build-essential python3-dev)")
-    built_for, venv_version = linked_python(str(uwsgi)), virtualenv_python(venv)
-    if built_for and venv_version and built_for != venv_version:
-        raise LayoutError("uwsgi", f"{uwsgi} embeds Python {built_for[0]}.{built_for[1]} but {venv} is Python "
-                                   f"{venv_version[0]}.{venv_version[1]}: pip install uwsgi into {venv} itself")
+        raise LayoutError("uwsgi", f"{uwsgi} is not an executable on this machine: install pyuwsgi into {venv} "
+                                   f"as INSTALL.md says (it compiles: apt-get install build-essential python3-dev "
+                                   "libpcre2-dev libssl-dev)")
+    check_uwsgi_python(uwsgi, venv, server.get("pyuwsgi", False))
     check_uwsgi_version(str(uwsgi), str(venv))
     if not uwsgi_has_routing(str(uwsgi)):  # uwsgi.ini's route-if-not lines (strict: it would refuse to start)
         raise LayoutError("uwsgi", f"{uwsgi} was built without PCRE (no internal routing, so no route-if-not to "
-                                   "refuse code-loading packets): apt-get install libpcre2-dev, then "
-                                   f"{venv}/bin/pip install --no-cache-dir --force-reinstall 'uwsgi>=2.0.28,<2.1'")
+                                   "refuse code-loading packets): apt-get install libpcre2-dev, then install "
+                                   f"pyuwsgi into {venv} again as INSTALL.md says (no pip cache)")
     for prefix, directory in server.get("static", []):
         if not Path(directory).is_dir():
             raise LayoutError("static", f"{directory} (for {prefix}/) is not a directory on this machine")
@@ -320,6 +319,30 @@ def check_limits(limits: dict) -> None:
                                     f"MemoryMax=): bundle with @memory of at most {total_mb}")
 
 
+def check_uwsgi_python(uwsgi: Path, venv: Path, pyuwsgi: bool) -> None:
+    """uWSGI must run the app's Python in ``venv``, and be the kind the bundle was made for
+    (``pyuwsgi``: its uwsgi.ini sets binary-path to the venv's python, which a binary must not
+    re-execute). pyuwsgi (the default: a script run by a venv's python) runs the app in the venv
+    whose python starts it, whatever ``virtualenv =`` says: it must be ``venv``'s. A uWSGI binary
+    embeds a libpython: of ``venv``'s major.minor."""
+    interpreter = script_interpreter(uwsgi)
+    if pyuwsgi != (interpreter is not None):
+        kind = "a uWSGI binary" if interpreter is None else "pyuwsgi (a script)"
+        raise LayoutError("uwsgi", f"{uwsgi} is {kind}, but the bundle was made for "
+                                   f"{'pyuwsgi' if pyuwsgi else 'a uWSGI binary'}: install pyuwsgi into {venv} as "
+                                   f"INSTALL.md says, or bundle again where {uwsgi} is what the server has")
+    if interpreter is not None:
+        if interpreter.parent.parent.resolve() != venv.resolve():
+            raise LayoutError("uwsgi", f"{uwsgi} is pyuwsgi run by {interpreter}: the app would run in "
+                                       f"{interpreter.parent.parent}, not in {venv}: install pyuwsgi into {venv} "
+                                       "as INSTALL.md says")
+        return
+    built_for, venv_version = linked_python(str(uwsgi)), virtualenv_python(venv)
+    if built_for and venv_version and built_for != venv_version:
+        raise LayoutError("uwsgi", f"{uwsgi} embeds Python {built_for[0]}.{built_for[1]} but {venv} is Python "
+                                   f"{venv_version[0]}.{venv_version[1]}: install pyuwsgi into {venv} itself")
+
+
 def check_uwsgi_version(uwsgi: str, venv: str) -> None:
     """uWSGI 2.0.28 or later: before it, the graceful stop ("q") let a threaded worker take new
     requests while stopping, and the drain was cut by worker-reload-mercy."""
@@ -330,7 +353,7 @@ def check_uwsgi_version(uwsgi: str, venv: str) -> None:
     numbers = re.match(r"^(\d+)\.(\d+)\.(\d+)", out)
     if numbers and tuple(int(n) for n in numbers.groups()) < MIN_UWSGI:
         raise LayoutError("uwsgi", f"{uwsgi} is uWSGI {out}; graceful stops need {'.'.join(map(str, MIN_UWSGI))} or "
-                                   f"later: {venv}/bin/pip install '{UWSGI_PIN}'")
+                                   f"later ({UWSGI_PIN}): install pyuwsgi into {venv} as INSTALL.md says")
 
 
 def check_site_inputs(record: dict) -> None:

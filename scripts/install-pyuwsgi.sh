@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Install pyuwsgi (uWSGI built as a Python extension module, started by the python3 executable)
+# into the virtualenv of PYTHON, compiled from the sdist of uWSGI VERSION with its own
+# setup.pyuwsgi.py, and make its launcher the venv's bin/uwsgi. Used by make venv (the lab's
+# default uWSGI) and scripts/build-uwsgi.sh pyuwsgi.
+#
+#   scripts/install-pyuwsgi.sh PYTHON VERSION
+#
+# Why pyuwsgi: the app's Python then runs in the python3 executable (Debian's PGO+LTO build), not
+# in the libpython an embedding uWSGI links (the shared one: no PGO; the static archive: PGO
+# without LTO), so it runs as fast as under gunicorn or granian (docs/alternatives.md).
+# Why from uWSGI's sdist: PyPI's pyuwsgi trails uWSGI's releases and its wheels have no SSL;
+# built here it has what the machine's headers give, like pip's uwsgi (PCRE: libpcre2-dev,
+# SSL: libssl-dev), checked by the caller. No pip cache: a cached wheel could lack PCRE.
+# bin/uwsgi: setup.pyuwsgi.py installs the launcher as bin/pyuwsgi only; PyPI's pyuwsgi also
+# names it bin/uwsgi ("a drop-in replacement for the uwsgi script"), which is what we start.
+set -euo pipefail
+
+if [ $# -ne 2 ]; then
+    echo "usage: $0 PYTHON VERSION" >&2
+    exit 2
+fi
+python=$1 version=$2
+venv_bin=$(dirname "$python")
+src=$(mktemp -d)
+trap 'rm -rf "$src"' EXIT
+"$python" -m pip download -q --no-cache-dir --no-deps --no-binary :all: -d "$src" "uwsgi==$version"
+tar -xzf "$src/uwsgi-$version.tar.gz" -C "$src"
+cp "$src/uwsgi-$version/setup.pyuwsgi.py" "$src/uwsgi-$version/setup.py"
+"$python" -m pip install -q --no-cache-dir --force-reinstall --no-deps "$src/uwsgi-$version"
+cp -p "$venv_bin/pyuwsgi" "$venv_bin/uwsgi"
