@@ -135,3 +135,15 @@ def test_the_dry_run_says_when_the_exporter_starts(tmp_path):
     assert _service_plan(record, same) == ["restart shop@green-watch.service (the exporter's unit changed)"]
     without = {k: v for k, v in record.items() if k != "watch"}
     assert not any("watch" in line for line in _service_plan(without, upgrade))
+
+
+def test_the_exporter_unit_keeps_a_private_tmp_unless_its_program_lives_there(tmp_path):
+    """PrivateTmp= would hide a program under /tmp: systemd could not start it (203/EXEC) and
+    would retry forever, so the unit goes without, as the app's unit does for an app under /tmp."""
+    elsewhere = settings(written(tmp_path / "a", "2x4-mapped", watch="/opt/tools/bin/uwsgi-layouts")
+                         / "blue/systemd/shop@blue-watch.service")
+    under_tmp = settings(written(tmp_path / "b", "2x4-mapped", watch="/tmp/checkout/.venv/bin/uwsgi-layouts")
+                         / "blue/systemd/shop@blue-watch.service")
+    assert elsewhere[("Service", "PrivateTmp")] == "yes"
+    assert ("Service", "PrivateTmp") not in under_tmp
+    assert under_tmp[("Service", "ExecStart")].startswith("/tmp/checkout/.venv/bin/uwsgi-layouts watch ")

@@ -222,15 +222,27 @@ def test_a_stopped_master_outlives_a_benchmark_and_the_next_lab_stops_it(tmp_pat
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
         time.sleep(1.0)
-        assert master.is_running() and master.status() == psutil.STATUS_STOPPED
+        # Tests run in parallel: any lab another test starts now looks for dead labs too and may stop
+        # this master first. Then the work directory goes with it; a master that died with the
+        # benchmark (what this test guards against) would leave its directory behind.
+        gone = not master.is_running() or master.status() == psutil.STATUS_ZOMBIE
+        if gone:
+            deadline = time.monotonic() + 10
+            while work.exists() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert not work.exists(), "the master died with the benchmark and nobody stopped its lab"
+            return
+        assert master.status() == psutil.STATUS_STOPPED
 
         with Lab() as lab:
             assert lab.work_dir.exists()  # a new lab: it looks for dead ones first
         err = capfd.readouterr().err
         lines = [line for line in err.splitlines() if str(work) in line]
-        assert len(lines) == 1 and f"uWSGI {master.pid}" in lines[0], err
-        assert not master.is_running() or master.status() == psutil.STATUS_ZOMBIE
         assert not work.exists()
+        assert not master.is_running() or master.status() == psutil.STATUS_ZOMBIE
+        # Said once, naming the master; with parallel workers another test's lab may have said it.
+        assert all(f"uWSGI {master.pid}" in line for line in lines) and len(lines) <= 1, err
+        assert lines or os.environ.get("PYTEST_XDIST_WORKER"), err
     finally:
         if master is not None and master.is_running():
             master.resume()

@@ -447,6 +447,11 @@ class Bundle:
         return not any(_under(p, TMP_DIRS) for p in self.app_paths)
 
     @property
+    def watch_private_tmp(self) -> bool:
+        """The exporter's unit gets a private /tmp unless its program lives under /tmp or /var/tmp."""
+        return not _under(self.watch_bin, TMP_DIRS)
+
+    @property
     def app_paths(self) -> list[str]:
         return [self.app_dir, self.virtualenv, self.uwsgi, *(d for _, d in self.static), *self.writable]
 
