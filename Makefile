@@ -46,7 +46,7 @@ help:
 # python3-dev pulls in; about 1.06x python3's instructions), else bin/uwsgi-shared (1.14x).
 # --force-reinstall: pip would otherwise keep a uWSGI built earlier.
 UWSGI_REQ := $(shell sed -n 's/^ *"\(uwsgi[<>=!~][^"]*\)".*/\1/p' pyproject.toml)
-$(BIN)/.installed: pyproject.toml | system-deps
+$(BIN)/.installed: pyproject.toml scripts/install-pyuwsgi.sh scripts/static-libpython-ldflags.sh | system-deps
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	rm -f $(BIN)/uwsgi $(BIN)/uwsgi-static $(BIN)/uwsgi-shared

@@ -28,7 +28,9 @@ def bare_copy(tmp_path: Path) -> Path:
     (tmp_path / "scripts").mkdir(parents=True)
     for name in ("Makefile", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
-    shutil.copy(ROOT / "scripts" / INSTALLER, tmp_path / "scripts" / INSTALLER)
+    # The installer, and the scripts the venv is built from (a change to them rebuilds it).
+    for script in (INSTALLER, "install-pyuwsgi.sh", "static-libpython-ldflags.sh"):
+        shutil.copy(ROOT / "scripts" / script, tmp_path / "scripts" / script)
     return tmp_path
 
 
@@ -91,3 +93,16 @@ def test_without_apt_get_the_installer_names_the_packages_and_nothing_is_built(t
     assert out.returncode != 0
     assert "wrk" in out.stderr and "apt-get is not available" in out.stderr, out.stderr
     assert not (tree / ".venv").exists(), "the venv was built before the system packages"
+
+
+def test_a_venv_older_than_its_build_scripts_is_built_again(tmp_path):
+    """A checkout that pulls a new way of building uWSGI (pyuwsgi) gets it from make venv."""
+    tree = bare_copy(tmp_path)
+    installed = tree / ".venv" / "bin" / ".installed"
+    installed.parent.mkdir(parents=True)
+    installed.touch()
+    for path in (tree / "pyproject.toml", tree / "scripts" / "static-libpython-ldflags.sh", installed):
+        os.utime(path, (1000, 1000))
+    os.utime(tree / "scripts" / "install-pyuwsgi.sh", (2000, 2000))
+    lines = dry_run(tree, "venv")
+    assert any("install-pyuwsgi.sh" in line for line in lines), lines
