@@ -54,7 +54,7 @@ def test_units_with_limits_and_the_exporter_pass_systemd_analyze_verify(tmp_path
     assert analyze, "systemd-analyze is missing: scripts/install-system-deps.sh installs systemd"
     out = written(tmp_path, "2x4-mapped@cpus=1,memory=256", uwsgi=str(Path(sys.prefix) / "bin" / "uwsgi"),
                   watch=PROGRAM)
-    for unit in ("shop@blue.service", "shop@blue-watch.service"):
+    for unit in ("shop@blue.service", "shop.watch@blue.service"):
         proc = systemd_analyze_verify(analyze, out / "blue/systemd" / unit)
         # verify loads the unit alone: its BindsTo= partner is not installed here, which it may say
         problems = [line for line in proc.stderr.splitlines() if line.strip() and "shop@blue.service" not in line]
@@ -63,7 +63,7 @@ def test_units_with_limits_and_the_exporter_pass_systemd_analyze_verify(tmp_path
 
 def test_the_exporter_unit_reads_its_slot_as_the_apps_user_on_loopback(tmp_path):
     out = written(tmp_path, "2x4-mapped", watch=PROGRAM, watch_listen="127.0.0.1:9800")
-    unit = settings(out / "green/systemd/shop@green-watch.service")
+    unit = settings(out / "green/systemd/shop.watch@green.service")
     assert unit[("Unit", "BindsTo")] == "shop@green.service"
     assert unit[("Unit", "After")].split() == ["shop@green.service", "nginx.service"]
     assert (unit[("Service", "User")], unit[("Service", "Group")], unit[("Service", "SupplementaryGroups")]) == \
@@ -78,7 +78,7 @@ def test_the_exporter_unit_reads_its_slot_as_the_apps_user_on_loopback(tmp_path)
     record = json.loads((out / "bundle.json").read_text())
     assert record["watch"] == {"program": PROGRAM, "listen": "127.0.0.1:9800"}
     assert [f.target for f in slot_files(record, "blue") if f.kind == "watch"] == [
-        "/etc/systemd/system/shop@blue-watch.service"]
+        "/etc/systemd/system/shop.watch@blue.service"]
     without = json.loads((written(tmp_path / "none", "2x4-mapped") / "bundle.json").read_text())
     assert "watch" not in without and not any(f.kind == "watch" for f in slot_files(without, "blue"))
 
@@ -120,19 +120,23 @@ def test_install_refuses_limits_beyond_the_server():
         check_limits({"cpus": 9999.0, "memory": None})
     with pytest.raises(LayoutError, match=r"memory: 16777216 MB is more than this server's \d+ MB"):
         check_limits({"cpus": None, "memory": 16 * 1024 * 1024})
+    # bundle.json edited by hand: one line naming the field, not a TypeError
+    for bad in ({"cpus": "2"}, {"cpus": True}, {"memory": [512]}, {"memory": 0}, {"cpus": -1}):
+        with pytest.raises(LayoutError, match=r"must be a positive number"):
+            check_limits(bad)
 
 
 def test_the_dry_run_says_when_the_exporter_starts(tmp_path):
     """install --dry-run's plan (``_service_plan``): a new slot's exporter after the old slot stops,
     a changed exporter unit alone restarts it."""
     record = {"name": "shop", "stop_grace": 30, "watch": {"program": PROGRAM, "listen": "127.0.0.1:9717"}}
-    unit = Step("file", tmp_path / "shop@green-watch.service", "update", bundle_kind="watch")
+    unit = Step("file", tmp_path / "shop.watch@green.service", "update", bundle_kind="watch")
     upgrade = InstallResult(name="shop", root=tmp_path, steps=[], slot="green", previous_slot="blue")
     lines = _service_plan(record, upgrade)
     assert lines[-2].startswith("stop shop@blue.service gracefully")
-    assert lines[-1] == "enable and start shop@green-watch.service (the exporter)"
+    assert lines[-1] == "enable and start shop.watch@green.service (the exporter)"
     same = InstallResult(name="shop", root=tmp_path, steps=[unit], slot="green", previous_slot="green")
-    assert _service_plan(record, same) == ["restart shop@green-watch.service (the exporter's unit changed)"]
+    assert _service_plan(record, same) == ["restart shop.watch@green.service (the exporter's unit changed)"]
     without = {k: v for k, v in record.items() if k != "watch"}
     assert not any("watch" in line for line in _service_plan(without, upgrade))
 
@@ -141,9 +145,9 @@ def test_the_exporter_unit_keeps_a_private_tmp_unless_its_program_lives_there(tm
     """PrivateTmp= would hide a program under /tmp: systemd could not start it (203/EXEC) and
     would retry forever, so the unit goes without, as the app's unit does for an app under /tmp."""
     elsewhere = settings(written(tmp_path / "a", "2x4-mapped", watch="/opt/tools/bin/uwsgi-layouts")
-                         / "blue/systemd/shop@blue-watch.service")
+                         / "blue/systemd/shop.watch@blue.service")
     under_tmp = settings(written(tmp_path / "b", "2x4-mapped", watch="/tmp/checkout/.venv/bin/uwsgi-layouts")
-                         / "blue/systemd/shop@blue-watch.service")
+                         / "blue/systemd/shop.watch@blue.service")
     assert elsewhere[("Service", "PrivateTmp")] == "yes"
     assert ("Service", "PrivateTmp") not in under_tmp
     assert under_tmp[("Service", "ExecStart")].startswith("/tmp/checkout/.venv/bin/uwsgi-layouts watch ")

@@ -8,12 +8,25 @@ import tempfile
 from pathlib import Path
 
 
+def _umask() -> int:
+    """This process's umask, read without changing it (Linux 4.7+: /proc/self/status): setting it
+    to read it back would race with the other threads (watch's, the samplers') creating files."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)  # an older kernel: the only way left
+    os.umask(mask)
+    return mask
+
+
 def _default_mode() -> int:
     """What open() would give a new file: 0666 less the umask (mkstemp makes 0600, which would
     hide results and configs from the team and from nginx)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return 0o666 & ~mask
+    return 0o666 & ~_umask()
 
 
 def write_atomic(path: Path | str, data: str | bytes, *, mode: int | None = None,

@@ -233,8 +233,8 @@ def test_the_unit_under_systemd_serves_stops_gracefully_and_uninstalls(flask_app
         state = show(c, "shop@blue", "ActiveState", "SubState", "StatusText", "User", "UnitFileState")
         assert state == {"ActiveState": "active", "SubState": "running", "StatusText": "uWSGI is ready",
                          "User": "shop", "UnitFileState": "enabled"}, state  # Type=notify: READY from uWSGI
-        assert "systemctl enable --now shop@blue-watch.service (the exporter)" in out, out
-        assert show(c, "shop@blue-watch", "ActiveState", "User", "UnitFileState") == {
+        assert "systemctl enable --now shop.watch@blue.service (the exporter)" in out, out
+        assert show(c, "shop.watch@blue", "ActiveState", "User", "UnitFileState") == {
             "ActiveState": "active", "User": "shop", "UnitFileState": "enabled"}
         assert show(c, "shop@blue", "CPUQuotaPerSecUSec", "MemoryMax") == {
             "CPUQuotaPerSecUSec": "infinity", "MemoryMax": "infinity"}, "a layout without limits has none"
@@ -257,7 +257,7 @@ def test_the_unit_under_systemd_serves_stops_gracefully_and_uninstalls(flask_app
         assert curl(c, f"https://{HOST}/assets/hello.txt") == ("200", "hello from nginx\n")
 
         # The exporter (as shop, with adm) reads the slot's stats socket and nginx's log, whose modes stay.
-        metrics = scrape(c, "shop@blue-watch", r'^uwsgi_layouts_up\{stats="/run/shop/blue/stats.sock"\} 1\.0$',
+        metrics = scrape(c, "shop.watch@blue", r'^uwsgi_layouts_up\{stats="/run/shop/blue/stats.sock"\} 1\.0$',
                          r'^uwsgi_layouts_worker_requests_total\{worker="1"\} ',
                          r'^uwsgi_layouts_worker_requests_total\{worker="2"\} ',
                          r'^uwsgi_layouts_upstream_response_seconds_count\{.*status_class="2xx".*\} [1-9]',
@@ -320,10 +320,10 @@ def test_the_unit_under_systemd_serves_stops_gracefully_and_uninstalls(flask_app
         assert "systemctl enable --now shop@green.service" in out and "removed /etc/uwsgi-layouts/shop@blue.ini" in out
         assert len(workers(c, "green")) == 3 and curl(c, f"https://{HOST}/")[0] == "200"
         assert c.run("systemctl", "cat", "shop@blue", check=False).returncode != 0, "blue's unit is gone"
-        assert c.run("systemctl", "cat", "shop@blue-watch", check=False).returncode != 0, "blue's exporter is gone"
+        assert c.run("systemctl", "cat", "shop.watch@blue", check=False).returncode != 0, "blue's exporter is gone"
         # The new slot's exporter reads the new slot's three workers.
-        assert "systemctl enable --now shop@green-watch.service (the exporter)" in out, out
-        scrape(c, "shop@green-watch", r'^uwsgi_layouts_worker_threads\{worker="3"\} 2\.0$',
+        assert "systemctl enable --now shop.watch@green.service (the exporter)" in out, out
+        scrape(c, "shop.watch@green", r'^uwsgi_layouts_worker_threads\{worker="3"\} 2\.0$',
                r'^uwsgi_layouts_up\{stats="/run/shop/green/stats.sock"\} 1\.0$')
         # The layout's @cpus=1,memory=512 as systemd holds them for the unit.
         assert show(c, "shop@green", "CPUQuotaPerSecUSec", "MemoryMax") == {
@@ -355,10 +355,10 @@ def test_the_unit_under_systemd_serves_stops_gracefully_and_uninstalls(flask_app
         order = [next(i for i, line in enumerate(lines) if line.startswith(prefix))
                  for prefix in ("systemctl reload nginx", "systemctl stop shop@green.service")]
         assert order == sorted(order), proc.stdout
-        assert show(c, "shop@green-watch", "LoadState")["LoadState"] == "not-found"
+        assert show(c, "shop.watch@green", "LoadState")["LoadState"] == "not-found"
         for path in ("/etc/uwsgi-layouts", "/etc/systemd/system/shop@green.service",
-                     "/etc/systemd/system/shop@green-watch.service", "/etc/logrotate.d/shop",
-                     "/etc/systemd/system/multi-user.target.wants/shop@green-watch.service",
+                     "/etc/systemd/system/shop.watch@green.service", "/etc/logrotate.d/shop",
+                     "/etc/systemd/system/multi-user.target.wants/shop.watch@green.service",
                      "/etc/nginx/sites-enabled/shop.conf", "/var/lib/uwsgi-layouts/shop.json", "/run/shop"):
             assert c.run("test", "-e", path, check=False).returncode == 1, f"{path} left behind"
         assert c.run("test", "-f", "/var/log/nginx/shop.access.log", check=False).returncode == 0, "logs stay"

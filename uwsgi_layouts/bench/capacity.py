@@ -28,7 +28,7 @@ Here:
   rate x 5 replies whatever the latency; summed over consecutive samples, only the two outer
   edges can move a reply in or out (``EDGE_REPLIES``), however long the step. So the step keeps
   up when it is short by at most max(EDGE_REPLIES, (1 - ``KEPT_UP``) x expected): with the >= 150
-  steady replies a step of 200 requests holds, a server 3% short of the rate fails;
+  steady replies a step of 200 requests holds, a server more than 3% short of the rate fails;
 - any server-side error (httperf's timeouts, refused or reset connections, a 4xx/5xx) fails the
   step, counted; a reply missing, or a request nginx did not log, too; a client-side error
   (httperf's own limits) makes it invalid.

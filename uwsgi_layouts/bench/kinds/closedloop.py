@@ -436,7 +436,10 @@ def _until_decided(plan: Plan, until: Until, snapshot, block, overhead_s: float,
         state["rounds"].append({"round": rounds, "layouts": blocks})
         keys = key_comparisons(snapshot(False))
     state["stop"] = why
-    more["final_round"] = rounds  # the final look: judged with the final share of the error
+    # The final look keeps the final share of the error only where the budget or the maximum, not
+    # the data, ended the run: stopping because the key comparisons settled is a look the data
+    # chose, and every comparison then keeps the interim level it settled at.
+    more["final_round"] = 0 if why == "every key comparison settled" else rounds
 
 
 class LiveRunner:

@@ -16,6 +16,7 @@ there is never touched.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -77,6 +78,8 @@ class DatagramLog:
             self._sock.settimeout(RECEIVE_TIMEOUT_S)
         except OSError:
             self._sock.close()
+            with contextlib.suppress(FileNotFoundError):  # bound, then chmod failed: ours to remove
+                os.unlink(path)
             raise
         self._lock = threading.Lock()
         self._lines: list[bytes] = []

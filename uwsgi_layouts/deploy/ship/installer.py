@@ -97,7 +97,7 @@ from uwsgi_layouts.deploy.ship.services import (
     systemctl,
     systemd_running,
 )
-from uwsgi_layouts.deploy.ship.watch import LOG_READER_GROUP, watch_unit_of
+from uwsgi_layouts.deploy.ship.watch import LOG_READER_GROUP, watch_template_of, watch_unit_of
 from uwsgi_layouts.files import write_atomic
 
 # Where packages put their units: a bundle must not shadow one (NAME=nginx would).
@@ -242,7 +242,8 @@ def check_machine(record: dict, root: Path, app_check: bool = True, installed: b
         return
     # Our units in /etc would shadow a package's NAME.service, its template NAME@.service or an instance.
     units = {f"{name}.service", f"{name}@.service", *(unit_of(name, slot) for slot in record.get("slots") or []),
-             *(watch_unit_of(name, slot) for slot in record.get("slots") or [] if record.get("watch"))}
+             *(watch_unit_of(name, slot) for slot in record.get("slots") or [] if record.get("watch")),
+             *((watch_template_of(name),) if record.get("watch") else ())}
     for unit_dir in PACKAGE_UNIT_DIRS:
         for unit in sorted(units):
             clash = under(root, f"{unit_dir}/{unit}")
@@ -309,6 +310,10 @@ def check_watch(watch: dict, app_check: bool) -> None:
 def check_limits(limits: dict) -> None:
     """The unit's CPUQuota= and MemoryMax= within this server (the bundle was made elsewhere): a
     quota above its CPUs limits nothing, a memory limit above its memory neither."""
+    for field_name in ("cpus", "memory"):  # bundle.json may have been edited by hand
+        value = limits.get(field_name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+            raise LayoutError(field_name, f"bundle.json's limits.{field_name} must be a positive number, got {value!r}")
     host = os.cpu_count() or 1
     if limits.get("cpus") is not None and limits["cpus"] > host:
         raise LayoutError("cpus", f"{limits['cpus']:g} is more than this server's {host} CPUs (the unit's "

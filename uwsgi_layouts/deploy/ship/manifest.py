@@ -72,7 +72,7 @@ def read_manifest(root: Path, name: str) -> Manifest | None:
 def write_manifest(root: Path, manifest: Manifest) -> Path:
     """Written beside its target, then renamed over it (root:root 0644: paths and hashes only)."""
     path = root / manifest_path(manifest.name).lstrip("/")
-    return write_atomic(path, manifest.to_json(), mode=0o644)
+    return write_atomic(path, manifest.to_json(), mode=0o644, durable=True)  # as durable as the files it lists
 
 
 def sha256(data: bytes) -> str:

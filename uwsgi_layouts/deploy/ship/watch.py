@@ -1,12 +1,14 @@
 """The bundle's exporter: ``uwsgi-layouts watch`` as a unit beside the app's (``bundle --watch``).
 
-One unit per slot, ``NAME@SLOT-watch.service`` (a bundle's name holds no "@", so no other
-bundle's unit can be called that), bound to the slot it reads: started after it, stopped with it
-(BindsTo=). It runs as the app's user, who reads the slot's stats socket (uWSGI creates it as that
-user), and with the ``adm`` group, which reads Debian's nginx logs (www-data:adm 0640): no file's
-mode changes, and the unit sees nginx's log directory only, nothing else of /var/log. Its
-metrics are served on loopback. Both slots' units name the same port, so install starts the new
-slot's exporter once the old slot is stopped (its exporter with it).
+One unit per slot, ``NAME.watch@SLOT.service``: a template of its own, so the app's template
+drop-ins (``NAME@.service.d/``) and ``systemctl stop 'NAME@*'`` leave it alone, and a bundle's
+name holds no ".", so no other bundle's unit can be called that. It is bound to the slot it
+reads: started after it, stopped with it (BindsTo=). It runs as the app's user, who reads the
+slot's stats socket (uWSGI creates it as that user), and with the ``adm`` group, which reads
+Debian's nginx logs (www-data:adm 0640): no file's mode changes, and the unit sees nginx's log
+directory only, nothing else of /var/log. Its metrics are served on loopback. Both slots' units
+name the same port, so install starts the new slot's exporter once the old slot is stopped (its
+exporter with it).
 """
 
 from __future__ import annotations
@@ -21,7 +23,12 @@ LOG_READER_GROUP = "adm"
 
 
 def watch_unit_of(name: str, slot: str) -> str:
-    return f"{name}@{slot}-watch.service" if slot else f"{name}-watch.service"
+    return f"{name}.watch@{slot}.service" if slot else f"{name}.watch.service"
+
+
+def watch_template_of(name: str) -> str:
+    """The template the slots' exporter units are instances of (a package's would be shadowed)."""
+    return f"{name}.watch@.service"
 
 
 def watch_listen(raw: str | None, taken_ports: set[int]) -> str:

@@ -224,7 +224,9 @@ def limits_for(variant: PodVariant, processes: int, *, cpus=None, memory=None, r
     return Limits(cpu_milli=cpu_milli, memory=limit, replicas=count,
                   max_replicas=whole("max_replicas", max_replicas, default_max, 1, 1000),
                   cpu_target=target or DEFAULT_CPU_TARGET,
-                  memory_request=min(request, limit) if request is not None else None,
+                  # tune's PSS + 25% at or above the limit: the request is the limit (said so in the
+                  # manifest), never a clamped figure passed off as the measurement
+                  memory_request=request if request is not None and request < limit else None,
                   busy_target=plan.busy_target if plan else None, resources_from=resources_from,
                   scaling_from=plan.words() if plan else _unplanned(variant, replicas, max_replicas, cpu_target))
 
