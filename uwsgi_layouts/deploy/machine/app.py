@@ -56,28 +56,21 @@ module_name, attr, arguments = cfg["module"], cfg["name"], cfg["arguments"]
 sys.path[:0] = [cfg["app_dir"], "."]
 
 
-def resident_kb():
-    # What this interpreter holds after importing the app: about what one worker holds alone.
+def proc_kb(path, key):
+    # One "Key:   N kB" line of a /proc file, or None where the file or the line is missing.
     try:
-        with open("/proc/self/status") as status:
-            return next((int(line.split()[1]) for line in status if line.startswith("VmRSS:")), None)
-    except (OSError, ValueError):
-        return None
-
-
-def proportional_kb():
-    # PSS: each shared page (libpython, the C libraries) counted over the processes sharing it, as
-    # the memory a worker adds is counted (smaps_rollup: Linux 4.14+; None where it is missing).
-    try:
-        with open("/proc/self/smaps_rollup") as rollup:
-            return next((int(line.split()[1]) for line in rollup if line.startswith("Pss:")), None)
+        with open(path) as lines:
+            return next((int(line.split()[1]) for line in lines if line.startswith(key)), None)
     except (OSError, ValueError):
         return None
 
 
 def report(**fields):
-    fields["rss_kb"] = resident_kb()
-    fields["pss_kb"] = proportional_kb()
+    # RSS: what this interpreter holds after importing the app, about what one worker holds alone.
+    fields["rss_kb"] = proc_kb("/proc/self/status", "VmRSS:")
+    # PSS: each shared page (libpython, the C libraries) counted over the processes sharing it, as
+    # the memory a worker adds is counted (smaps_rollup: Linux 4.14+; None where it is missing).
+    fields["pss_kb"] = proc_kb("/proc/self/smaps_rollup", "Pss:")
     os.write(1, ("\n" + cfg["mark"] + json.dumps(fields) + "\n").encode())
     os._exit(0)
 
