@@ -225,10 +225,13 @@ def test_validation_lines():
             {"replicas": 2, "rate": None, "per_replica_rate": None, "plan_per_replica_rate": 4.58, "difference": None},
             {"replicas": 3, "rate": 12, "per_replica_rate": 4, "plan_per_replica_rate": 4.58, "difference": 0.145,
              "resolution": None}]
+    rows[2]["steps"] = [RateStep(12, "pass", 900, cpu_share=0.61, client_cpu_pct=42.5).to_dict(),
+                        RateStep(13, "fail", 3000, cpu_share=0.66, client_cpu_pct=30).to_dict()]
     lines = validation_lines(rows)
     assert lines[0].startswith("VALIDATION:")
-    assert lines[2].split() == ["1", "4.5", "4.5", "4%", "4.58", "+2%"]
-    assert lines[3].split() == ["2", "-", "-", "-", "4.58", "-"]
+    assert lines[4].split()[-2:] == ["61%", "42.5%"]  # at the count's capacity: the replicas' CPU, httperf's
+    assert lines[2].split() == ["1", "4.5", "4.5", "4%", "4.58", "+2%", "-", "-"]
+    assert lines[3].split() == ["2", "-", "-", "-", "4.58", "-", "-", "-"]
     assert lines[-1] == ("VALIDATION: the plan's rate per replica is NOT within 10% of every count measured (largest "
                          "difference +14%, 3 replica(s))")
     assert validation_lines(rows[:1])[-1].startswith("VALIDATION: the plan's rate per replica is within 10%")

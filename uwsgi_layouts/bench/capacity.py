@@ -94,13 +94,16 @@ class RateStep:
     kept_up: float | None = None  # steady replies / rate x their seconds
     step_s: float | None = None
     throttled_share: float | None = None  # throttled periods / periods
+    # httperf's own CPU time over its run, % of one core: a busy-poller takes all it is given, so
+    # well under 100% means it waited for the CPU (bench.load.generator says where it ran)
+    client_cpu_pct: float | None = None
 
     def __post_init__(self):
         if not (isinstance(self.rate, (int, float)) and self.rate > 0):
             raise ValueError(f"rate: must be > 0, got {self.rate!r}")
         if self.verdict not in ("pass", "fail", "invalid"):
             raise ValueError(f"verdict: must be pass, fail or invalid, got {self.verdict!r}")
-        for name in ("p99_ms", "cpu_share", "busy_ratio", "kept_up", "step_s", "throttled_share"):
+        for name in ("p99_ms", "cpu_share", "busy_ratio", "kept_up", "step_s", "throttled_share", "client_cpu_pct"):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, (int, float)) and value >= 0 and math.isfinite(value)):
                 raise ValueError(f"{name}: must be a finite number >= 0, got {value!r}")
@@ -115,7 +118,7 @@ class RateStep:
         return {"rate": self.rate, "verdict": self.verdict, "p99_ms": self.p99_ms, "cpu_share": self.cpu_share,
                 "busy_ratio": self.busy_ratio, "reasons": list(self.reasons),
                 "requests_logged": self.requests_logged, "errors": self.errors, "kept_up": self.kept_up,
-                "step_s": self.step_s, "throttled_share": self.throttled_share}
+                "step_s": self.step_s, "throttled_share": self.throttled_share, "client_cpu_pct": self.client_cpu_pct}
 
     @classmethod
     def from_dict(cls, data: dict) -> "RateStep":

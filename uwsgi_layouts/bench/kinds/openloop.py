@@ -18,7 +18,8 @@ that passed before the first one that did not (stepping stops there unless ``--a
 
 httperf busy-polls: it keeps one core at ~100% whatever the rate. On a small machine that
 core is taken from the server, so httperf runs under ``nice 19`` by default (the server
-wins when both want the CPU) and every step records httperf's own CPU share.
+wins when both want the CPU), in a cgroup of its own at the lowest CPU priority when the layout
+has ``@cpus`` (``bench.load.generator``), and every step records httperf's own CPU share.
 
 Your app and its traffic (``bench.subject``: --app, --request, --access-log..., as compare takes
 them): the app is pre-flighted before the stack starts, each distinct request is sent once through
@@ -44,6 +45,7 @@ from uwsgi_layouts.bench.environment import capture
 from uwsgi_layouts.bench.kinds.base import RESULTS_NAME, Kind, publish, sigterm_interrupts
 from uwsgi_layouts.bench.load import httperf
 from uwsgi_layouts.bench.load.files import ROUTES, write_wlog
+from uwsgi_layouts.bench.load.generator import describe, placed
 from uwsgi_layouts.bench.load.traffic import redact_argv
 from uwsgi_layouts.bench.load.wrk import WrkProcess, run_wrks
 from uwsgi_layouts.bench.observe import tree_cpu_seconds
@@ -179,7 +181,8 @@ def measure(a: _Args, lab: Lab, raw: Path, steps: list[Step], on_step=print, tra
             cmd = httperf.command(layout.listen_port, a.path, rate, a.step, a.timeout, nice=a.client_nice, wlog=wlog,
                                   headers=headers)
             cpu0 = tree_cpu_seconds(stack.pids["app"]) + tree_cpu_seconds(stack.pids["nginx"])
-            text = httperf.run(cmd, a.step * 2 + a.timeout + 30)
+            with placed(layout) as place:
+                text = httperf.run(cmd, a.step * 2 + a.timeout + 30, place.join_files)
             cpu1 = tree_cpu_seconds(stack.pids["app"]) + tree_cpu_seconds(stack.pids["nginx"])
             stack.check_alive()
             name = f"step-{rate:g}.txt"
@@ -206,7 +209,9 @@ def run(args) -> int:
     est = len(a.rates) * (a.step + 2) + a.warmup + 5
     print(f"open loop: {a.layout} ({a.subject.app}), rates {','.join(f'{r:g}' for r in a.rates)} req/s, {a.step:g} "
           f"s each; at most about {est / 60:.1f} min; results in {out}", flush=True)
-    environment = capture() | {"httperf": httperf.version()}
+    environment = capture() | {"httperf": httperf.version(),
+                               "load_generator": describe(parse_variant(a.layout, run_dir="/tmp/validate"),
+                                                          a.client_nice)}
     created = utc_now()
     steps: list[Step] = []
     results_path = out / RESULTS_NAME

@@ -74,6 +74,7 @@ from uwsgi_layouts.bench.capacity import (
 from uwsgi_layouts.bench.environment import capture
 from uwsgi_layouts.bench.kinds.base import Kind, sigterm_interrupts
 from uwsgi_layouts.bench.load import httperf
+from uwsgi_layouts.bench.load.generator import describe, placed
 from uwsgi_layouts.bench.load.traffic import redact_argv
 from uwsgi_layouts.bench.load.wrk import WrkProcess, run_wrks
 from uwsgi_layouts.bench.observe import Sampler, limit_record, parse_timed_line, stack_memory
@@ -330,8 +331,9 @@ def offer(stack: Stack, a: PlanArgs, load: Load, rate: float, raw: Path, name: s
     before, t0 = stack.cgroup_reading(), time.monotonic()
     cmd = httperf.command(layout.listen_port, load.path, rate, seconds, a.timeout, nice=a.client_nice,
                           wlog=load.wlog, headers=load.headers)
-    with Sampler(layout.stats_address if sample else None, interval=SAMPLE_INTERVAL_S) as sampler:
-        text = httperf.run(cmd, seconds * 2 + a.timeout + 30)
+    with placed(layout) as place, \
+            Sampler(layout.stats_address if sample else None, interval=SAMPLE_INTERVAL_S) as sampler:
+        text = httperf.run(cmd, seconds * 2 + a.timeout + 30, place.join_files)
     after, t1 = stack.cgroup_reading(), time.monotonic()
     stack.check_alive()
     raw.mkdir(parents=True, exist_ok=True)
@@ -346,7 +348,7 @@ def offer(stack: Stack, a: PlanArgs, load: Load, rate: float, raw: Path, name: s
     step = RateStep(rate=rate, verdict=judged.verdict, p99_ms=p99_ms(times), cpu_share=limit.get("quota_share"),
                     busy_ratio=busy_ratio(sampler) if sample else None, reasons=reasons,
                     requests_logged=len(times), errors=judged.errors, kept_up=judged.kept_up, step_s=seconds,
-                    throttled_share=limit.get("throttled_share"))
+                    throttled_share=limit.get("throttled_share"), client_cpu_pct=parsed.get("client_cpu_pct"))
     return Offered(step, limit, parsed)
 
 
@@ -433,7 +435,7 @@ def run_count(a: PlanArgs, lab: Lab, raw: Path, count: int, rate: float, per_rep
             "predicted": rate / count <= per_replica_rate, "verdict": s.verdict, "p99_ms": s.p99_ms,
             "meets": s.meets(a.p99_ms), "reasons": list(s.reasons), "pss_mb": pss, "errors": s.errors,
             "step_s": s.step_s, "throttled_share": offered.limit.get("throttled_share"),
-            "cpu_share": offered.limit.get("quota_share")}
+            "cpu_share": offered.limit.get("quota_share"), "client_cpu_pct": s.client_cpu_pct}
 
 
 def check(a: PlanArgs, plan: Plan, lab: Lab, raw: Path, on_line=print) -> dict:
@@ -491,12 +493,14 @@ def run(args) -> int:
           f"{out}", flush=True)
     data: dict = {"format_version": FORMAT_VERSION, "kind": "plan", "arguments": a.arguments(),
                   "environment": capture() | {"httperf": httperf.version()}, "load_before": load_average()}
-    cpus = parse_variant(a.layout, run_dir="/tmp/validate").cpus
+    layout = parse_variant(a.layout, run_dir="/tmp/validate")
+    cpus = layout.cpus
+    data["load_generator"] = describe(layout, a.client_nice)
 
     def on_step(step: RateStep) -> None:
         print(f"  {step.rate:g} req/s for {step.step_s:g} s: {step.verdict}, p99 {step.p99_ms} ms over "
               f"{step.requests_logged} requests, kept up {step.kept_up}, CPU/limit {step.cpu_share}, throttled "
-              f"{step.throttled_share}, busy threads {step.busy_ratio}"
+              f"{step.throttled_share}, busy threads {step.busy_ratio}, httperf CPU {step.client_cpu_pct}%"
               + (f" ({'; '.join(step.reasons)})" if step.reasons else ""), flush=True)
 
     try:

@@ -3,7 +3,8 @@
 httperf opens new connections at a fixed rate R whatever the server does, one request each
 here, so a server that cannot keep up shows it: replies lag, time out or fail (wrk's closed
 loop hides that: slow replies slow the client down). httperf busy-polls one core, so it runs
-under ``nice`` by default and its own CPU share is part of the summary.
+under ``nice`` by default, in a cgroup of its own at the lowest CPU priority when the stack is
+held to a quota (``bench.load.generator``), and its own CPU time is part of the summary.
 """
 
 from __future__ import annotations
@@ -107,10 +108,12 @@ def write_mix_wlog(dest: Path, mix, seed: int = 0, size: int = 10_000) -> Path:
     return dest
 
 
-def run(cmd: list[str], limit_s: float) -> str:
-    """Run httperf once; its complete output (stdout + stderr) with the command line on top."""
+def run(cmd: list[str], limit_s: float, cgroup_files: tuple[str, ...] = ()) -> str:
+    """Run httperf once (inside the cgroup whose ``cgroup.procs`` files are ``cgroup_files``, if
+    any, joined before exec); its complete output (stdout + stderr) with the command line on top."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=child_setup(death_signal=signal.SIGKILL))  # ends with the benchmark
+                            preexec_fn=child_setup(death_signal=signal.SIGKILL,  # ends with the benchmark
+                                                   cgroup_files=cgroup_files))
     try:
         out, err = proc.communicate(timeout=limit_s)
     except subprocess.TimeoutExpired:

@@ -75,7 +75,8 @@ def _header(results: Results) -> str:
         "your requests (below)" if mixes(results) else f"GET {a.get('path')}"
     return (f"open loop (httperf {env.get('httperf', '')}, fixed request rate): {a.get('layout')}, {target}, "
             f"steps of {a.get('step_s', 0):g} s" + (f", {env['nproc']} cores" if env.get("nproc") else "")
-            + (f", httperf under nice {a['client_nice']}" if a.get("client_nice") else ""))
+            + (f", httperf under nice {a['client_nice']}" if a.get("client_nice") else "")
+            + (f"\nload generator: {env['load_generator']}" if env.get("load_generator") else ""))
 
 
 def terminal_lines(results: Results) -> list[str]:

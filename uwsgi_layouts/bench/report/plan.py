@@ -28,11 +28,12 @@ def _num(x: float | None, unit: str = "") -> str:
 def step_lines(plan_or_steps, target_p99_ms: float) -> list[str]:
     steps = plan_or_steps.steps if isinstance(plan_or_steps, Plan) else plan_or_steps
     out = [f"{'rate/s':>8} {'s':>4} {'requests':>8} {'verdict':>8} {'kept up':>8} {'errors':>6} {'p99 ms':>8} "
-           f"{'meets':>6} {'CPU/limit':>10} {'throttled':>9} {'busy thr':>9}"]
+           f"{'meets':>6} {'CPU/limit':>10} {'throttled':>9} {'busy thr':>9} {'httperf CPU':>11}"]
     for s in sorted(steps, key=lambda s: s.rate):
         out.append(f"{s.rate:>8g} {_num(s.step_s):>4} {s.requests_logged:>8} {s.verdict:>8} {_pct(s.kept_up):>8} "
                    f"{s.errors:>6} {_num(s.p99_ms):>8} {'yes' if s.meets(target_p99_ms) else 'no':>6} "
-                   f"{_pct(s.cpu_share):>10} {_pct(s.throttled_share):>9} {_num(s.busy_ratio):>9}"
+                   f"{_pct(s.cpu_share):>10} {_pct(s.throttled_share):>9} {_num(s.busy_ratio):>9} "
+                   f"{_num(s.client_cpu_pct, '%'):>11}"
                    + (f"  ({'; '.join(s.reasons)})" if s.reasons else ""))
     return out
 
@@ -64,12 +65,13 @@ def check_lines(check: dict) -> list[str]:
     out = [f"CHECK at {check['rate']:g} req/s (measured, this machine; {check['note']})" if check.get("note")
            else f"CHECK at {check['rate']:g} req/s (measured, this machine)",
            f"{'replicas':>8} {'per replica':>12} {'predicted':>10} {'verdict':>8} {'p99 ms':>8} {'meets':>6} "
-           f"{'PSS MB':>8} {'throttled':>10}"]
+           f"{'PSS MB':>8} {'throttled':>10} {'httperf CPU':>11}"]
     for run in check["runs"]:
         predicted = "meets" if run["predicted"] else "misses"
         out.append(f"{run['replicas']:>8} {run['per_replica_rate']:>12g} {predicted:>10} "
                    f"{run['verdict']:>8} {_num(run['p99_ms']):>8} {'yes' if run['meets'] else 'no':>6} "
-                   f"{_num(run.get('pss_mb')):>8} {_pct(run.get('throttled_share')):>10}")
+                   f"{_num(run.get('pss_mb')):>8} {_pct(run.get('throttled_share')):>10} "
+                   f"{_num(run.get('client_cpu_pct'), '%'):>11}")
     out.append(f"CHECK: {check['verdict']}")
     return out
 
@@ -78,7 +80,8 @@ def report_lines(data: dict, plan: Plan | None, steps, target_p99_ms: float) -> 
     """The whole report: the header, the steps, the plan (or why there is none), the check."""
     a = data["arguments"]
     out = [f"plan: {a['layout']} for {a['rate']:g} req/s within p99 {a['p99_ms']:g} ms (open loop, httperf; p99 "
-           f"from nginx's $request_time); load {data['load_before']} before, {data['load_after']} after", ""]
+           f"from nginx's $request_time); load {data['load_before']} before, {data['load_after']} after",
+           *([f"load generator: {data['load_generator']}"] if data.get("load_generator") else []), ""]
     rule = (f"each step >= {a['min_requests']} requests, bisected to {a['resolution']:.0%}"
             if "min_requests" in a else "steps of the first plan format")
     out += [f"One replica under its quota, offered fixed rates ({rule}):", *step_lines(steps, target_p99_ms), ""]
@@ -95,12 +98,14 @@ def validation_lines(rows: list[dict]) -> list[str]:
     out = ["VALIDATION: each count's own capacity, searched as one replica's was (same rule, resolution and "
            "step length per replica's rate)",
            f"{'replicas':>8} {'carried/s':>10} {'per replica':>12} {'resolved':>9} {'plan':>8} "
-           f"{'plan vs measured':>17}"]
+           f"{'plan vs measured':>17} {'CPU/limit':>10} {'httperf CPU':>11}"]
     for r in rows:
         diff = "-" if r["difference"] is None else f"{r['difference']:+.0%}"
         resolution = "-" if r.get("resolution") is None else f"{r['resolution']:.0%}"
+        at = next((s for s in r.get("steps", []) if s["rate"] == r["rate"]), {})  # the step at the count's capacity
         out.append(f"{r['replicas']:>8} {_num(r['rate']):>10} {_num(r['per_replica_rate']):>12} {resolution:>9} "
-                   f"{r['plan_per_replica_rate']:>8g} {diff:>17}")
+                   f"{r['plan_per_replica_rate']:>8g} {diff:>17} {_pct(at.get('cpu_share')):>10} "
+                   f"{_num(at.get('client_cpu_pct'), '%'):>11}")
     within = [r for r in rows if r["difference"] is not None]
     if within:
         worst = max(within, key=lambda r: abs(r["difference"]))

@@ -126,7 +126,11 @@ class ServerCgroup:
         return f"{PREFIX}{self.run_id}-{self.owner}"
 
     @classmethod
-    def open(cls, cpus: float | None, memory_mb: int | None, report=None) -> "ServerCgroup":
+    def open(cls, cpus: float | None, memory_mb: int | None, report=None, label: str = "") -> "ServerCgroup":
+        """``label``: a word put in the name (``ul-LABEL-ID-PID``), so a reader (and the next run's
+        cleanup line) sees what the cgroup was for."""
+        if label and not label.isalpha():
+            raise ValueError(f"label: letters only, got {label!r}")
         found, why = homes()
         if found is None:
             raise LayoutError("cpus" if cpus is not None else "memory", why)
@@ -134,7 +138,8 @@ class ServerCgroup:
             for line in _clean_stale():
                 if report is not None:
                     report(line)
-            group = cls(found, secrets.token_hex(3), cpus=cpus, memory_mb=memory_mb)
+            run_id = f"{label}-{secrets.token_hex(3)}" if label else secrets.token_hex(3)
+            group = cls(found, run_id, cpus=cpus, memory_mb=memory_mb)
             wanted = {c: Path(d) / group.name for c, d in found.parents if c != "memory" or memory_mb is not None}
             group._write_state([str(d) for d in wanted.values()])
         try:
