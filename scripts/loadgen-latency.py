@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     require_tools("httperf", "wrk")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     rows = []
-    with Lab() as lab, sigterm_interrupts(), lab.stack(a.layout, name=dir_name(a.layout)) as stack:
+    with Lab() as lab, sigterm_interrupts(), lab.stack(a.layout, name=dir_name(a.layout), access_log="on") as stack:
         run_wrks(WrkProcess(f"http://{stack.layout.listen}{a.path}", 1, 2, timeout_s=5))  # warm-up
         for pair in range(a.pairs):
             order = ("own", "niced") if pair % 2 == 0 else ("niced", "own")
