@@ -129,6 +129,16 @@ def test_report_lines_name_the_knee_and_the_rule():
     assert "uwsgi-layouts openloop --rates 6,30" in md
 
 
+def test_report_says_where_httperf_ran_when_recorded():
+    data = _results()
+    assert not any(line.startswith("load generator:") for line in report.terminal_lines(from_dict(data)))
+    data["environment"]["load_generator"] = "httperf in a cgroup of its own at the lowest CPU priority"
+    term = report.terminal_lines(from_dict(data))
+    assert "load generator: httperf in a cgroup of its own at the lowest CPU priority" in term
+    assert "load generator: httperf in a cgroup of its own at the lowest CPU priority." in \
+        report.markdown_lines(from_dict(data), [])
+
+
 def test_results_file_round_trip_and_report_command(tmp_path, capsys):
     v1 = tmp_path / "openloop.json"
     v1.write_text(json.dumps(_results()))

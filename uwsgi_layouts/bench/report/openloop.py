@@ -75,12 +75,17 @@ def _header(results: Results) -> str:
         "your requests (below)" if mixes(results) else f"GET {a.get('path')}"
     return (f"open loop (httperf {env.get('httperf', '')}, fixed request rate): {a.get('layout')}, {target}, "
             f"steps of {a.get('step_s', 0):g} s" + (f", {env['nproc']} cores" if env.get("nproc") else "")
-            + (f", httperf under nice {a['client_nice']}" if a.get("client_nice") else "")
-            + (f"\nload generator: {env['load_generator']}" if env.get("load_generator") else ""))
+            + (f", httperf under nice {a['client_nice']}" if a.get("client_nice") else ""))
+
+
+def _generator(results: Results) -> list[str]:
+    """Where httperf ran (bench.load.generator), for results that recorded it."""
+    where = results.environment.get("load_generator")
+    return [f"load generator: {where}"] if where else []
 
 
 def terminal_lines(results: Results) -> list[str]:
-    out = wrap(_header(results)) + subject_lines(results)
+    out = wrap(_header(results)) + [x for line in _generator(results) for x in wrap(line)] + subject_lines(results)
     if comment(results):
         out += wrap(f"note: {comment(results)}")
     out += [""] + wrap(knee_text(results)) + [""]
@@ -94,7 +99,8 @@ def terminal_lines(results: Results) -> list[str]:
 
 
 def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
-    out = ["# Open-loop benchmark (httperf)", "", _header(results) + ".", "", *subject_markdown(results)]
+    out = ["# Open-loop benchmark (httperf)", "", _header(results) + ".", "",
+           *[x for line in _generator(results) for x in (line + ".", "")], *subject_markdown(results)]
     if comment(results):
         out += [f"> **Note:** {comment(results)}", ""]
     out += [f"**{knee_text(results)}**", "", RULE, ""]
