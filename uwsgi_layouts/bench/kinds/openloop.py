@@ -81,7 +81,9 @@ def add_arguments(p) -> None:
     p.add_argument("--data-dir", help="with --files: the data set (default build/dataset, created if missing)")
     p.add_argument("--timeout", help="httperf's per-request timeout in seconds (default 5)")
     p.add_argument("--warmup", help="seconds of one-connection warm-up before the first step (default 2)")
-    p.add_argument("--client-nice", help="niceness of httperf, which busy-polls a core (default 19; 0 = not niced)")
+    p.add_argument("--client-nice", help="niceness of httperf, which busy-polls a core (default 19; 0 = not niced; "
+                                         "with @cpus it runs in a lowest-priority cgroup of its own, where nice "
+                                         "changes nothing)")
     p.add_argument("--transport", help="uWSGI sockets: unix or tcp (default unix)")
     p.add_argument("--all", action="store_true", help="run every rate, not only up to the first that fails")
     subj.add_arguments(p)

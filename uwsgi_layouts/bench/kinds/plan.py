@@ -124,7 +124,8 @@ def add_arguments(p) -> None:
     p.add_argument("--timeout", help=f"httperf's per-request timeout in seconds, above the p99 target (default "
                                      f"max({MIN_TIMEOUT_S}, 2 x the p99 target))")
     p.add_argument("--warmup", help="seconds of one-connection warm-up before the first step (default 2)")
-    p.add_argument("--client-nice", help="niceness of httperf, which busy-polls a core (default 19)")
+    p.add_argument("--client-nice", help="niceness of httperf, which busy-polls a core (default 19; with @cpus it "
+                                         "runs in a lowest-priority cgroup of its own, where nice changes nothing)")
     p.add_argument("--check", action="store_true", help="run the planned replicas at the target rate (and one "
                                                         "fewer) where they fit this machine, and report predicted "
                                                         "against measured")
