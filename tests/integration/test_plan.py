@@ -54,6 +54,8 @@ def test_plan_from_one_replica(tmp_run_dir, leftover_processes):
         assert s["busy_ratio"] is not None and 0 <= s["busy_ratio"] <= 1
         assert s["cpu_share"] is not None and s["cpu_share"] < 0.5  # sleeping, not computing
         assert s["kept_up"] is not None and s["errors"] >= 0
+        assert s["client_cpu_pct"] is not None  # httperf's own CPU, which says whether it waited for the CPU
+    assert data["load_generator"].startswith("httperf in a cgroup of its own")  # the layout has a quota
     p = data["plan"]
     met = [s["rate"] for s in steps if s["verdict"] == "pass" and s["p99_ms"] <= 1500]
     assert p["per_replica_rate"] == max(met)
