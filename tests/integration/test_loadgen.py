@@ -8,6 +8,7 @@ cgroup is removed by the next run, which says so. Needs root and a writable cgro
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -18,6 +19,7 @@ import psutil
 import pytest
 
 from tests.integration.support import FAST, kill_run
+from uwsgi_layouts.bench.load import httperf
 from uwsgi_layouts.bench.load.generator import placed
 from uwsgi_layouts.deploy.machine import homes
 from uwsgi_layouts.deploy.model import parse_variant
@@ -52,18 +54,32 @@ def mount() -> str:
 
 
 def httperf_of(proc: subprocess.Popen, timeout_s: float = 90) -> psutil.Process:
-    """The httperf process ``proc`` started, once it runs (its first step)."""
+    """The httperf process ``proc`` started for its first step, once it runs."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()[1][-2000:]
         for child in psutil.Process(proc.pid).children(recursive=True):
             try:
-                if child.name() == "httperf":
+                if child.name() == "httperf" and "--rate" in child.cmdline():  # not `httperf --version`
                     return child
             except psutil.NoSuchProcess:
                 continue
         time.sleep(0.05)  # polling interval while the stack starts
     raise AssertionError("httperf did not start")
+
+
+def descriptors(httperf_output: str) -> int:
+    """The open-descriptor limit httperf said it runs with."""
+    m = re.search(r"maximum number of open descriptors = (\d+)", httperf_output)
+    assert m, httperf_output[-2000:]
+    return int(m[1])
+
+
+def plain_httperf(port: int) -> str:
+    """httperf's output run from here, in this process's cgroup (one connection to ``port``, where
+    nobody listens)."""
+    done = subprocess.run(httperf.command(port, "/", 1, 1, 1), capture_output=True, text=True, timeout=60)
+    return done.stdout + done.stderr
 
 
 def openloop(out: Path, layout: str) -> subprocess.Popen:
@@ -72,12 +88,13 @@ def openloop(out: Path, layout: str) -> subprocess.Popen:
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_against_a_quota_httperf_runs_alone_in_its_lowest_priority_cgroup(tmp_run_dir, leftover_processes):
+def test_against_a_quota_httperf_runs_alone_in_its_lowest_priority_cgroup(tmp_run_dir, leftover_processes,
+                                                                          free_ports):
     out = tmp_run_dir / "openloop"
     proc = openloop(out, "1x1-mapped@cpus=0.5")
     try:
-        httperf = httperf_of(proc)
-        where = cpu_cgroup(httperf.pid)
+        generator = httperf_of(proc)
+        where = cpu_cgroup(generator.pid)
         directory = Path(mount()) / where.lstrip("/")
         assert Path(where).name.startswith("ul-loadgen-") and Path(where).name.endswith(f"-{proc.pid}"), where
         assert directory.is_dir()
@@ -88,7 +105,8 @@ def test_against_a_quota_httperf_runs_alone_in_its_lowest_priority_cgroup(tmp_ru
             assert (directory / "cpu.shares").read_text().strip() == "2"
         else:
             assert (directory / "cpu.weight").read_text().strip() == "1"
-        assert {int(x) for x in (directory / "cgroup.procs").read_text().split()} == {httperf.pid}  # alone
+        assert {int(x) for x in (directory / "cgroup.procs").read_text().split()} == {generator.pid}  # alone
+        assert not (directory / "pids.max").exists()  # no pid limit (nor memory): CPU priority only
         # beside the app server's cgroup (the same parent), so their weights compete at one level
         servers = [Path(d) for d in existing_cgroups() if d.endswith(f"-{proc.pid}") and "loadgen" not in d]
         assert any(d.parent == directory.parent for d in servers), (servers, directory)
@@ -103,6 +121,8 @@ def test_against_a_quota_httperf_runs_alone_in_its_lowest_priority_cgroup(tmp_ru
     assert data["environment"]["load_generator"].startswith("httperf in a cgroup of its own")
     assert data["steps"][0]["client_cpu_pct"] >= 0
     assert "load generator: httperf in a cgroup of its own" in (out / "report.txt").read_text()
+    # its descriptors as where it ran before (httperf raises its limit itself, up to select()'s)
+    assert descriptors((out / "raw" / "step-5.txt").read_text()) == descriptors(plain_httperf(free_ports(1)[0]))
     assert leftover_processes([str(out)], timeout=5) == []
 
 
@@ -110,9 +130,9 @@ def test_without_a_quota_httperf_runs_where_the_command_does(tmp_run_dir, leftov
     out = tmp_run_dir / "openloop"
     proc = openloop(out, "1x1-mapped")
     try:
-        httperf = httperf_of(proc)
-        assert cpu_cgroup(httperf.pid) == cpu_cgroup(proc.pid)
-        assert httperf.nice() == 19
+        generator = httperf_of(proc)
+        assert cpu_cgroup(generator.pid) == cpu_cgroup(proc.pid)
+        assert generator.nice() == 19
         stdout, stderr = proc.communicate(timeout=120)
     finally:
         kill_run(proc)
@@ -147,10 +167,10 @@ def test_a_sigkilled_owner_generator_cgroup_is_removed_by_the_next_run(tmp_path,
         dirs = [Path(f).parent for f in proc.stdout.readline().split()]
         assert dirs and all(d.is_dir() and d.name.startswith("ul-loadgen-") for d in dirs)
         assert len(list(state_dir.glob("loadgen-*.json"))) == 1
-        httperf = httperf_of(proc, timeout_s=20)
-        assert Path(cpu_cgroup(httperf.pid)).name == dirs[0].name
+        generator = httperf_of(proc, timeout_s=20)
+        assert Path(cpu_cgroup(generator.pid)).name == dirs[0].name
         kill_run(proc)  # SIGKILL: no cleanup; PDEATHSIG ends httperf
-        httperf.wait(timeout=10)
+        generator.wait(timeout=10)
         assert all(d.is_dir() for d in dirs)
         said: list[str] = []
         with placed(parse_variant("1x1-mapped@cpus=0.5", run_dir="/tmp/x"), report=said.append) as place:
