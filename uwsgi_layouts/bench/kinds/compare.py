@@ -327,7 +327,9 @@ def run(args) -> int:
             if plan.budget_min is not None:
                 until = Until(None, lambda: 0.0, max_rounds=stored.arguments.get("max_rounds") or plan.repeats,
                               stored_rounds=frozenset(c.round for c in stored.cells),
-                              final_share=stored.arguments.get("final_share") or 0.0)
+                              final_share=stored.arguments.get("final_share") or 0.0,
+                              stored_tails=tuple((stored.arguments.get("until_decided") or {}).get("tails") or ()),
+                              stored_cells=frozenset((c.layout, c.concurrency, c.round) for c in stored.cells))
         else:
             runner = LiveRunner(lab, out / "raw", scenarios, plan.duration, plan.warmup, plan.timeout,
                                 layout_options=plan.options, inflight_hz=plan.inflight_hz)

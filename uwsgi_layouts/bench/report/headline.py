@@ -102,8 +102,14 @@ def tails(v: Verdict) -> str:
     spread = f"{pooled[0]:,}" if pooled[0] == pooled[-1] else f"{pooled[0]:,}-{pooled[-1]:,}"
     if not thin:
         return f"Tails: every verdict cell's pooled p99 quotable ({spread} requests, {MIN_SLOWER_REQUESTS}+ above it)."
-    return (f"Tails: pooled p99 not quotable in {len(thin)} of {len(groups)} verdict cells ({spread} requests, "
-            f"{requests_for_p99():,} needed).")
+    # Each thin cell with the requests it pooled, level by level: what the budget left short.
+    short = []
+    for lv in v.levels:
+        cells = [f"{g.layout} {g.requests:,}" for g in (lv.pair.mapped, lv.pair.shared) if not g.p99_quotable]
+        if cells:
+            short.append(f"at {v.level_name(lv.concurrency) or lv.concurrency}: {', '.join(cells)}")
+    return (f"Tails: pooled p99 not quotable in {len(thin)} of {len(groups)} verdict cells ({'; '.join(short)} "
+            f"requests; {requests_for_p99():,} needed).")
 
 
 def how_sure(results: Results, v: Verdict | None) -> str:
