@@ -264,6 +264,6 @@ def test_the_headline_stays_short_with_thin_tails_and_every_line_in_use():
     lines = headline_lines(r, "results/20260101-120000-compare")
     text = " ".join(" ".join(lines).split())
     assert len(lines[2:]) <= 15, "\n".join(lines)
-    assert "Tails: pooled p99 not quotable in 4 of 4 verdict cells (400 requests, 1,000 needed)." in text
+    assert "Tails: p99 not quotable (need 1,000 requests): P mapped 400, shared 400; 2P mapped 400, shared 400." in text
     assert "(looks at 3-9 rounds: interim 99.8%, final 96.2%)" in text and "straddles 1.25x" in text
     assert all(len(x) <= 100 for x in lines)
