@@ -74,8 +74,9 @@ reload: venv
 faults: venv
 	$(BIN)/uwsgi-layouts faults $(ARGS)
 
-# --budget auto: the planned rounds' estimate x 1.3, at least 5 min (about 5 min on 2 cores), then
-# rounds of the key comparisons still undecided; a --budget in ARGS comes later and wins.
+# --budget auto: 4.5 min on 2 cores (the planned rounds' estimate + 75 s where that is more), so
+# that a fresh clone's venv build and this fit in 5.5 min: the planned rounds, then rounds of the
+# key comparisons still undecided, then the verdict's tails; a --budget in ARGS comes later and wins.
 compare: venv
 	$(BIN)/uwsgi-layouts compare --budget auto $(ARGS)
 
