@@ -481,9 +481,10 @@ MAX_TAIL_ROUNDS = 3  # a rate that fell short of its estimate gets another go, a
 
 
 def tail_round_seconds(seconds: dict[str, dict[str, dict[int, float]]], plan: Plan, overhead_s: float) -> float:
-    """What one round for the tails takes: layout -> scenario -> level -> seconds of its cell."""
-    return sum(block_time(overhead_s, plan.warmup, [d for lv in scs.values() for d in lv.values()], len(scs))
-               for scs in seconds.values())
+    """What one round for the tails (layout -> scenario -> level -> seconds of its cell) takes, as
+    ``_tail_round`` runs it."""
+    return sum(block_time(overhead_s, plan.warmup, durations[x].values(), len(scenarios))
+               for specs, levels, scenarios, durations in _tail_blocks(plan, 0, seconds) for x in specs)
 
 
 def _tail_rounds(plan: Plan, until: Until, snapshot, block, overhead_s: float, state: dict, rounds: int) -> int:
@@ -541,15 +542,23 @@ def _fitting_levels(need: dict[str, dict[str, dict[int, float]]], plan: Plan, ov
 
 
 def _tail_round(plan: Plan, block, rounds: int, seconds: dict[str, dict[str, dict[int, float]]]) -> None:
-    """One round for the tails: the verdict's pair as one paired block where both need time, else
-    the one layout alone, each cell its own duration."""
+    """One round for the tails."""
+    for specs, levels, scenarios, durations in _tail_blocks(plan, rounds, seconds):
+        block(specs, rounds, levels, scenarios, added=True, cell_seconds=durations)
+
+
+def _tail_blocks(plan: Plan, rounds: int, seconds: dict[str, dict[str, dict[int, float]]]) -> list[tuple]:
+    """The blocks of a round for the tails, (specs, levels, scenarios, layout -> level -> seconds):
+    the verdict's pair as one paired block where both need time (one that needs none at a level
+    of the block runs the plan's duration there), else the one layout alone."""
+    out = []
     for _, specs in units(plan, [(rounds, x) for x in round_order(plan.layouts, rounds) if x in seconds]):
         scenarios = [sc for sc in plan.scenarios if any(sc in seconds[x] for x in specs)]
         levels = sorted({lv for x in specs for sc in scenarios for lv in seconds[x].get(sc, {})})
-        # a paired block measures both layouts at its levels: one that needs no time there runs the plan's duration
-        durations = {x: {lv: max((seconds[x].get(sc, {}).get(lv, plan.duration) for sc in scenarios))
+        durations = {x: {lv: max(seconds[x].get(sc, {}).get(lv, plan.duration) for sc in scenarios)
                          for lv in levels} for x in specs}
-        block(specs, rounds, levels, scenarios, added=True, cell_seconds=durations)
+        out.append((specs, levels, scenarios, durations))
+    return out
 
 
 class LiveRunner:
