@@ -16,7 +16,15 @@ import pytest
 from tests.test_decisions import FakeClock, FakeRunner
 from uwsgi_layouts.bench.analysis import requests_for_p99, rule_of
 from uwsgi_layouts.bench.decisions import key_comparisons, next_blocks, tail_blocks
-from uwsgi_layouts.bench.kinds.closedloop import RESERVE_S, Plan, ReplayRunner, Until, run_sweep
+from uwsgi_layouts.bench.kinds.closedloop import (
+    CLAIM_ROUNDS,
+    MAX_ROUNDS,
+    RESERVE_S,
+    Plan,
+    ReplayRunner,
+    Until,
+    run_sweep,
+)
 from uwsgi_layouts.bench.load.wrk import compress
 from uwsgi_layouts.bench.report.headline import headline_lines
 from uwsgi_layouts.bench.results import Cell
@@ -170,3 +178,18 @@ def test_the_verdicts_thin_tails_are_no_round_until_decided(settled):
             if not g.p99_quotable:
                 seconds = need[g.layout]["article"][k.level]
                 assert seconds == pytest.approx((1100 - g.tails.requests) / g.rps.median)
+
+
+def test_a_budget_that_holds_the_claims_rounds_and_the_tails_keeps_time_for_the_tails():
+    """6 minutes: without a share kept for them, the claim's rounds run to the end of the budget and
+    P's tails stay thin (5.5 minutes below shows the shape); with it, the maximum of rounds stops
+    where the tails still fit, never below CLAIM_ROUNDS."""
+    plan, clock, runner, results = measure(budget_min=6.0)
+    state = results.arguments["until_decided"]
+    assert CLAIM_ROUNDS <= results.arguments["max_rounds"] < MAX_ROUNDS
+    assert state["tails_stop"] == "every verdict cell's p99 quotable"
+    assert all(g.p99_quotable for g in verdict_groups(results))
+    assert clock.t <= plan.budget_min * 60 - RESERVE_S + 1e-6
+    # the share is only kept where the claim keeps CLAIM_ROUNDS: 5 minutes cannot hold both
+    _, _, _, short = measure(budget_min=5.0)
+    assert short.arguments["max_rounds"] >= CLAIM_ROUNDS and short.arguments["until_decided"]["tails"] == []

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from uwsgi_layouts.bench import dataset as ds
+from uwsgi_layouts.bench.analysis import tail_seconds
 from uwsgi_layouts.bench.decisions import key_comparisons, next_blocks, tail_blocks
 from uwsgi_layouts.bench.load.files import RANDOM_FILES_LUA, request_paths, weighted_paths, write_lines
 from uwsgi_layouts.bench.load.scenarios import Scenario
@@ -276,6 +277,9 @@ def _non_2xx(cell: Cell) -> str:
 
 
 MAX_ROUNDS = 16  # the most rounds a comparison may reach by measuring until decided
+# The rounds the claim keeps (when the budget holds them) before the verdict's tails get a share of
+# the budget: about what make compare's budget gives it on 2 cores, where the claim was decided.
+CLAIM_ROUNDS = 8
 # The rounds added until decided measure cells this many times longer than the planned ones: a
 # round's ratio moves by one request in N (a 3-s cell at 2 connections holds about 66 requests,
 # 1.5% each), so longer cells decide a small difference in fewer rounds, and the paired interval
@@ -410,8 +414,17 @@ def _until_decided(plan: Plan, until: Until, snapshot, block, overhead_s: float,
         # a third of the budget unused while the undecided ones stopped at 4 rounds.
         sizing = next_blocks(keys)
         per_round = round_seconds(sizing, plan, overhead_s)
-        fit = int(until.left_s() // per_round) if per_round > 0 else 0
+        left = until.left_s()
+        fit = int(left // per_round) if per_round > 0 else 0
         max_rounds = max(plan.repeats, min(MAX_ROUNDS, plan.repeats + fit))
+        # Where the budget can hold the claim's rounds (at least CLAIM_ROUNDS of them) and the
+        # verdict's tails after them, the maximum leaves the tails their time (the most rounds that
+        # still do); where it cannot (a 4.5-min budget on 2 cores: the tails alone need about
+        # 250 s), the claim gets it all: the answer before its tails.
+        for r in range(max_rounds, min(max_rounds, CLAIM_ROUNDS) - 1, -1):
+            if (r - plan.repeats) * per_round + tails_reserve_s(keys, plan, overhead_s, r - plan.repeats) <= left:
+                max_rounds = r
+                break
     state: dict = {"rounds": [], "settled_at": {}, "judged_through": {}, "tails": [], "stop": ""}
     # The error's split over the looks is fixed here too, before the first added round: the final
     # look keeps FINAL_SHARE of it (bench.paired.Rule), the interim ones share the rest.
@@ -485,6 +498,25 @@ def tail_round_seconds(seconds: dict[str, dict[str, dict[int, float]]], plan: Pl
     ``_tail_round`` runs it."""
     return sum(block_time(overhead_s, plan.warmup, durations[x].values(), len(scenarios))
                for specs, levels, scenarios, durations in _tail_blocks(plan, 0, seconds) for x in specs)
+
+
+def tails_reserve_s(keys, plan: Plan, overhead_s: float, added: int) -> float:
+    """The seconds the rounds for the verdict's tails would still take after ``added`` more rounds
+    of its undecided levels (each pooling a cell's duration at its observed rate); 0 when none
+    would be thin, inf when a cell served nothing to measure a rate by."""
+    need: dict[str, dict[str, dict[int, float]]] = {}
+    for k in keys:
+        if k.kind != "verdict":
+            continue
+        for g in k.groups:
+            more = 0 if k.settled else added * g.rps.median * plan.cell_seconds(g.layout, k.level)
+            seconds = tail_seconds(g, more)
+            if seconds == math.inf:
+                return math.inf
+            if seconds > 0:
+                need.setdefault(g.layout, {}).setdefault(k.scenario, {})[k.level] = max(plan.duration,
+                                                                                        float(math.ceil(seconds)))
+    return tail_round_seconds(need, plan, overhead_s) if need else 0.0
 
 
 def _tail_rounds(plan: Plan, until: Until, snapshot, block, overhead_s: float, state: dict, rounds: int) -> int:
