@@ -26,6 +26,7 @@ from uwsgi_layouts.bench.kinds.closedloop import (
     run_sweep,
 )
 from uwsgi_layouts.bench.load.wrk import compress
+from uwsgi_layouts.bench.report import terminal_lines
 from uwsgi_layouts.bench.report.headline import headline_lines
 from uwsgi_layouts.bench.results import Cell
 from uwsgi_layouts.bench.verdict import Outcome, article_verdict
@@ -193,3 +194,11 @@ def test_a_budget_that_holds_the_claims_rounds_and_the_tails_keeps_time_for_the_
     # the share is only kept where the claim keeps CLAIM_ROUNDS: 5 minutes cannot hold both
     _, _, _, short = measure(budget_min=5.0)
     assert short.arguments["max_rounds"] >= CLAIM_ROUNDS and short.arguments["until_decided"]["tails"] == []
+
+
+def test_the_decisions_section_says_what_the_rounds_for_the_tails_did():
+    _, _, _, results = measure(budget_min=10)
+    rounds = [t["round"] for t in results.arguments["until_decided"]["tails"]]
+    text = " ".join(" ".join(terminal_lines(results)).split())
+    assert f"Then 1 round for the verdict's tails (rounds {rounds[0]}–{rounds[-1]}): every verdict cell's p99 " \
+           "quotable." in text
