@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Install pyuwsgi (uWSGI built as a Python extension module, started by the python3 executable)
-# into the virtualenv of PYTHON, compiled from the sdist of uWSGI VERSION with its own
+# into the virtualenv of PYTHON, compiled from the sdist of uWSGI VERSION (or the newest that a
+# requirement such as 'uwsgi>=2.0.28,<2.1' allows: make venv passes pyproject.toml's) with its own
 # setup.pyuwsgi.py, and make its launcher the venv's bin/uwsgi. Used by make venv (the lab's
 # default uWSGI) and scripts/build-uwsgi.sh pyuwsgi.
 #
-#   scripts/install-pyuwsgi.sh PYTHON VERSION
+#   scripts/install-pyuwsgi.sh PYTHON VERSION|REQUIREMENT
 #
 # Why pyuwsgi: the app's Python then runs in the python3 executable (Debian's PGO+LTO build), not
 # in the libpython an embedding uWSGI links (the shared one: no PGO; the static archive: PGO
@@ -17,15 +18,23 @@
 set -euo pipefail
 
 if [ $# -ne 2 ]; then
-    echo "usage: $0 PYTHON VERSION" >&2
+    echo "usage: $0 PYTHON VERSION|REQUIREMENT" >&2
     exit 2
 fi
-python=$1 version=$2
+python=$1 wanted=$2
+case "$wanted" in [0-9]*) wanted="uwsgi==$wanted" ;; esac
 venv_bin=$(dirname "$python")
 src=$(mktemp -d)
 trap 'rm -rf "$src"' EXIT
-"$python" -m pip download -q --no-cache-dir --no-deps --no-binary :all: -d "$src" "uwsgi==$version"
-tar -xzf "$src/uwsgi-$version.tar.gz" -C "$src"
+"$python" -m pip download -q --no-cache-dir --no-deps --no-binary :all: -d "$src" "$wanted"
+sdists=("$src"/uwsgi-*.tar.gz)
+if [ ${#sdists[@]} -ne 1 ] || [ ! -f "${sdists[0]}" ]; then
+    echo "error: pip downloaded no single uWSGI sdist for $wanted" >&2
+    exit 1
+fi
+version=$(basename "${sdists[0]}" .tar.gz)
+version=${version#uwsgi-}
+tar -xzf "${sdists[0]}" -C "$src"
 cp "$src/uwsgi-$version/setup.pyuwsgi.py" "$src/uwsgi-$version/setup.py"
 "$python" -m pip install -q --no-cache-dir --force-reinstall --no-deps "$src/uwsgi-$version"
 cp -p "$venv_bin/pyuwsgi" "$venv_bin/uwsgi"

@@ -340,12 +340,14 @@ def test_the_budget_error_names_the_minimum(capsys, tmp_path):
     assert least > 1 and f"about {least:g} min" in err
 
 
-def test_auto_budget_is_about_five_minutes_on_two_cores():
+def test_auto_budget_leaves_the_venvs_build_room_in_six_minutes_on_two_cores():
+    """make compare from a fresh clone: about a minute of venv build, then the budget (plus a few
+    seconds to start and to write the reports) within 5.5 minutes."""
     from uwsgi_layouts.bench.kinds.compare import budget_arg, plan_from_args
 
     plan, _ = plan_from_args(bench_cli.build_parser().parse_args(["compare", "--processes", "2"]))
     budget = budget_arg("auto", plan)
-    assert 5.0 <= budget <= 6.0
+    assert 4.0 <= budget <= 4.5
     # a round of the verdict's pairs at P and 2P is left for the rounds until decided
     pairs = 2 * block_time(2.5, plan.warmup, [plan.key_duration] * 2, 1)
     assert plan.estimate_seconds() + 10 + pairs <= budget * 60

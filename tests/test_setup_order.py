@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTALLER = "install-system-deps.sh"
-# What make runs to build the venv: the interpreter's venv module, then pip (uWSGI's compile first).
+# What make runs to build the venv: the interpreter's venv module, then pip (pyuwsgi's compile first).
 VENV_STEPS = (re.compile(r" -m venv "), re.compile(r" -m pip install "))
 
 
@@ -29,7 +29,7 @@ def bare_copy(tmp_path: Path) -> Path:
     for name in ("Makefile", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
     # The installer, and the scripts the venv is built from (a change to them rebuilds it).
-    for script in (INSTALLER, "install-pyuwsgi.sh", "static-libpython-ldflags.sh"):
+    for script in (INSTALLER, "install-pyuwsgi.sh", "venv-requirements.py"):
         shutil.copy(ROOT / "scripts" / script, tmp_path / "scripts" / script)
     return tmp_path
 
@@ -101,8 +101,33 @@ def test_a_venv_older_than_its_build_scripts_is_built_again(tmp_path):
     installed = tree / ".venv" / "bin" / ".installed"
     installed.parent.mkdir(parents=True)
     installed.touch()
-    for path in (tree / "pyproject.toml", tree / "scripts" / "static-libpython-ldflags.sh", installed):
+    for path in (tree / "pyproject.toml", tree / "scripts" / "venv-requirements.py", installed):
         os.utime(path, (1000, 1000))
     os.utime(tree / "scripts" / "install-pyuwsgi.sh", (2000, 2000))
     lines = dry_run(tree, "venv")
     assert any("install-pyuwsgi.sh" in line for line in lines), lines
+
+
+def test_make_venv_compiles_uwsgi_once(tmp_path):
+    """The main job's venv compiles pyuwsgi only: pip's uwsgi binary (a second compile of the same
+    uWSGI) is left out of what pip installs, and the project goes in without resolving it."""
+    lines = dry_run(bare_copy(tmp_path), "venv")
+    compiles = [line for line in lines if "--no-binary uwsgi" in line or "install-pyuwsgi.sh" in line]
+    assert len(compiles) == 1 and "install-pyuwsgi.sh" in compiles[0], compiles
+    project = [line for line in lines if re.search(r"pip install .*-e \.", line)]
+    assert project and all("--no-deps" in line for line in project), project
+
+
+def test_the_venv_requirements_leave_out_only_the_uwsgi_binary():
+    out = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "scripts" / "venv-requirements.py"),
+                          str(ROOT / "pyproject.toml"), "test"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    names = {re.match(r"[A-Za-z0-9._-]+", line).group(0).lower() for line in out.stdout.splitlines()}
+    assert "uwsgi" not in names
+    assert {"jinja2", "scipy", "gunicorn", "granian", "pytest", "ruff"} <= names, names
+
+
+def test_the_venv_requirements_refuse_an_unknown_extra():
+    out = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "scripts" / "venv-requirements.py"),
+                          str(ROOT / "pyproject.toml"), "nosuch"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "extra: 'nosuch'" in out.stderr, out.stderr

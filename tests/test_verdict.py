@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from uwsgi_layouts.bench.decisions import KeyComparison, key_comparisons, next_blocks, recommend
+from uwsgi_layouts.bench.decisions import KeyComparison, key_comparisons, next_blocks, recommend, tail_blocks
 from uwsgi_layouts.bench.report import markdown_lines
 from uwsgi_layouts.bench.report.compare import verdict_lines
 from uwsgi_layouts.bench.report.headline import headline_lines
@@ -242,9 +242,12 @@ def test_a_decided_levels_thin_tails_wait_for_the_undecided_level():
     keys = {k.level: k for k in key_comparisons(r) if k.kind == "verdict"}
     assert keys[2].settled and keys[2].thin and not keys[4].settled
     assert next_blocks(list(keys.values())) == {"2x4-mapped": {"article": [4]}, "2x4-shared": {"article": [4]}}
-    # once 2P is decided too, the rounds go to the thin tails
+    # once 2P is decided too, no round until decided: the thin tails get rounds of their own, sized
+    # from the cells' rates (tail_blocks; tests/test_tail_rounds.py)
     settled = [replace(k, settled=True) for k in keys.values()]
-    assert next_blocks(settled) == {"2x4-mapped": {"article": [2]}, "2x4-shared": {"article": [2]}}
+    assert next_blocks(settled) == {}
+    assert set(tail_blocks(settled)) == {"2x4-mapped", "2x4-shared"}
+    assert all(set(x["article"]) == {2} for x in tail_blocks(settled).values())
 
 
 def test_the_headline_stays_short_with_thin_tails_and_every_line_in_use():
@@ -261,6 +264,6 @@ def test_the_headline_stays_short_with_thin_tails_and_every_line_in_use():
     lines = headline_lines(r, "results/20260101-120000-compare")
     text = " ".join(" ".join(lines).split())
     assert len(lines[2:]) <= 15, "\n".join(lines)
-    assert "Tails: pooled p99 not quotable in 4 of 4 verdict cells (400 requests, 1,000 needed)." in text
+    assert "Tails: p99 not quotable (need 1,000 requests): P mapped 400, shared 400; 2P mapped 400, shared 400." in text
     assert "(looks at 3-9 rounds: interim 99.8%, final 96.2%)" in text and "straddles 1.25x" in text
     assert all(len(x) <= 100 for x in lines)

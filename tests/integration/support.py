@@ -4,8 +4,10 @@ with ``kill_run`` in a ``finally``; stacks started through the API: conftest.sta
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
+import shutil
 import signal
 import socket
 import struct
@@ -16,11 +18,34 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
+from uwsgi_layouts.deploy.machine import pyuwsgi_site
 from uwsgi_layouts.deploy.run import http_get, read_stats
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SLOW = "/?rounds=1&fib=0&io_ms={ms}"
 FAST = "/?rounds=1&fib=1&io_ms=0"
+UWSGI_BUILDS = REPO_ROOT / "build" / "uwsgi"  # scripts/build-uwsgi.sh's (make uwsgi-builds)
+
+
+def made(profile: str) -> Path:
+    """build/uwsgi/PROFILE/bin/uwsgi, made by scripts/build-uwsgi.sh when absent (or, for pyuwsgi,
+    without its module); a lock keeps the xdist workers from building it twice."""
+    binary = UWSGI_BUILDS / profile / "bin" / "uwsgi"
+    UWSGI_BUILDS.mkdir(parents=True, exist_ok=True)
+    with open(UWSGI_BUILDS / f".{profile}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if binary.is_file() and (profile != "pyuwsgi" or pyuwsgi_site(binary) is not None):
+            return binary
+        shutil.rmtree(UWSGI_BUILDS / profile, ignore_errors=True)
+        proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "build-uwsgi.sh"), profile], cwd=REPO_ROOT,
+                              capture_output=True, text=True, timeout=900)
+        if proc.returncode or not binary.is_file():
+            pytest.fail(f"scripts/build-uwsgi.sh {profile} failed: {(proc.stdout + proc.stderr)[-3000:]}",
+                        pytrace=False)
+    return binary
+
 
 def uwsgi_packet(env: dict[str, str]) -> bytes:
     """A uwsgi protocol request: modifier1=0, 16-bit LE datasize, modifier2=0, then the vars."""

@@ -36,10 +36,10 @@ def bench_processes() -> list[psutil.Process]:
     return found
 
 
-def compare(out: Path, *args: str) -> subprocess.CompletedProcess:
+def compare(out: Path, *args: str, timeout: float = 150) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "uwsgi_layouts", "compare", "--out", str(out), "--warmup", "1", "--repeats", "1",
            *args]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=150)
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert not bench_processes(), "compare left processes running"
     return proc
@@ -188,3 +188,49 @@ def test_compare_with_a_budget_adds_rounds_of_undecided_key_comparisons_only(tmp
     assert "decisions:" in text and "Measured until decided within 1.5 min" in text
     shown = " ".join(proc.stdout.split())
     assert "added until decided" in shown or "no round added" in shown  # the headline says it too
+
+
+@pytest.mark.timeout(300)
+def test_the_verdicts_tails_get_rounds_sized_from_their_rates_once_the_claim_is_judged(tmp_path):
+    """The verdict's pair at P and 2P with 1-s cells of a 20-ms request: the rounds that judge the
+    claim pool a few hundred requests per cell, then rounds for the tails run each thin cell for the
+    seconds its rate says, within the budget; the claim stays judged on its own rounds. Checks the
+    record and the bounds, never which layout won."""
+    out = tmp_path / "run"
+    start = time.monotonic()
+    proc = compare(out, "--processes", "1", "--threads", "2", "--layouts", "1x2-shared,1x2-mapped",
+                   "--concurrency", "1,2", "--duration", "1", "--key-duration", "1", "--repeats", "2",
+                   "--rounds", "1", "--fib", "0", "--io-ms", "20", "--budget", "2.5", "--inflight-hz", "0",
+                   timeout=240)
+    wall = time.monotonic() - start
+    data = json.loads((out / "results.json").read_text())
+    a, cells = data["arguments"], data["cells"]
+    state = a["until_decided"]
+    assert wall <= 2.5 * 60 * 1.1 + 20
+    through = {int(lv): r for lv, r in state["judged_through"].items()}
+    assert set(through) == {1, 2}
+    assert state["tails"], f"no round for the tails: {state}"
+    for record in state["tails"]:
+        assert record["round"] > max(through.values())
+        here = [c for c in cells if c["round"] == record["round"]]
+        assert {c["layout"] for c in here} <= {"1x2-shared", "1x2-mapped"}
+        for c in here:  # each as long as its rate said (whole seconds, at least the plan's second)
+            asked = record["seconds"].get(c["layout"], {}).get("article", {}).get(str(c["concurrency"]), 1.0)
+            assert c["duration_s"] == pytest.approx(asked, abs=0.5) and asked >= 1
+    pooled = {}
+    for c in cells:
+        key = (c["layout"], c["concurrency"])
+        pooled[key] = pooled.get(key, 0) + c["requests"]
+    shown = " ".join(proc.stdout.split())
+    if state["tails_stop"] == "every verdict cell's p99 quotable":
+        assert all(n >= 1000 for n in pooled.values()), pooled
+        assert "every verdict cell's pooled p99 quotable" in shown
+    else:
+        assert state["tails_stop"] in ("the budget ended", "3 rounds for the tails")
+        assert "Tails: p99 not quotable (need 1,000 requests):" in shown
+    # the claim is judged on its own rounds: every comparison of the verdict rests on those only
+    report = (out / "report.txt").read_text()
+    assert "t over" in report
+    rounds_shown = {int(n) for n in re.findall(r"paired over (\d+)", shown)} | {
+        int(n) for n in re.findall(r"paired over \d+ and (\d+)", shown)}
+    assert rounds_shown and max(rounds_shown) <= max(through.values())

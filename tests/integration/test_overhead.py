@@ -17,9 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.integration.support import FAST, concurrently, via_nginx
+from tests.integration.support import FAST, concurrently, made, via_nginx
 from tests.integration.test_peers import variant_options
-from uwsgi_layouts.deploy.machine import find_uwsgi
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -90,14 +89,14 @@ def test_http11_spreads_sequential_requests_over_the_mapped_workers(start_stack)
     assert seen == workers, (seen, workers)
 
 
+@pytest.mark.timeout(900)  # the first run may build it (about 40 s on 2 cores, minutes on a busy machine)
 def test_a_layouts_uwsgi_bin_is_the_uwsgi_that_runs(start_stack, run_dirs):
-    # A copy of the uWSGI binary make venv keeps beside our pyuwsgi (uwsgi-static, or uwsgi-shared
-    # without a static libpython) stands for another build (scripts/build-uwsgi.sh takes a minute).
+    # A copy of another build of our uWSGI (the shared-libpython binary, made by scripts/build-uwsgi.sh
+    # when make uwsgi-builds has not made it yet: make venv compiles pyuwsgi only).
     where = run_dirs()
     where.chmod(0o755)
     copy = where / "uwsgi"
-    binary = next(b for b in (Path(find_uwsgi()).with_name(f"uwsgi-{kind}") for kind in ("static", "shared"))
-                  if b.is_file())
+    binary = made("shared")
     shutil.copy2(binary, copy)
     copy.chmod(0o755)
     stack = start_stack("2x2-mapped", uwsgi_bin=str(copy))

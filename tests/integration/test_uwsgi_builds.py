@@ -14,24 +14,20 @@ The rest of the integration suite runs against a build with UL_TEST_UWSGI_BIN=/p
 
 from __future__ import annotations
 
-import fcntl
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.integration.support import FAST, SLOW, concurrently, via_nginx
+from tests.integration.support import FAST, SLOW, concurrently, made, via_nginx
 from tests.integration.test_security import raw_uwsgi
 from uwsgi_layouts.bench.kinds.faults import chain_reload_under_load, stuck_request
 from uwsgi_layouts.bench.stack import Lab
-from uwsgi_layouts.deploy.machine import pyuwsgi_site, uwsgi_has_routing, uwsgi_has_ssl
+from uwsgi_layouts.deploy.machine import uwsgi_has_routing, uwsgi_has_ssl
 from uwsgi_layouts.deploy.run import http_get, netns
 
 ROOT = Path(__file__).resolve().parents[2]
-BUILDS = ROOT / "build" / "uwsgi"
 # make venv's own uWSGI is pyuwsgi (every stack test runs it); these are the builds uwsgi_bin selects,
 # pyuwsgi's among them (its own venv: the app's virtualenv's python starts it all the same).
 PROFILES = ("shared", "static", "pyuwsgi")
@@ -40,24 +36,6 @@ PROFILES = ("shared", "static", "pyuwsgi")
 def integration(test):
     # 600 s: the first test of a build may wait for it to be made (scripts/build-uwsgi.sh)
     return pytest.mark.integration(pytest.mark.timeout(600)(test))
-
-
-def made(profile: str) -> Path:
-    """build/uwsgi/PROFILE/bin/uwsgi, made by scripts/build-uwsgi.sh when absent (or, for pyuwsgi,
-    without its module); a lock keeps the xdist workers from building it twice."""
-    binary = BUILDS / profile / "bin" / "uwsgi"
-    BUILDS.mkdir(parents=True, exist_ok=True)
-    with open(BUILDS / f".{profile}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if binary.is_file() and (profile != "pyuwsgi" or pyuwsgi_site(binary) is not None):
-            return binary
-        shutil.rmtree(BUILDS / profile, ignore_errors=True)
-        proc = subprocess.run(["bash", str(ROOT / "scripts" / "build-uwsgi.sh"), profile], cwd=ROOT,
-                              capture_output=True, text=True, timeout=900)
-        if proc.returncode or not binary.is_file():
-            pytest.fail(f"scripts/build-uwsgi.sh {profile} failed: {(proc.stdout + proc.stderr)[-3000:]}",
-                        pytrace=False)
-    return binary
 
 
 @pytest.fixture(scope="session", params=PROFILES)

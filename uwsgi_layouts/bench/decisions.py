@@ -12,7 +12,15 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from uwsgi_layouts.bench.analysis import Group, alternatives, best_and_runner_up, compare_groups, group_cells, rule_of
+from uwsgi_layouts.bench.analysis import (
+    Group,
+    alternatives,
+    best_and_runner_up,
+    compare_groups,
+    group_cells,
+    rule_of,
+    tail_seconds,
+)
 from uwsgi_layouts.bench.paired import Comparison, compare_rounds
 from uwsgi_layouts.bench.results import Results
 from uwsgi_layouts.bench.verdict import article_verdict
@@ -96,13 +104,29 @@ def key_comparisons(results: Results) -> list[KeyComparison]:
 
 
 def next_blocks(keys: list[KeyComparison]) -> dict[str, dict[str, list[int]]]:
-    """What the next added round measures: the verdict's undecided levels first (they are what a
-    run exists to answer, and a budget rarely holds a round of everything; a decided level's thin
-    tails would halve the rounds the undecided one gets), then the verdict's thin tails, then
-    every other unsettled key comparison, then the thin tails of the rest."""
+    """What the next round added until decided measures: the verdict's undecided levels first (they
+    are what a run exists to answer, and a budget rarely holds a round of everything), then every
+    other unsettled key comparison, then the thin tails of the rest. The verdict's own thin tails
+    are not here: once no verdict level is undecided, they get rounds of their own, sized from the
+    observed rates (``tail_blocks``), and those rounds are no look of the claim's."""
     verdict = [k for k in keys if k.kind == "verdict"]
-    return (extension_blocks([k for k in verdict if not k.settled]) or extension_blocks(verdict)
-            or extension_blocks(keys) or extension_blocks(keys, thin_too=True))
+    others = [k for k in keys if k.kind != "verdict"]
+    return (extension_blocks([k for k in verdict if not k.settled]) or extension_blocks(others)
+            or extension_blocks(others, thin_too=True))
+
+
+def tail_blocks(keys: list[KeyComparison]) -> dict[str, dict[str, dict[int, float]]]:
+    """The verdict's cells whose pooled p99 cannot be quoted yet: layout -> scenario -> level -> the
+    seconds more of it (at its observed rate, ``tail_seconds``) that make it quotable."""
+    out: dict[str, dict[str, dict[int, float]]] = {}
+    for k in keys:
+        if k.kind != "verdict":
+            continue
+        for g in k.groups:
+            seconds = tail_seconds(g)
+            if seconds > 0:
+                out.setdefault(g.layout, {}).setdefault(k.scenario, {})[k.level] = seconds
+    return out
 
 
 def extension_blocks(keys: list[KeyComparison], thin_too: bool = False) -> dict[str, dict[str, list[int]]]:

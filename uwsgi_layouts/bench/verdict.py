@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from uwsgi_layouts.bench.analysis import Group, compare_groups, group_cells, rule_of
+from uwsgi_layouts.bench.analysis import Group, compare_groups, group_cells, group_of, rule_of
 from uwsgi_layouts.bench.paired import UNPAIRED_MIN, Comparison, percent
 from uwsgi_layouts.bench.results import Results
 
@@ -211,21 +211,26 @@ def _share(x: float) -> str:
 @dataclass(frozen=True)
 class ClaimAtLevel:
     """mapped against shared at one level, on throughput and p99, each a paired comparison; its
-    ``outcome`` is the direction (the decisions' question), not the claim's verdict."""
+    ``outcome`` is the direction (the decisions' question), not the claim's verdict.
+    ``shared``/``mapped``: every round (their pooled tails, the efficiency); ``judged``: (mapped,
+    shared) over the rounds the claim was judged on, when a budgeted run fixed them (the look that
+    decided the level, or the last look of the rounds added until decided: the rounds measured after
+    it, for the tails, are no look of the claim's; ``judged_through``)."""
 
     concurrency: int
     shared: Group
     mapped: Group
+    judged: tuple[Group, Group] | None = None
 
     @property
     def rps(self) -> Comparison:
         """mapped vs shared throughput, paired by round."""
-        return compare_groups(self.mapped, self.shared, "rps")
+        return compare_groups(*(self.judged or (self.mapped, self.shared)), "rps")
 
     @property
     def p99(self) -> Comparison:
         """mapped vs shared p99 (each round's own), paired by round."""
-        return compare_groups(self.mapped, self.shared, "p99")
+        return compare_groups(*(self.judged or (self.mapped, self.shared)), "p99")
 
     @property
     def outcome(self) -> str:
@@ -348,19 +353,34 @@ def article_verdict(results: Results, scenario: str = ARTICLE) -> Verdict:
         return Verdict((), mapped_name, shared_name, p, f"this run has no '{scenario}' scenario (scenarios: {have})",
                        confidence)
     groups = {(g.layout, g.concurrency): g for g in group_cells(results, scenario)}
+    through = judged_through(results)
     levels, absent = [], []
     for level in (p, 2 * p):
         s, m = groups.get((shared_name, level)), groups.get((mapped_name, level))
         if s is None or m is None:
             absent.append(level)
             continue
-        pair = ClaimAtLevel(level, s, m)
+        judged = None
+        if level in through:
+            cut = [[c for c in results.cells if c.scenario == scenario and c.layout == name and c.concurrency == level
+                    and c.round is not None and c.round <= through[level]] for name in (mapped_name, shared_name)]
+            judged = tuple(group_of(cells, rule_of(results)) for cells in cut) if all(cut) else None
+        pair = ClaimAtLevel(level, s, m, judged)
         levels.append(LevelJudgement(pair, pair.judgements()))
     missing = ""
     if absent:
         missing = (f"{shared_name} and {mapped_name} were not both measured at "
                    f"{' and '.join(map(str, absent))} connections")
     return Verdict(tuple(levels), mapped_name, shared_name, p, missing, confidence)
+
+
+def judged_through(results: Results) -> dict[int, int]:
+    """Level -> the last round the claim at that level was judged on, as a budgeted run recorded it
+    (``until_decided.judged_through``): the rounds after it measured the verdict's tails only. {}
+    for a run without (every round is judged)."""
+    state = results.arguments.get("until_decided") or {}
+    raw = state.get("judged_through") if isinstance(state, dict) else None
+    return {int(level): int(r) for level, r in (raw or {}).items()}
 
 
 def confidence_words(v: Verdict) -> str:

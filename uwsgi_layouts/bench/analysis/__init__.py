@@ -78,6 +78,7 @@ from uwsgi_layouts.bench.analysis.groups import (
     rule_of,
     sum_status,
     tail_advice,
+    tail_seconds,
     throughput_scores,
 )
 from uwsgi_layouts.bench.analysis.memory import (
@@ -178,6 +179,7 @@ __all__ = [
     "STEAL_CAUTION",
     "sum_status",
     "tail_advice",
+    "tail_seconds",
     "TAIL_QUANTILES",
     "Tails",
     "TARGET_VS_PEER_P99",

@@ -315,6 +315,23 @@ def requests_for_p99(slower: int = MIN_SLOWER_REQUESTS) -> int:
     return slower * 100
 
 
+# Tails sized to this many times requests_for_p99(): ties in a pooled histogram can leave a little
+# under 1% of the requests above its p99, and a rate measured in a few short cells can fall short.
+TAILS_HEADROOM = 1.1
+
+
+def tail_seconds(g: Group, more_requests: float = 0.0) -> float:
+    """Seconds more of ``g``'s cells, at its median rate, until its pooled p99 is quotable (``TAILS_HEADROOM``
+    x ``requests_for_p99()`` pooled requests); 0 when it is, inf when it served nothing to measure a rate by.
+    ``more_requests``: as if it had pooled that many more (rounds still to come)."""
+    if g.p99_quotable:
+        return 0.0
+    pooled = (g.tails.requests if g.tails is not None and g.tails.pooled else g.requests) + more_requests
+    need = math.ceil(requests_for_p99() * TAILS_HEADROOM) - pooled
+    rate = g.rps.median
+    return max(0.0, need / rate) if rate > 0 else math.inf
+
+
 def tail_advice(g: Group, duration: float | None = None) -> str:
     """``"p99 rests on N slower requests: use --duration X or more --repeats"``, X computed from
     the group's measured rate so that its repeats pool ``requests_for_p99()`` requests."""

@@ -61,18 +61,22 @@ from uwsgi_layouts.deploy.model import MAX_PROCESSES, MAX_THREADS, parse_variant
 from uwsgi_layouts.deploy.run import unavailable as netns_unavailable
 from uwsgi_layouts.deploy.ship import make_certs
 
-# 6 layouts (5 of uWSGI and gunicorn at its best) x 3 levels x 3 planned rounds, with starts and
+# 6 layouts (5 of uWSGI and gunicorn at its best) x 3 levels x 2 planned rounds, with starts and
 # 1-s warm-ups: every context cell 2 s, the verdict's cells (PxT-mapped and PxT-shared at P and
-# 2P, run as one paired block) 4 s: about 3.5 minutes on 2 cores. --budget auto (make compare's
-# default) is 5.7 minutes in all, so that the rounds added until decided (the verdict's pair
-# first, about 24 s a round) bring the verdict's pair to 7 or 8 rounds: its noise is from round
+# 2P, run as one paired block) 4 s: about 2 minutes on 2 cores. --budget auto (make compare's
+# default) is 4.5 minutes in all, so that make compare from a fresh clone (the venv's build, about
+# a minute, included) ends within 5.5 minutes; the rounds added until decided (the verdict's pair
+# first, about 21 s a round) bring the verdict's pair to about 8 rounds: its noise is from round
 # to round (a cell of 2 s varied about as much as one of 10 s in the runs of docs/measured.md),
-# so more, shorter rounds narrow its interval more than longer cells would.
+# so more, shorter rounds narrow its interval more than longer cells would, and the context
+# layouts' third planned round (about 35 s) buys the verdict two of them. Quotable tails need
+# about 250 s of the verdict's cells at this machine's rates, more than the budget holds beside
+# the rest: the headline says which are short (docs/compare.md).
 DEFAULT_DURATION = 2
 DEFAULT_KEY_DURATION = 4
 DEFAULT_WARMUP = 1
-DEFAULT_REPEATS = 3
-AUTO_BUDGET_MIN = 5.7  # --budget auto: at least this, or the planned rounds' estimate + AUTO_EXTENSION_S
+DEFAULT_REPEATS = 2
+AUTO_BUDGET_MIN = 4.5  # --budget auto: at least this, or the planned rounds' estimate + AUTO_EXTENSION_S
 AUTO_EXTENSION_S = 75.0
 # Requests last ~100 ms here: 25 samples a second see each one ~2 times; the cost is measured
 # by scripts/sampler-cost.py (README, "Comparing layouts").
@@ -327,7 +331,9 @@ def run(args) -> int:
             if plan.budget_min is not None:
                 until = Until(None, lambda: 0.0, max_rounds=stored.arguments.get("max_rounds") or plan.repeats,
                               stored_rounds=frozenset(c.round for c in stored.cells),
-                              final_share=stored.arguments.get("final_share") or 0.0)
+                              final_share=stored.arguments.get("final_share") or 0.0,
+                              stored_tails=tuple((stored.arguments.get("until_decided") or {}).get("tails") or ()),
+                              stored_cells=frozenset((c.layout, c.concurrency, c.round) for c in stored.cells))
         else:
             runner = LiveRunner(lab, out / "raw", scenarios, plan.duration, plan.warmup, plan.timeout,
                                 layout_options=plan.options, inflight_hz=plan.inflight_hz)

@@ -205,6 +205,11 @@ def decision_lines(results: Results, markdown: bool = False) -> list[str]:
         head += (f" Measured until decided within {results.arguments.get('budget_min', 0):g} min: "
                  + (f"{len(added)} round{'s' if len(added) != 1 else ''} added (rounds {added[0]}–{added[-1]}{cells})"
                     if added else "no round added") + f"; stopped: {state.get('stop') or 'interrupted'}.")
+        tails = [r["round"] for r in state.get("tails", [])]
+        if tails or state.get("tails_stop"):  # the rounds for the verdict's tails, after the claim's looks
+            head += (f" Then {len(tails)} round{'s' if len(tails) != 1 else ''} for the verdict's tails"
+                     + (f" (rounds {tails[0]}–{tails[-1]})" if tails else "")
+                     + f": {state.get('tails_stop') or 'interrupted'}.")
     undecided = [k.name for k in keys if not k.settled]
     if undecided:
         head += f" Undecided: {len(undecided)} of {len(keys)}: measure more (a larger --budget or more --repeats)."

@@ -102,8 +102,15 @@ def tails(v: Verdict) -> str:
     spread = f"{pooled[0]:,}" if pooled[0] == pooled[-1] else f"{pooled[0]:,}-{pooled[-1]:,}"
     if not thin:
         return f"Tails: every verdict cell's pooled p99 quotable ({spread} requests, {MIN_SLOWER_REQUESTS}+ above it)."
-    return (f"Tails: pooled p99 not quotable in {len(thin)} of {len(groups)} verdict cells ({spread} requests, "
-            f"{requests_for_p99():,} needed).")
+    # Each thin cell with the requests it pooled, level by level (the strategy names the layout: the
+    # claim's line above names both): what the budget left short, on one screen line.
+    short = []
+    for lv in v.levels:
+        cells = [f"{g.layout.partition('-')[2] or g.layout} {g.requests:,}"
+                 for g in (lv.pair.mapped, lv.pair.shared) if not g.p99_quotable]
+        if cells:
+            short.append(f"{v.level_name(lv.concurrency) or lv.concurrency} {', '.join(cells)}")
+    return f"Tails: p99 not quotable (need {requests_for_p99():,} requests): {'; '.join(short)}."
 
 
 def how_sure(results: Results, v: Verdict | None) -> str:

@@ -1,0 +1,204 @@
+"""The verdict's tails within the budget: once no level of the claim is undecided, its cells whose
+pooled p99 cannot be quoted get rounds sized from their observed rates, until each is quotable or
+the budget ends; those rounds are no look of the claim's (the verdict is judged on the rounds up to
+the look that decided it, ``until_decided.judged_through``). Replayed on SYNTHETIC cells whose
+request counts follow their duration (``RateRunner``), so that tails are as thin as a real run's."""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from tests.test_decisions import FakeClock, FakeRunner
+from uwsgi_layouts.bench.analysis import requests_for_p99, rule_of
+from uwsgi_layouts.bench.decisions import key_comparisons, next_blocks, tail_blocks
+from uwsgi_layouts.bench.kinds.closedloop import (
+    CLAIM_ROUNDS,
+    MAX_ROUNDS,
+    RESERVE_S,
+    Plan,
+    ReplayRunner,
+    Until,
+    run_sweep,
+)
+from uwsgi_layouts.bench.load.wrk import compress
+from uwsgi_layouts.bench.report import terminal_lines
+from uwsgi_layouts.bench.report.headline import headline_lines
+from uwsgi_layouts.bench.results import Cell
+from uwsgi_layouts.bench.verdict import Outcome, article_verdict
+
+# mapped far past the claim at both levels (decided within a few added rounds), at a real run's rates:
+# 4-s cells of 50-110 requests, so that the rounds that decide it pool a few hundred per cell
+MODEL = {("2x4-shared", 2): (13, 300), ("2x4-shared", 4): (18, 500), ("2x4-mapped", 2): (20, 150),
+         ("2x4-mapped", 4): (27, 250), ("2x4-thunder", 2): (14, 290), ("2x4-thunder", 4): (19, 480)}
+
+
+class RateRunner(FakeRunner):
+    """FakeRunner whose cells hold what their rate and duration give (rate x seconds requests)."""
+
+    def run_block(self, spec, repeat, levels, scenarios, on_cell=None, durations=None):
+        self.blocks.append((spec, repeat, tuple(levels), tuple(scenarios)))
+        durations = durations or {lv: self.plan.duration for lv in levels}
+        self.durations.append(max(durations.values()))
+        self.clock.t += sum(self.overhead_s + self.plan.warmup + sum(d + 0.3 for d in durations.values())
+                            for _ in scenarios)
+        out = []
+        for sc in scenarios:
+            for level in levels:
+                rng = np.random.default_rng([repeat, level, zlib.crc32(spec.encode())])
+                drift = float(np.random.default_rng([repeat]).normal(1, 0.05))
+                rps, p99_ms = self.model[(spec, level)]
+                rate = rps * drift * float(rng.normal(1, self.noise))
+                n = max(1, round(rate * durations[level]))
+                values = np.round(rng.lognormal(math.log(p99_ms * 1000 / 2.5), 0.4, n)).astype(int)
+                v, counts = np.unique(values, return_counts=True)
+                out.append(Cell(layout=spec, concurrency=level, repeat=repeat, round=repeat, scenario=sc,
+                                duration_s=durations[level], requests=n, rps=n / durations[level],
+                                latency_ms={"p50": 1, "p90": 2, "p99": 3, "p999": 4, "max": 5}, errors={},
+                                worker_requests={"1": n}, cpu_s={"app": 1.0}, unloaded_latency_ms=1.0,
+                                capacity_rps=0.0, closed_loop_rps=0.0, efficiency=0.0,
+                                histogram=compress(zip(v.tolist(), counts.tolist(), strict=True))))
+        return out
+
+
+def plan_of(budget_min: float) -> Plan:
+    return Plan(layouts=("2x4-shared", "2x4-mapped", "2x4-thunder"), concurrency=(2, 4), repeats=3, duration=2.0,
+                warmup=1.0, processes=2, threads=4, scenarios=("article",), workload={"article": {}}, inflight_hz=0,
+                budget_min=budget_min, app={"app": "app.wsgi:application", "demo": True}, key_duration=4.0,
+                key_cells=tuple((x, lv) for x in ("2x4-mapped", "2x4-shared") for lv in (2, 4)))
+
+
+def verdict_groups(results):
+    return [g for lv in article_verdict(results).levels for g in (lv.pair.mapped, lv.pair.shared)]
+
+
+def measure(budget_min: float):
+    plan, clock = plan_of(budget_min), FakeClock()
+    runner = RateRunner(MODEL, clock, plan, noise=0.02)
+    results = run_sweep(plan, runner, {}, until=Until(plan.budget_min * 60, clock))
+    return plan, clock, runner, results
+
+
+def test_a_decided_level_gets_rounds_for_its_tails_until_every_quoted_p99_is_quotable():
+    plan, clock, runner, results = measure(budget_min=10)
+    state = results.arguments["until_decided"]
+    # each level judged at the look that decided it (its 4-s cells pooled a few hundred requests by then)
+    through = {int(lv): r for lv, r in state["judged_through"].items()}
+    assert set(through) == {2, 4}
+    decided = {k.level: k for k in key_comparisons(results) if k.kind == "verdict"}
+    assert all(state["settled_at"][decided[lv].name] == r for lv, r in through.items())
+    assert state["tails"] and state["tails_stop"] == "every verdict cell's p99 quotable"
+    assert state["tails"][0]["round"] == max(through.values()) + 1
+    assert all(g.p99_quotable for g in verdict_groups(results))
+    assert all(g.tails.requests >= requests_for_p99() for g in verdict_groups(results))
+    # sized from the observed rates: one round did it, no context layout measured in it
+    tails_round = state["tails"][0]["round"]
+    assert len(state["tails"]) == 1 and {b[0] for b in runner.blocks if b[1] == tails_round} == {"2x4-mapped",
+                                                                                               "2x4-shared"}
+    # the claim is judged on the rounds that decided it, not on the round for the tails
+    v = article_verdict(results)
+    assert v.outcome is Outcome.HOLDS and v.rounds == tuple(sorted(set(through.values())))
+    assert all(t.comparison.rounds == through[t.concurrency] for t in v.targets if t.comparison is not None)
+    assert clock.t <= plan.budget_min * 60 - RESERVE_S
+    head = " ".join(headline_lines(results, "x"))
+    assert "every verdict cell's pooled p99 quotable" in head
+
+
+def test_the_tails_stop_at_the_budget_and_the_headline_says_how_many_requests_they_had():
+    # room for the rounds that decide the claim and one level's tails (2P's: the cheaper)
+    plan, clock, runner, results = measure(budget_min=5.5)
+    state = results.arguments["until_decided"]
+    assert clock.t <= plan.budget_min * 60 - RESERVE_S + 1e-6
+    assert len(state["tails"]) == 1 and state["tails_stop"] == "the budget ended"
+    assert [lv for lv in (2, 4) if all(g.p99_quotable for g in verdict_groups(results) if g.concurrency == lv)] == [4]
+    thin = [g for g in verdict_groups(results) if not g.p99_quotable]
+    assert thin, "the budget was meant to end first"
+    head = " ".join(" ".join(headline_lines(results, "x")).split())
+    for g in thin:
+        assert f"{g.layout.partition('-')[2]} {g.requests:,}" in head, head
+    assert f"need {requests_for_p99():,} requests" in head
+    # the decisions are the looks' that made them, whatever the tails got
+    through = sorted(set(state["judged_through"].values()))
+    assert article_verdict(results).rounds == tuple(through) and state["tails"][0]["round"] > through[-1]
+
+
+def test_a_budget_that_holds_no_level_whole_starts_none():
+    # the claim decided at the fixed maximum of rounds, with too little left for either level's tails
+    plan, clock, runner, results = measure(budget_min=5.0)
+    state = results.arguments["until_decided"]
+    assert set(state["judged_through"]) == {"2", "4"}
+    assert all(k.settled for k in key_comparisons(results) if k.kind == "verdict")
+    assert state["tails"] == [] and state["tails_stop"] == "the budget ended"
+    assert not any(b[1] > results.arguments["max_rounds"] for b in runner.blocks)
+    assert not all(g.p99_quotable for g in verdict_groups(results))
+
+
+def test_a_tails_round_is_replayed_as_it_ran():
+    plan, _, _, results = measure(budget_min=10)
+    stored = results.arguments
+    replayed = run_sweep(plan, ReplayRunner(results), {}, until=Until(
+        None, lambda: 0.0, max_rounds=stored["max_rounds"], stored_rounds=frozenset(c.round for c in results.cells),
+        final_share=stored["final_share"], stored_tails=tuple(stored["until_decided"]["tails"]),
+        stored_cells=frozenset((c.layout, c.concurrency, c.round) for c in results.cells)))
+    assert {(c.layout, c.concurrency, c.round) for c in replayed.cells} == \
+        {(c.layout, c.concurrency, c.round) for c in results.cells}
+    assert replayed.arguments["until_decided"]["judged_through"] == stored["until_decided"]["judged_through"]
+    assert rule_of(replayed) == rule_of(results)
+
+
+def test_tails_rounds_leave_a_recorded_decision_alone():
+    """The same cells, judged with and without the record of the look that decided them: the rounds
+    for the tails would otherwise enter the claim's interval (more rounds than the rule's looks)."""
+    _, _, _, results = measure(budget_min=10)
+    unfrozen = replace(results, arguments={**results.arguments, "until_decided": {
+        **results.arguments["until_decided"], "judged_through": {}}})
+    through = sorted(set(results.arguments["until_decided"]["judged_through"].values()))
+    assert article_verdict(results).rounds == tuple(through)
+    assert max(article_verdict(unfrozen).rounds) > max(through)
+
+
+@pytest.mark.parametrize("settled", [False, True])
+def test_the_verdicts_thin_tails_are_no_round_until_decided(settled):
+    """next_blocks: a decided level's thin tails never take a 4-s round of the undecided level's
+    kind; tail_blocks sizes them instead, from each cell's rate."""
+    _, _, _, results = measure(budget_min=5.0)  # decided, thin
+    keys = [k for k in key_comparisons(results) if k.kind == "verdict"]
+    keys = keys if settled else [replace(keys[0], settled=False), *keys[1:]]
+    blocks = next_blocks(keys)
+    if settled:
+        assert blocks == {}
+    else:
+        assert blocks == {"2x4-mapped": {"article": [keys[0].level]}, "2x4-shared": {"article": [keys[0].level]}}
+    need = tail_blocks(keys)
+    for k in keys:
+        for g in k.groups:
+            if not g.p99_quotable:
+                seconds = need[g.layout]["article"][k.level]
+                assert seconds == pytest.approx((1100 - g.tails.requests) / g.rps.median)
+
+
+def test_a_budget_that_holds_the_claims_rounds_and_the_tails_keeps_time_for_the_tails():
+    """6 minutes: without a share kept for them, the claim's rounds run to the end of the budget and
+    P's tails stay thin (5.5 minutes below shows the shape); with it, the maximum of rounds stops
+    where the tails still fit, never below CLAIM_ROUNDS."""
+    plan, clock, runner, results = measure(budget_min=6.0)
+    state = results.arguments["until_decided"]
+    assert CLAIM_ROUNDS <= results.arguments["max_rounds"] < MAX_ROUNDS
+    assert state["tails_stop"] == "every verdict cell's p99 quotable"
+    assert all(g.p99_quotable for g in verdict_groups(results))
+    assert clock.t <= plan.budget_min * 60 - RESERVE_S + 1e-6
+    # the share is only kept where the claim keeps CLAIM_ROUNDS: 5 minutes cannot hold both
+    _, _, _, short = measure(budget_min=5.0)
+    assert short.arguments["max_rounds"] >= CLAIM_ROUNDS and short.arguments["until_decided"]["tails"] == []
+
+
+def test_the_decisions_section_says_what_the_rounds_for_the_tails_did():
+    _, _, _, results = measure(budget_min=10)
+    rounds = [t["round"] for t in results.arguments["until_decided"]["tails"]]
+    text = " ".join(" ".join(terminal_lines(results)).split())
+    assert f"Then 1 round for the verdict's tails (rounds {rounds[0]}–{rounds[-1]}): every verdict cell's p99 " \
+           "quotable." in text
