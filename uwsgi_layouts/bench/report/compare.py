@@ -24,20 +24,15 @@ from uwsgi_layouts.bench.analysis import (
     group_cells,
     layout_choice,
     requests_for_p99,
-    rule_of,
     steady_scenarios,
-    tail_advice,
     unpaired_note,
-    warnings,
 )
-from uwsgi_layouts.bench.decisions import key_comparisons
 from uwsgi_layouts.bench.report import hosts, nginx, peers
 from uwsgi_layouts.bench.report.headline import claim_sentence, headline_markdown, level_sentence
 from uwsgi_layouts.bench.report.limits import limit_lines, limit_markdown
 from uwsgi_layouts.bench.report.memory import memory_lines, memory_markdown, pss_column
 from uwsgi_layouts.bench.report.subject import (
     any_non_2xx,
-    is_demo_run,
     short_workload,
     status_text,
     subject_lines,
@@ -57,8 +52,10 @@ from uwsgi_layouts.bench.report.text import (
     table,
     wrap,
 )
+from uwsgi_layouts.bench.report.views import Grid, Items, Lead, MarkdownView, Note, Section, Sentences, TextView
 from uwsgi_layouts.bench.results import Results
-from uwsgi_layouts.bench.verdict import ClaimAtLevel, Verdict, article_verdict, confidence_words
+from uwsgi_layouts.bench.summary import Summary, summarize
+from uwsgi_layouts.bench.verdict import Verdict, article_verdict, confidence_words
 
 LATENCY_COLUMNS = (("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max"))
 
@@ -119,101 +116,83 @@ def _best_line(best: Group, groups: list[Group]) -> str:
 # --------------------------------------------------------------------------- verdict
 
 
-def _paired_note(lv: ClaimAtLevel) -> str:
-    """Both paired comparisons with their intervals and how they were judged."""
-    return f"paired by round: throughput {lv.rps.describe()}; p99 {lv.p99.describe()}"
-
-
-def _cautions(lv: ClaimAtLevel) -> list[str]:
-    """Why a figure may not be trusted: noisy groups, a thin tail."""
-    out = [f"{g.layout} is noisy here ({', '.join(g.noisy_figures)})" for g in (lv.mapped, lv.shared)
-           if g.noisy_figures]
-    return out + [f"{g.layout}: {tail_advice(g)}" for g in (lv.mapped, lv.shared)
-                  if not g.p99_quotable and g.tails.pooled]
-
-
-def _names(results: Results) -> tuple[str, str]:
-    p, t = results.arguments.get("processes"), results.arguments.get("threads")
-    return f"{p}x{t}-mapped", f"{p}x{t}-shared"
-
-
-def _target_rows(v: Verdict) -> list[list[str]]:
+def _target_rows(v: Verdict) -> tuple[tuple[str, ...], ...]:
     """One row per judgement (``Verdict.targets``): the table the verdict above is read from."""
-    return [[f"{t.concurrency}" + (f" ({v.level_name(t.concurrency)})" if v.level_name(t.concurrency) else ""),
-             t.label + ("" if t.claim else " (check)"),
-             t.measured, t.judged()]
-            for t in v.targets]
+    return tuple((f"{t.concurrency}" + (f" ({v.level_name(t.concurrency)})" if v.level_name(t.concurrency) else ""),
+                  t.label + ("" if t.claim else " (check)"), t.measured, t.judged())
+                 for t in v.targets)
 
 
-TARGET_HEADERS = ["connections", "target", "measured", "judged"]
+TARGET_HEADERS = ("connections", "target", "measured", "judged")
 
 
-def verdict_lines(results: Results) -> list[str]:
+def verdict_section(v: Verdict) -> Section:
     """The article's claim, judged target by target (``bench.verdict``): the outcome over both
-    levels, each level's targets in words, then the target table the words are read from."""
-    v = article_verdict(results)
-    out = wrap(f"Verdict: {claim_sentence(v)}" + (f" ({confidence_words(v)}.)" if v.levels else ""))
+    levels, each level's targets in words, the target table the words are read from, both paired
+    comparisons per level and the cautions."""
+    blocks: list = [Lead(claim_sentence(v), f" ({confidence_words(v)}.)" if v.levels else "")]
     if v.missing:
-        out += wrap(f"Not checked: {v.missing}.", indent="  ", subsequent="  ")
-    if not v.levels:
-        return out
-    for lv in v.levels:
-        out += wrap(level_sentence(v, lv), indent="  - ", subsequent="    ")
-    out.append("")
-    out += ["  " + x for x in table(TARGET_HEADERS, _target_rows(v), "<<<<")]
-    for lv in v.levels:
-        out += wrap(f"at {lv.concurrency} connections, {_paired_note(lv.pair)}", indent="  ", subsequent="    ")
-    cautions = [f"at {lv.concurrency} connections: {c}" for lv in v.levels for c in _cautions(lv.pair)]
-    for caution in cautions:
-        out += wrap(f"caution: {caution}", indent="  ", subsequent="    ")
-    return out
+        blocks.append(Note(f"Not checked: {v.missing}."))
+    if v.levels:
+        blocks += [Items(tuple(level_sentence(v, lv) for lv in v.levels)),
+                   Grid(TARGET_HEADERS, _target_rows(v), "<<<<"),
+                   Sentences(tuple(f"at {lv.concurrency} connections, paired by round: throughput "
+                                   f"{lv.rps.describe()}; p99 {lv.p99.describe()}" for lv in v.levels))]
+        cautions = tuple(f"at {lv.concurrency} connections: {c}" for lv in v.levels for c in lv.cautions)
+        if cautions:
+            blocks.append(Items(cautions, label="caution"))
+    return Section("Verdict", tuple(blocks))
+
+
+def verdict_lines(results: Results, summary: Summary | None = None) -> list[str]:
+    """The verdict section, text form: the summary's verdict (by default the one ``results``
+    makes; for a run the verdict is not about, the article's claim still judged, as before)."""
+    v = (summary if summary is not None else summarize(results)).verdict
+    return TextView().lines(verdict_section(v if v is not None else article_verdict(results)))
 
 
 # --------------------------------------------------------------------------- the key comparisons
 
 
-def decision_lines(results: Results, markdown: bool = False) -> list[str]:
-    """The key comparisons (``analysis.key_comparisons``): each with its paired outcomes, the rounds
-    it took to settle (or that it stayed undecided), and, for a run measured until decided, how
-    many rounds were added and why it stopped."""
-    keys = key_comparisons(results)
+def decision_section(summary: Summary) -> Section | None:
+    """The key comparisons (``Summary.decisions``): each with its paired outcomes, the rounds it
+    took to settle (or that it stayed undecided), and, for a run measured until decided, how many
+    rounds were added and why it stopped."""
+    keys = summary.decisions
     if not keys:
-        return []
-    rule = rule_of(results)
-    state = results.arguments.get("until_decided") or {}
-    settled_at = state.get("settled_at") or {}
+        return None
     items = []
     for k in keys:
         figures = "; ".join(f"{'throughput' if c.figure == 'rps' else c.figure} {c.describe()}"
                             for c in k.comparisons)
         if k.settled:
-            when = settled_at.get(k.name, k.rounds)
+            when = k.settled_after
             end = f"settled after {when} round{'s' if when != 1 else ''}"
             end += f", {k.rounds} measured" if k.rounds != when else ""
         else:
             end = f"still undecided after {k.rounds} round{'s' if k.rounds != 1 else ''}"
         thin = f"; its pooled p99s n/q (fewer than {MIN_SLOWER_REQUESTS} requests above)" if k.thin else ""
-        label = {"verdict": "verdict", "best": "best vs runner-up", "variant": "peer's best variant vs its next",
-                 "target": "best uWSGI vs best peer (targets)"}.get(k.kind, k.kind)
-        items.append(f"{label}: {k.name}: {figures} "
-                     f"[{end}{thin}]")
-    head = f"Decisions, paired by round ({rule.words()})."
-    if "max_rounds" in results.arguments and state:
-        added = [r["round"] for r in state.get("rounds", [])]
-        longer = results.arguments.get("extension_duration")
-        cells = f", cells of {longer:g} s" if longer else ""
-        head += (f" Measured until decided within {results.arguments.get('budget_min', 0):g} min: "
+        items.append(f"{k.kind.label}: {k.name}: {figures} [{end}{thin}]")
+    head = f"Decisions, paired by round ({summary.rule.words()})."
+    ext = summary.extension
+    if ext is not None and ext.budgeted:
+        added = ext.added
+        cells = f", cells of {ext.cell_s:g} s" if ext.cell_s else ""
+        head += (f" Measured until decided within {ext.budget_min:g} min: "
                  + (f"{len(added)} round{'s' if len(added) != 1 else ''} added (rounds {added[0]}–{added[-1]}{cells})"
-                    if added else "no round added") + f"; stopped: {state.get('stop') or 'interrupted'}.")
+                    if added else "no round added") + f"; stopped: {ext.stop or 'interrupted'}.")
     undecided = [k.name for k in keys if not k.settled]
     if undecided:
         head += f" Undecided: {len(undecided)} of {len(keys)}: measure more (a larger --budget or more --repeats)."
-    if markdown:
-        return ["## Decisions", "", head, ""] + [f"- {x}" for x in items] + [""]
-    out = ["", "decisions:"] + wrap(head, indent="  ", subsequent="  ")
-    for x in items:
-        out += wrap(x, indent="  - ", subsequent="    ")
-    return out
+    return Section("Decisions", (Note(head), Items(tuple(items))))
+
+
+def decision_lines(results: Results, markdown: bool = False, summary: Summary | None = None) -> list[str]:
+    """The decisions section of ``summary`` (by default the one ``results`` makes), in one format."""
+    section = decision_section(summary if summary is not None else summarize(results))
+    if section is None:
+        return []
+    return (MarkdownView() if markdown else TextView()).lines(section)
 
 
 # --------------------------------------------------------------------------- terminal
@@ -399,12 +378,19 @@ def _optional_columns(groups: list[Group], headers: list[str], rows: list[list[s
             row.insert(-1, status_text(g.status) if markdown else str(g.non_2xx))
 
 
-def terminal_lines(results: Results) -> list[str]:
-    """The plain-text report: per scenario and level a table, the best layout, then the verdict.
+def warnings_section(summary: Summary) -> Section:
+    """What is wrong and what to do (``Summary.cautions``)."""
+    return Section("Warnings", (Items(summary.cautions),) if summary.cautions else (Note("None."),))
+
+
+def terminal_lines(results: Results, summary: Summary | None = None) -> list[str]:
+    """The plain-text report: per scenario and level a table, the best layout, then the verdict
+    and the warnings, as ``summary`` (by default the one ``results`` makes) decided them.
 
     Medians across repeats; "±" is half the low–high range as a percentage of the median;
     latencies in ms. Lines fit in 100 columns for layout names up to about 14 characters.
     """
+    summary = summary if summary is not None else summarize(results)
     by_sc = _by_scenario(results)
     all_groups = [g for gs in by_sc.values() for g in gs]
     a = results.arguments
@@ -448,18 +434,15 @@ def terminal_lines(results: Results) -> list[str]:
     out += limit_lines(results)
     out += nginx.nginx_lines(results)
     out += hosts.host_lines(results)
-    out += decision_lines(results) if not nginx.only_nginx(results) else []
+    out += decision_lines(results, summary=summary) if not nginx.only_nginx(results) else []
     out += choice_lines(results)
     out += peers.alternatives_lines(results)
-    # The article's verdict needs the article's scenario, on the demo app's own request.
-    if not nginx.only_nginx(results) and is_demo_run(results):
+    # The article's verdict is about the demo app's own request (``Summary.verdict``: None otherwise).
+    if not nginx.only_nginx(results) and summary.verdict is not None:
         out.append("")
-        out.extend(verdict_lines(results))
-    warns = warnings(results)
-    if warns:
-        out += ["", "warnings:"]
-        for w in warns:
-            out.extend(wrap(w, indent="  - ", subsequent="    "))
+        out.extend(TextView().lines(verdict_section(summary.verdict)))
+    if summary.cautions:
+        out += TextView().lines(warnings_section(summary))
     return out
 
 
@@ -538,24 +521,6 @@ def choice_lines(results: Results, markdown: bool = False) -> list[str]:
 
 
 # --------------------------------------------------------------------------- markdown
-
-
-def _md_verdict(results: Results) -> list[str]:
-    v = article_verdict(results)
-    sentence = claim_sentence(v)
-    out = ["## Verdict", "", f"**{sentence[0].upper()}{sentence[1:]}**" + (f" ({confidence_words(v)}.)" if v.levels
-                                                                            else ""), ""]
-    if v.missing:
-        out += [f"Not checked: {v.missing}.", ""]
-    if not v.levels:
-        return out
-    out += [f"- {level_sentence(v, lv)}" for lv in v.levels] + [""]
-    out += md_table(TARGET_HEADERS, _target_rows(v)) + [""]
-    out += [f"At {lv.concurrency} connections, {_paired_note(lv.pair)}." for lv in v.levels] + [""]
-    cautions = [f"at {lv.concurrency} connections: {c}" for lv in v.levels for c in _cautions(lv.pair)]
-    if cautions:
-        out += ["Cautions:", ""] + [f"- {c}" for c in cautions] + [""]
-    return out
 
 
 def _md_reproduce(results: Results) -> list[str]:
@@ -702,11 +667,13 @@ def _md_inflight(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
     return out
 
 
-def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
+def markdown_lines(results: Results, plot_files: list[str], summary: Summary | None = None) -> list[str]:
     """The Markdown report: verdict first, how to reproduce, environment, workload, per-level
     tables (median and low–high for every figure, noisy cells flagged), best layout per level,
-    per-worker shares, warnings, and the plots (``plot_files``, relative to the report) embedded.
+    per-worker shares, warnings, and the plots (``plot_files``, relative to the report) embedded;
+    the judgements are ``summary``'s (by default the one ``results`` makes).
     """
+    summary = summary if summary is not None else summarize(results)
     by_sc = _by_scenario(results)
     out = ["# nginx + uWSGI layout benchmark", ""]
     meta = [f"Results created {results.created}" if results.created else "Results creation time not recorded",
@@ -716,12 +683,12 @@ def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
     out += ["; ".join(meta) + ".", ""]
     if comment(results):
         out += [f"> **Note:** {comment(results)}", ""]
-    out += headline_markdown(results)
+    out += headline_markdown(results, summary)
     out += subject_markdown(results)
-    if not nginx.only_nginx(results) and is_demo_run(results):
-        out += _md_verdict(results)
+    if not nginx.only_nginx(results) and summary.verdict is not None:
+        out += MarkdownView().lines(verdict_section(summary.verdict))
     if not nginx.only_nginx(results):
-        out += decision_lines(results, markdown=True)
+        out += decision_lines(results, markdown=True, summary=summary)
     note = unpaired_note(results)
     if note:
         out += [f"> Note: {note[0].upper()}{note[1:]}.", ""]
@@ -741,6 +708,5 @@ def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
         out += limit_markdown(results)
     else:
         out += ["## Results", "", "No cells in this results file: nothing was measured.", ""]
-    warns = warnings(results)
-    out += ["## Warnings", ""] + ([f"- {w}" for w in warns] if warns else ["None."]) + [""]
+    out += MarkdownView().lines(warnings_section(summary))
     return out + plot_lines(plot_files)

@@ -25,9 +25,9 @@ from uwsgi_layouts.bench.analysis import (
     server_of,
 )
 from uwsgi_layouts.bench.paired import Comparison
-from uwsgi_layouts.bench.report.subject import is_demo_run
 from uwsgi_layouts.bench.report.text import fmt_stat, md_table, num, quoted_p99, quoted_p99_interval, table, wrap
 from uwsgi_layouts.bench.results import Results
+from uwsgi_layouts.bench.verdict import is_demo_run
 from uwsgi_layouts.deploy.model import STRATEGIES
 
 TARGET_SCENARIOS = ("article", "io-heavy")  # the demo app's mixes the targets are set for

@@ -1,0 +1,248 @@
+"""One judgement per compare run, as data: the ``Summary`` every compare view renders.
+
+The analysis decides (``bench.analysis``, ``bench.verdict``, ``bench.decisions``); the summary
+holds what it decided, so the headline, report.txt, report.md and ``--full`` read one set of
+conclusions and cannot disagree. It is stored beside results.json as ``summary.json`` (a format
+version of its own), and ``uwsgi-layouts report RUN_DIR`` renders from it, so a re-rendered
+report says what the run said, even after the analysis changes its rules. The measured figures
+(the tables' medians and ranges) stay in results.json: the summary holds decisions, not data.
+
+pyperf's style: small frozen dataclasses validated on creation, tuples not lists, enums for
+outcomes (``paired.Direction``, ``verdict.Standing``, ``verdict.Outcome``,
+``verdict.PairDirection``). The JSON is written from the dataclasses' fields and read back by
+their type hints (``to_data``, ``from_data``): a new field is stored without a new line of
+codec. A field whose metadata says ``stored: False`` (``LevelJudgement.pair``: the groups behind
+a live verdict) is held in memory only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+
+from uwsgi_layouts.bench.analysis import best_per_level, group_cells, machine_cautions, rule_of, warnings
+from uwsgi_layouts.bench.decisions import KeyComparison, Recommendation, key_comparisons, recommend
+from uwsgi_layouts.bench.paired import Comparison, Rule
+from uwsgi_layouts.bench.results import Results, ResultsError
+from uwsgi_layouts.bench.verdict import ARTICLE, Verdict, article_verdict, is_demo_run
+from uwsgi_layouts.files import write_atomic
+
+SUMMARY_NAME = "summary.json"
+SUMMARY_VERSION = 1
+KIND = "compare"
+
+
+class DecisionKind(enum.StrEnum):
+    """What a key comparison decides (``bench.decisions.KeyComparison.kind``)."""
+
+    VERDICT = "verdict"
+    BEST = "best"  # the best layout at a level against the runner-up
+    VARIANT = "variant"  # a peer's best variant against its next
+    TARGET = "target"  # the best uWSGI layout against the best peer
+
+    @property
+    def label(self) -> str:
+        return {"verdict": "verdict", "best": "best vs runner-up", "variant": "peer's best variant vs its next",
+                "target": "best uWSGI vs best peer (targets)"}[self.value]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A key comparison as decided: its pairs' outcomes, whether more rounds would change it
+    (``settled``), the rounds it rests on and after how many it settled, and whether a p99 of its
+    groups is too thin to quote."""
+
+    kind: DecisionKind
+    scenario: str
+    level: int
+    layouts: tuple[str, ...]
+    comparisons: tuple[Comparison, ...]
+    settled: bool
+    rounds: int
+    settled_after: int
+    thin: bool
+
+    def __post_init__(self):
+        if not isinstance(self.kind, DecisionKind):
+            object.__setattr__(self, "kind", DecisionKind(self.kind))
+        if len(self.layouts) != 2:
+            raise ValueError(f"layouts: a decision compares two layouts, got {len(self.layouts)}")
+        if self.settled_after > self.rounds:
+            raise ValueError(f"settled_after: {self.settled_after} rounds, more than the {self.rounds} measured")
+
+    @property
+    def name(self) -> str:
+        return f"{self.layouts[0]} vs {self.layouts[1]} at {self.level} connections ({self.scenario})"
+
+    @classmethod
+    def of(cls, k: KeyComparison, settled_at: dict) -> "Decision":
+        return cls(DecisionKind(k.kind), k.scenario, k.level, k.layouts, k.comparisons, k.settled, k.rounds,
+                   min(settled_at.get(k.name, k.rounds), k.rounds) if k.settled else 0, k.thin)
+
+
+@dataclass(frozen=True)
+class GroupRow:
+    """One (scenario, layout, level) as judged: its median throughput and pooled (or per-cell) p99,
+    whether that p99 can be quoted, and whether it is the best at its level."""
+
+    scenario: str
+    layout: str
+    concurrency: int
+    rps: float
+    p99: float
+    p99_quotable: bool
+    requests: int
+    errors: int
+    noisy: tuple[str, ...]
+    best: bool
+
+
+@dataclass(frozen=True)
+class Extension:
+    """What measuring until decided did: the rounds added, why it stopped, within what budget and
+    with what cell length (0: the planned one). ``budgeted``: the run set a maximum of rounds."""
+
+    added: tuple[int, ...]
+    stop: str
+    budget_min: float
+    cell_s: float
+    budgeted: bool
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Everything a compare run concluded. ``created`` and ``cells`` tie it to its results.json."""
+
+    version: int
+    kind: str
+    created: str
+    cells: int
+    rule: Rule
+    groups: tuple[GroupRow, ...]
+    decisions: tuple[Decision, ...]
+    verdict: Verdict | None  # None: not the demo app with its own requests (``verdict.is_demo_run``)
+    run_here: Recommendation | None
+    extension: Extension | None
+    cautions: tuple[str, ...]  # the warnings: what is wrong and what to do
+    busy: bool  # the machine was busy: differences of a few percent are suspect
+
+    def __post_init__(self):
+        if self.version != SUMMARY_VERSION:
+            raise ValueError(f"version: this tool reads summary version {SUMMARY_VERSION}, got {self.version!r}")
+        if self.kind != KIND:
+            raise ValueError(f"kind: a summary is of a {KIND} run, got {self.kind!r}")
+        if self.cells < 0:
+            raise ValueError(f"cells: must be 0 or more, got {self.cells}")
+
+    def matches(self, results: Results) -> bool:
+        """Whether this summary was made from ``results`` (the same file, not extended since)."""
+        return (self.created, self.cells) == (results.created, len(results.cells))
+
+    def save(self, path: Path | str) -> Path:
+        return write_atomic(Path(path), json.dumps(to_data(self), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: Path | str) -> "Summary":
+        """A stored summary; ResultsError (one line naming the field) when it cannot be read."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise ResultsError(f"{path}: not a readable summary ({exc})") from None
+        try:
+            return from_data(cls, data)
+        except (TypeError, ValueError, KeyError) as exc:
+            raise ResultsError(f"{path}: {exc}") from None
+
+
+def is_summarized(results: Results) -> bool:
+    return results.kind == KIND
+
+
+def summarize(results: Results) -> Summary:
+    """What a compare run concluded, decided once, here."""
+    verdict = article_verdict(results) if is_demo_run(results) else None
+    scenario = ARTICLE if ARTICLE in results.scenarios else (results.scenarios or [""])[0]
+    state = results.arguments.get("until_decided") or {}
+    settled_at = state.get("settled_at") or {}
+    extension = None
+    if state:
+        extension = Extension(tuple(r["round"] for r in state.get("rounds", [])), state.get("stop") or "",
+                              float(results.arguments.get("budget_min") or 0),
+                              float(results.arguments.get("extension_duration") or 0),
+                              "max_rounds" in results.arguments)
+    return Summary(SUMMARY_VERSION, KIND, results.created, len(results.cells), rule_of(results),
+                   _group_rows(results), tuple(Decision.of(k, settled_at) for k in key_comparisons(results)),
+                   verdict, recommend(results, scenario) if results.cells else None, extension,
+                   tuple(warnings(results)), bool(machine_cautions(results.environment)))
+
+
+def _group_rows(results: Results) -> tuple[GroupRow, ...]:
+    rows = []
+    for sc in results.scenarios:
+        groups = group_cells(results, sc)
+        best = {(g.layout, g.concurrency) for g in best_per_level(groups).values()}
+        rows += [GroupRow(sc, g.layout, g.concurrency, g.rps.median, g.p99, g.p99_quotable, g.requests, g.errors,
+                          tuple(g.noisy_figures), (g.layout, g.concurrency) in best) for g in groups]
+    return tuple(rows)
+
+
+# --------------------------------------------------------------------------- the JSON codec
+
+
+def _stored(cls) -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(cls) if f.metadata.get("stored", True)]
+
+
+def to_data(value):
+    """JSON-ready data of a summary or any part of it: dataclasses as objects of their stored
+    fields, enums as their values, tuples as lists."""
+    if dataclasses.is_dataclass(value):
+        return {f.name: to_data(getattr(value, f.name)) for f in _stored(type(value))}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (tuple, list)):
+        return [to_data(x) for x in value]
+    return value
+
+
+def from_data(cls, data):
+    """``cls`` built from ``to_data``'s output, each field by its type hint (and validated by the
+    dataclasses themselves on creation)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {}
+    for f in _stored(cls):
+        if f.name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ValueError(f"{cls.__name__}.{f.name}: missing")
+            continue
+        fields[f.name] = _value(hints[f.name], data[f.name], f"{cls.__name__}.{f.name}")
+    return cls(**fields)
+
+
+def _value(hint, data, where: str):
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if data is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _value(inner, data, where)
+    if origin is tuple:
+        if not isinstance(data, list):
+            raise ValueError(f"{where}: expected a list, got {type(data).__name__}")
+        return tuple(_value(args[0], x, where) for x in data)
+    if dataclasses.is_dataclass(hint):
+        return from_data(hint, data)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return hint(data)
+    if hint is float and isinstance(data, int) and not isinstance(data, bool):
+        return float(data)
+    if not isinstance(data, hint) or (hint is int and isinstance(data, bool)):
+        raise ValueError(f"{where}: expected {hint.__name__}, got {data!r}")
+    return data
