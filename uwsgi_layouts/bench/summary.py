@@ -138,6 +138,12 @@ class Summary:
             raise ValueError(f"kind: a summary is of a {KIND} run, got {self.kind!r}")
         if self.cells < 0:
             raise ValueError(f"cells: must be 0 or more, got {self.cells}")
+        # The verdict's pairs are also key comparisons: both must say the same of them.
+        levels = {lv.concurrency: lv for lv in (self.verdict.levels if self.verdict is not None else ())}
+        for d in self.decisions:
+            lv = levels.get(d.level) if d.kind is DecisionKind.VERDICT else None
+            if lv is not None and (d.comparisons != (lv.rps, lv.p99) or d.settled != lv.decided):
+                raise ValueError(f"decisions: {d.name} differs from the verdict at {d.level} connections")
 
     def matches(self, results: Results) -> bool:
         """Whether this summary was made from ``results`` (the same file, not extended since)."""
@@ -240,7 +246,10 @@ def _value(hint, data, where: str):
     if dataclasses.is_dataclass(hint):
         return from_data(hint, data)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        return hint(data)
+        try:
+            return hint(data)
+        except ValueError:
+            raise ValueError(f"{where}: must be one of {', '.join(str(m.value) for m in hint)}, got {data!r}") from None
     if hint is float and isinstance(data, int) and not isinstance(data, bool):
         return float(data)
     if not isinstance(data, hint) or (hint is int and isinstance(data, bool)):

@@ -22,6 +22,7 @@ better beyond noise (1.03x, 1.01-1.06) while the claim of 1.25x plainly does not
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 
 from uwsgi_layouts.bench.analysis import Group, compare_groups, group_cells, rule_of, tail_advice
@@ -59,6 +60,18 @@ class PairDirection(enum.StrEnum):
     FAILS = "fails"
     NO_DIFFERENCE = "no difference"
     UNDECIDED = "undecided"
+
+
+def pair_direction(rps: Comparison, p99: Comparison) -> PairDirection:
+    """Mapped against shared on both figures (``PairDirection``)."""
+    outcomes = (rps.outcome, p99.outcome)
+    if Direction.WORSE in outcomes:
+        return PairDirection.FAILS
+    if outcomes == (Direction.BETTER, Direction.BETTER):
+        return PairDirection.HOLDS
+    if Direction.EQUIVALENT in outcomes and Direction.UNDECIDED not in outcomes:
+        return PairDirection.NO_DIFFERENCE
+    return PairDirection.UNDECIDED
 
 
 class Outcome(enum.Enum):
@@ -130,6 +143,12 @@ class TargetJudgement:
             raise ValueError(f"standing: must be a Standing, got {self.standing!r}")
         if self.claim and self.comparison is None:
             raise ValueError("comparison: a target of the claim is judged by its paired comparison")
+        # An open interval (high infinite: too few rounds to judge) straddles by definition; any
+        # other standing is the interval's, so a stored judgement cannot contradict its figures.
+        if not math.isinf(self.high) and self.standing is not standing_of(self.low, self.high, self.threshold,
+                                                                           self.at_most):
+            raise ValueError(f"standing: {self.low:g}–{self.high:g} against {self.threshold:g} "
+                             f"{'at most' if self.at_most else 'at least'} is not {self.standing.value}")
 
     @property
     def label(self) -> str:
@@ -245,14 +264,7 @@ class ClaimAtLevel:
         """The direction: "holds" (more throughput and a lower p99, both beyond noise), "fails"
         (either one worse beyond noise), "no difference" (neither worse, one equivalent) or
         "undecided" (measure more)."""
-        outcomes = (self.rps.outcome, self.p99.outcome)
-        if Direction.WORSE in outcomes:
-            return PairDirection.FAILS
-        if outcomes == (Direction.BETTER, Direction.BETTER):
-            return PairDirection.HOLDS
-        if Direction.EQUIVALENT in outcomes and Direction.UNDECIDED not in outcomes:
-            return PairDirection.NO_DIFFERENCE
-        return PairDirection.UNDECIDED
+        return pair_direction(self.rps, self.p99)
 
     @property
     def settled(self) -> bool:
@@ -318,8 +330,9 @@ class LevelJudgement:
             raise ValueError(f"targets: every target must be at {self.concurrency} connections")
         if (self.rps.figure, self.p99.figure) != ("rps", "p99"):
             raise ValueError(f"rps, p99: comparisons of rps and p99, got {self.rps.figure} and {self.p99.figure}")
-        if not isinstance(self.direction, PairDirection):
-            object.__setattr__(self, "direction", PairDirection(self.direction))
+        if self.direction != pair_direction(self.rps, self.p99):
+            raise ValueError(f"direction: the comparisons say {pair_direction(self.rps, self.p99).value}, "
+                             f"not {PairDirection(self.direction).value}")
         if len(self.tails) != 2:
             raise ValueError(f"tails: the mapped and the shared group's, got {len(self.tails)}")
 
