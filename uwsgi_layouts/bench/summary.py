@@ -25,7 +25,17 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
-from uwsgi_layouts.bench.analysis import best_per_level, group_cells, machine_cautions, rule_of, warnings
+from uwsgi_layouts.bench.analysis import (
+    EvenTotals,
+    Mechanism,
+    best_and_runner_up,
+    even_totals,
+    group_cells,
+    machine_cautions,
+    mechanism_of,
+    rule_of,
+    warnings,
+)
 from uwsgi_layouts.bench.decisions import KeyComparison, Recommendation, key_comparisons, recommend
 from uwsgi_layouts.bench.paired import Comparison, Rule
 from uwsgi_layouts.bench.results import Results, ResultsError
@@ -88,7 +98,7 @@ class Decision:
 @dataclass(frozen=True)
 class GroupRow:
     """One (scenario, layout, level) as judged: its median throughput and pooled (or per-cell) p99,
-    whether that p99 can be quoted, and whether it is the best at its level."""
+    whether that p99 can be quoted, its requests, errors and noisy figures."""
 
     scenario: str
     layout: str
@@ -99,7 +109,22 @@ class GroupRow:
     requests: int
     errors: int
     noisy: tuple[str, ...]
-    best: bool
+
+
+@dataclass(frozen=True)
+class Best:
+    """The best layout at one level (``analysis.ranked_at_level``) and, where there is one, its
+    paired throughput against the runner-up."""
+
+    scenario: str
+    concurrency: int
+    layout: str
+    runner_up: str
+    rps: Comparison | None
+
+    def __post_init__(self):
+        if (self.rps is None) != (not self.runner_up):
+            raise ValueError("rps: the comparison with the runner-up, exactly when there is one")
 
 
 @dataclass(frozen=True)
@@ -124,12 +149,15 @@ class Summary:
     cells: int
     rule: Rule
     groups: tuple[GroupRow, ...]
+    bests: tuple[Best, ...]  # per scenario and level
     decisions: tuple[Decision, ...]
     verdict: Verdict | None  # None: not the demo app with its own requests (``verdict.is_demo_run``)
     run_here: Recommendation | None
     extension: Extension | None
     cautions: tuple[str, ...]  # the warnings: what is wrong and what to do
     busy: bool  # the machine was busy: differences of a few percent are suspect
+    mechanisms: tuple[Mechanism, ...]  # per scenario with pile-up figures, what they say
+    even_totals: tuple[EvenTotals, ...]  # where per-worker totals hide a pile-up
 
     def __post_init__(self):
         if self.version != SUMMARY_VERSION:
@@ -144,6 +172,9 @@ class Summary:
             lv = levels.get(d.level) if d.kind is DecisionKind.VERDICT else None
             if lv is not None and (d.comparisons != (lv.rps, lv.p99) or d.settled != lv.decided):
                 raise ValueError(f"decisions: {d.name} differs from the verdict at {d.level} connections")
+
+    def best_at(self, scenario: str, concurrency: int) -> Best:
+        return next(b for b in self.bests if (b.scenario, b.concurrency) == (scenario, concurrency))
 
     def matches(self, results: Results) -> bool:
         """Whether this summary was made from ``results`` (the same file, not extended since)."""
@@ -182,19 +213,30 @@ def summarize(results: Results) -> Summary:
                               float(results.arguments.get("extension_duration") or 0),
                               "max_rounds" in results.arguments)
     return Summary(SUMMARY_VERSION, KIND, results.created, len(results.cells), rule_of(results),
-                   _group_rows(results), tuple(Decision.of(k, settled_at) for k in key_comparisons(results)),
+                   _group_rows(results), _bests(results),
+                   tuple(Decision.of(k, settled_at) for k in key_comparisons(results)),
                    verdict, recommend(results, scenario) if results.cells else None, extension,
-                   tuple(warnings(results)), bool(machine_cautions(results.environment)))
+                   tuple(warnings(results)), bool(machine_cautions(results.environment)),
+                   *_inflight_readings(results))
+
+
+def _inflight_readings(results: Results) -> tuple[tuple[Mechanism, ...], tuple[EvenTotals, ...]]:
+    by_sc = {sc: group_cells(results, sc) for sc in results.scenarios}
+    processes = results.arguments.get("processes")
+    mechanisms = (mechanism_of(sc, groups, processes) for sc, groups in by_sc.items())
+    return (tuple(m for m in mechanisms if m is not None),
+            tuple(e for groups in by_sc.values() for e in even_totals(groups)))
 
 
 def _group_rows(results: Results) -> tuple[GroupRow, ...]:
-    rows = []
-    for sc in results.scenarios:
-        groups = group_cells(results, sc)
-        best = {(g.layout, g.concurrency) for g in best_per_level(groups).values()}
-        rows += [GroupRow(sc, g.layout, g.concurrency, g.rps.median, g.p99, g.p99_quotable, g.requests, g.errors,
-                          tuple(g.noisy_figures), (g.layout, g.concurrency) in best) for g in groups]
-    return tuple(rows)
+    return tuple(GroupRow(g.scenario, g.layout, g.concurrency, g.rps.median, g.p99, g.p99_quotable, g.requests,
+                          g.errors, tuple(g.noisy_figures))
+                 for sc in results.scenarios for g in group_cells(results, sc))
+
+
+def _bests(results: Results) -> tuple[Best, ...]:
+    return tuple(Best(sc, level, b.best.layout, b.runner_up.layout if b.runner_up is not None else "", b.rps)
+                 for sc in results.scenarios for level, b in best_and_runner_up(group_cells(results, sc)).items())
 
 
 # --------------------------------------------------------------------------- the JSON codec

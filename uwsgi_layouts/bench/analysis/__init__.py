@@ -30,7 +30,8 @@ p99 with its low–high range (``Tails.pooled`` False).
 By concern, one module each: ``tails`` (statistics: medians, pooled tails, bootstrap intervals,
 requests in flight), ``groups`` (grouping, comparing and ranking), ``cautions`` (the machine's
 state and the warnings), ``choice`` (the layout to run, and uWSGI against the peers),
-``memory`` (the cost of a process and of a thread), ``openloop`` (a step's verdict). Other
+``memory`` (the cost of a process and of a thread), ``openloop`` (a step's verdict),
+``mechanism`` (what the requests in flight per worker say). Other
 modules import these names from ``bench.analysis``.
 """
 
@@ -79,6 +80,17 @@ from uwsgi_layouts.bench.analysis.groups import (
     sum_status,
     tail_advice,
     throughput_scores,
+)
+from uwsgi_layouts.bench.analysis.mechanism import (
+    EVEN_TOTALS,
+    PILED_UP,
+    PILEUP_ALIKE,
+    SATURATED,
+    EvenTotals,
+    Mechanism,
+    even_totals,
+    mechanism_of,
+    pileup_level,
 )
 from uwsgi_layouts.bench.analysis.memory import (
     LAYOUT_SIZE_RE,
@@ -133,6 +145,9 @@ __all__ = [
     "Choice",
     "compare_groups",
     "CONFIDENCE",
+    "EVEN_TOTALS",
+    "even_totals",
+    "EvenTotals",
     "FIGURES",
     "fit_memory",
     "GOAL_P99_SLACK",
@@ -153,6 +168,8 @@ __all__ = [
     "MEMORY_KEY",
     "memory_stats",
     "MemoryCost",
+    "Mechanism",
+    "mechanism_of",
     "MIN_RATE_OF_TARGET",
     "MIN_REQUESTS_FOR_P99",
     "MIN_SLOWER_REQUESTS",
@@ -161,6 +178,9 @@ __all__ = [
     "peer_choices",
     "PeerChoice",
     "percentile_of",
+    "PILED_UP",
+    "PILEUP_ALIKE",
+    "pileup_level",
     "pool",
     "pooled_tails",
     "rank",
@@ -170,6 +190,7 @@ __all__ = [
     "REPLIES_OF_REQUESTS",
     "requests_for_p99",
     "rule_of",
+    "SATURATED",
     "server_of",
     "slower_than",
     "Stat",

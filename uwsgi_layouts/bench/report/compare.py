@@ -17,16 +17,17 @@ from uwsgi_layouts.bench.analysis import (
     MEMORY_KEY,
     MIN_SLOWER_REQUESTS,
     NOISY_SPREAD,
+    SATURATED,
+    EvenTotals,
     Group,
-    best_and_runner_up,
-    best_per_level,
-    compare_groups,
+    Mechanism,
     group_cells,
     layout_choice,
-    requests_for_p99,
+    mechanism_of,
     steady_scenarios,
     unpaired_note,
 )
+from uwsgi_layouts.bench.paired import Direction
 from uwsgi_layouts.bench.report import hosts, nginx, peers
 from uwsgi_layouts.bench.report.headline import claim_sentence, headline_markdown, level_sentence
 from uwsgi_layouts.bench.report.limits import limit_lines, limit_markdown
@@ -54,7 +55,7 @@ from uwsgi_layouts.bench.report.text import (
 )
 from uwsgi_layouts.bench.report.views import Grid, Items, Lead, MarkdownView, Note, Section, Sentences, TextView
 from uwsgi_layouts.bench.results import Results
-from uwsgi_layouts.bench.summary import Summary, summarize
+from uwsgi_layouts.bench.summary import Best, Summary, summarize
 from uwsgi_layouts.bench.verdict import Verdict, article_verdict, confidence_words
 
 LATENCY_COLUMNS = (("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max"))
@@ -97,19 +98,18 @@ def _p99_cell(g: Group) -> str:
 
 
 def _p999_cell(g: Group, text: str) -> str:
-    """p99.9 (the repeats' own): quoted only from cells of 10,000 requests (10 above it)."""
-    return text if g.min_cell_requests >= 10 * requests_for_p99() else "n/q"
+    """p99.9 (the repeats' own), quoted only where ``Group.p999_quotable``."""
+    return text if g.p999_quotable else "n/q"
 
 
-def _best_line(best: Group, groups: list[Group]) -> str:
+def _best_line(best: Best, groups: list[Group]) -> str:
     """``best at N connections: LAYOUT (...); against the runner-up ...``: the paired comparison
-    with the next layout (``analysis.ranked_at_level``)."""
+    with the next layout (``Summary.bests``)."""
+    g = next(x for x in groups if x.layout == best.layout)
     text = (f"best at {best.concurrency} connections: {best.layout} "
-            f"({num(best.rps.median)} req/s, p99 {quoted_p99(best, unit=' ms')})")
-    b = best_and_runner_up([g for g in groups if g.concurrency == best.concurrency])[best.concurrency]
-    if b.runner_up is not None:
-        c = b.rps
-        text += f"; against {b.runner_up.layout}, throughput {c.describe()}"
+            f"({num(g.rps.median)} req/s, p99 {quoted_p99(g, unit=' ms')})")
+    if best.rps is not None:
+        text += f"; against {best.runner_up}, throughput {best.rps.describe()}"
     return text
 
 
@@ -265,101 +265,59 @@ def _tails_rows(groups: list[Group]) -> list[list[str]]:
 TAILS_HEADERS = ["layout", "p50\npooled", f"p99 pooled\n({CONFIDENCE:.0%} interval)", ">p99", "pile-up", "full"]
 
 
-def _pileup_level(results: Results, groups: list[Group]) -> int | None:
-    """The level a scenario's mechanism is read at: where pile-up differs most between layouts
-    (2P on a tie, then the lowest)."""
-    with_pile = [g for g in groups if g.inflight and g.inflight.pileup is not None]
-    levels = sorted({g.concurrency for g in with_pile})
-    if not levels:
-        return None
-    p = results.arguments.get("processes")
-
-    def gap(level):
-        at = [g.inflight.pileup.median for g in with_pile if g.concurrency == level]
-        return (round(max(at) - min(at), 2), level == (2 * p if p else None), -level)
-    return max(levels, key=gap)
-
-
-SATURATED = 0.9  # some worker of every layout had every thread busy at least this share of the time
-
-
-def mechanism_sentence(results: Results, scenario: str, groups: list[Group]) -> str:
-    """What the in-flight figures say about this scenario, read from the numbers: at the level
+def mechanism_words(m: Mechanism, level_name: str = "") -> str:
+    """The sentence of one scenario's in-flight reading (``analysis.mechanism_of``): at the level
     where pile-up differs most, the layouts with the most and the least of it and whether the one
     with less also had the shorter pooled tail (beyond noise); how often their workers were full;
     and from which level every layout's workers were full (no idle thread left to pile onto)."""
-    level = _pileup_level(results, groups)
-    if level is None:
-        return ""
-    at = [g for g in groups if g.concurrency == level and g.inflight and g.inflight.pileup is not None]
-    hi = max(at, key=lambda g: g.inflight.pileup.median)
-    lo = min(at, key=lambda g: g.inflight.pileup.median)
-    a, b = hi.inflight.pileup.median, lo.inflight.pileup.median
-    text = f"{scenario}, {level} connections{_level_name(results, level)}: "
-    if lo is hi:
-        text += (f"{hi.layout} piled requests up {pct(a)} of the time (a worker held 2+ more in flight than "
-                 f"another). Some worker had all its threads busy {pct(hi.inflight.full.median)} of the time.")
+    text = f"{m.scenario}, {m.level} connections{level_name}: "
+    if m.p99 is None:
+        text += (f"{m.piled} piled requests up {pct(m.piled_share)} of the time (a worker held 2+ more in flight than "
+                 f"another). Some worker had all its threads busy {pct(m.piled_full)} of the time.")
     else:
-        same = a - b < 0.05
-        if same:
-            text += f"pile-up was about the same in every layout ({pct(b)}–{pct(a)} of the time)"
+        if m.alike:
+            text += f"pile-up was about the same in every layout ({pct(m.calm_share)}–{pct(m.piled_share)} of the time)"
         else:
-            text += (f"{hi.layout} piled requests up {pct(a)} of the time (a worker held 2+ more in flight than "
-                     f"another while it had idle threads), {lo.layout} {pct(b)}")
-        p99, rps = compare_groups(lo, hi, "p99"), compare_groups(lo, hi, "rps")
-        kind = "p99" if p99.paired else "p99 (unpaired)"
-        if p99.outcome == "better":
-            text += (f"; {lo.layout}'s {kind} was {p99.text()} of {hi.layout}'s and its throughput "
-                     f"{rps.ratio:.2f}x" + ("." if same else ": less pile-up, shorter tail."))
-        elif p99.outcome == "worse":
-            text += (f"; yet {lo.layout}'s {kind} was {p99.text()} of {hi.layout}'s (worse beyond noise)"
-                     + ("." if same else ": the pile-up does not explain the tail here."))
-        elif p99.outcome == "equivalent":
-            text += f"; the {kind}s of {lo.layout} and {hi.layout} are equivalent: {p99.text()}."
+            text += (f"{m.piled} piled requests up {pct(m.piled_share)} of the time (a worker held 2+ more in flight "
+                     f"than another while it had idle threads), {m.calm} {pct(m.calm_share)}")
+        p99, kind = m.p99, "p99" if m.p99.paired else "p99 (unpaired)"
+        if p99.outcome is Direction.BETTER:
+            text += (f"; {m.calm}'s {kind} was {p99.text()} of {m.piled}'s and its throughput "
+                     f"{m.rps.ratio:.2f}x" + ("." if m.alike else ": less pile-up, shorter tail."))
+        elif p99.outcome is Direction.WORSE:
+            text += (f"; yet {m.calm}'s {kind} was {p99.text()} of {m.piled}'s (worse beyond noise)"
+                     + ("." if m.alike else ": the pile-up does not explain the tail here."))
+        elif p99.outcome is Direction.EQUIVALENT:
+            text += f"; the {kind}s of {m.calm} and {m.piled} are equivalent: {p99.text()}."
         else:
-            text += f"; {lo.layout}'s {kind} against {hi.layout}'s is undecided: {p99.text()}."
-        text += (f" Some worker had all its threads busy {pct(hi.inflight.full.median)} of the time in "
-                 f"{hi.layout}, {pct(lo.inflight.full.median)} in {lo.layout}.")
-    layouts = {g.layout for g in groups if g.inflight}
-    full_levels = sorted(lv for lv in {g.concurrency for g in groups}
-                         if {g.layout for g in groups if g.concurrency == lv and g.inflight
-                             and g.inflight.full.median >= SATURATED} == layouts)
-    if full_levels:
-        piles = [g.inflight.pileup.median for g in groups if g.concurrency >= full_levels[0] and g.inflight
-                 and g.inflight.pileup is not None]
-        text += (f" From {full_levels[0]} connections every layout had a worker with all its threads busy at least "
-                 f"{SATURATED:.0%} of the time" + (f" and pile-up was at most {pct(max(piles))}" if piles else "")
+            text += f"; {m.calm}'s {kind} against {m.piled}'s is undecided: {p99.text()}."
+        text += (f" Some worker had all its threads busy {pct(m.piled_full)} of the time in "
+                 f"{m.piled}, {pct(m.calm_full)} in {m.calm}.")
+    if m.saturated_from:
+        text += (f" From {m.saturated_from} connections every layout had a worker with all its threads busy at least "
+                 f"{SATURATED:.0%} of the time"
+                 + (f" and pile-up was at most {pct(m.pileup_after)}" if m.pileup_after is not None else "")
                  + ": no idle thread left to pile onto.")
     return text
 
 
-def balanced_totals_notes(groups: list[Group], threshold: float = 0.2) -> list[str]:
-    """Per layout, the group (most piled up) whose per-worker totals look even (busiest / idlest
-    share at most 1.25) while a worker was piled up at least ``threshold`` of the time: totals
-    hide the mechanism."""
-    found: dict[str, Group] = {}
-    for g in groups:
-        shares = list(g.worker_share.values())
-        if (len(shares) > 1 and min(shares) and max(shares) / min(shares) <= 1.25 and g.inflight
-                and g.inflight.pileup is not None and g.inflight.pileup.median >= threshold):
-            cur = found.get(g.layout)
-            if cur is None or g.inflight.pileup.median > cur.inflight.pileup.median:
-                found[g.layout] = g
-    return [f"{g.layout} at {g.concurrency} connections{'' if g.scenario == 'article' else f' ({g.scenario})'} "
-            "served " + " / ".join(f"{x:.0%}" for x in g.worker_share.values())
-            + f" of the requests, yet a worker was piled up {pct(g.inflight.pileup.median)} of the time"
-            for g in found.values()]
+def mechanism_sentence(results: Results, scenario: str, groups: list[Group]) -> str:
+    """``mechanism_words`` of the reading ``groups`` give ("" when none has a pile-up figure)."""
+    m = mechanism_of(scenario, groups, results.arguments.get("processes"))
+    return mechanism_words(m, _level_name(results, m.level)) if m is not None else ""
 
 
-def mechanism_lines(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
+def even_totals_words(e: EvenTotals) -> str:
+    return (f"{e.layout} at {e.concurrency} connections{'' if e.scenario == 'article' else f' ({e.scenario})'} "
+            "served " + " / ".join(f"{x:.0%}" for x in e.shares)
+            + f" of the requests, yet a worker was piled up {pct(e.pileup)} of the time")
+
+
+def mechanism_lines(results: Results, summary: Summary) -> list[str]:
     """One sentence per scenario read from the in-flight figures, and where per-worker totals
     look balanced while requests piled up (terminal form; Markdown wraps the same text)."""
-    out = []
-    for sc, groups in by_sc.items():
-        sentence = mechanism_sentence(results, sc, groups)
-        if sentence:
-            out.append(sentence)
-    notes = [n for groups in by_sc.values() for n in balanced_totals_notes(groups)]
+    out = [mechanism_words(m, _level_name(results, m.level)) for m in summary.mechanisms]
+    notes = [even_totals_words(e) for e in summary.even_totals]
     if notes:
         out.append("Per-worker totals count requests, not when they arrive together: " + "; ".join(notes) + ".")
     return out
@@ -417,15 +375,14 @@ def terminal_lines(results: Results, summary: Summary | None = None) -> list[str
         out.extend(wrap(f"note: {PER_CELL_NOTE}."))
     for sc, groups in by_sc.items():
         out += ["", f"== scenario: {sc} =="]
-        best = best_per_level(groups)
         for level in sorted({g.concurrency for g in groups}):
             at = [g for g in groups if g.concurrency == level]
             out += ["", f"{level} connections{_level_name(results, level)}"]
             out += _terminal_table(at)
             if _has_tails_or_inflight(at):
                 out += [""] + table(TAILS_HEADERS, _tails_rows(at), "<>>>><")
-            out += wrap(_best_line(best[level], at))
-    mechanism = mechanism_lines(results, by_sc)
+            out += wrap(_best_line(summary.best_at(sc, level), at))
+    mechanism = mechanism_lines(results, summary)
     if mechanism:
         out += ["", "requests in flight per worker (the mechanism):"]
         for line in mechanism:
@@ -535,7 +492,7 @@ def _md_reproduce(results: Results) -> list[str]:
     return out
 
 
-def _md_level_table(groups: list[Group], best: Group | None) -> list[str]:
+def _md_level_table(groups: list[Group], best: str) -> list[str]:
     keys = sorted({k for g in groups for k in g.extra})
     pooled = any(g.tails.pooled for g in groups)
     inflight = any(g.inflight for g in groups)
@@ -544,7 +501,7 @@ def _md_level_table(groups: list[Group], best: Group | None) -> list[str]:
                "worker CV", "CPU ms/req", *keys, *new, "noisy"]
     rows = []
     for g in groups:
-        name = f"**{g.layout}**" if best is not None and g.layout == best.layout else g.layout
+        name = f"**{g.layout}**" if g.layout == best else g.layout
         latency = {p: fmt_stat(g.latency[p], digits=None) for p, _ in LATENCY_COLUMNS}
         latency["p99"] = fmt_stat(g.latency["p99"], digits=None) if g.p99_quotable and not g.tails.pooled else \
             num(g.p99) if g.p99_quotable else "n/q"
@@ -563,7 +520,7 @@ def _md_level_table(groups: list[Group], best: Group | None) -> list[str]:
     return md_table(headers, rows, "<" + ">" * (len(headers) - 2) + "<")
 
 
-def _md_results(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
+def _md_results(results: Results, by_sc: dict[str, list[Group]], summary: Summary) -> list[str]:
     out = ["## Results", "",
            "Each figure is the median across repeats with the low–high range in parentheses; `~` marks a figure "
            f"whose spread (high − low) / median is above {NOISY_SPREAD:.0%}. Latencies are in ms; errors are "
@@ -575,12 +532,12 @@ def _md_results(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
         out += [f"> Note: {PER_CELL_NOTE[0].upper()}{PER_CELL_NOTE[1:]}.", ""]
     for sc, groups in by_sc.items():
         out += [f"### Scenario: {sc}", ""]
-        best = best_per_level(groups)
         for level in sorted({g.concurrency for g in groups}):
             at = [g for g in groups if g.concurrency == level]
+            best = summary.best_at(sc, level)
             out += [f"#### {level} connections{_level_name(results, level)}", ""]
-            out += _md_level_table(at, best.get(level)) + [""]
-            best_text = _best_line(best[level], at)
+            out += _md_level_table(at, best.layout) + [""]
+            best_text = _best_line(best, at)
             out += [best_text[0].upper() + best_text[1:] + ".", ""]
             noisy = [g.layout for g in at if g.noisy_figures]
             if noisy:
@@ -588,7 +545,7 @@ def _md_results(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
     return out
 
 
-def _md_shares(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
+def _md_shares(results: Results, by_sc: dict[str, list[Group]], summary: Summary) -> list[str]:
     out = ["## Per-worker shares", "",
            "Share of requests each worker served (worker 1 / worker 2 / ...), pooled over repeats: uWSGI's "
            "stats server counts them; gunicorn and granian have none, so there the answers are counted by the "
@@ -596,7 +553,7 @@ def _md_shares(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
            "split is 1 / workers each; the article's problem is a skewed split on one shared socket, where one "
            "process takes several requests while the others idle. max/min is the busiest worker's count over the "
            "idlest one's (1.00 = even).", ""]
-    notes = [n for groups in by_sc.values() for n in balanced_totals_notes(groups)]
+    notes = [even_totals_words(e) for e in summary.even_totals]
     if notes:
         out += ["> Totals can look balanced while requests pile up at the same moment: " + "; ".join(notes)
                 + " (see *Requests in flight per worker*).", ""]
@@ -628,7 +585,7 @@ def _md_shares(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
     return out
 
 
-def _md_inflight(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
+def _md_inflight(results: Results, by_sc: dict[str, list[Group]], summary: Summary) -> list[str]:
     """The mechanism: pile-up per layout and level, one sentence per scenario read from the
     figures, the per-worker in-flight distribution at the level the sentence reads."""
     groups = [g for gs in by_sc.values() for g in gs]
@@ -641,7 +598,7 @@ def _md_inflight(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
            "threads (3 requests on 2 workers must put 2 in one: 2 / 1 is not a pile-up; n/a with one worker or one "
            "thread each). **Full**: the share of time some worker had every thread busy. Per-worker request totals "
            "(next section) can look even while requests pile up at the same moment.", ""]
-    for line in mechanism_lines(results, by_sc):
+    for line in mechanism_lines(results, summary):
         out += [f"- {line}"]
     out += [""]
     for sc, gs in by_sc.items():
@@ -654,7 +611,7 @@ def _md_inflight(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
         if len(by_sc) > 1:
             out += [f"Scenario {sc}, pile-up (full):", ""]
         out += md_table(["layout", *(f"{x} connections" for x in levels)], rows, "<" + ">" * len(levels)) + [""]
-        level = _pileup_level(results, gs)
+        level = next((m.level for m in summary.mechanisms if m.scenario == sc), None)
         dist = [g for g in gs if g.concurrency == level and g.inflight]
         if dist:
             threads = max(g.inflight.threads for g in dist)
@@ -701,9 +658,9 @@ def markdown_lines(results: Results, plot_files: list[str], summary: Summary | N
     out += md_kv("Workload", short_workload(results))
     out += md_kv("Arguments", results.arguments, skip=("command",))
     if results.cells:
-        out += _md_results(results, by_sc)
-        out += _md_inflight(results, by_sc)
-        out += _md_shares(results, by_sc)
+        out += _md_results(results, by_sc, summary)
+        out += _md_inflight(results, by_sc, summary)
+        out += _md_shares(results, by_sc, summary)
         out += memory_markdown(results)
         out += limit_markdown(results)
     else:
