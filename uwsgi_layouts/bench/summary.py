@@ -11,7 +11,8 @@ pyperf's style: small frozen dataclasses validated on creation, tuples not lists
 outcomes (``paired.Direction``, ``verdict.Standing``, ``verdict.Outcome``,
 ``verdict.PairDirection``). The JSON is written from the dataclasses' fields and read back by
 their type hints (``to_data``, ``from_data``): a new field is stored without a new line of
-codec. A field whose metadata says ``stored: False`` (``LevelJudgement.pair``: the groups behind
+codec. Mappings load read-only (``types.MappingProxyType``). A field whose metadata says
+``stored: False`` (``LevelJudgement.pair``: the groups behind
 a live verdict) is held in memory only.
 """
 
@@ -22,18 +23,26 @@ import enum
 import json
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from uwsgi_layouts.bench.analysis import (
+    Choice,
     EvenTotals,
+    GoalAnswer,
+    Lowest,
     Mechanism,
     best_and_runner_up,
     even_totals,
+    goal_answer,
     group_cells,
+    layout_choice,
+    lowest_p99,
     machine_cautions,
     mechanism_of,
     rule_of,
+    steady_scenarios,
     warnings,
 )
 from uwsgi_layouts.bench.decisions import KeyComparison, Recommendation, key_comparisons, recommend
@@ -158,6 +167,10 @@ class Summary:
     busy: bool  # the machine was busy: differences of a few percent are suspect
     mechanisms: tuple[Mechanism, ...]  # per scenario with pile-up figures, what they say
     even_totals: tuple[EvenTotals, ...]  # where per-worker totals hide a pile-up
+    choices: tuple[Choice, ...]  # the layout choice across scenarios (steady state and stalls)
+    goal: GoalAnswer  # what it concludes
+    lowest: tuple[Lowest, ...]  # per scenario, the lowest healthy p99 at its highest level
+    stall_scenarios: tuple[str, ...]  # the scenarios with a stall load
 
     def __post_init__(self):
         if self.version != SUMMARY_VERSION:
@@ -217,7 +230,13 @@ def summarize(results: Results) -> Summary:
                    tuple(Decision.of(k, settled_at) for k in key_comparisons(results)),
                    verdict, recommend(results, scenario) if results.cells else None, extension,
                    tuple(warnings(results)), bool(machine_cautions(results.environment)),
-                   *_inflight_readings(results))
+                   *_inflight_readings(results), *_choice(results))
+
+
+def _choice(results: Results) -> tuple:
+    choices = tuple(layout_choice(results))
+    stall = tuple(sc for sc in results.scenarios if sc not in steady_scenarios(results))
+    return choices, goal_answer(list(choices)), lowest_p99(results), stall
 
 
 def _inflight_readings(results: Results) -> tuple[tuple[Mechanism, ...], tuple[EvenTotals, ...]]:
@@ -253,6 +272,8 @@ def to_data(value):
         return {f.name: to_data(getattr(value, f.name)) for f in _stored(type(value))}
     if isinstance(value, enum.Enum):
         return value.value
+    if isinstance(value, Mapping):
+        return {k: to_data(v) for k, v in value.items()}
     if isinstance(value, (tuple, list)):
         return [to_data(x) for x in value]
     return value
@@ -281,6 +302,10 @@ def _value(hint, data, where: str):
             return None
         (inner,) = [a for a in args if a is not type(None)]
         return _value(inner, data, where)
+    if origin is Mapping:
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
+        return types.MappingProxyType({str(k): _value(args[1], v, where) for k, v in data.items()})
     if origin is tuple:
         if not isinstance(data, list):
             raise ValueError(f"{where}: expected a list, got {type(data).__name__}")

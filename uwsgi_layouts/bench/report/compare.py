@@ -18,13 +18,12 @@ from uwsgi_layouts.bench.analysis import (
     MIN_SLOWER_REQUESTS,
     NOISY_SPREAD,
     SATURATED,
+    Answer,
     EvenTotals,
     Group,
     Mechanism,
     group_cells,
-    layout_choice,
     mechanism_of,
-    steady_scenarios,
     unpaired_note,
 )
 from uwsgi_layouts.bench.paired import Direction
@@ -53,7 +52,18 @@ from uwsgi_layouts.bench.report.text import (
     table,
     wrap,
 )
-from uwsgi_layouts.bench.report.views import Grid, Items, Lead, MarkdownView, Note, Section, Sentences, TextView
+from uwsgi_layouts.bench.report.views import (
+    Conclusion,
+    Gap,
+    Grid,
+    Items,
+    Lead,
+    MarkdownView,
+    Note,
+    Section,
+    Sentences,
+    TextView,
+)
 from uwsgi_layouts.bench.results import Results
 from uwsgi_layouts.bench.summary import Best, Summary, summarize
 from uwsgi_layouts.bench.verdict import Verdict, article_verdict, confidence_words
@@ -134,7 +144,7 @@ def verdict_section(v: Verdict) -> Section:
     if v.missing:
         blocks.append(Note(f"Not checked: {v.missing}."))
     if v.levels:
-        blocks += [Items(tuple(level_sentence(v, lv) for lv in v.levels)),
+        blocks += [Items(tuple(level_sentence(v, lv) for lv in v.levels)), Gap(),
                    Grid(TARGET_HEADERS, _target_rows(v), "<<<<"),
                    Sentences(tuple(f"at {lv.concurrency} connections, paired by round: throughput "
                                    f"{lv.rps.describe()}; p99 {lv.p99.describe()}" for lv in v.levels))]
@@ -187,12 +197,15 @@ def decision_section(summary: Summary) -> Section | None:
     return Section("Decisions", (Note(head), Items(tuple(items))))
 
 
+def written(view: TextView | MarkdownView, section: Section | None) -> list[str]:
+    """``section`` in ``view``'s format ([] for a section the run has not)."""
+    return [] if section is None else view.lines(section)
+
+
 def decision_lines(results: Results, markdown: bool = False, summary: Summary | None = None) -> list[str]:
     """The decisions section of ``summary`` (by default the one ``results`` makes), in one format."""
-    section = decision_section(summary if summary is not None else summarize(results))
-    if section is None:
-        return []
-    return (MarkdownView() if markdown else TextView()).lines(section)
+    return written(MarkdownView() if markdown else TextView(),
+                   decision_section(summary if summary is not None else summarize(results)))
 
 
 # --------------------------------------------------------------------------- terminal
@@ -391,90 +404,82 @@ def terminal_lines(results: Results, summary: Summary | None = None) -> list[str
     out += limit_lines(results)
     out += nginx.nginx_lines(results)
     out += hosts.host_lines(results)
-    out += decision_lines(results, summary=summary) if not nginx.only_nginx(results) else []
-    out += choice_lines(results)
+    text = TextView()
+    out += written(text, decision_section(summary)) if not nginx.only_nginx(results) else []
+    out += written(text, choice_section(results, summary))
     out += peers.alternatives_lines(results)
     # The article's verdict is about the demo app's own request (``Summary.verdict``: None otherwise).
     if not nginx.only_nginx(results) and summary.verdict is not None:
         out.append("")
-        out.extend(TextView().lines(verdict_section(summary.verdict)))
+        out.extend(text.lines(verdict_section(summary.verdict)))
     if summary.cautions:
-        out += TextView().lines(warnings_section(summary))
+        out += text.lines(warnings_section(summary))
     return out
 
 
 # --------------------------------------------------------------------------- choosing a layout
 
 
-def choice_lines(results: Results, markdown: bool = False) -> list[str]:
+def goal_words(summary: Summary) -> str:
+    """The layout choice's conclusion (``Summary.goal``) in one or two sentences."""
+    goal, by = summary.goal, {c.layout: c for c in summary.choices}
+    named = [by[x] for x in goal.named]
+    if goal.answer is Answer.MEETS:
+        return ("Meets the goal: " + ", ".join(f"{c.layout} (worst p99 {c.worst_p99_ratio:.2f}x of the best, "
+                                               f"at {c.worst_where})" for c in named) + "."
+                + (" Undecided: " + ", ".join(goal.undecided) + "." if goal.undecided else ""))
+    if goal.answer is Answer.CANNOT_BE_CHECKED:
+        best = named[0]
+        return (f"The goal cannot be checked: {best.missing} (its throughput half needs the mapped layout's "
+                f"steady-state throughput). By healthy p99 alone, {best.layout} is closest to the best everywhere "
+                f"(worst {best.worst_p99_ratio:.2f}x, at {best.worst_where})"
+                + (f"; missed beyond noise by {', '.join(goal.missed)}" if goal.missed else "") + ".")
+    if goal.answer is Answer.UNDECIDED:
+        return ("No layout meets the goal beyond noise; undecided (an interval straddles a threshold: measure "
+                "more): " + ", ".join(f"{c.layout} (worst p99 {c.worst_p99_ratio:.2f}x, at {c.worst_where})"
+                                      for c in named) + ".")
+    if goal.answer is Answer.CLOSEST:
+        close = named[0]
+        return (f"No layout meets the goal here; closest: {close.layout}, whose worst healthy p99 is "
+                f"{close.worst_p99_ratio:.2f}x the best ({close.worst_where}).")
+    return "No layouts to compare."
+
+
+def choice_section(results: Results, summary: Summary) -> Section | None:
     """Which layout to run across scenarios: each layout's worst healthy p99 relative to the
     best layout (per scenario, over levels), its steady-state throughput relative to the
     mapped layout, the stalled requests' p99, and whether it meets the goal. Only shown when
     the run has more than one scenario or a stall scenario."""
-    stall = [sc for sc in results.scenarios if sc not in steady_scenarios(results)]
+    stall = summary.stall_scenarios
     if (len(results.scenarios) < 2 and not stall) or nginx.only_nginx(results):
-        return []
-    choices = layout_choice(results)
+        return None
     p, t = results.arguments.get("processes"), results.arguments.get("threads")
-    headers = (["layout"] + [f"p99/best {sc}" for sc in results.scenarios]
-               + ["rps/mapped"] + [f"stalled p99 {sc}" for sc in stall] + ["goal"])
-    rows = []
-    for c in choices:
-        ratios = [f"{c.p99_vs_best[sc]:.2f}x" if sc in c.p99_vs_best else "" for sc in results.scenarios]
-        rows.append([c.layout] + ratios
-                    + [f"{c.steady_rps_vs_mapped:.2f}x" if c.steady_rps_vs_mapped is not None else "n/a"]
-                    + [num(c.stalled_p99_ms[sc]) if sc in c.stalled_p99_ms else "" for sc in stall]
-                    + [c.goal])
+    headers = (("layout",) + tuple(f"p99/best {sc}" for sc in results.scenarios)
+               + ("rps/mapped",) + tuple(f"stalled p99 {sc}" for sc in stall) + ("goal",))
+    rows = tuple((c.layout,) + tuple(f"{c.p99_vs_best[sc]:.2f}x" if sc in c.p99_vs_best else ""
+                                     for sc in results.scenarios)
+                 + (f"{c.steady_rps_vs_mapped:.2f}x" if c.steady_rps_vs_mapped is not None else "n/a",)
+                 + tuple(num(c.stalled_p99_ms[sc]) if sc in c.stalled_p99_ms else "" for sc in stall) + (c.goal,)
+                 for c in summary.choices)
     goal = (f"p99/best: healthy p99 / the best layout's, paired by round (worst level); rps/mapped: steady-state "
             f"throughput / {p}x{t}-mapped's, paired (worst level); stalled p99 in ms. Goal: healthy p99 within "
             f"{GOAL_P99_SLACK - 1:.0%} of the best layout in every scenario and level, and at least "
             f"{GOAL_RPS_OF_MAPPED:.0%} of the mapped layout's steady-state throughput. Each half is met when the "
             "ratio's whole interval is on the right side of its threshold, missed when it is wholly on the wrong "
             "side, undecided otherwise; it cannot be checked when its inputs were not measured.")
-    winners = [c for c in choices if c.meets_goal]
-    undecided = [c for c in choices if c.goal == "undecided"]
-    unchecked = [c for c in choices if c.goal == "cannot be checked"]
-    if winners:
-        verdict = "Meets the goal: " + ", ".join(f"{c.layout} (worst p99 {c.worst_p99_ratio:.2f}x of the best, "
-                                                 f"at {c.worst_where})" for c in winners) + "."
-        if undecided:
-            verdict += " Undecided: " + ", ".join(c.layout for c in undecided) + "."
-    elif unchecked:
-        best = min(unchecked, key=lambda c: c.worst_p99_ratio)
-        verdict = (f"The goal cannot be checked: {unchecked[0].missing} (its throughput half needs the mapped "
-                   f"layout's steady-state throughput). By healthy p99 alone, {best.layout} is closest to the best "
-                   f"everywhere (worst {best.worst_p99_ratio:.2f}x, at {best.worst_where})"
-                   + (f"; missed beyond noise by {', '.join(c.layout for c in choices if c.goal == 'no')}"
-                      if any(c.goal == "no" for c in choices) else "") + ".")
-    elif undecided:
-        verdict = ("No layout meets the goal beyond noise; undecided (an interval straddles a threshold: measure "
-                   "more): " + ", ".join(f"{c.layout} (worst p99 {c.worst_p99_ratio:.2f}x, at {c.worst_where})"
-                                         for c in undecided) + ".")
-    elif choices:
-        close = min(choices, key=lambda c: (c.worst_p99_ratio, -(c.steady_rps_vs_mapped or 0)))
-        verdict = (f"No layout meets the goal here; closest: {close.layout}, whose worst healthy p99 is "
-                   f"{close.worst_p99_ratio:.2f}x the best ({close.worst_where}).")
-    else:
-        verdict = "No layouts to compare."
-    per_scenario = []
-    for sc in results.scenarios:
-        groups = [g for g in group_cells(results, sc)]
-        if groups:
-            worst_level = max(g.concurrency for g in groups)
-            at = [g for g in groups if g.concurrency == worst_level]
-            best = min(at, key=lambda g: g.p99)
-            per_scenario.append(f"{sc}: lowest healthy p99 at {worst_level} connections is {best.layout} "
-                                f"({quoted_p99(best, unit=' ms')}, {num(best.rps.median)} req/s)")
-    if markdown:
-        return (["## Choosing a layout: steady state and stalls", "", goal, ""] + md_table(headers, rows)
-                + ["", f"**{verdict}**", ""] + [f"- {x}" for x in per_scenario] + [""])
-    out = ["", "choosing a layout (steady state and stalls):"]
-    out += wrap(goal, indent="  ", subsequent="  ")
-    out += ["  " + x for x in table(headers, rows, "<" + ">" * (len(headers) - 1))]
-    out += wrap(verdict, indent="  ", subsequent="  ")
-    for x in per_scenario:
-        out += wrap(x, indent="  - ", subsequent="    ")
-    return out
+    groups = {(g.scenario, g.layout, g.concurrency): g for g in group_cells(results)}
+    lowest = tuple(f"{x.scenario}: lowest healthy p99 at {x.concurrency} connections is {x.layout} "
+                   f"({quoted_p99(g, unit=' ms')}, {num(g.rps.median)} req/s)"
+                   for x in summary.lowest for g in [groups[(x.scenario, x.layout, x.concurrency)]])
+    return Section("Choosing a layout: steady state and stalls",
+                   (Note(goal), Grid(headers, rows, "<" + ">" * (len(headers) - 1)), Conclusion(goal_words(summary)),
+                    Items(lowest)), text_title="choosing a layout (steady state and stalls)")
+
+
+def choice_lines(results: Results, markdown: bool = False, summary: Summary | None = None) -> list[str]:
+    """The choice section of ``summary`` (by default the one ``results`` makes), in one format."""
+    return written(MarkdownView() if markdown else TextView(),
+                   choice_section(results, summary if summary is not None else summarize(results)))
 
 
 # --------------------------------------------------------------------------- markdown
@@ -642,17 +647,18 @@ def markdown_lines(results: Results, plot_files: list[str], summary: Summary | N
         out += [f"> **Note:** {comment(results)}", ""]
     out += headline_markdown(results, summary)
     out += subject_markdown(results)
+    md = MarkdownView()
     if not nginx.only_nginx(results) and summary.verdict is not None:
-        out += MarkdownView().lines(verdict_section(summary.verdict))
+        out += md.lines(verdict_section(summary.verdict))
     if not nginx.only_nginx(results):
-        out += decision_lines(results, markdown=True, summary=summary)
+        out += written(md, decision_section(summary))
     note = unpaired_note(results)
     if note:
         out += [f"> Note: {note[0].upper()}{note[1:]}.", ""]
     out += peers.alternatives_lines(results, markdown=True)
     out += nginx.nginx_lines(results, markdown=True)
     out += hosts.host_lines(results, markdown=True)
-    out += choice_lines(results, markdown=True)
+    out += written(md, choice_section(results, summary))
     out += _md_reproduce(results)
     out += md_kv("Environment", results.environment)
     out += md_kv("Workload", short_workload(results))
@@ -665,5 +671,5 @@ def markdown_lines(results: Results, plot_files: list[str], summary: Summary | N
         out += limit_markdown(results)
     else:
         out += ["## Results", "", "No cells in this results file: nothing was measured.", ""]
-    out += MarkdownView().lines(warnings_section(summary))
+    out += md.lines(warnings_section(summary))
     return out + plot_lines(plot_files)

@@ -3,9 +3,10 @@ built once from the ``Summary``; ``TextView`` (report.txt, the terminal) and ``M
 (report.md) each say only HOW a block is written. A section is never built twice for two formats,
 so they cannot say different things.
 
-Blocks: ``Lead`` (the section's one-sentence answer), ``Note`` (a paragraph), ``Items`` (a list;
-``label`` names it: Markdown puts it above, text in front of every item), ``Sentences`` (one
-sentence a line), ``Grid`` (a table).
+Blocks: ``Lead`` (the section's one-sentence answer, opening it), ``Conclusion`` (the answer after
+the figures it is read from), ``Note`` (a paragraph), ``Items`` (a list; ``label`` names it:
+Markdown puts it above, text in front of every item), ``Sentences`` (one sentence a line),
+``Grid`` (a table), ``Gap`` (a blank line the text form needs; Markdown's blocks are spaced).
 """
 
 from __future__ import annotations
@@ -22,8 +23,18 @@ class Lead:
 
 
 @dataclass(frozen=True)
+class Conclusion:
+    text: str
+
+
+@dataclass(frozen=True)
 class Note:
     text: str
+
+
+@dataclass(frozen=True)
+class Gap:
+    pass
 
 
 @dataclass(frozen=True)
@@ -48,16 +59,17 @@ class Grid:
             raise ValueError(f"rows: every row needs {len(self.headers)} cells")
 
 
-Block = Lead | Note | Items | Sentences | Grid
+Block = Lead | Conclusion | Note | Gap | Items | Sentences | Grid
 
 
 @dataclass(frozen=True)
 class Section:
     """``title``: the Markdown heading, and the text form's (``Verdict: ...`` when the section
-    opens with a ``Lead``, else a ``title:`` line of its own)."""
+    opens with a ``Lead``, else a ``title:`` line of its own, or ``text_title:`` when given)."""
 
     title: str
     blocks: tuple[Block, ...]
+    text_title: str = ""
 
 
 def _cap(text: str) -> str:
@@ -73,10 +85,12 @@ class TextView:
             out = wrap(f"{section.title}: {blocks[0].text}{blocks[0].after}")
             blocks = blocks[1:]
         else:
-            out = ["", f"{section.title.lower()}:"]
+            out = ["", f"{section.text_title or section.title.lower()}:"]
         for b in blocks:
-            if isinstance(b, Note):
+            if isinstance(b, (Note, Conclusion)):
                 out += wrap(b.text, indent="  ", subsequent="  ")
+            elif isinstance(b, Gap):
+                out.append("")
             elif isinstance(b, Items):
                 for x in b.items:
                     out += (wrap(f"{b.label}: {x}", indent="  ", subsequent="    ") if b.label
@@ -85,7 +99,7 @@ class TextView:
                 for x in b.items:
                     out += wrap(x, indent="  ", subsequent="    ")
             else:
-                out += [""] + ["  " + x for x in table(list(b.headers), [list(r) for r in b.rows], b.align)]
+                out += ["  " + x for x in table(list(b.headers), [list(r) for r in b.rows], b.align)]
         return out
 
 
@@ -97,8 +111,12 @@ class MarkdownView:
         for b in section.blocks:
             if isinstance(b, Lead):
                 out += [f"**{_cap(b.text)}**{b.after}", ""]
+            elif isinstance(b, Conclusion):
+                out += [f"**{b.text}**", ""]
             elif isinstance(b, Note):
                 out += [b.text, ""]
+            elif isinstance(b, Gap):
+                continue
             elif isinstance(b, Items):
                 out += ([f"{_cap(b.label)}s:", ""] if b.label else []) + [f"- {x}" for x in b.items] + [""]
             elif isinstance(b, Sentences):
