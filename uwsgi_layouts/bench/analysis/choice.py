@@ -267,6 +267,11 @@ class PeerChoice:
     def rps(self) -> Comparison | None:
         return compare_groups(self.best, self.runner_up, "rps") if self.runner_up is not None else None
 
+    @property
+    def p99(self) -> Comparison | None:
+        """The best's p99 against the runner-up's: what puts an equivalent variant ahead."""
+        return compare_groups(self.best, self.runner_up, "p99") if self.runner_up is not None else None
+
 
 def peer_choices(groups: list[Group]) -> list[PeerChoice]:
     """Per level and peer server (in the order first measured), its best variant."""

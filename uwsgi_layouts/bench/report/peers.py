@@ -21,7 +21,6 @@ from uwsgi_layouts.bench.analysis import (
     Group,
     Matchup,
     alternatives,
-    compare_groups,
     server_of,
 )
 from uwsgi_layouts.bench.paired import Comparison
@@ -122,7 +121,7 @@ def variants_sentence(results: Results, alt: Alternatives, peer: str) -> str:
         if rps.outcome == "better":
             how = "better beyond noise"
         elif rps.outcome == "equivalent":
-            tail = compare_groups(c.best, c.runner_up, "p99").outcome == "better"
+            tail = c.p99.outcome == "better"
             how = "equivalent, and a shorter p99 beyond noise" if tail else "equivalent: the higher of the two"
         else:  # the best is never beaten beyond noise: undecided
             how = "undecided: the higher of the two, no winner beyond noise"
