@@ -30,10 +30,10 @@ def build_parser(prog: str = PROG) -> OneLineParser:
     for kind in KINDS.values():
         kind.add_arguments(sub.add_parser(kind.name, help=kind.help))
     rep = sub.add_parser("report", help="render report.txt, report.md and plots from a stored results.json "
-                                        "(any kind, any version this tool reads; a compare run's judgements "
-                                        "from its summary.json when it has one)")
+                                        "(any kind, any version this tool reads)")
     rep.add_argument("results", help="a run's directory, or its results.json (compare, openloop, faults, tune, "
-                                     "doctor; or an old openloop.json) or plan.json (plan)")
+                                     "doctor; or an old openloop.json) or plan.json (plan); a compare run's "
+                                     "judgements come from the summary.json beside it, when there is one")
     rep.add_argument("--out", help="where to write the report files (default: beside the results file)")
     return parser
 
