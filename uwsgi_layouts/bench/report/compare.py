@@ -1,24 +1,24 @@
 """The compare report (closed-loop cells): terminal tables, pooled tails and requests in flight
-(the mechanism, one sentence per scenario read from the figures), the article verdict, the layout
-choice, a Markdown report; the nginx scenarios' sections come from ``bench.report.nginx``.
+(the mechanism, one sentence per scenario), the article verdict, the decisions, a Markdown
+report; the layout choice's section comes from ``bench.report.choice``, the nginx scenarios'
+from ``bench.report.nginx``.
 
-Every function here takes a ``Results`` (freshly measured or loaded from JSON) and RETURNS
-lines; nothing prints, times or starts processes, so the same code renders a live run and a
-replayed one, and tests can check the tables line by line. Printing is the CLI's job; writing
-files is ``bench.report.exporters``'s.
+Every function here takes a ``Results`` (freshly measured or loaded from JSON) and its
+``Summary`` (what the analysis decided; made from the results when not given) and RETURNS lines;
+nothing prints, times, starts processes or judges: the verdict, decisions, best layouts,
+mechanism and warnings are the summary's, and sections built once (``bench.report.views``) are
+written by the text and the Markdown view alike. Printing is the CLI's job; writing files is
+``bench.report.exporters``'s.
 """
 
 from __future__ import annotations
 
 from uwsgi_layouts.bench.analysis import (
     CONFIDENCE,
-    GOAL_P99_SLACK,
-    GOAL_RPS_OF_MAPPED,
     MEMORY_KEY,
     MIN_SLOWER_REQUESTS,
     NOISY_SPREAD,
     SATURATED,
-    Answer,
     EvenTotals,
     Group,
     Mechanism,
@@ -28,6 +28,7 @@ from uwsgi_layouts.bench.analysis import (
 )
 from uwsgi_layouts.bench.paired import Direction
 from uwsgi_layouts.bench.report import hosts, nginx, peers
+from uwsgi_layouts.bench.report.choice import choice_section
 from uwsgi_layouts.bench.report.headline import claim_sentence, headline_markdown, level_sentence
 from uwsgi_layouts.bench.report.limits import limit_lines, limit_markdown
 from uwsgi_layouts.bench.report.memory import memory_lines, memory_markdown, pss_column
@@ -53,7 +54,6 @@ from uwsgi_layouts.bench.report.text import (
     wrap,
 )
 from uwsgi_layouts.bench.report.views import (
-    Conclusion,
     Gap,
     Grid,
     Items,
@@ -63,6 +63,7 @@ from uwsgi_layouts.bench.report.views import (
     Section,
     Sentences,
     TextView,
+    written,
 )
 from uwsgi_layouts.bench.results import Results
 from uwsgi_layouts.bench.summary import Best, Summary, summarize
@@ -195,11 +196,6 @@ def decision_section(summary: Summary) -> Section | None:
     if undecided:
         head += f" Undecided: {len(undecided)} of {len(keys)}: measure more (a larger --budget or more --repeats)."
     return Section("Decisions", (Note(head), Items(tuple(items))))
-
-
-def written(view: TextView | MarkdownView, section: Section | None) -> list[str]:
-    """``section`` in ``view``'s format ([] for a section the run has not)."""
-    return [] if section is None else view.lines(section)
 
 
 def decision_lines(results: Results, markdown: bool = False, summary: Summary | None = None) -> list[str]:
@@ -415,71 +411,6 @@ def terminal_lines(results: Results, summary: Summary | None = None) -> list[str
     if summary.cautions:
         out += text.lines(warnings_section(summary))
     return out
-
-
-# --------------------------------------------------------------------------- choosing a layout
-
-
-def goal_words(summary: Summary) -> str:
-    """The layout choice's conclusion (``Summary.goal``) in one or two sentences."""
-    goal, by = summary.goal, {c.layout: c for c in summary.choices}
-    named = [by[x] for x in goal.named]
-    if goal.answer is Answer.MEETS:
-        return ("Meets the goal: " + ", ".join(f"{c.layout} (worst p99 {c.worst_p99_ratio:.2f}x of the best, "
-                                               f"at {c.worst_where})" for c in named) + "."
-                + (" Undecided: " + ", ".join(goal.undecided) + "." if goal.undecided else ""))
-    if goal.answer is Answer.CANNOT_BE_CHECKED:
-        best = named[0]
-        return (f"The goal cannot be checked: {best.missing} (its throughput half needs the mapped layout's "
-                f"steady-state throughput). By healthy p99 alone, {best.layout} is closest to the best everywhere "
-                f"(worst {best.worst_p99_ratio:.2f}x, at {best.worst_where})"
-                + (f"; missed beyond noise by {', '.join(goal.missed)}" if goal.missed else "") + ".")
-    if goal.answer is Answer.UNDECIDED:
-        return ("No layout meets the goal beyond noise; undecided (an interval straddles a threshold: measure "
-                "more): " + ", ".join(f"{c.layout} (worst p99 {c.worst_p99_ratio:.2f}x, at {c.worst_where})"
-                                      for c in named) + ".")
-    if goal.answer is Answer.CLOSEST:
-        close = named[0]
-        return (f"No layout meets the goal here; closest: {close.layout}, whose worst healthy p99 is "
-                f"{close.worst_p99_ratio:.2f}x the best ({close.worst_where}).")
-    return "No layouts to compare."
-
-
-def choice_section(results: Results, summary: Summary) -> Section | None:
-    """Which layout to run across scenarios: each layout's worst healthy p99 relative to the
-    best layout (per scenario, over levels), its steady-state throughput relative to the
-    mapped layout, the stalled requests' p99, and whether it meets the goal. Only shown when
-    the run has more than one scenario or a stall scenario."""
-    stall = summary.stall_scenarios
-    if (len(results.scenarios) < 2 and not stall) or nginx.only_nginx(results):
-        return None
-    p, t = results.arguments.get("processes"), results.arguments.get("threads")
-    headers = (("layout",) + tuple(f"p99/best {sc}" for sc in results.scenarios)
-               + ("rps/mapped",) + tuple(f"stalled p99 {sc}" for sc in stall) + ("goal",))
-    rows = tuple((c.layout,) + tuple(f"{c.p99_vs_best[sc]:.2f}x" if sc in c.p99_vs_best else ""
-                                     for sc in results.scenarios)
-                 + (f"{c.steady_rps_vs_mapped:.2f}x" if c.steady_rps_vs_mapped is not None else "n/a",)
-                 + tuple(num(c.stalled_p99_ms[sc]) if sc in c.stalled_p99_ms else "" for sc in stall) + (c.goal,)
-                 for c in summary.choices)
-    goal = (f"p99/best: healthy p99 / the best layout's, paired by round (worst level); rps/mapped: steady-state "
-            f"throughput / {p}x{t}-mapped's, paired (worst level); stalled p99 in ms. Goal: healthy p99 within "
-            f"{GOAL_P99_SLACK - 1:.0%} of the best layout in every scenario and level, and at least "
-            f"{GOAL_RPS_OF_MAPPED:.0%} of the mapped layout's steady-state throughput. Each half is met when the "
-            "ratio's whole interval is on the right side of its threshold, missed when it is wholly on the wrong "
-            "side, undecided otherwise; it cannot be checked when its inputs were not measured.")
-    groups = {(g.scenario, g.layout, g.concurrency): g for g in group_cells(results)}
-    lowest = tuple(f"{x.scenario}: lowest healthy p99 at {x.concurrency} connections is {x.layout} "
-                   f"({quoted_p99(g, unit=' ms')}, {num(g.rps.median)} req/s)"
-                   for x in summary.lowest for g in [groups[(x.scenario, x.layout, x.concurrency)]])
-    return Section("Choosing a layout: steady state and stalls",
-                   (Note(goal), Grid(headers, rows, "<" + ">" * (len(headers) - 1)), Conclusion(goal_words(summary)),
-                    Items(lowest)), text_title="choosing a layout (steady state and stalls)")
-
-
-def choice_lines(results: Results, markdown: bool = False, summary: Summary | None = None) -> list[str]:
-    """The choice section of ``summary`` (by default the one ``results`` makes), in one format."""
-    return written(MarkdownView() if markdown else TextView(),
-                   choice_section(results, summary if summary is not None else summarize(results)))
 
 
 # --------------------------------------------------------------------------- markdown

@@ -124,3 +124,8 @@ class MarkdownView:
             else:
                 out += md_table(list(b.headers), [list(r) for r in b.rows], b.align) + [""]
         return out
+
+
+def written(view: TextView | MarkdownView, section: Section | None) -> list[str]:
+    """``section`` in ``view``'s format ([] for a section the run has not)."""
+    return [] if section is None else view.lines(section)
