@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import re
 import shutil
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from uwsgi_layouts.bench.cli import main as bench_main
-from uwsgi_layouts.bench.paired import Direction
+from uwsgi_layouts.bench.paired import Comparison, Direction
 from uwsgi_layouts.bench.report import markdown_lines, terminal_lines
 from uwsgi_layouts.bench.report.headline import headline_lines
 from uwsgi_layouts.bench.results import ResultsError, load
@@ -33,13 +34,22 @@ def test_a_summary_round_trips(tmp_path, name):
     summary = summarize(load(FIXTURES / name))
     loaded = Summary.load(summary.save(tmp_path / SUMMARY_NAME))
     assert loaded == summary and to_data(loaded) == to_data(summary)
-    data = json.loads((tmp_path / SUMMARY_NAME).read_text())
+    data = json.loads((tmp_path / SUMMARY_NAME).read_text(), parse_constant=pytest.fail)  # strict JSON: no Infinity
     assert data["version"] == SUMMARY_VERSION and data["kind"] == "compare"
     # Tuples, not lists, and enums, not words, once loaded; the groups behind a live verdict stay in memory.
     assert isinstance(loaded.decisions, tuple) and isinstance(loaded.groups[0].noisy, tuple)
     assert all(isinstance(c.outcome, Direction) for d in loaded.decisions for c in d.comparisons)
     assert all(lv.pair is None for lv in loaded.verdict.levels) and summary.verdict.levels[0].pair is not None
     assert all(isinstance(lv.direction, PairDirection) for lv in loaded.verdict.levels)
+
+
+def test_an_open_interval_is_stored_as_strict_json():
+    """Too few rounds to judge: the comparison's high end is infinite; JSON has no infinity, so
+    it is stored as "inf" and read back as one."""
+    opened = Comparison("rps", "undecided", 0.0, 0.0, float("inf"), 0, "too few rounds", 0.0)
+    text = json.dumps(to_data(opened), allow_nan=False)
+    assert '"high": "inf"' in text and from_data(Comparison, json.loads(text)) == opened
+    assert math.isinf(from_data(Comparison, json.loads(text)).high)
 
 
 def test_the_stored_fixture_is_what_the_analysis_decides_of_its_results():

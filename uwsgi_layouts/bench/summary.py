@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -194,7 +195,7 @@ class Summary:
         return (self.created, self.cells) == (results.created, len(results.cells))
 
     def save(self, path: Path | str) -> Path:
-        return write_atomic(Path(path), json.dumps(to_data(self), indent=1) + "\n")
+        return write_atomic(Path(path), json.dumps(to_data(self), indent=1, allow_nan=False) + "\n")
 
     @classmethod
     def load(cls, path: Path | str) -> "Summary":
@@ -276,6 +277,8 @@ def to_data(value):
         return {k: to_data(v) for k, v in value.items()}
     if isinstance(value, (tuple, list)):
         return [to_data(x) for x in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # "inf": an open interval's end; JSON itself has no infinity
     return value
 
 
@@ -318,6 +321,8 @@ def _value(hint, data, where: str):
         except ValueError:
             raise ValueError(f"{where}: must be one of {', '.join(str(m.value) for m in hint)}, got {data!r}") from None
     if hint is float and isinstance(data, int) and not isinstance(data, bool):
+        return float(data)
+    if hint is float and data in ("inf", "-inf"):
         return float(data)
     if not isinstance(data, hint) or (hint is int and isinstance(data, bool)):
         raise ValueError(f"{where}: expected {hint.__name__}, got {data!r}")
