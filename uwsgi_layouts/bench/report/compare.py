@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from uwsgi_layouts.bench.analysis import (
     CONFIDENCE,
-    MEMORY_KEY,
     MIN_SLOWER_REQUESTS,
     NOISY_SPREAD,
     SATURATED,
@@ -30,10 +29,10 @@ from uwsgi_layouts.bench.paired import Direction
 from uwsgi_layouts.bench.report import hosts, nginx, peers
 from uwsgi_layouts.bench.report.choice import choice_section
 from uwsgi_layouts.bench.report.headline import claim_sentence, headline_markdown, level_sentence
+from uwsgi_layouts.bench.report.levels import md_level_table, pileup, text_level_table
 from uwsgi_layouts.bench.report.limits import limit_lines, limit_markdown
-from uwsgi_layouts.bench.report.memory import memory_lines, memory_markdown, pss_column
+from uwsgi_layouts.bench.report.memory import memory_lines, memory_markdown
 from uwsgi_layouts.bench.report.subject import (
-    any_non_2xx,
     short_workload,
     status_text,
     subject_lines,
@@ -42,7 +41,6 @@ from uwsgi_layouts.bench.report.subject import (
 from uwsgi_layouts.bench.report.text import (
     comment,
     fmt_interval,
-    fmt_stat,
     md_kv,
     md_table,
     num,
@@ -68,8 +66,6 @@ from uwsgi_layouts.bench.report.views import (
 from uwsgi_layouts.bench.results import Results
 from uwsgi_layouts.bench.summary import Best, Summary, summarize
 from uwsgi_layouts.bench.verdict import Verdict, article_verdict, confidence_words
-
-LATENCY_COLUMNS = (("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max"))
 
 EFFICIENCY_NOTE = (
     "Efficiency = throughput / min(capacity bound, closed-loop bound), where the capacity bound is "
@@ -98,19 +94,6 @@ def _level_name(results: Results, level: int) -> str:
 
 def _by_scenario(results: Results) -> dict[str, list[Group]]:
     return {sc: group_cells(results, sc) for sc in results.scenarios}
-
-
-def _p99_cell(g: Group) -> str:
-    """The table's p99: pooled where the cells hold histograms, else the median of the repeats' own
-    with its spread; "n/q" (not quoted) when fewer than MIN_SLOWER_REQUESTS requests lie above it."""
-    if not g.p99_quotable:
-        return "n/q"
-    return num(g.p99) if g.tails.pooled else pm(g.latency["p99"])
-
-
-def _p999_cell(g: Group, text: str) -> str:
-    """p99.9 (the repeats' own), quoted only where ``Group.p999_quotable``."""
-    return text if g.p999_quotable else "n/q"
 
 
 def _best_line(best: Best, groups: list[Group]) -> str:
@@ -208,18 +191,7 @@ def decision_lines(results: Results, markdown: bool = False, summary: Summary | 
 
 
 def _terminal_table(groups: list[Group]) -> list[str]:
-    headers = ["layout", "req/s", "p50", "p90", "p99", "p99.9", "max", "errors", "eff.",
-               "worker\nCV", "CPU ms\n/req", "noisy"]
-    rows = []
-    for g in groups:
-        rows.append([
-            g.layout, pm(g.rps), num(g.latency["p50"].median), num(g.latency["p90"].median), _p99_cell(g),
-            _p999_cell(g, num(g.latency["p999"].median)), num(g.latency["max"].median), str(g.errors),
-            f"{g.efficiency.median:.2f}", f"{g.cv.median:.2f}" if g.cv.n else "n/a", num(g.cpu_ms_per_request.median),
-            " ".join(g.noisy_figures),
-        ])
-    _optional_columns(groups, headers, rows, markdown=False)
-    out = table(headers, rows, "<" + ">" * (len(headers) - 2) + "<")
+    out = text_level_table(groups)
     detail = [f"{g.layout} {status_text(g.status)}" for g in groups if g.non_2xx]
     if detail:
         out += wrap("non-2xx answers (summed over repeats): " + "; ".join(detail))
@@ -250,23 +222,13 @@ def _has_tails_or_inflight(groups: list[Group]) -> bool:
     return any(g.tails.pooled or g.inflight for g in groups)
 
 
-def _pileup(g: Group) -> str:
-    if g.inflight is None:
-        return ""
-    pile = g.inflight.pileup
-    if pile is None:
-        return "n/a"
-    # A share near 0 makes a relative spread meaningless: show the repeats' range in points.
-    return pct(pile.median) + (f" ({100 * pile.low:.0f}–{100 * pile.high:.0f})" if pile.n > 1 else "")
-
-
 def _tails_rows(groups: list[Group]) -> list[list[str]]:
     rows = []
     for g in groups:
         t = g.tails
         rows.append([g.layout, num(t.p50.value) if t.pooled else "",
                      (fmt_interval(t.p99) if g.p99_quotable else "n/q") if t.pooled else "",
-                     (f"{t.slower}" + ("!" if t.thin else "")) if t.pooled else "", _pileup(g),
+                     (f"{t.slower}" + ("!" if t.thin else "")) if t.pooled else "", pileup(g),
                      pct(g.inflight.full.median) if g.inflight else ""])
     return rows
 
@@ -330,19 +292,6 @@ def mechanism_lines(results: Results, summary: Summary) -> list[str]:
     if notes:
         out.append("Per-worker totals count requests, not when they arrive together: " + "; ".join(notes) + ".")
     return out
-
-
-def _optional_columns(groups: list[Group], headers: list[str], rows: list[list[str]], markdown: bool) -> None:
-    """Before the last column: the app server tree's PSS (when recorded) and the answers that were
-    not 2xx (when any were)."""
-    if any(g.memory.get(MEMORY_KEY) for g in groups):
-        headers.insert(-1, "server PSS MB" if markdown else "PSS\nMB")
-        for g, row in zip(groups, rows, strict=True):
-            row.insert(-1, pss_column(g)[1 if markdown else 0])
-    if any_non_2xx(groups):
-        headers.insert(-1, "non-2xx")
-        for g, row in zip(groups, rows, strict=True):
-            row.insert(-1, status_text(g.status) if markdown else str(g.non_2xx))
 
 
 def warnings_section(summary: Summary) -> Section:
@@ -428,34 +377,6 @@ def _md_reproduce(results: Results) -> list[str]:
     return out
 
 
-def _md_level_table(groups: list[Group], best: str) -> list[str]:
-    keys = sorted({k for g in groups for k in g.extra})
-    pooled = any(g.tails.pooled for g in groups)
-    inflight = any(g.inflight for g in groups)
-    new = ([f"p99 pooled ms ({CONFIDENCE:.0%} interval)", ">p99"] if pooled else []) + (["pile-up"] if inflight else [])
-    headers = ["layout", "req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "errors", "efficiency",
-               "worker CV", "CPU ms/req", *keys, *new, "noisy"]
-    rows = []
-    for g in groups:
-        name = f"**{g.layout}**" if g.layout == best else g.layout
-        latency = {p: fmt_stat(g.latency[p], digits=None) for p, _ in LATENCY_COLUMNS}
-        latency["p99"] = fmt_stat(g.latency["p99"], digits=None) if g.p99_quotable and not g.tails.pooled else \
-            num(g.p99) if g.p99_quotable else "n/q"
-        latency["p999"] = _p999_cell(g, latency["p999"])
-        rows.append([
-            name, fmt_stat(g.rps), *latency.values(),
-            f"{g.errors} of {g.requests}" if g.errors else "0", fmt_stat(g.efficiency, digits=2),
-            fmt_stat(g.cv, digits=2, mark_noisy=False), fmt_stat(g.cpu_ms_per_request, digits=None),
-            *(fmt_stat(g.extra[k], digits=None) if k in g.extra else "" for k in keys),
-            *(([fmt_interval(g.tails.p99) if g.p99_quotable else "n/q", f"{g.tails.slower}"
-                + (" ⚠" if g.tails.thin else "")] if g.tails.pooled else ["", ""]) if pooled else []),
-            *([_pileup(g)] if inflight else []),
-            "⚠ " + ", ".join("req/s" if f == "rps" else f for f in g.noisy_figures) if g.noisy_figures else "",
-        ])
-    _optional_columns(groups, headers, rows, markdown=True)
-    return md_table(headers, rows, "<" + ">" * (len(headers) - 2) + "<")
-
-
 def _md_results(results: Results, by_sc: dict[str, list[Group]], summary: Summary) -> list[str]:
     out = ["## Results", "",
            "Each figure is the median across repeats with the low–high range in parentheses; `~` marks a figure "
@@ -472,7 +393,7 @@ def _md_results(results: Results, by_sc: dict[str, list[Group]], summary: Summar
             at = [g for g in groups if g.concurrency == level]
             best = summary.best_at(sc, level)
             out += [f"#### {level} connections{_level_name(results, level)}", ""]
-            out += _md_level_table(at, best.layout) + [""]
+            out += md_level_table(at, best.layout) + [""]
             best_text = _best_line(best, at)
             out += [best_text[0].upper() + best_text[1:] + ".", ""]
             noisy = [g.layout for g in at if g.noisy_figures]
@@ -542,7 +463,7 @@ def _md_inflight(results: Results, by_sc: dict[str, list[Group]], summary: Summa
         rows = []
         for layout in dict.fromkeys(g.layout for g in gs):
             at = {g.concurrency: g for g in gs if g.layout == layout}
-            rows.append([layout] + [(_pileup(at[lv]) + f" (full {pct(at[lv].inflight.full.median)})")
+            rows.append([layout] + [(pileup(at[lv]) + f" (full {pct(at[lv].inflight.full.median)})")
                                     if lv in at and at[lv].inflight else "" for lv in levels])
         if len(by_sc) > 1:
             out += [f"Scenario {sc}, pile-up (full):", ""]
