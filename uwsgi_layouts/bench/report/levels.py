@@ -30,7 +30,7 @@ class Column:
     md_cell: Callable[[Group], str]
 
 
-def quoted_p99(g: Group, per_cell: Callable[[Stat], str]) -> str:
+def table_p99(g: Group, per_cell: Callable[[Stat], str]) -> str:
     """The table's p99: pooled where the cells hold histograms, else the repeats' own (written by
     ``per_cell``); "n/q" (not quoted) when fewer than MIN_SLOWER_REQUESTS requests lie above it."""
     if not g.p99_quotable:
@@ -68,8 +68,8 @@ def level_columns(groups: list[Group]) -> list[Column]:
         Column("req/s", "req/s", lambda g: pm(g.rps), lambda g: fmt_stat(g.rps)),
         Column("p50", "p50 ms", _median("p50"), _stat("p50")),
         Column("p90", "p90 ms", _median("p90"), _stat("p90")),
-        Column("p99", "p99 ms", lambda g: quoted_p99(g, pm),
-               lambda g: quoted_p99(g, lambda s: fmt_stat(s, digits=None))),
+        Column("p99", "p99 ms", lambda g: table_p99(g, pm),
+               lambda g: table_p99(g, lambda s: fmt_stat(s, digits=None))),
         Column("p99.9", "p99.9 ms", lambda g: _p999(g, _median("p999")(g)), lambda g: _p999(g, _stat("p999")(g))),
         Column("max", "max ms", _median("max"), _stat("max")),
         Column("errors", "errors", lambda g: str(g.errors),
