@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from uwsgi_layouts.bench.analysis import layout_choice, steady_scenarios
 from uwsgi_layouts.bench.report import markdown_lines, terminal_lines
-from uwsgi_layouts.bench.report.compare import choice_lines
+from uwsgi_layouts.bench.report.choice import choice_lines
 from uwsgi_layouts.bench.results import Cell, Results
 
 LAYOUTS = ("2x4-shared", "2x4-mapped", "2x4-overflow")

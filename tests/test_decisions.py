@@ -53,7 +53,7 @@ from uwsgi_layouts.bench.paired import (
     t_quantile,
 )
 from uwsgi_layouts.bench.report import terminal_lines
-from uwsgi_layouts.bench.report.compare import choice_lines
+from uwsgi_layouts.bench.report.choice import choice_lines
 from uwsgi_layouts.bench.report.headline import run_here
 from uwsgi_layouts.bench.results import Cell, load
 

@@ -427,7 +427,7 @@ def test_inflight_plot_is_drawn_from_stored_json(tails_results, tmp_path):
 
 def test_layout_choice_declares_no_verdict_where_an_interval_straddles_the_slack(tails_results):
     from uwsgi_layouts.bench.analysis import layout_choice
-    from uwsgi_layouts.bench.report.compare import choice_lines
+    from uwsgi_layouts.bench.report.choice import choice_lines
 
     mapped = next(c for c in layout_choice(tails_results) if c.layout == "2x4-mapped")
     # 95% t intervals over 3 rounds: wider than the old 75% range, so 4 connections straddles too

@@ -16,6 +16,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from uwsgi_layouts.bench.results import load
+from uwsgi_layouts.bench.summary import Summary
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -71,6 +74,12 @@ def test_smoke_compare_records_every_field(tmp_path):
     assert "== the answer ==" in proc.stdout and "The article's claim" in proc.stdout
     assert "Verdict: the article's claim" in (out / "report.txt").read_text()
     assert "Verdict: the article's claim" not in proc.stdout
+    # The judgement is stored beside the results, and the headline and report.txt say what it decided.
+    summary = Summary.load(out / "summary.json")
+    assert summary.matches(load(out / "results.json"))
+    assert f"wrote {out / 'results.json'} and summary.json" in proc.stdout
+    said = f"{summary.verdict.outcome.value}{' here' if summary.verdict.levels else ''}."
+    assert said in " ".join(proc.stdout.split()) and said in " ".join((out / "report.txt").read_text().split())
 
 
 def test_smoke_stall_scenario_separates_stalled_clients(tmp_path):

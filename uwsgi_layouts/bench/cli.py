@@ -14,7 +14,8 @@ from uwsgi_layouts.bench.load.traffic import TrafficError
 from uwsgi_layouts.bench.load.wrk import WrkError
 from uwsgi_layouts.bench.options import BadArgument, MissingTool
 from uwsgi_layouts.bench.report.plan import PLAN_JSON, read_plan, write_plan_reports
-from uwsgi_layouts.bench.results import ResultsError, load
+from uwsgi_layouts.bench.results import Results, ResultsError, load
+from uwsgi_layouts.bench.summary import SUMMARY_NAME, Summary, is_summarized
 from uwsgi_layouts.deploy.cli import PROG, OneLineParser, parse_args
 from uwsgi_layouts.deploy.model import LayoutError, RenderError, StackError
 
@@ -31,7 +32,8 @@ def build_parser(prog: str = PROG) -> OneLineParser:
     rep = sub.add_parser("report", help="render report.txt, report.md and plots from a stored results.json "
                                         "(any kind, any version this tool reads)")
     rep.add_argument("results", help="a run's directory, or its results.json (compare, openloop, faults, tune, "
-                                     "doctor; or an old openloop.json) or plan.json (plan)")
+                                     "doctor; or an old openloop.json) or plan.json (plan); a compare run's "
+                                     "judgements come from the summary.json beside it, when there is one")
     rep.add_argument("--out", help="where to write the report files (default: beside the results file)")
     return parser
 
@@ -53,8 +55,22 @@ def cmd_report(args) -> int:
         print("\n".join(write_plan_reports(out, read_plan(source))))
         print(f"\nwrote report.txt, report.md in {out}")
         return 0
-    publish(load(source), out)
+    results = load(source)
+    publish(results, out, summary=stored_summary(results, source.parent / SUMMARY_NAME))
     return 0
+
+
+def stored_summary(results: Results, path: Path) -> Summary | None:
+    """The judgements a compare run stored beside its results (None: an older run, judged again
+    from its results; or a summary of other results, which is said)."""
+    if not is_summarized(results) or not path.is_file():
+        return None
+    summary = Summary.load(path)
+    if summary.matches(results):
+        return summary
+    print(f"note: {path} is not this results file's summary (made from {summary.cells} cells of "
+          f"{summary.created or 'an unknown time'}): judged again from the results", file=sys.stderr)
+    return None
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:

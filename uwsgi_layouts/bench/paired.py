@@ -49,6 +49,7 @@ of all the cross ratios, and the outcome says "unpaired". Pure functions: nothin
 
 from __future__ import annotations
 
+import enum
 import functools
 import math
 from dataclasses import dataclass
@@ -65,7 +66,17 @@ CONFIDENCE = 0.95  # every decision of a run, over all its looks (docs/compare.m
 # budget fixes how many rounds it measures, so stopping early saves little; 3/4 for the answer at
 # the end and 1/4 over the interim looks still stops a plain answer early.
 FINAL_SHARE = 0.75
-OUTCOMES = ("better", "worse", "equivalent", "undecided")
+METHODS = ("t", "unpaired", "too few rounds")
+
+
+class Direction(enum.StrEnum):
+    """A comparison's outcome for A against B. A ``StrEnum``: it equals, hashes and formats as its
+    word, so it reads as the bare strings older code and stored files hold."""
+
+    BETTER = "better"
+    WORSE = "worse"
+    EQUIVALENT = "equivalent"
+    UNDECIDED = "undecided"
 
 
 @dataclass(frozen=True)
@@ -146,7 +157,7 @@ class Comparison:
     its interval, and the outcome for A ("better", "worse", "equivalent", "undecided")."""
 
     figure: str  # "rps", "p50", "p99"
-    outcome: str
+    outcome: Direction  # a word ("better") is taken and made a Direction
     ratio: float
     low: float
     high: float
@@ -154,6 +165,14 @@ class Comparison:
     method: str = "t"  # "t", "unpaired", "too few rounds"
     level: float = 0.0  # the interval's confidence
     margin: float = DEFAULT_MARGIN
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"method: must be one of {', '.join(METHODS)}, got {self.method!r}")
+        try:  # frozen: the word (a stored file's, or an older caller's) becomes its Direction
+            object.__setattr__(self, "outcome", Direction(self.outcome))
+        except ValueError:
+            raise ValueError(f"outcome: must be one of {', '.join(Direction)}, got {self.outcome!r}") from None
 
     @property
     def paired(self) -> bool:
@@ -195,15 +214,15 @@ def percent(share: float) -> str:
     return f"{value:g}%"
 
 
-def outcome_of(low: float, high: float, higher_is_better: bool, margin: float) -> str:
+def outcome_of(low: float, high: float, higher_is_better: bool, margin: float) -> Direction:
     """The outcome of an interval of A / B."""
     if 1 - margin <= low and high <= 1 + margin:
-        return "equivalent"
+        return Direction.EQUIVALENT
     if low > 1:
-        return "better" if higher_is_better else "worse"
+        return Direction.BETTER if higher_is_better else Direction.WORSE
     if high < 1:
-        return "worse" if higher_is_better else "better"
-    return "undecided"
+        return Direction.WORSE if higher_is_better else Direction.BETTER
+    return Direction.UNDECIDED
 
 
 def compare_rounds(a: dict[int, float], b: dict[int, float], higher_is_better: bool, figure: str = "",

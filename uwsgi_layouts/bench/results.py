@@ -131,6 +131,46 @@ def _share(x, name: str) -> float:
     return float(x)
 
 
+READ_ONLY = "a results record is read-only after creation: make a new one (dataclasses.replace)"
+
+
+class ReadOnlyDict(dict):
+    """A dict that refuses every change: what a ``Results`` or ``Cell`` hands out. Still a dict
+    (``isinstance`` checks, ``json``, ``{**d}`` and ``d | other`` work as before); copies (``dict(d)``,
+    ``d | other``) are ordinary dicts."""
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError(READ_ONLY)
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self):
+        return (ReadOnlyDict, (dict(self),))
+
+
+class ReadOnlyList(list):
+    """A list that refuses every change (see ``ReadOnlyDict``)."""
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError(READ_ONLY)
+
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = append = extend = insert = remove = pop = clear = sort = \
+        reverse = _refuse
+
+    def __reduce__(self):
+        return (ReadOnlyList, (list(self),))
+
+
+def read_only(value):
+    """``value`` with every dict and list in it, at any depth, made read-only (copied: the
+    caller's own dict stays the caller's)."""
+    if isinstance(value, dict):
+        return ReadOnlyDict((k, read_only(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return ReadOnlyList(read_only(v) for v in value)
+    return value
+
+
 def _mapping(x, name: str, what: str = "a mapping") -> dict:
     _check(isinstance(x, dict), f"{name}: must be {what}, got {type(x).__name__}")
     return x
@@ -358,6 +398,8 @@ class Cell:
         _check(isinstance(self.extra, dict), "extra: must be a mapping")
         for name, validate in CELL_OPTIONAL.items():
             object.__setattr__(self, name, validate(getattr(self, name)))
+        for name in ("worker_requests", "cpu_s", "extra", "status", "memory", "inflight", "limit"):
+            object.__setattr__(self, name, read_only(getattr(self, name)))
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -841,7 +883,7 @@ class Results:
                f"format_version: this tool writes version {FORMAT_VERSION}, got {self.format_version!r}")
         _check(self.kind in KIND_RECORDS, f"kind: must be one of {', '.join(KIND_RECORDS)}, got {self.kind!r}")
         for name in ("environment", "arguments", "workload"):
-            _mapping(getattr(self, name), name)
+            object.__setattr__(self, name, read_only(_mapping(getattr(self, name), name)))
         _check(isinstance(self.created, str), "created: must be a string (ISO 8601 time)")
         for name, cls in RECORD_TYPES.items():
             records = getattr(self, name)

@@ -22,10 +22,11 @@ better beyond noise (1.03x, 1.01-1.06) while the claim of 1.25x plainly does not
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
-from uwsgi_layouts.bench.analysis import Group, compare_groups, group_cells, group_of, rule_of
-from uwsgi_layouts.bench.paired import UNPAIRED_MIN, Comparison, percent
+from uwsgi_layouts.bench.analysis import Group, compare_groups, group_cells, group_of, rule_of, tail_advice
+from uwsgi_layouts.bench.paired import UNPAIRED_MIN, Comparison, Direction, percent
 from uwsgi_layouts.bench.results import Results
 
 ARTICLE = "article"  # the scenario whose request is the article's
@@ -38,6 +39,8 @@ FAR, NEAR = 0.10, 0.03
 
 
 TARGET_FIGURES = ("rps", "p99", "efficiency", "errors")
+# A field with this metadata is held in memory only: ``bench.summary`` does not store it.
+IN_MEMORY = {"stored": False}
 
 
 class Standing(enum.Enum):
@@ -46,6 +49,29 @@ class Standing(enum.Enum):
     CLEARS = "clears"
     MISSES = "misses"
     STRADDLES = "straddles"
+
+
+class PairDirection(enum.StrEnum):
+    """Mapped against shared at one level, both figures together (the decisions' question, not
+    the claim's): more throughput and a lower p99 beyond noise, either worse, neither worse with
+    one equivalent, or measure more."""
+
+    HOLDS = "holds"
+    FAILS = "fails"
+    NO_DIFFERENCE = "no difference"
+    UNDECIDED = "undecided"
+
+
+def pair_direction(rps: Comparison, p99: Comparison) -> PairDirection:
+    """Mapped against shared on both figures (``PairDirection``)."""
+    outcomes = (rps.outcome, p99.outcome)
+    if Direction.WORSE in outcomes:
+        return PairDirection.FAILS
+    if outcomes == (Direction.BETTER, Direction.BETTER):
+        return PairDirection.HOLDS
+    if Direction.EQUIVALENT in outcomes and Direction.UNDECIDED not in outcomes:
+        return PairDirection.NO_DIFFERENCE
+    return PairDirection.UNDECIDED
 
 
 class Outcome(enum.Enum):
@@ -117,6 +143,12 @@ class TargetJudgement:
             raise ValueError(f"standing: must be a Standing, got {self.standing!r}")
         if self.claim and self.comparison is None:
             raise ValueError("comparison: a target of the claim is judged by its paired comparison")
+        # An open interval (high infinite: too few rounds to judge) straddles by definition; any
+        # other standing is the interval's, so a stored judgement cannot contradict its figures.
+        if not math.isinf(self.high) and self.standing is not standing_of(self.low, self.high, self.threshold,
+                                                                           self.at_most):
+            raise ValueError(f"standing: {self.low:g}–{self.high:g} against {self.threshold:g} "
+                             f"{'at most' if self.at_most else 'at least'} is not {self.standing.value}")
 
     @property
     def label(self) -> str:
@@ -233,22 +265,21 @@ class ClaimAtLevel:
         return compare_groups(*(self.judged or (self.mapped, self.shared)), "p99")
 
     @property
-    def outcome(self) -> str:
+    def outcome(self) -> PairDirection:
         """The direction: "holds" (more throughput and a lower p99, both beyond noise), "fails"
         (either one worse beyond noise), "no difference" (neither worse, one equivalent) or
         "undecided" (measure more)."""
-        outcomes = (self.rps.outcome, self.p99.outcome)
-        if "worse" in outcomes:
-            return "fails"
-        if outcomes == ("better", "better"):
-            return "holds"
-        if "equivalent" in outcomes and "undecided" not in outcomes:
-            return "no difference"
-        return "undecided"
+        return pair_direction(self.rps, self.p99)
 
     @property
     def settled(self) -> bool:
-        return self.outcome != "undecided"
+        return self.outcome is not PairDirection.UNDECIDED
+
+    def cautions(self) -> tuple[str, ...]:
+        """Why a figure may not be trusted: noisy groups, a thin pooled tail."""
+        groups = (self.mapped, self.shared)
+        return tuple([f"{g.layout} is noisy here ({', '.join(g.noisy_figures)})" for g in groups if g.noisy_figures]
+                     + [f"{g.layout}: {tail_advice(g)}" for g in groups if not g.p99_quotable and g.tails.pooled])
 
     def judgements(self) -> tuple[TargetJudgement, ...]:
         """The claim's two targets, then the run's two checks, at this level."""
@@ -271,15 +302,50 @@ class ClaimAtLevel:
 
 
 @dataclass(frozen=True)
+class TailCount:
+    """A verdict group's pooled tail: how many requests it pooled and whether its p99 can be quoted."""
+
+    layout: str
+    requests: int
+    quotable: bool
+
+    def __post_init__(self):
+        if self.requests < 0:
+            raise ValueError(f"requests: must be 0 or more, got {self.requests}")
+
+
+@dataclass(frozen=True)
 class LevelJudgement:
-    """The claim at one level: the pair and every target's judgement."""
+    """The claim at one level: every target's judgement, the two paired comparisons behind them
+    with their direction, the verdict groups' tails (mapped, then shared) and the cautions. Built
+    from the pair (``of``); stored and loaded without it (``pair`` None), since every view reads
+    only what is decided here."""
 
-    pair: ClaimAtLevel
+    concurrency: int
     targets: tuple[TargetJudgement, ...]
+    rps: Comparison
+    p99: Comparison
+    direction: PairDirection
+    tails: tuple[TailCount, ...]
+    cautions: tuple[str, ...] = ()
+    pair: ClaimAtLevel | None = field(default=None, compare=False, repr=False, metadata=IN_MEMORY)
 
-    @property
-    def concurrency(self) -> int:
-        return self.pair.concurrency
+    def __post_init__(self):
+        if any(t.concurrency != self.concurrency for t in self.targets):
+            raise ValueError(f"targets: every target must be at {self.concurrency} connections")
+        if (self.rps.figure, self.p99.figure) != ("rps", "p99"):
+            raise ValueError(f"rps, p99: comparisons of rps and p99, got {self.rps.figure} and {self.p99.figure}")
+        if self.direction != pair_direction(self.rps, self.p99):
+            raise ValueError(f"direction: the comparisons say {pair_direction(self.rps, self.p99).value}, "
+                             f"not {PairDirection(self.direction).value}")
+        if len(self.tails) != 2:
+            raise ValueError(f"tails: the mapped and the shared group's, got {len(self.tails)}")
+
+    @classmethod
+    def of(cls, pair: ClaimAtLevel) -> "LevelJudgement":
+        tails = tuple(TailCount(g.layout, g.requests, g.p99_quotable) for g in (pair.mapped, pair.shared))
+        return cls(pair.concurrency, pair.judgements(), pair.rps, pair.p99, pair.outcome, tails, pair.cautions(),
+                   pair)
 
     @property
     def claim_targets(self) -> tuple[TargetJudgement, ...]:
@@ -341,6 +407,26 @@ class Verdict:
         return {self.processes: "P", 2 * self.processes: "2P"}.get(concurrency, "") if self.processes else ""
 
 
+def app_record(results: Results) -> dict:
+    app = results.arguments.get("app")
+    return app if isinstance(app, dict) else {}
+
+
+def mixes(results: Results) -> dict[str, dict]:
+    """Scenario -> its recorded request mix, for scenarios that sent the user's requests."""
+    out = {}
+    for name, data in results.workload.items():
+        if isinstance(data, dict) and isinstance(data.get("traffic"), dict):
+            out[name] = data["traffic"]
+    return out
+
+
+def is_demo_run(results: Results) -> bool:
+    """The demo app with its own requests: the article's verdict applies (it is about the demo app's
+    request, not the user's)."""
+    return app_record(results).get("demo", True) is not False and not mixes(results)
+
+
 def article_verdict(results: Results, scenario: str = ARTICLE) -> Verdict:
     """Does ``PxT-mapped`` reach the claim against ``PxT-shared`` at P and 2P connections?"""
     p, t = results.arguments.get("processes"), results.arguments.get("threads")
@@ -365,8 +451,7 @@ def article_verdict(results: Results, scenario: str = ARTICLE) -> Verdict:
             cut = [[c for c in results.cells if c.scenario == scenario and c.layout == name and c.concurrency == level
                     and c.round is not None and c.round <= through[level]] for name in (mapped_name, shared_name)]
             judged = tuple(group_of(cells, rule_of(results)) for cells in cut) if all(cut) else None
-        pair = ClaimAtLevel(level, s, m, judged)
-        levels.append(LevelJudgement(pair, pair.judgements()))
+        levels.append(LevelJudgement.of(ClaimAtLevel(level, s, m, judged)))
     missing = ""
     if absent:
         missing = (f"{shared_name} and {mapped_name} were not both measured at "

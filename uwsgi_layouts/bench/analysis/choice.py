@@ -3,9 +3,12 @@ against the peers (gunicorn, granian) with the targets it is judged by."""
 
 from __future__ import annotations
 
+import enum
 import re
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from uwsgi_layouts.bench.analysis.groups import Group, best_per_level, compare_groups, group_cells, ranked_at_level
 from uwsgi_layouts.bench.paired import (
@@ -28,16 +31,21 @@ class Choice:
     it, missed when the whole interval is on the wrong side, undecided otherwise."""
 
     layout: str
-    p99_vs_best: dict[str, float]  # scenario -> worst (over levels) healthy p99 / best layout's p99
+    p99_vs_best: Mapping[str, float]  # scenario -> worst (over levels) healthy p99 / best layout's p99
     worst_where: str  # "stall at 8 connections"
     steady_rps_vs_mapped: float | None  # worst over steady levels; None when it cannot be computed
-    stalled_p99_ms: dict[str, float]  # stall scenario -> median over levels of the stalled requests' p99
+    stalled_p99_ms: Mapping[str, float]  # stall scenario -> median over levels of the stalled requests' p99
     # Where the p99 is over the slack beyond noise (the whole interval above it): "stall at 8 connections".
     p99_misses: tuple[str, ...] = ()
     p99_unsure: tuple[str, ...] = ()  # where the interval straddles the slack
     rps_miss: bool = False  # some steady level's throughput ratio to mapped is below the goal beyond noise
     rps_unsure: bool = False  # ... or its interval straddles it
     missing: str = ""  # why the throughput half cannot be checked ("" when it can)
+
+    def __post_init__(self):
+        # Read-only copies: a choice is not changed after the analysis made it.
+        object.__setattr__(self, "p99_vs_best", MappingProxyType(dict(self.p99_vs_best)))
+        object.__setattr__(self, "stalled_p99_ms", MappingProxyType(dict(self.stalled_p99_ms)))
 
     @property
     def worst_p99_ratio(self) -> float:
@@ -59,6 +67,73 @@ class Choice:
     @property
     def meets_goal(self) -> bool:
         return self.goal == "meets"
+
+
+class Answer(enum.StrEnum):
+    """What the layout choice concludes over every layout (``answer``)."""
+
+    MEETS = "meets"  # some layout meets the goal beyond noise
+    CANNOT_BE_CHECKED = "cannot be checked"  # its throughput half has no inputs
+    UNDECIDED = "undecided"  # none meets it, some straddle a threshold
+    CLOSEST = "closest"  # none meets it: the closest
+    NOTHING = "nothing"  # no layouts
+
+
+@dataclass(frozen=True)
+class GoalAnswer:
+    """The choice's conclusion: ``named`` (the layouts that meet the goal, are undecided, or the
+    one closest: by healthy p99 alone when the goal cannot be checked), ``undecided`` (beside
+    layouts that meet it), ``missed`` (missed beyond noise, said when the goal cannot be checked)."""
+
+    answer: Answer
+    named: tuple[str, ...] = ()
+    undecided: tuple[str, ...] = ()
+    missed: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if not isinstance(self.answer, Answer):
+            object.__setattr__(self, "answer", Answer(self.answer))
+        if (self.answer is Answer.NOTHING) != (not self.named):
+            raise ValueError("named: the layouts the answer is about (none only when there are no layouts)")
+
+
+def goal_answer(choices: list[Choice]) -> GoalAnswer:
+    """Which layouts meet the goal; else why not and which comes closest."""
+    winners = [c.layout for c in choices if c.meets_goal]
+    undecided = [c.layout for c in choices if c.goal == "undecided"]
+    unchecked = [c for c in choices if c.goal == "cannot be checked"]
+    if winners:
+        return GoalAnswer(Answer.MEETS, tuple(winners), tuple(undecided))
+    if unchecked:
+        best = min(unchecked, key=lambda c: c.worst_p99_ratio)
+        return GoalAnswer(Answer.CANNOT_BE_CHECKED, (best.layout,),
+                          missed=tuple(c.layout for c in choices if c.goal == "no"))
+    if undecided:
+        return GoalAnswer(Answer.UNDECIDED, tuple(undecided))
+    if choices:
+        close = min(choices, key=lambda c: (c.worst_p99_ratio, -(c.steady_rps_vs_mapped or 0)))
+        return GoalAnswer(Answer.CLOSEST, (close.layout,))
+    return GoalAnswer(Answer.NOTHING)
+
+
+@dataclass(frozen=True)
+class Lowest:
+    """The layout with the lowest healthy p99 at a scenario's highest level."""
+
+    scenario: str
+    concurrency: int
+    layout: str
+
+
+def lowest_p99(results: Results) -> tuple[Lowest, ...]:
+    out = []
+    for sc in results.scenarios:
+        groups = group_cells(results, sc)
+        if groups:
+            level = max(g.concurrency for g in groups)
+            best = min((g for g in groups if g.concurrency == level), key=lambda g: g.p99)
+            out.append(Lowest(sc, level, best.layout))
+    return tuple(out)
 
 
 def steady_scenarios(results: Results) -> list[str]:
@@ -191,6 +266,11 @@ class PeerChoice:
     @property
     def rps(self) -> Comparison | None:
         return compare_groups(self.best, self.runner_up, "rps") if self.runner_up is not None else None
+
+    @property
+    def p99(self) -> Comparison | None:
+        """The best's p99 against the runner-up's: what puts an equivalent variant ahead."""
+        return compare_groups(self.best, self.runner_up, "p99") if self.runner_up is not None else None
 
 
 def peer_choices(groups: list[Group]) -> list[PeerChoice]:

@@ -92,6 +92,12 @@ class Group:
         return self.min_cell_requests >= requests_for_p99()
 
     @property
+    def p999_quotable(self) -> bool:
+        """The repeats' own p99.9 can be quoted: every cell held 10 x ``requests_for_p99()``
+        requests (10 above its p99.9)."""
+        return self.min_cell_requests >= 10 * requests_for_p99()
+
+    @property
     def non_2xx(self) -> int:
         return sum(n for k, n in self.status.items() if k != "2xx")
 

@@ -17,6 +17,7 @@ from typing import Callable
 from uwsgi_layouts.bench.report import terminal_lines
 from uwsgi_layouts.bench.report.exporters import export_all
 from uwsgi_layouts.bench.results import Results
+from uwsgi_layouts.bench.summary import SUMMARY_NAME, Summary
 
 RESULTS_NAME = "results.json"
 
@@ -44,13 +45,18 @@ def sigterm_interrupts():
         signal.signal(signal.SIGTERM, previous)
 
 
-def publish(results: Results, out: Path, saved: Path | None = None, screen: list[str] | None = None) -> list[Path]:
+def publish(results: Results, out: Path, saved: Path | None = None, screen: list[str] | None = None,
+            summary: Summary | None = None) -> list[Path]:
     """Write every report format of ``results`` into ``out`` (report.txt, report.md, the
     kind's plots), print the terminal report (or ``screen``: what the kind shows instead, e.g.
-    compare's headline) and what was written (``saved``: the results file, when this run wrote it)."""
+    compare's headline) and what was written (``saved``: the results file, when this run wrote it).
+    ``summary``: a compare run's judgements, which every format renders; a run that wrote its
+    results also stores them beside, as summary.json (``report`` renders from it later)."""
     out.mkdir(parents=True, exist_ok=True)
-    written = export_all(results, out)
-    print("\n".join(terminal_lines(results) if screen is None else screen))
+    written = export_all(results, out, summary=summary)
+    if summary is not None and saved is not None:
+        written.insert(0, summary.save(saved.parent / SUMMARY_NAME))
+    print("\n".join(terminal_lines(results, summary) if screen is None else screen))
     names = ", ".join(p.name for p in written)
     print(f"\nwrote {saved} and {names} in {out}" if saved else f"\nwrote {names} in {out}")
     return written

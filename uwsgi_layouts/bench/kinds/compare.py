@@ -55,6 +55,7 @@ from uwsgi_layouts.bench.options import (
 from uwsgi_layouts.bench.report.headline import headline_lines
 from uwsgi_layouts.bench.results import load
 from uwsgi_layouts.bench.stack import Lab
+from uwsgi_layouts.bench.summary import summarize
 from uwsgi_layouts.bench.verdict import ARTICLE
 from uwsgi_layouts.deploy.machine import checked, default_cpus
 from uwsgi_layouts.deploy.model import MAX_PROCESSES, MAX_THREADS, parse_variant
@@ -353,7 +354,9 @@ def run(args) -> int:
             print(f"\ninterrupted: the cells measured so far are in {results_path}", file=sys.stderr)
             return 130
     # The answer where the eye lands; the tables are in report.txt (or here with --full).
-    publish(results, out, saved=results_path, screen=None if args.full else headline_lines(results, str(out)))
+    summary = summarize(results)  # decided once: the headline, every report file and summary.json
+    publish(results, out, saved=results_path, summary=summary,
+            screen=None if args.full else headline_lines(results, str(out), summary))
     return 0
 
 

@@ -853,8 +853,8 @@ def run(args) -> int:
         if not subject.demo:  # each distinct request once through nginx (--skip-failing: the others only)
             subject, lines = subj.preflight_traffic(lab, layouts[0], subject.layout_options, subject, 10.0)
             print("\n".join(lines), file=sys.stderr, flush=True)
-            workload["traffic"] = {"description": "your requests, under every experiment's load",
-                                   "traffic": subject.mix.to_dict()}
+            workload = {**workload, "traffic": {"description": "your requests, under every experiment's load",
+                                                "traffic": subject.mix.to_dict()}}
             app = {**subject.layout_options, "mix": subject.mix}
         try:
             for name, fn, kwargs in steps:

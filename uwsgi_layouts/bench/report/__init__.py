@@ -3,6 +3,9 @@
     terminal_lines(results)              the plain-text report (printed; report.txt)
     markdown_lines(results, plot_files)  report.md, embedding the plots
 
+A compare run's judgements come from its ``bench.summary.Summary`` (given, e.g. loaded from
+summary.json, or made from the results); the other kinds take none.
+
 Both dispatch on ``results.kind`` through ``RENDERERS``: ``compare`` (with the nginx
 scenarios' sections of ``nginx``), ``openloop``, ``faults``, ``tune`` and ``doctor`` each render in their own module.
 ``text`` holds the formatting helpers every section shares; ``plots`` draws each kind's PNGs
@@ -17,12 +20,13 @@ from typing import Callable
 
 from uwsgi_layouts.bench.report import compare, doctor, faults, openloop, tune
 from uwsgi_layouts.bench.results import Results, ResultsError
+from uwsgi_layouts.bench.summary import Summary
 
 
 @dataclass(frozen=True)
 class Renderer:
-    terminal_lines: Callable[[Results], list[str]]
-    markdown_lines: Callable[[Results, list[str]], list[str]]
+    terminal_lines: Callable[..., list[str]]  # (results) or, for a summarized kind, (results, summary)
+    markdown_lines: Callable[..., list[str]]  # (results, plot_files) or (results, plot_files, summary)
 
 
 RENDERERS: dict[str, Renderer] = {
@@ -42,11 +46,15 @@ def renderer(results: Results) -> Renderer:
                            f"(reports exist for {', '.join(RENDERERS)})") from None
 
 
-def terminal_lines(results: Results) -> list[str]:
+def _summary_args(summary: Summary | None) -> tuple:
+    return () if summary is None else (summary,)
+
+
+def terminal_lines(results: Results, summary: Summary | None = None) -> list[str]:
     """The plain-text report of any kind (lines of at most about 100 columns)."""
-    return renderer(results).terminal_lines(results)
+    return renderer(results).terminal_lines(results, *_summary_args(summary))
 
 
-def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
+def markdown_lines(results: Results, plot_files: list[str], summary: Summary | None = None) -> list[str]:
     """The Markdown report of any kind; ``plot_files`` are embedded by relative link."""
-    return renderer(results).markdown_lines(results, plot_files)
+    return renderer(results).markdown_lines(results, plot_files, *_summary_args(summary))

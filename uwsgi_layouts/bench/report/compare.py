@@ -1,43 +1,38 @@
 """The compare report (closed-loop cells): terminal tables, pooled tails and requests in flight
-(the mechanism, one sentence per scenario read from the figures), the article verdict, the layout
-choice, a Markdown report; the nginx scenarios' sections come from ``bench.report.nginx``.
+(the mechanism, one sentence per scenario), the article verdict, the decisions, a Markdown
+report; the layout choice's section comes from ``bench.report.choice``, the nginx scenarios'
+from ``bench.report.nginx``.
 
-Every function here takes a ``Results`` (freshly measured or loaded from JSON) and RETURNS
-lines; nothing prints, times or starts processes, so the same code renders a live run and a
-replayed one, and tests can check the tables line by line. Printing is the CLI's job; writing
-files is ``bench.report.exporters``'s.
+Every function here takes a ``Results`` (freshly measured or loaded from JSON) and its
+``Summary`` (what the analysis decided; made from the results when not given) and RETURNS lines;
+nothing prints, times, starts processes or judges: the verdict, decisions, best layouts,
+mechanism and warnings are the summary's, and sections built once (``bench.report.views``) are
+written by the text and the Markdown view alike. Printing is the CLI's job; writing files is
+``bench.report.exporters``'s.
 """
 
 from __future__ import annotations
 
 from uwsgi_layouts.bench.analysis import (
     CONFIDENCE,
-    GOAL_P99_SLACK,
-    GOAL_RPS_OF_MAPPED,
-    MEMORY_KEY,
     MIN_SLOWER_REQUESTS,
     NOISY_SPREAD,
+    SATURATED,
+    EvenTotals,
     Group,
-    best_and_runner_up,
-    best_per_level,
-    compare_groups,
+    Mechanism,
     group_cells,
-    layout_choice,
-    requests_for_p99,
-    rule_of,
-    steady_scenarios,
-    tail_advice,
+    mechanism_of,
     unpaired_note,
-    warnings,
 )
-from uwsgi_layouts.bench.decisions import key_comparisons
+from uwsgi_layouts.bench.paired import Direction
 from uwsgi_layouts.bench.report import hosts, nginx, peers
+from uwsgi_layouts.bench.report.choice import choice_section
 from uwsgi_layouts.bench.report.headline import claim_sentence, headline_markdown, level_sentence
+from uwsgi_layouts.bench.report.levels import md_level_table, pileup, text_level_table
 from uwsgi_layouts.bench.report.limits import limit_lines, limit_markdown
-from uwsgi_layouts.bench.report.memory import memory_lines, memory_markdown, pss_column
+from uwsgi_layouts.bench.report.memory import memory_lines, memory_markdown
 from uwsgi_layouts.bench.report.subject import (
-    any_non_2xx,
-    is_demo_run,
     short_workload,
     status_text,
     subject_lines,
@@ -46,7 +41,6 @@ from uwsgi_layouts.bench.report.subject import (
 from uwsgi_layouts.bench.report.text import (
     comment,
     fmt_interval,
-    fmt_stat,
     md_kv,
     md_table,
     num,
@@ -57,10 +51,21 @@ from uwsgi_layouts.bench.report.text import (
     table,
     wrap,
 )
+from uwsgi_layouts.bench.report.views import (
+    Gap,
+    Grid,
+    Items,
+    Lead,
+    MarkdownView,
+    Note,
+    Section,
+    Sentences,
+    TextView,
+    written,
+)
 from uwsgi_layouts.bench.results import Results
-from uwsgi_layouts.bench.verdict import ClaimAtLevel, Verdict, article_verdict, confidence_words
-
-LATENCY_COLUMNS = (("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max"))
+from uwsgi_layouts.bench.summary import Best, Summary, summarize
+from uwsgi_layouts.bench.verdict import Verdict, article_verdict, confidence_words
 
 EFFICIENCY_NOTE = (
     "Efficiency = throughput / min(capacity bound, closed-loop bound), where the capacity bound is "
@@ -91,152 +96,106 @@ def _by_scenario(results: Results) -> dict[str, list[Group]]:
     return {sc: group_cells(results, sc) for sc in results.scenarios}
 
 
-def _p99_cell(g: Group) -> str:
-    """The table's p99: pooled where the cells hold histograms, else the median of the repeats' own
-    with its spread; "n/q" (not quoted) when fewer than MIN_SLOWER_REQUESTS requests lie above it."""
-    if not g.p99_quotable:
-        return "n/q"
-    return num(g.p99) if g.tails.pooled else pm(g.latency["p99"])
-
-
-def _p999_cell(g: Group, text: str) -> str:
-    """p99.9 (the repeats' own): quoted only from cells of 10,000 requests (10 above it)."""
-    return text if g.min_cell_requests >= 10 * requests_for_p99() else "n/q"
-
-
-def _best_line(best: Group, groups: list[Group]) -> str:
+def _best_line(best: Best, groups: list[Group]) -> str:
     """``best at N connections: LAYOUT (...); against the runner-up ...``: the paired comparison
-    with the next layout (``analysis.ranked_at_level``)."""
+    with the next layout (``Summary.bests``)."""
+    g = next(x for x in groups if x.layout == best.layout)
     text = (f"best at {best.concurrency} connections: {best.layout} "
-            f"({num(best.rps.median)} req/s, p99 {quoted_p99(best, unit=' ms')})")
-    b = best_and_runner_up([g for g in groups if g.concurrency == best.concurrency])[best.concurrency]
-    if b.runner_up is not None:
-        c = b.rps
-        text += f"; against {b.runner_up.layout}, throughput {c.describe()}"
+            f"({num(g.rps.median)} req/s, p99 {quoted_p99(g, unit=' ms')})")
+    if best.rps is not None:
+        text += f"; against {best.runner_up}, throughput {best.rps.describe()}"
     return text
 
 
 # --------------------------------------------------------------------------- verdict
 
 
-def _paired_note(lv: ClaimAtLevel) -> str:
-    """Both paired comparisons with their intervals and how they were judged."""
-    return f"paired by round: throughput {lv.rps.describe()}; p99 {lv.p99.describe()}"
-
-
-def _cautions(lv: ClaimAtLevel) -> list[str]:
-    """Why a figure may not be trusted: noisy groups, a thin tail."""
-    out = [f"{g.layout} is noisy here ({', '.join(g.noisy_figures)})" for g in (lv.mapped, lv.shared)
-           if g.noisy_figures]
-    return out + [f"{g.layout}: {tail_advice(g)}" for g in (lv.mapped, lv.shared)
-                  if not g.p99_quotable and g.tails.pooled]
-
-
-def _names(results: Results) -> tuple[str, str]:
-    p, t = results.arguments.get("processes"), results.arguments.get("threads")
-    return f"{p}x{t}-mapped", f"{p}x{t}-shared"
-
-
-def _target_rows(v: Verdict) -> list[list[str]]:
+def _target_rows(v: Verdict) -> tuple[tuple[str, ...], ...]:
     """One row per judgement (``Verdict.targets``): the table the verdict above is read from."""
-    return [[f"{t.concurrency}" + (f" ({v.level_name(t.concurrency)})" if v.level_name(t.concurrency) else ""),
-             t.label + ("" if t.claim else " (check)"),
-             t.measured, t.judged()]
-            for t in v.targets]
+    return tuple((f"{t.concurrency}" + (f" ({v.level_name(t.concurrency)})" if v.level_name(t.concurrency) else ""),
+                  t.label + ("" if t.claim else " (check)"), t.measured, t.judged())
+                 for t in v.targets)
 
 
-TARGET_HEADERS = ["connections", "target", "measured", "judged"]
+TARGET_HEADERS = ("connections", "target", "measured", "judged")
 
 
-def verdict_lines(results: Results) -> list[str]:
+def verdict_section(v: Verdict) -> Section:
     """The article's claim, judged target by target (``bench.verdict``): the outcome over both
-    levels, each level's targets in words, then the target table the words are read from."""
-    v = article_verdict(results)
-    out = wrap(f"Verdict: {claim_sentence(v)}" + (f" ({confidence_words(v)}.)" if v.levels else ""))
+    levels, each level's targets in words, the target table the words are read from, both paired
+    comparisons per level and the cautions."""
+    blocks: list = [Lead(claim_sentence(v), f" ({confidence_words(v)}.)" if v.levels else "")]
     if v.missing:
-        out += wrap(f"Not checked: {v.missing}.", indent="  ", subsequent="  ")
-    if not v.levels:
-        return out
-    for lv in v.levels:
-        out += wrap(level_sentence(v, lv), indent="  - ", subsequent="    ")
-    out.append("")
-    out += ["  " + x for x in table(TARGET_HEADERS, _target_rows(v), "<<<<")]
-    for lv in v.levels:
-        out += wrap(f"at {lv.concurrency} connections, {_paired_note(lv.pair)}", indent="  ", subsequent="    ")
-    cautions = [f"at {lv.concurrency} connections: {c}" for lv in v.levels for c in _cautions(lv.pair)]
-    for caution in cautions:
-        out += wrap(f"caution: {caution}", indent="  ", subsequent="    ")
-    return out
+        blocks.append(Note(f"Not checked: {v.missing}."))
+    if v.levels:
+        blocks += [Items(tuple(level_sentence(v, lv) for lv in v.levels)), Gap(),
+                   Grid(TARGET_HEADERS, _target_rows(v), "<<<<"),
+                   Sentences(tuple(f"at {lv.concurrency} connections, paired by round: throughput "
+                                   f"{lv.rps.describe()}; p99 {lv.p99.describe()}" for lv in v.levels))]
+        cautions = tuple(f"at {lv.concurrency} connections: {c}" for lv in v.levels for c in lv.cautions)
+        if cautions:
+            blocks.append(Items(cautions, label="caution"))
+    return Section("Verdict", tuple(blocks))
+
+
+def verdict_lines(results: Results, summary: Summary | None = None) -> list[str]:
+    """The verdict section, text form: the summary's verdict (by default the one ``results``
+    makes; for a run the verdict is not about, the article's claim still judged, as before)."""
+    v = (summary if summary is not None else summarize(results)).verdict
+    return TextView().lines(verdict_section(v if v is not None else article_verdict(results)))
 
 
 # --------------------------------------------------------------------------- the key comparisons
 
 
-def decision_lines(results: Results, markdown: bool = False) -> list[str]:
-    """The key comparisons (``analysis.key_comparisons``): each with its paired outcomes, the rounds
-    it took to settle (or that it stayed undecided), and, for a run measured until decided, how
-    many rounds were added and why it stopped."""
-    keys = key_comparisons(results)
+def decision_section(summary: Summary) -> Section | None:
+    """The key comparisons (``Summary.decisions``): each with its paired outcomes, the rounds it
+    took to settle (or that it stayed undecided), and, for a run measured until decided, how many
+    rounds were added and why it stopped."""
+    keys = summary.decisions
     if not keys:
-        return []
-    rule = rule_of(results)
-    state = results.arguments.get("until_decided") or {}
-    settled_at = state.get("settled_at") or {}
+        return None
     items = []
     for k in keys:
         figures = "; ".join(f"{'throughput' if c.figure == 'rps' else c.figure} {c.describe()}"
                             for c in k.comparisons)
         if k.settled:
-            when = settled_at.get(k.name, k.rounds)
+            when = k.settled_after
             end = f"settled after {when} round{'s' if when != 1 else ''}"
             end += f", {k.rounds} measured" if k.rounds != when else ""
         else:
             end = f"still undecided after {k.rounds} round{'s' if k.rounds != 1 else ''}"
         thin = f"; its pooled p99s n/q (fewer than {MIN_SLOWER_REQUESTS} requests above)" if k.thin else ""
-        label = {"verdict": "verdict", "best": "best vs runner-up", "variant": "peer's best variant vs its next",
-                 "target": "best uWSGI vs best peer (targets)"}.get(k.kind, k.kind)
-        items.append(f"{label}: {k.name}: {figures} "
-                     f"[{end}{thin}]")
-    head = f"Decisions, paired by round ({rule.words()})."
-    if "max_rounds" in results.arguments and state:
-        added = [r["round"] for r in state.get("rounds", [])]
-        longer = results.arguments.get("extension_duration")
-        cells = f", cells of {longer:g} s" if longer else ""
-        head += (f" Measured until decided within {results.arguments.get('budget_min', 0):g} min: "
+        items.append(f"{k.kind.label}: {k.name}: {figures} [{end}{thin}]")
+    head = f"Decisions, paired by round ({summary.rule.words()})."
+    ext = summary.extension
+    if ext is not None and ext.budgeted:
+        added = ext.added
+        cells = f", cells of {ext.cell_s:g} s" if ext.cell_s else ""
+        head += (f" Measured until decided within {ext.budget_min:g} min: "
                  + (f"{len(added)} round{'s' if len(added) != 1 else ''} added (rounds {added[0]}–{added[-1]}{cells})"
-                    if added else "no round added") + f"; stopped: {state.get('stop') or 'interrupted'}.")
-        tails = [r["round"] for r in state.get("tails", [])]
-        if tails or state.get("tails_stop"):  # the rounds for the verdict's tails, after the claim's looks
-            head += (f" Then {len(tails)} round{'s' if len(tails) != 1 else ''} for the verdict's tails"
-                     + (f" (rounds {tails[0]}–{tails[-1]})" if tails else "")
-                     + f": {state.get('tails_stop') or 'interrupted'}.")
+                    if added else "no round added") + f"; stopped: {ext.stop or 'interrupted'}.")
+        if ext.tails or ext.tails_stop:  # the rounds for the verdict's tails, after the claim's looks
+            head += (f" Then {len(ext.tails)} round{'s' if len(ext.tails) != 1 else ''} for the verdict's tails"
+                     + (f" (rounds {ext.tails[0]}–{ext.tails[-1]})" if ext.tails else "")
+                     + f": {ext.tails_stop or 'interrupted'}.")
     undecided = [k.name for k in keys if not k.settled]
     if undecided:
         head += f" Undecided: {len(undecided)} of {len(keys)}: measure more (a larger --budget or more --repeats)."
-    if markdown:
-        return ["## Decisions", "", head, ""] + [f"- {x}" for x in items] + [""]
-    out = ["", "decisions:"] + wrap(head, indent="  ", subsequent="  ")
-    for x in items:
-        out += wrap(x, indent="  - ", subsequent="    ")
-    return out
+    return Section("Decisions", (Note(head), Items(tuple(items))))
+
+
+def decision_lines(results: Results, markdown: bool = False, summary: Summary | None = None) -> list[str]:
+    """The decisions section of ``summary`` (by default the one ``results`` makes), in one format."""
+    return written(MarkdownView() if markdown else TextView(),
+                   decision_section(summary if summary is not None else summarize(results)))
 
 
 # --------------------------------------------------------------------------- terminal
 
 
 def _terminal_table(groups: list[Group]) -> list[str]:
-    headers = ["layout", "req/s", "p50", "p90", "p99", "p99.9", "max", "errors", "eff.",
-               "worker\nCV", "CPU ms\n/req", "noisy"]
-    rows = []
-    for g in groups:
-        rows.append([
-            g.layout, pm(g.rps), num(g.latency["p50"].median), num(g.latency["p90"].median), _p99_cell(g),
-            _p999_cell(g, num(g.latency["p999"].median)), num(g.latency["max"].median), str(g.errors),
-            f"{g.efficiency.median:.2f}", f"{g.cv.median:.2f}" if g.cv.n else "n/a", num(g.cpu_ms_per_request.median),
-            " ".join(g.noisy_figures),
-        ])
-    _optional_columns(groups, headers, rows, markdown=False)
-    out = table(headers, rows, "<" + ">" * (len(headers) - 2) + "<")
+    out = text_level_table(groups)
     detail = [f"{g.layout} {status_text(g.status)}" for g in groups if g.non_2xx]
     if detail:
         out += wrap("non-2xx answers (summed over repeats): " + "; ".join(detail))
@@ -267,23 +226,13 @@ def _has_tails_or_inflight(groups: list[Group]) -> bool:
     return any(g.tails.pooled or g.inflight for g in groups)
 
 
-def _pileup(g: Group) -> str:
-    if g.inflight is None:
-        return ""
-    pile = g.inflight.pileup
-    if pile is None:
-        return "n/a"
-    # A share near 0 makes a relative spread meaningless: show the repeats' range in points.
-    return pct(pile.median) + (f" ({100 * pile.low:.0f}–{100 * pile.high:.0f})" if pile.n > 1 else "")
-
-
 def _tails_rows(groups: list[Group]) -> list[list[str]]:
     rows = []
     for g in groups:
         t = g.tails
         rows.append([g.layout, num(t.p50.value) if t.pooled else "",
                      (fmt_interval(t.p99) if g.p99_quotable else "n/q") if t.pooled else "",
-                     (f"{t.slower}" + ("!" if t.thin else "")) if t.pooled else "", _pileup(g),
+                     (f"{t.slower}" + ("!" if t.thin else "")) if t.pooled else "", pileup(g),
                      pct(g.inflight.full.median) if g.inflight else ""])
     return rows
 
@@ -291,125 +240,77 @@ def _tails_rows(groups: list[Group]) -> list[list[str]]:
 TAILS_HEADERS = ["layout", "p50\npooled", f"p99 pooled\n({CONFIDENCE:.0%} interval)", ">p99", "pile-up", "full"]
 
 
-def _pileup_level(results: Results, groups: list[Group]) -> int | None:
-    """The level a scenario's mechanism is read at: where pile-up differs most between layouts
-    (2P on a tie, then the lowest)."""
-    with_pile = [g for g in groups if g.inflight and g.inflight.pileup is not None]
-    levels = sorted({g.concurrency for g in with_pile})
-    if not levels:
-        return None
-    p = results.arguments.get("processes")
-
-    def gap(level):
-        at = [g.inflight.pileup.median for g in with_pile if g.concurrency == level]
-        return (round(max(at) - min(at), 2), level == (2 * p if p else None), -level)
-    return max(levels, key=gap)
-
-
-SATURATED = 0.9  # some worker of every layout had every thread busy at least this share of the time
-
-
-def mechanism_sentence(results: Results, scenario: str, groups: list[Group]) -> str:
-    """What the in-flight figures say about this scenario, read from the numbers: at the level
+def mechanism_words(m: Mechanism, level_name: str = "") -> str:
+    """The sentence of one scenario's in-flight reading (``analysis.mechanism_of``): at the level
     where pile-up differs most, the layouts with the most and the least of it and whether the one
     with less also had the shorter pooled tail (beyond noise); how often their workers were full;
     and from which level every layout's workers were full (no idle thread left to pile onto)."""
-    level = _pileup_level(results, groups)
-    if level is None:
-        return ""
-    at = [g for g in groups if g.concurrency == level and g.inflight and g.inflight.pileup is not None]
-    hi = max(at, key=lambda g: g.inflight.pileup.median)
-    lo = min(at, key=lambda g: g.inflight.pileup.median)
-    a, b = hi.inflight.pileup.median, lo.inflight.pileup.median
-    text = f"{scenario}, {level} connections{_level_name(results, level)}: "
-    if lo is hi:
-        text += (f"{hi.layout} piled requests up {pct(a)} of the time (a worker held 2+ more in flight than "
-                 f"another). Some worker had all its threads busy {pct(hi.inflight.full.median)} of the time.")
+    text = f"{m.scenario}, {m.level} connections{level_name}: "
+    if m.p99 is None:
+        text += (f"{m.piled} piled requests up {pct(m.piled_share)} of the time (a worker held 2+ more in flight than "
+                 f"another). Some worker had all its threads busy {pct(m.piled_full)} of the time.")
     else:
-        same = a - b < 0.05
-        if same:
-            text += f"pile-up was about the same in every layout ({pct(b)}–{pct(a)} of the time)"
+        if m.alike:
+            text += f"pile-up was about the same in every layout ({pct(m.calm_share)}–{pct(m.piled_share)} of the time)"
         else:
-            text += (f"{hi.layout} piled requests up {pct(a)} of the time (a worker held 2+ more in flight than "
-                     f"another while it had idle threads), {lo.layout} {pct(b)}")
-        p99, rps = compare_groups(lo, hi, "p99"), compare_groups(lo, hi, "rps")
-        kind = "p99" if p99.paired else "p99 (unpaired)"
-        if p99.outcome == "better":
-            text += (f"; {lo.layout}'s {kind} was {p99.text()} of {hi.layout}'s and its throughput "
-                     f"{rps.ratio:.2f}x" + ("." if same else ": less pile-up, shorter tail."))
-        elif p99.outcome == "worse":
-            text += (f"; yet {lo.layout}'s {kind} was {p99.text()} of {hi.layout}'s (worse beyond noise)"
-                     + ("." if same else ": the pile-up does not explain the tail here."))
-        elif p99.outcome == "equivalent":
-            text += f"; the {kind}s of {lo.layout} and {hi.layout} are equivalent: {p99.text()}."
+            text += (f"{m.piled} piled requests up {pct(m.piled_share)} of the time (a worker held 2+ more in flight "
+                     f"than another while it had idle threads), {m.calm} {pct(m.calm_share)}")
+        p99, kind = m.p99, "p99" if m.p99.paired else "p99 (unpaired)"
+        if p99.outcome is Direction.BETTER:
+            text += (f"; {m.calm}'s {kind} was {p99.text()} of {m.piled}'s and its throughput "
+                     f"{m.rps.ratio:.2f}x" + ("." if m.alike else ": less pile-up, shorter tail."))
+        elif p99.outcome is Direction.WORSE:
+            text += (f"; yet {m.calm}'s {kind} was {p99.text()} of {m.piled}'s (worse beyond noise)"
+                     + ("." if m.alike else ": the pile-up does not explain the tail here."))
+        elif p99.outcome is Direction.EQUIVALENT:
+            text += f"; the {kind}s of {m.calm} and {m.piled} are equivalent: {p99.text()}."
         else:
-            text += f"; {lo.layout}'s {kind} against {hi.layout}'s is undecided: {p99.text()}."
-        text += (f" Some worker had all its threads busy {pct(hi.inflight.full.median)} of the time in "
-                 f"{hi.layout}, {pct(lo.inflight.full.median)} in {lo.layout}.")
-    layouts = {g.layout for g in groups if g.inflight}
-    full_levels = sorted(lv for lv in {g.concurrency for g in groups}
-                         if {g.layout for g in groups if g.concurrency == lv and g.inflight
-                             and g.inflight.full.median >= SATURATED} == layouts)
-    if full_levels:
-        piles = [g.inflight.pileup.median for g in groups if g.concurrency >= full_levels[0] and g.inflight
-                 and g.inflight.pileup is not None]
-        text += (f" From {full_levels[0]} connections every layout had a worker with all its threads busy at least "
-                 f"{SATURATED:.0%} of the time" + (f" and pile-up was at most {pct(max(piles))}" if piles else "")
+            text += f"; {m.calm}'s {kind} against {m.piled}'s is undecided: {p99.text()}."
+        text += (f" Some worker had all its threads busy {pct(m.piled_full)} of the time in "
+                 f"{m.piled}, {pct(m.calm_full)} in {m.calm}.")
+    if m.saturated_from:
+        text += (f" From {m.saturated_from} connections every layout had a worker with all its threads busy at least "
+                 f"{SATURATED:.0%} of the time"
+                 + (f" and pile-up was at most {pct(m.pileup_after)}" if m.pileup_after is not None else "")
                  + ": no idle thread left to pile onto.")
     return text
 
 
-def balanced_totals_notes(groups: list[Group], threshold: float = 0.2) -> list[str]:
-    """Per layout, the group (most piled up) whose per-worker totals look even (busiest / idlest
-    share at most 1.25) while a worker was piled up at least ``threshold`` of the time: totals
-    hide the mechanism."""
-    found: dict[str, Group] = {}
-    for g in groups:
-        shares = list(g.worker_share.values())
-        if (len(shares) > 1 and min(shares) and max(shares) / min(shares) <= 1.25 and g.inflight
-                and g.inflight.pileup is not None and g.inflight.pileup.median >= threshold):
-            cur = found.get(g.layout)
-            if cur is None or g.inflight.pileup.median > cur.inflight.pileup.median:
-                found[g.layout] = g
-    return [f"{g.layout} at {g.concurrency} connections{'' if g.scenario == 'article' else f' ({g.scenario})'} "
-            "served " + " / ".join(f"{x:.0%}" for x in g.worker_share.values())
-            + f" of the requests, yet a worker was piled up {pct(g.inflight.pileup.median)} of the time"
-            for g in found.values()]
+def mechanism_sentence(results: Results, scenario: str, groups: list[Group]) -> str:
+    """``mechanism_words`` of the reading ``groups`` give ("" when none has a pile-up figure)."""
+    m = mechanism_of(scenario, groups, results.arguments.get("processes"))
+    return mechanism_words(m, _level_name(results, m.level)) if m is not None else ""
 
 
-def mechanism_lines(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
+def even_totals_words(e: EvenTotals) -> str:
+    return (f"{e.layout} at {e.concurrency} connections{'' if e.scenario == 'article' else f' ({e.scenario})'} "
+            "served " + " / ".join(f"{x:.0%}" for x in e.shares)
+            + f" of the requests, yet a worker was piled up {pct(e.pileup)} of the time")
+
+
+def mechanism_lines(results: Results, summary: Summary) -> list[str]:
     """One sentence per scenario read from the in-flight figures, and where per-worker totals
     look balanced while requests piled up (terminal form; Markdown wraps the same text)."""
-    out = []
-    for sc, groups in by_sc.items():
-        sentence = mechanism_sentence(results, sc, groups)
-        if sentence:
-            out.append(sentence)
-    notes = [n for groups in by_sc.values() for n in balanced_totals_notes(groups)]
+    out = [mechanism_words(m, _level_name(results, m.level)) for m in summary.mechanisms]
+    notes = [even_totals_words(e) for e in summary.even_totals]
     if notes:
         out.append("Per-worker totals count requests, not when they arrive together: " + "; ".join(notes) + ".")
     return out
 
 
-def _optional_columns(groups: list[Group], headers: list[str], rows: list[list[str]], markdown: bool) -> None:
-    """Before the last column: the app server tree's PSS (when recorded) and the answers that were
-    not 2xx (when any were)."""
-    if any(g.memory.get(MEMORY_KEY) for g in groups):
-        headers.insert(-1, "server PSS MB" if markdown else "PSS\nMB")
-        for g, row in zip(groups, rows, strict=True):
-            row.insert(-1, pss_column(g)[1 if markdown else 0])
-    if any_non_2xx(groups):
-        headers.insert(-1, "non-2xx")
-        for g, row in zip(groups, rows, strict=True):
-            row.insert(-1, status_text(g.status) if markdown else str(g.non_2xx))
+def warnings_section(summary: Summary) -> Section:
+    """What is wrong and what to do (``Summary.cautions``)."""
+    return Section("Warnings", (Items(summary.cautions),) if summary.cautions else (Note("None."),))
 
 
-def terminal_lines(results: Results) -> list[str]:
-    """The plain-text report: per scenario and level a table, the best layout, then the verdict.
+def terminal_lines(results: Results, summary: Summary | None = None) -> list[str]:
+    """The plain-text report: per scenario and level a table, the best layout, then the verdict
+    and the warnings, as ``summary`` (by default the one ``results`` makes) decided them.
 
     Medians across repeats; "±" is half the low–high range as a percentage of the median;
     latencies in ms. Lines fit in 100 columns for layout names up to about 14 characters.
     """
+    summary = summary if summary is not None else summarize(results)
     by_sc = _by_scenario(results)
     all_groups = [g for gs in by_sc.values() for g in gs]
     a = results.arguments
@@ -436,15 +337,14 @@ def terminal_lines(results: Results) -> list[str]:
         out.extend(wrap(f"note: {PER_CELL_NOTE}."))
     for sc, groups in by_sc.items():
         out += ["", f"== scenario: {sc} =="]
-        best = best_per_level(groups)
         for level in sorted({g.concurrency for g in groups}):
             at = [g for g in groups if g.concurrency == level]
             out += ["", f"{level} connections{_level_name(results, level)}"]
             out += _terminal_table(at)
             if _has_tails_or_inflight(at):
                 out += [""] + table(TAILS_HEADERS, _tails_rows(at), "<>>>><")
-            out += wrap(_best_line(best[level], at))
-    mechanism = mechanism_lines(results, by_sc)
+            out += wrap(_best_line(summary.best_at(sc, level), at))
+    mechanism = mechanism_lines(results, summary)
     if mechanism:
         out += ["", "requests in flight per worker (the mechanism):"]
         for line in mechanism:
@@ -453,114 +353,20 @@ def terminal_lines(results: Results) -> list[str]:
     out += limit_lines(results)
     out += nginx.nginx_lines(results)
     out += hosts.host_lines(results)
-    out += decision_lines(results) if not nginx.only_nginx(results) else []
-    out += choice_lines(results)
+    text = TextView()
+    out += written(text, decision_section(summary)) if not nginx.only_nginx(results) else []
+    out += written(text, choice_section(results, summary))
     out += peers.alternatives_lines(results)
-    # The article's verdict needs the article's scenario, on the demo app's own request.
-    if not nginx.only_nginx(results) and is_demo_run(results):
+    # The article's verdict is about the demo app's own request (``Summary.verdict``: None otherwise).
+    if not nginx.only_nginx(results) and summary.verdict is not None:
         out.append("")
-        out.extend(verdict_lines(results))
-    warns = warnings(results)
-    if warns:
-        out += ["", "warnings:"]
-        for w in warns:
-            out.extend(wrap(w, indent="  - ", subsequent="    "))
-    return out
-
-
-# --------------------------------------------------------------------------- choosing a layout
-
-
-def choice_lines(results: Results, markdown: bool = False) -> list[str]:
-    """Which layout to run across scenarios: each layout's worst healthy p99 relative to the
-    best layout (per scenario, over levels), its steady-state throughput relative to the
-    mapped layout, the stalled requests' p99, and whether it meets the goal. Only shown when
-    the run has more than one scenario or a stall scenario."""
-    stall = [sc for sc in results.scenarios if sc not in steady_scenarios(results)]
-    if (len(results.scenarios) < 2 and not stall) or nginx.only_nginx(results):
-        return []
-    choices = layout_choice(results)
-    p, t = results.arguments.get("processes"), results.arguments.get("threads")
-    headers = (["layout"] + [f"p99/best {sc}" for sc in results.scenarios]
-               + ["rps/mapped"] + [f"stalled p99 {sc}" for sc in stall] + ["goal"])
-    rows = []
-    for c in choices:
-        ratios = [f"{c.p99_vs_best[sc]:.2f}x" if sc in c.p99_vs_best else "" for sc in results.scenarios]
-        rows.append([c.layout] + ratios
-                    + [f"{c.steady_rps_vs_mapped:.2f}x" if c.steady_rps_vs_mapped is not None else "n/a"]
-                    + [num(c.stalled_p99_ms[sc]) if sc in c.stalled_p99_ms else "" for sc in stall]
-                    + [c.goal])
-    goal = (f"p99/best: healthy p99 / the best layout's, paired by round (worst level); rps/mapped: steady-state "
-            f"throughput / {p}x{t}-mapped's, paired (worst level); stalled p99 in ms. Goal: healthy p99 within "
-            f"{GOAL_P99_SLACK - 1:.0%} of the best layout in every scenario and level, and at least "
-            f"{GOAL_RPS_OF_MAPPED:.0%} of the mapped layout's steady-state throughput. Each half is met when the "
-            "ratio's whole interval is on the right side of its threshold, missed when it is wholly on the wrong "
-            "side, undecided otherwise; it cannot be checked when its inputs were not measured.")
-    winners = [c for c in choices if c.meets_goal]
-    undecided = [c for c in choices if c.goal == "undecided"]
-    unchecked = [c for c in choices if c.goal == "cannot be checked"]
-    if winners:
-        verdict = "Meets the goal: " + ", ".join(f"{c.layout} (worst p99 {c.worst_p99_ratio:.2f}x of the best, "
-                                                 f"at {c.worst_where})" for c in winners) + "."
-        if undecided:
-            verdict += " Undecided: " + ", ".join(c.layout for c in undecided) + "."
-    elif unchecked:
-        best = min(unchecked, key=lambda c: c.worst_p99_ratio)
-        verdict = (f"The goal cannot be checked: {unchecked[0].missing} (its throughput half needs the mapped "
-                   f"layout's steady-state throughput). By healthy p99 alone, {best.layout} is closest to the best "
-                   f"everywhere (worst {best.worst_p99_ratio:.2f}x, at {best.worst_where})"
-                   + (f"; missed beyond noise by {', '.join(c.layout for c in choices if c.goal == 'no')}"
-                      if any(c.goal == "no" for c in choices) else "") + ".")
-    elif undecided:
-        verdict = ("No layout meets the goal beyond noise; undecided (an interval straddles a threshold: measure "
-                   "more): " + ", ".join(f"{c.layout} (worst p99 {c.worst_p99_ratio:.2f}x, at {c.worst_where})"
-                                         for c in undecided) + ".")
-    elif choices:
-        close = min(choices, key=lambda c: (c.worst_p99_ratio, -(c.steady_rps_vs_mapped or 0)))
-        verdict = (f"No layout meets the goal here; closest: {close.layout}, whose worst healthy p99 is "
-                   f"{close.worst_p99_ratio:.2f}x the best ({close.worst_where}).")
-    else:
-        verdict = "No layouts to compare."
-    per_scenario = []
-    for sc in results.scenarios:
-        groups = [g for g in group_cells(results, sc)]
-        if groups:
-            worst_level = max(g.concurrency for g in groups)
-            at = [g for g in groups if g.concurrency == worst_level]
-            best = min(at, key=lambda g: g.p99)
-            per_scenario.append(f"{sc}: lowest healthy p99 at {worst_level} connections is {best.layout} "
-                                f"({quoted_p99(best, unit=' ms')}, {num(best.rps.median)} req/s)")
-    if markdown:
-        return (["## Choosing a layout: steady state and stalls", "", goal, ""] + md_table(headers, rows)
-                + ["", f"**{verdict}**", ""] + [f"- {x}" for x in per_scenario] + [""])
-    out = ["", "choosing a layout (steady state and stalls):"]
-    out += wrap(goal, indent="  ", subsequent="  ")
-    out += ["  " + x for x in table(headers, rows, "<" + ">" * (len(headers) - 1))]
-    out += wrap(verdict, indent="  ", subsequent="  ")
-    for x in per_scenario:
-        out += wrap(x, indent="  - ", subsequent="    ")
+        out.extend(text.lines(verdict_section(summary.verdict)))
+    if summary.cautions:
+        out += text.lines(warnings_section(summary))
     return out
 
 
 # --------------------------------------------------------------------------- markdown
-
-
-def _md_verdict(results: Results) -> list[str]:
-    v = article_verdict(results)
-    sentence = claim_sentence(v)
-    out = ["## Verdict", "", f"**{sentence[0].upper()}{sentence[1:]}**" + (f" ({confidence_words(v)}.)" if v.levels
-                                                                            else ""), ""]
-    if v.missing:
-        out += [f"Not checked: {v.missing}.", ""]
-    if not v.levels:
-        return out
-    out += [f"- {level_sentence(v, lv)}" for lv in v.levels] + [""]
-    out += md_table(TARGET_HEADERS, _target_rows(v)) + [""]
-    out += [f"At {lv.concurrency} connections, {_paired_note(lv.pair)}." for lv in v.levels] + [""]
-    cautions = [f"at {lv.concurrency} connections: {c}" for lv in v.levels for c in _cautions(lv.pair)]
-    if cautions:
-        out += ["Cautions:", ""] + [f"- {c}" for c in cautions] + [""]
-    return out
 
 
 def _md_reproduce(results: Results) -> list[str]:
@@ -575,35 +381,7 @@ def _md_reproduce(results: Results) -> list[str]:
     return out
 
 
-def _md_level_table(groups: list[Group], best: Group | None) -> list[str]:
-    keys = sorted({k for g in groups for k in g.extra})
-    pooled = any(g.tails.pooled for g in groups)
-    inflight = any(g.inflight for g in groups)
-    new = ([f"p99 pooled ms ({CONFIDENCE:.0%} interval)", ">p99"] if pooled else []) + (["pile-up"] if inflight else [])
-    headers = ["layout", "req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "errors", "efficiency",
-               "worker CV", "CPU ms/req", *keys, *new, "noisy"]
-    rows = []
-    for g in groups:
-        name = f"**{g.layout}**" if best is not None and g.layout == best.layout else g.layout
-        latency = {p: fmt_stat(g.latency[p], digits=None) for p, _ in LATENCY_COLUMNS}
-        latency["p99"] = fmt_stat(g.latency["p99"], digits=None) if g.p99_quotable and not g.tails.pooled else \
-            num(g.p99) if g.p99_quotable else "n/q"
-        latency["p999"] = _p999_cell(g, latency["p999"])
-        rows.append([
-            name, fmt_stat(g.rps), *latency.values(),
-            f"{g.errors} of {g.requests}" if g.errors else "0", fmt_stat(g.efficiency, digits=2),
-            fmt_stat(g.cv, digits=2, mark_noisy=False), fmt_stat(g.cpu_ms_per_request, digits=None),
-            *(fmt_stat(g.extra[k], digits=None) if k in g.extra else "" for k in keys),
-            *(([fmt_interval(g.tails.p99) if g.p99_quotable else "n/q", f"{g.tails.slower}"
-                + (" ⚠" if g.tails.thin else "")] if g.tails.pooled else ["", ""]) if pooled else []),
-            *([_pileup(g)] if inflight else []),
-            "⚠ " + ", ".join("req/s" if f == "rps" else f for f in g.noisy_figures) if g.noisy_figures else "",
-        ])
-    _optional_columns(groups, headers, rows, markdown=True)
-    return md_table(headers, rows, "<" + ">" * (len(headers) - 2) + "<")
-
-
-def _md_results(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
+def _md_results(results: Results, by_sc: dict[str, list[Group]], summary: Summary) -> list[str]:
     out = ["## Results", "",
            "Each figure is the median across repeats with the low–high range in parentheses; `~` marks a figure "
            f"whose spread (high − low) / median is above {NOISY_SPREAD:.0%}. Latencies are in ms; errors are "
@@ -615,12 +393,12 @@ def _md_results(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
         out += [f"> Note: {PER_CELL_NOTE[0].upper()}{PER_CELL_NOTE[1:]}.", ""]
     for sc, groups in by_sc.items():
         out += [f"### Scenario: {sc}", ""]
-        best = best_per_level(groups)
         for level in sorted({g.concurrency for g in groups}):
             at = [g for g in groups if g.concurrency == level]
+            best = summary.best_at(sc, level)
             out += [f"#### {level} connections{_level_name(results, level)}", ""]
-            out += _md_level_table(at, best.get(level)) + [""]
-            best_text = _best_line(best[level], at)
+            out += md_level_table(at, best.layout) + [""]
+            best_text = _best_line(best, at)
             out += [best_text[0].upper() + best_text[1:] + ".", ""]
             noisy = [g.layout for g in at if g.noisy_figures]
             if noisy:
@@ -628,7 +406,7 @@ def _md_results(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
     return out
 
 
-def _md_shares(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
+def _md_shares(results: Results, by_sc: dict[str, list[Group]], summary: Summary) -> list[str]:
     out = ["## Per-worker shares", "",
            "Share of requests each worker served (worker 1 / worker 2 / ...), pooled over repeats: uWSGI's "
            "stats server counts them; gunicorn and granian have none, so there the answers are counted by the "
@@ -636,7 +414,7 @@ def _md_shares(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
            "split is 1 / workers each; the article's problem is a skewed split on one shared socket, where one "
            "process takes several requests while the others idle. max/min is the busiest worker's count over the "
            "idlest one's (1.00 = even).", ""]
-    notes = [n for groups in by_sc.values() for n in balanced_totals_notes(groups)]
+    notes = [even_totals_words(e) for e in summary.even_totals]
     if notes:
         out += ["> Totals can look balanced while requests pile up at the same moment: " + "; ".join(notes)
                 + " (see *Requests in flight per worker*).", ""]
@@ -668,7 +446,7 @@ def _md_shares(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
     return out
 
 
-def _md_inflight(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
+def _md_inflight(results: Results, by_sc: dict[str, list[Group]], summary: Summary) -> list[str]:
     """The mechanism: pile-up per layout and level, one sentence per scenario read from the
     figures, the per-worker in-flight distribution at the level the sentence reads."""
     groups = [g for gs in by_sc.values() for g in gs]
@@ -681,7 +459,7 @@ def _md_inflight(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
            "threads (3 requests on 2 workers must put 2 in one: 2 / 1 is not a pile-up; n/a with one worker or one "
            "thread each). **Full**: the share of time some worker had every thread busy. Per-worker request totals "
            "(next section) can look even while requests pile up at the same moment.", ""]
-    for line in mechanism_lines(results, by_sc):
+    for line in mechanism_lines(results, summary):
         out += [f"- {line}"]
     out += [""]
     for sc, gs in by_sc.items():
@@ -689,12 +467,12 @@ def _md_inflight(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
         rows = []
         for layout in dict.fromkeys(g.layout for g in gs):
             at = {g.concurrency: g for g in gs if g.layout == layout}
-            rows.append([layout] + [(_pileup(at[lv]) + f" (full {pct(at[lv].inflight.full.median)})")
+            rows.append([layout] + [(pileup(at[lv]) + f" (full {pct(at[lv].inflight.full.median)})")
                                     if lv in at and at[lv].inflight else "" for lv in levels])
         if len(by_sc) > 1:
             out += [f"Scenario {sc}, pile-up (full):", ""]
         out += md_table(["layout", *(f"{x} connections" for x in levels)], rows, "<" + ">" * len(levels)) + [""]
-        level = _pileup_level(results, gs)
+        level = next((m.level for m in summary.mechanisms if m.scenario == sc), None)
         dist = [g for g in gs if g.concurrency == level and g.inflight]
         if dist:
             threads = max(g.inflight.threads for g in dist)
@@ -707,11 +485,13 @@ def _md_inflight(results: Results, by_sc: dict[str, list[Group]]) -> list[str]:
     return out
 
 
-def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
+def markdown_lines(results: Results, plot_files: list[str], summary: Summary | None = None) -> list[str]:
     """The Markdown report: verdict first, how to reproduce, environment, workload, per-level
     tables (median and low–high for every figure, noisy cells flagged), best layout per level,
-    per-worker shares, warnings, and the plots (``plot_files``, relative to the report) embedded.
+    per-worker shares, warnings, and the plots (``plot_files``, relative to the report) embedded;
+    the judgements are ``summary``'s (by default the one ``results`` makes).
     """
+    summary = summary if summary is not None else summarize(results)
     by_sc = _by_scenario(results)
     out = ["# nginx + uWSGI layout benchmark", ""]
     meta = [f"Results created {results.created}" if results.created else "Results creation time not recorded",
@@ -721,31 +501,31 @@ def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
     out += ["; ".join(meta) + ".", ""]
     if comment(results):
         out += [f"> **Note:** {comment(results)}", ""]
-    out += headline_markdown(results)
+    out += headline_markdown(results, summary)
     out += subject_markdown(results)
-    if not nginx.only_nginx(results) and is_demo_run(results):
-        out += _md_verdict(results)
+    md = MarkdownView()
+    if not nginx.only_nginx(results) and summary.verdict is not None:
+        out += md.lines(verdict_section(summary.verdict))
     if not nginx.only_nginx(results):
-        out += decision_lines(results, markdown=True)
+        out += written(md, decision_section(summary))
     note = unpaired_note(results)
     if note:
         out += [f"> Note: {note[0].upper()}{note[1:]}.", ""]
     out += peers.alternatives_lines(results, markdown=True)
     out += nginx.nginx_lines(results, markdown=True)
     out += hosts.host_lines(results, markdown=True)
-    out += choice_lines(results, markdown=True)
+    out += written(md, choice_section(results, summary))
     out += _md_reproduce(results)
     out += md_kv("Environment", results.environment)
     out += md_kv("Workload", short_workload(results))
     out += md_kv("Arguments", results.arguments, skip=("command",))
     if results.cells:
-        out += _md_results(results, by_sc)
-        out += _md_inflight(results, by_sc)
-        out += _md_shares(results, by_sc)
+        out += _md_results(results, by_sc, summary)
+        out += _md_inflight(results, by_sc, summary)
+        out += _md_shares(results, by_sc, summary)
         out += memory_markdown(results)
         out += limit_markdown(results)
     else:
         out += ["## Results", "", "No cells in this results file: nothing was measured.", ""]
-    warns = warnings(results)
-    out += ["## Warnings", ""] + ([f"- {w}" for w in warns] if warns else ["None."]) + [""]
+    out += md.lines(warnings_section(summary))
     return out + plot_lines(plot_files)

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from uwsgi_layouts.bench.report import markdown_lines, plots, terminal_lines
 from uwsgi_layouts.bench.results import Results
+from uwsgi_layouts.bench.summary import Summary
 from uwsgi_layouts.files import write_atomic
 
 
@@ -50,6 +51,7 @@ class MarkdownExporter:
 
     plot_files: list[str] | None = None
     filename: str = "report.md"
+    summary: Summary | None = None  # a compare run's judgements (None: made from the results)
     name = "md"
 
     def export(self, results: Results, out_dir: Path) -> list[Path]:
@@ -57,7 +59,7 @@ class MarkdownExporter:
         files = self.plot_files
         if files is None:
             files = [n for n in plots.plot_file_names(results) if (out_dir / n).is_file()]
-        text = "\n".join(markdown_lines(results, list(files))).rstrip("\n") + "\n"
+        text = "\n".join(markdown_lines(results, list(files), self.summary)).rstrip("\n") + "\n"
         return [write_atomic(out_dir / self.filename, text)]
 
 
@@ -66,10 +68,12 @@ class TerminalExporter:
     """``report.txt``: the plain-text tables, verdict and warnings of ``terminal_lines``."""
 
     filename: str = "report.txt"
+    summary: Summary | None = None  # a compare run's judgements (None: made from the results)
     name = "txt"
 
     def export(self, results: Results, out_dir: Path) -> list[Path]:
-        return [write_atomic(Path(out_dir) / self.filename, "\n".join(terminal_lines(results)) + "\n")]
+        text = "\n".join(terminal_lines(results, self.summary)) + "\n"
+        return [write_atomic(Path(out_dir) / self.filename, text)]
 
 
 EXPORTERS: dict[str, type] = {"png": PlotExporter, "md": MarkdownExporter, "txt": TerminalExporter}
@@ -77,8 +81,10 @@ EXPORTERS: dict[str, type] = {"png": PlotExporter, "md": MarkdownExporter, "txt"
 ORDER = ("png", "md", "txt")
 
 
-def export_all(results: Results, out_dir: Path | str, formats: tuple[str, ...] | list[str] = ORDER) -> list[Path]:
-    """Write every requested format into ``out_dir``; return the written paths (plots, md, txt order)."""
+def export_all(results: Results, out_dir: Path | str, formats: tuple[str, ...] | list[str] = ORDER,
+               summary: Summary | None = None) -> list[Path]:
+    """Write every requested format into ``out_dir``; return the written paths (plots, md, txt
+    order). ``summary``: a compare run's judgements, which every format renders."""
     unknown = [f for f in formats if f not in EXPORTERS]
     if unknown:
         raise ValueError(f"unknown report format(s) {unknown}; choose from {list(EXPORTERS)}")
@@ -91,9 +97,9 @@ def export_all(results: Results, out_dir: Path | str, formats: tuple[str, ...] |
         if fmt == "png":
             exporter = PlotExporter()
         elif fmt == "md":
-            exporter = MarkdownExporter(plot_files=plot_files)
+            exporter = MarkdownExporter(plot_files=plot_files, summary=summary)
         else:
-            exporter = EXPORTERS[fmt]()
+            exporter = TerminalExporter(summary=summary)
         paths = exporter.export(results, out_dir)
         if fmt == "png":
             plot_files = [p.relative_to(out_dir).as_posix() for p in paths]

@@ -11,13 +11,13 @@ in report.txt and report.md (or on the terminal with ``--full``).
 
 from __future__ import annotations
 
-from uwsgi_layouts.bench.analysis import MIN_SLOWER_REQUESTS, machine_cautions, requests_for_p99, rule_of, warnings
-from uwsgi_layouts.bench.decisions import Recommendation, recommend
+from uwsgi_layouts.bench.analysis import MIN_SLOWER_REQUESTS, requests_for_p99
+from uwsgi_layouts.bench.decisions import Recommendation
 from uwsgi_layouts.bench.paired import percent
 from uwsgi_layouts.bench.report import nginx
-from uwsgi_layouts.bench.report.subject import is_demo_run
 from uwsgi_layouts.bench.report.text import wrap
 from uwsgi_layouts.bench.results import Results
+from uwsgi_layouts.bench.summary import Summary, summarize
 from uwsgi_layouts.bench.verdict import (
     ARTICLE,
     TARGET_P99_RATIO,
@@ -25,7 +25,6 @@ from uwsgi_layouts.bench.verdict import (
     LevelJudgement,
     Standing,
     Verdict,
-    article_verdict,
     confidence_words,
 )
 
@@ -94,10 +93,10 @@ def tails(v: Verdict) -> str:
     """Whether the verdict's cells pooled enough requests to quote their p99 (at least
     MIN_SLOWER_REQUESTS above it): one line. The p99 targets are judged either way, from each
     round's own p99, paired (docs/compare.md, "Quoting a p99")."""
-    groups = [g for lv in v.levels for g in (lv.pair.mapped, lv.pair.shared)]
+    groups = [g for lv in v.levels for g in lv.tails]
     if not groups:
         return ""
-    thin = [g for g in groups if not g.p99_quotable]
+    thin = [g for g in groups if not g.quotable]
     pooled = sorted(g.requests for g in groups)
     spread = f"{pooled[0]:,}" if pooled[0] == pooled[-1] else f"{pooled[0]:,}-{pooled[-1]:,}"
     if not thin:
@@ -107,32 +106,32 @@ def tails(v: Verdict) -> str:
     short = []
     for lv in v.levels:
         cells = [f"{g.layout.partition('-')[2] or g.layout} {g.requests:,}"
-                 for g in (lv.pair.mapped, lv.pair.shared) if not g.p99_quotable]
+                 for g in lv.tails if not g.quotable]
         if cells:
             short.append(f"{v.level_name(lv.concurrency) or lv.concurrency} {', '.join(cells)}")
     return f"Tails: p99 not quotable (need {requests_for_p99():,} requests): {'; '.join(short)}."
 
 
-def how_sure(results: Results, v: Verdict | None) -> str:
+def how_sure(summary: Summary, v: Verdict | None) -> str:
     """The confidence level, the rounds and what measuring until decided did."""
-    rule = rule_of(results)
+    rule = summary.rule
     text = f"How sure: {confidence_words(v)}" if v is not None and v.levels else \
         f"How sure: {percent(rule.confidence)} intervals"
     if rule.last > rule.first:
         text += f" ({rule.looks_words()})"
-    state = results.arguments.get("until_decided") or {}
-    added = [r["round"] for r in state.get("rounds", [])]
-    if state:
+    ext = summary.extension
+    if ext is not None:
+        added = ext.added
         text += (f"; {len(added)} round{'s' if len(added) != 1 else ''} added until decided" if added else
-                 "; no round added") + f", stopped: {state.get('stop') or 'interrupted'}"
+                 "; no round added") + f", stopped: {ext.stop or 'interrupted'}"
     straddling = [t for t in (v.targets if v is not None else ()) if t.claim and t.standing is Standing.STRADDLES]
     if straddling:
         text += "; a straddling target needs more rounds (--budget 10)"
     return text + "."
 
 
-def machine(results: Results) -> str:
-    """The machine's state from the environment record, and the cautions the analysis raised."""
+def machine(results: Results, busy: bool) -> str:
+    """The machine's state from the environment record, and whether the analysis found it busy."""
     env = results.environment
     samples = (env.get("machine") or {}).get("samples") or []
     others = [x for x in [env.get("others_at_start"), *(s.get("others") for s in samples)]
@@ -146,20 +145,20 @@ def machine(results: Results) -> str:
     if env.get("nproc"):
         parts.append(f"{env['nproc']} cores")
     text = "Machine: " + (", ".join(parts) if parts else "no load recorded")
-    cautions = machine_cautions(env)
-    return text + ("; busy: differences of a few percent are suspect." if cautions else ".")
+    return text + ("; busy: differences of a few percent are suspect." if busy else ".")
 
 
-def headline_lines(results: Results, where: str | None = None) -> list[str]:
-    """The headline (terminal form); ``where``: the directory holding the full report (None: the
-    report that follows it, as in report.md)."""
+def headline_lines(results: Results, where: str | None = None, summary: Summary | None = None) -> list[str]:
+    """The headline (terminal form) of ``summary`` (by default, the one ``results`` makes);
+    ``where``: the directory holding the full report (None: the report that follows it, as in
+    report.md)."""
+    summary = summary if summary is not None else summarize(results)
     out = ["", "== the answer =="]
-    demo_claim = is_demo_run(results) and not nginx.only_nginx(results) and ARTICLE in results.scenarios
-    scenario = ARTICLE if ARTICLE in results.scenarios else (results.scenarios or [""])[0]
-    rec = recommend(results, scenario) if results.cells else None
+    rec = summary.run_here
     if rec is not None:
         out += wrap(run_here(rec))
-    v = article_verdict(results) if demo_claim else None
+    # The verdict's line here needs the article's scenario (the full report says why it is missing).
+    v = summary.verdict if not nginx.only_nginx(results) and ARTICLE in results.scenarios else None
     if v is not None:
         out += wrap(short_claim(v))
         for lv in v.levels:
@@ -168,9 +167,9 @@ def headline_lines(results: Results, where: str | None = None) -> list[str]:
             out += wrap(f"Not checked: {v.missing}.", indent="  ", subsequent="  ")
         if v.levels:
             out += wrap(tails(v))
-    out += wrap(how_sure(results, v))
-    out += wrap(machine(results))
-    count = len(warnings(results))
+    out += wrap(how_sure(summary, v))
+    out += wrap(machine(results, summary.busy))
+    count = len(summary.cautions)
     more = f"{count} warning{'s' if count != 1 else ''}"
     if where is not None:
         out += wrap(f"Full report ({more}): {where}/report.txt and report.md (--full prints it here).")
@@ -179,8 +178,8 @@ def headline_lines(results: Results, where: str | None = None) -> list[str]:
     return out
 
 
-def headline_markdown(results: Results) -> list[str]:
+def headline_markdown(results: Results, summary: Summary | None = None) -> list[str]:
     """The same headline at the top of report.md."""
-    lines = headline_lines(results)[2:]
+    lines = headline_lines(results, summary=summary)[2:]
     text = "\n".join(lines)
     return ["## The answer", "", "```text", text, "```", ""]

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from uwsgi_layouts.bench.analysis import MIN_RATE_OF_TARGET, REPLIES_OF_REQUESTS, steady_min
 from uwsgi_layouts.bench.load.httperf import CLIENT_ERRORS, SERVER_ERRORS
-from uwsgi_layouts.bench.report.subject import mixes, subject_lines, subject_markdown
+from uwsgi_layouts.bench.report.subject import subject_lines, subject_markdown
 from uwsgi_layouts.bench.report.text import comment, md_kv, md_table, plot_lines, table, wrap
 from uwsgi_layouts.bench.results import Results, Step
+from uwsgi_layouts.bench.verdict import mixes
 
 RULE = (f"A step passes when replies >= {REPLIES_OF_REQUESTS:.0%} of requests, the lowest 5-s reply-rate sample "
         f">= {MIN_RATE_OF_TARGET:.0%} of the offered rate (the first sample, which holds the ramp-up, is left out "

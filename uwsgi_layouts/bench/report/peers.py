@@ -21,13 +21,12 @@ from uwsgi_layouts.bench.analysis import (
     Group,
     Matchup,
     alternatives,
-    compare_groups,
     server_of,
 )
 from uwsgi_layouts.bench.paired import Comparison
-from uwsgi_layouts.bench.report.subject import is_demo_run
 from uwsgi_layouts.bench.report.text import fmt_stat, md_table, num, quoted_p99, quoted_p99_interval, table, wrap
 from uwsgi_layouts.bench.results import Results
+from uwsgi_layouts.bench.verdict import is_demo_run
 from uwsgi_layouts.deploy.model import STRATEGIES
 
 TARGET_SCENARIOS = ("article", "io-heavy")  # the demo app's mixes the targets are set for
@@ -122,7 +121,7 @@ def variants_sentence(results: Results, alt: Alternatives, peer: str) -> str:
         if rps.outcome == "better":
             how = "better beyond noise"
         elif rps.outcome == "equivalent":
-            tail = compare_groups(c.best, c.runner_up, "p99").outcome == "better"
+            tail = c.p99.outcome == "better"
             how = "equivalent, and a shorter p99 beyond noise" if tail else "equivalent: the higher of the two"
         else:  # the best is never beaten beyond noise: undecided
             how = "undecided: the higher of the two, no winner beyond noise"

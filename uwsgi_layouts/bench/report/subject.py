@@ -10,35 +10,15 @@ from __future__ import annotations
 
 from uwsgi_layouts.bench.report.text import md_table, wrap
 from uwsgi_layouts.bench.results import Results
+from uwsgi_layouts.bench.verdict import app_record, is_demo_run, mixes
 
 MAX_REQUEST_ROWS = 20
-
-
-def app_record(results: Results) -> dict:
-    app = results.arguments.get("app")
-    return app if isinstance(app, dict) else {}
-
-
-def mixes(results: Results) -> dict[str, dict]:
-    """Scenario -> its recorded request mix, for scenarios that sent the user's requests."""
-    out = {}
-    for name, data in results.workload.items():
-        if isinstance(data, dict) and isinstance(data.get("traffic"), dict):
-            out[name] = data["traffic"]
-    return out
-
-
-def is_demo_run(results: Results) -> bool:
-    """The demo app with its own requests: the article's verdict applies."""
-    return app_record(results).get("demo", True) is not False and not mixes(results)
-
 
 def _mix_summary(mix: dict, limit: int = 3) -> str:
     requests = sorted(mix.get("requests") or [], key=lambda r: -r.get("weight", 0))
     shown = ", ".join(f"{_label(r)} {r.get('share', 0):.0%}" for r in requests[:limit])
     more = f", and {len(requests) - limit} more" if len(requests) > limit else ""
     return f"{len(requests)} request{'s' if len(requests) != 1 else ''}: {shown}{more}"
-
 
 def _label(r: dict) -> str:
     text = f"{r.get('method', '?')} {r.get('target', '?')}"
@@ -47,7 +27,6 @@ def _label(r: dict) -> str:
         text += f" ({r['body_bytes']} bytes)"
     return text
 
-
 def _app_text(app: dict) -> str:
     text = f"app: {app.get('app', '?')} from {app.get('app_dir', '?')}"
     if app.get("virtualenv"):
@@ -55,7 +34,6 @@ def _app_text(app: dict) -> str:
     if app.get("env"):
         text += f", env {', '.join(app['env'])}"
     return text + (" (the demo app)" if app.get("demo") else "")
-
 
 def subject_lines(results: Results) -> list[str]:
     """Terminal: the app and each scenario's mix (nothing for a demo run)."""
@@ -67,7 +45,6 @@ def subject_lines(results: Results) -> list[str]:
         out += wrap(f"traffic ({name}): {_mix_summary(mix)}" + (f"; headers {headers}" if headers else "")
                     + (f"; from {mix['source']}" if mix.get("source") else ""))
     return out
-
 
 def subject_markdown(results: Results) -> list[str]:
     """Markdown: a "What was measured" section (nothing for a demo run)."""
@@ -99,7 +76,6 @@ def subject_markdown(results: Results) -> list[str]:
             out += ["Headers sent with every request: " + ", ".join(f"`{n}: {v}`" for n, v in mix["headers"]), ""]
     return out
 
-
 def short_workload(results: Results) -> dict:
     """The workload with each mix replaced by its summary (the mix has its own section)."""
     out = {}
@@ -109,11 +85,9 @@ def short_workload(results: Results) -> dict:
         out[name] = data
     return out
 
-
 def status_text(status: dict[str, int]) -> str:
     """``3xx 12, 4xx 3``: the answers that were not 2xx ("" when all were)."""
     return ", ".join(f"{k} {n}" for k, n in status.items() if k != "2xx" and n)
-
 
 def any_non_2xx(groups) -> bool:
     return any(g.non_2xx for g in groups)
