@@ -17,6 +17,7 @@ httperf's own CPU (% of one core over its run).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -24,8 +25,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-
-import os  # noqa: E402
 
 from uwsgi_layouts.bench.capacity import p99_ms  # noqa: E402
 from uwsgi_layouts.bench.kinds.base import sigterm_interrupts  # noqa: E402
@@ -35,6 +34,8 @@ from uwsgi_layouts.bench.load.generator import NICED, OWN_CGROUP, GeneratorPlace
 from uwsgi_layouts.bench.load.wrk import WrkProcess, run_wrks  # noqa: E402
 from uwsgi_layouts.bench.options import require_tools  # noqa: E402
 from uwsgi_layouts.bench.stack import Lab, dir_name  # noqa: E402
+from uwsgi_layouts.bench.subject import VALIDATE_RUN_DIR  # noqa: E402
+from uwsgi_layouts.deploy.model import LayoutError, parse_variant  # noqa: E402
 
 
 def one_step(stack, place: GeneratorPlace, a) -> dict:
@@ -57,6 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pairs", type=int, default=3)
     p.add_argument("--path", default="/?rounds=1&fib=1&io_ms=0")  # the demo app, next to no work
     a = p.parse_args(argv)
+    if a.pairs < 1 or a.rate <= 0 or a.step <= 0:
+        p.error("--pairs must be 1 or more, --rate and --step above 0")
+    try:  # without a quota both arms would be niced: nothing to compare
+        quota = parse_variant(a.layout, run_dir=VALIDATE_RUN_DIR).cpus is not None
+    except LayoutError as e:
+        p.error(f"--layout: {e}")
+    if not quota:
+        p.error("--layout: needs a CPU quota (@cpus=N): without one httperf is niced in both arms")
     require_tools("httperf", "wrk")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     rows = []

@@ -44,12 +44,22 @@ def main(argv: list[str]) -> int:
     if not argv:
         print("usage: venv-requirements.py PYPROJECT [EXTRA...]", file=sys.stderr)
         return 2
-    with open(argv[0], "rb") as f:
-        data = tomllib.load(f)
+    try:
+        with open(argv[0], "rb") as f:
+            data = tomllib.load(f)
+    except OSError as e:
+        print(f"error: {argv[0]}: {e.strerror}", file=sys.stderr)
+        return 2
+    except tomllib.TOMLDecodeError as e:  # a ValueError: before the one below, to name the file
+        print(f"error: {argv[0]}: not TOML: {e}", file=sys.stderr)
+        return 2
     try:
         print("\n".join(requirements(data, argv[1:])))
+    except KeyError:
+        print(f"error: {argv[0]}: no [project] table", file=sys.stderr)
+        return 2
     except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {argv[0]}: {e}", file=sys.stderr)
         return 2
     return 0
 

@@ -148,6 +148,27 @@ def test_a_tails_round_is_replayed_as_it_ran():
         {(c.layout, c.concurrency, c.round) for c in results.cells}
     assert replayed.arguments["until_decided"]["judged_through"] == stored["until_decided"]["judged_through"]
     assert rule_of(replayed) == rule_of(results)
+    # without the stored reason the replay's decisions section said the tails were "interrupted"
+    assert replayed.arguments["until_decided"].get("tails_stop", "") == ""
+    again = run_sweep(plan, ReplayRunner(results), {}, until=Until(
+        None, lambda: 0.0, max_rounds=stored["max_rounds"], stored_rounds=frozenset(c.round for c in results.cells),
+        final_share=stored["final_share"], stored_tails=tuple(stored["until_decided"]["tails"]),
+        stored_tails_stop=stored["until_decided"]["tails_stop"],
+        stored_cells=frozenset((c.layout, c.concurrency, c.round) for c in results.cells)))
+    assert again.arguments["until_decided"]["tails_stop"] == stored["until_decided"]["tails_stop"] != ""
+
+
+def test_a_run_without_a_verdict_records_no_rounds_for_tails():
+    # the user's own app: no article scenario, so no verdict and nothing said about its tails
+    plan = replace(plan_of(10), app={"app": "shop:app", "demo": False}, scenarios=("traffic",),
+                   workload={"traffic": {}})
+    clock = FakeClock()
+    runner = RateRunner(MODEL, clock, plan, noise=0.02)
+    results = run_sweep(plan, runner, {}, until=Until(plan.budget_min * 60, clock))
+    state = results.arguments["until_decided"]
+    assert not [k for k in key_comparisons(results) if k.kind == "verdict"]
+    assert state.get("tails", []) == [] and not state.get("tails_stop")
+    assert "for the verdict's tails" not in " ".join(terminal_lines(results))
 
 
 def test_tails_rounds_leave_a_recorded_decision_alone():

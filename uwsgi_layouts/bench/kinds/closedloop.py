@@ -304,6 +304,7 @@ class Until:
     # replay: the stored run's rounds for the verdict's tails (``until_decided.tails``), replayed as they
     # ran, and its cells as (layout, level, round): a round the logic asks for that was not stored ends it
     stored_tails: tuple[dict, ...] = ()
+    stored_tails_stop: str = ""  # replay: why the stored run's tails rounds stopped
     stored_cells: frozenset[tuple[str, int, int]] = frozenset()
 
     def left_s(self) -> float:
@@ -480,7 +481,7 @@ def _until_decided(plan: Plan, until: Until, snapshot, block, overhead_s: float,
     for k in keys:
         if k.kind == "verdict":
             state["judged_through"].setdefault(str(k.level), rounds)
-    if not tails_done:
+    if not tails_done and any(k.kind == "verdict" for k in keys):  # a run without a verdict has no tails to pool
         _tail_rounds(plan, until, snapshot, block, overhead_s, state, rounds)
 
 
@@ -534,6 +535,9 @@ def _tail_rounds(plan: Plan, until: Until, snapshot, block, overhead_s: float, s
                                                   for sc, levels in scs.items()}
                                               for x, scs in record["seconds"].items()})
             state["tails"].append(record)
+        else:
+            if until.stored_tails_stop:
+                state["tails_stop"] = until.stored_tails_stop
         return rounds
     for _ in range(MAX_TAIL_ROUNDS):
         need = tail_blocks(key_comparisons(snapshot(False)))
@@ -549,8 +553,9 @@ def _tail_rounds(plan: Plan, until: Until, snapshot, block, overhead_s: float, s
         state["tails"].append({"round": rounds, "seconds": {x: {sc: {str(lv): d for lv, d in lvs.items()}
                                                                for sc, lvs in scs.items()}
                                                            for x, scs in seconds.items()}})
-    else:
-        state["tails_stop"] = f"{MAX_TAIL_ROUNDS} rounds for the tails"
+    else:  # the last round may have made every cell quotable: say which ended them
+        state["tails_stop"] = ("every verdict cell's p99 quotable" if not tail_blocks(key_comparisons(snapshot(False)))
+                               else f"{MAX_TAIL_ROUNDS} rounds for the tails")
     return rounds
 
 

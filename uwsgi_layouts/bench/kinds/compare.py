@@ -334,6 +334,7 @@ def run(args) -> int:
                               stored_rounds=frozenset(c.round for c in stored.cells),
                               final_share=stored.arguments.get("final_share") or 0.0,
                               stored_tails=tuple((stored.arguments.get("until_decided") or {}).get("tails") or ()),
+                              stored_tails_stop=(stored.arguments.get("until_decided") or {}).get("tails_stop") or "",
                               stored_cells=frozenset((c.layout, c.concurrency, c.round) for c in stored.cells))
         else:
             runner = LiveRunner(lab, out / "raw", scenarios, plan.duration, plan.warmup, plan.timeout,

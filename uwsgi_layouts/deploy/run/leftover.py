@@ -16,7 +16,8 @@ memory limit, and given the lowest CPU priority the kernel offers a cgroup:
   generator's slice to end.
 
 Weights compete among siblings: the generator's cgroup sits at the level of the app servers'
-cgroups and of the tasks of their parent (nginx among them), so every one of them wins over it.
+cgroups: nginx, in this process's cgroup, is a task beside them on cgroup v1 and inside a sibling
+cgroup (user.slice, say) on v2; either way every one of them wins over it.
 """
 
 from __future__ import annotations
