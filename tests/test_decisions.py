@@ -43,6 +43,7 @@ from uwsgi_layouts.bench.kinds.closedloop import (
 )
 from uwsgi_layouts.bench.load.wrk import compress
 from uwsgi_layouts.bench.paired import (
+    Comparison,
     Rule,
     check_margin,
     compare_rounds,
@@ -653,3 +654,11 @@ def test_run_here_names_nothing_when_nothing_was_served():
     results = run_sweep(plan, FakeRunner(model, clock, plan), {})
     starved = replace(results, cells=tuple(replace(c, requests=0, rps=0.0) for c in results.cells))
     assert recommend(starved, "article") is None and recommend(results, "article") is not None
+
+
+def test_an_interval_of_a_few_noisy_rounds_prints_its_ends_as_bounds_not_sixty_digits():
+    # two rounds of a noisy pair: t's quantile at 1 degree of freedom makes ends like 10^67
+    wide = Comparison("rps", "undecided", 1.01, 1e-70, 2.1e67, rounds=2, method="t", level=0.95)
+    assert wide.text() == "1.01x (<0.01–>100)"
+    assert wide.describe().startswith("1.01x (<0.01–>100; t over 2 rounds")
+    assert Comparison("rps", "better", 1.2, 1.1, 1.3, rounds=5, level=0.95).text() == "1.20x (1.10–1.30)"

@@ -188,11 +188,18 @@ class Comparison:
         """No more rounds needed: decided, or equivalent."""
         return self.outcome != "undecided"
 
+    def bounds(self) -> str:
+        """``"0.52–0.70"``; an end past 100x either way as ``<0.01``/``>100`` (two or three rounds of a
+        noisy pair give t intervals of 10^60: digits that say nothing)."""
+        low = "<0.01" if self.low < 0.01 else f"{self.low:.2f}"
+        high = ">100" if self.high > 100 else f"{self.high:.2f}"
+        return f"{low}–{high}"
+
     def text(self) -> str:
         """``"0.61x (0.52–0.70)"``."""
         if self.method == "too few rounds":
             return f"{self.ratio:.2f}x"
-        return f"{self.ratio:.2f}x ({self.low:.2f}–{self.high:.2f})"
+        return f"{self.ratio:.2f}x ({self.bounds()})"
 
     def how(self) -> str:
         """``"t over 5 rounds, 98.3%"``, ``"unpaired: ..."``."""
@@ -204,7 +211,7 @@ class Comparison:
 
     def describe(self) -> str:
         """``"1.25x (1.10–1.40; t over 3 rounds, 95%): better"``."""
-        inner = self.how() if self.method == "too few rounds" else f"{self.low:.2f}–{self.high:.2f}; {self.how()}"
+        inner = self.how() if self.method == "too few rounds" else f"{self.bounds()}; {self.how()}"
         return f"{self.ratio:.2f}x ({inner}): {self.outcome}"
 
 

@@ -540,9 +540,10 @@ def _tail_rounds(plan: Plan, until: Until, snapshot, block, overhead_s: float, s
                 state["tails_stop"] = until.stored_tails_stop
         return rounds
     for _ in range(MAX_TAIL_ROUNDS):
-        need = tail_blocks(key_comparisons(snapshot(False)))
+        keys = key_comparisons(snapshot(False))
+        need = tail_blocks(keys)
         if not need:
-            state["tails_stop"] = "every verdict cell's p99 quotable"
+            state["tails_stop"] = _tails_done(keys)
             break
         seconds = _fitting_levels(need, plan, overhead_s, until.left_s())
         if not seconds:
@@ -553,10 +554,19 @@ def _tail_rounds(plan: Plan, until: Until, snapshot, block, overhead_s: float, s
         state["tails"].append({"round": rounds, "seconds": {x: {sc: {str(lv): d for lv, d in lvs.items()}
                                                                for sc, lvs in scs.items()}
                                                            for x, scs in seconds.items()}})
-    else:  # the last round may have made every cell quotable: say which ended them
-        state["tails_stop"] = ("every verdict cell's p99 quotable" if not tail_blocks(key_comparisons(snapshot(False)))
-                               else f"{MAX_TAIL_ROUNDS} rounds for the tails")
+    else:  # the last round may have pooled enough: say which ended them
+        keys = key_comparisons(snapshot(False))
+        state["tails_stop"] = _tails_done(keys) if not tail_blocks(keys) else f"{MAX_TAIL_ROUNDS} rounds for the tails"
     return rounds
+
+
+def _tails_done(keys) -> str:
+    """Why no verdict cell needs another round for its tails: each is quotable, or each pooled the
+    requests a quotable p99 needs while ties at its p99 (many equal latencies) leave fewer than
+    MIN_SLOWER_REQUESTS above it, which more of the same rounds would not change."""
+    if all(g.p99_quotable for k in keys if k.kind == "verdict" for g in k.groups):
+        return "every verdict cell's p99 quotable"
+    return "every verdict cell pooled the requests a p99 needs (ties at some p99 leave it unquotable)"
 
 
 def _fitting_levels(need: dict[str, dict[str, dict[int, float]]], plan: Plan, overhead_s: float,
