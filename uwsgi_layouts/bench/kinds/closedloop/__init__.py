@@ -1,0 +1,46 @@
+"""Closed-loop cells: the sweep and the runners that measure or replay its cells.
+
+The sweep decides which layouts, which levels, in which order: repeats are interleaved (A B C, A
+B C, ...) so that drift of a noisy machine hits every layout alike, with a progress line (ETA)
+and a partial save after every block. Repeat r of every layout runs in round r, and each cell
+records it (``Cell.round``): the pairs every comparison is made of (``bench.paired``). A runner
+does the measuring: ``LiveRunner`` for real, ``ReplayRunner`` to rerun this logic on stored
+cells without timing anything. ``compare`` runs a sweep; ``tune`` will run its own plans through
+the same runners.
+
+
+By concern, one module each, in this order (each imports only those before it): ``plan`` (the
+``Plan``, round order, blocks and their time), ``runners`` (``LiveRunner``, ``ReplayRunner``),
+``until`` (measuring until decided, the verdict's tails rounds), ``sweep`` (``run_sweep``, the
+progress line). Other modules import these names from ``bench.kinds.closedloop``.
+"""
+
+from uwsgi_layouts.bench.kinds.closedloop.plan import (
+    EXTENSION_FACTOR,
+    Plan,
+    block_time,
+    default_layouts,
+    default_levels,
+    extension_duration,
+    round_order,
+    round_seconds,
+    units,
+)
+from uwsgi_layouts.bench.kinds.closedloop.runners import LiveRunner, ReplayError, ReplayRunner, Runner, host_shares
+from uwsgi_layouts.bench.kinds.closedloop.sweep import Progress, run_sweep
+from uwsgi_layouts.bench.kinds.closedloop.until import (
+    CLAIM_ROUNDS,
+    MAX_ROUNDS,
+    MAX_TAIL_ROUNDS,
+    RESERVE_S,
+    Until,
+    tail_round_seconds,
+    tails_reserve_s,
+)
+
+__all__ = [
+    "CLAIM_ROUNDS", "EXTENSION_FACTOR", "MAX_ROUNDS", "MAX_TAIL_ROUNDS", "RESERVE_S", "LiveRunner", "Plan",
+    "Progress", "ReplayError", "ReplayRunner", "Runner", "Until", "block_time", "default_layouts", "default_levels",
+    "extension_duration", "host_shares", "round_order", "round_seconds", "run_sweep", "tail_round_seconds",
+    "tails_reserve_s", "units",
+]
