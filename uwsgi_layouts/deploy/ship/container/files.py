@@ -55,7 +55,7 @@ from uwsgi_layouts.deploy.ship.files import (
     site_checks,
     write_texts,
 )
-from uwsgi_layouts.deploy.ship.installer import UWSGI_PIN
+from uwsgi_layouts.deploy.ship.bundle import UWSGI_PIN
 
 READY_PATH = "/_uwsgi-layouts/ready"
 # The variable nginx's probe server passes to uWSGI, whose readiness route answers only it.
