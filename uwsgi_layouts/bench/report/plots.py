@@ -332,13 +332,20 @@ def plot_memory(results: Results, path: Path | str) -> list[Path]:
 
 def _labelled(fig, ax, out: Path, xlabel: str, ylabel: str, title: str, repeats: int, legend: bool) -> Path:
     """A per-layout scatter of medians, labelled and saved."""
+    return _finish(fig, ax, out, xlabel, ylabel,
+                   f"{title}\nmedian of {repeats} repeats per point (c = connections); bars: lowest to highest repeat",
+                   {"title": "layout", "fontsize": 9, "loc": "best"} if legend else None)
+
+
+def _finish(fig, ax, out: Path, xlabel: str, ylabel: str, title: str, legend: dict | None) -> Path:
+    """What a plot of one axes ends with: its labels, title, grid and legend (``legend``: its
+    options; None: no legend), then the PNG written."""
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(f"{title}\nmedian of {repeats} repeats per point (c = connections); bars: lowest to highest repeat",
-                 fontsize=11)
+    ax.set_title(title, fontsize=11)
     ax.grid(True, alpha=0.3)
-    if legend:
-        ax.legend(title="layout", fontsize=9, loc="best")
+    if legend is not None:
+        ax.legend(**legend)
     return _save(fig, out)
 
 
@@ -409,13 +416,10 @@ def plot_reply_rate(results: Results, path: Path | str) -> list[Path]:
                         xytext=(3, 5), textcoords="offset points", color="C2", fontsize=9)
         ax.set_xlim(0, top)
         ax.set_ylim(0, top)
-        ax.set_xlabel("offered rate (new connections/s, one request each)")
-        ax.set_ylabel("reply rate (replies/s)")
-        ax.set_title(f"Open loop: replies vs offered rate, {results.arguments.get('layout', '')}\n"
-                     "httperf, one point per step", fontsize=11)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=9, loc="upper left")
-        return [_save(fig, Path(path))]
+        return [_finish(fig, ax, Path(path), "offered rate (new connections/s, one request each)",
+                        "reply rate (replies/s)",
+                        f"Open loop: replies vs offered rate, {results.arguments.get('layout', '')}\n"
+                        "httperf, one point per step", {"fontsize": 9, "loc": "upper left"})]
     finally:
         plt.close(fig)
 
@@ -456,14 +460,12 @@ def plot_tune(results: Results, path: Path | str) -> list[Path]:
             ax.axhline(limit, color="red", linestyle="--", linewidth=1, label=f"p99 limit {limit:g} ms")
         ax.set_xlim(left=0)
         ax.set_ylim(bottom=0)
-        ax.set_xlabel("throughput (requests/s, median of the candidate's cells)")
-        ax.set_ylabel("p99 latency (ms, pooled over its cells)")
-        ax.set_title(f"Tune: p99 vs throughput at {outcome.inputs.objective.concurrency} concurrent requests, scenario "
-                     f"'{results.arguments.get('scenario')}'\nmarker area: memory (PSS, largest {top:.0f} MB); bars: "
-                     "p99 95% interval, throughput low–high", fontsize=11)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8, loc="best")
-        return [_save(fig, Path(path))]
+        return [_finish(fig, ax, Path(path), "throughput (requests/s, median of the candidate's cells)",
+                        "p99 latency (ms, pooled over its cells)",
+                        f"Tune: p99 vs throughput at {outcome.inputs.objective.concurrency} concurrent requests, "
+                        f"scenario '{results.arguments.get('scenario')}'\nmarker area: memory (PSS, largest "
+                        f"{top:.0f} MB); bars: p99 95% interval, throughput low–high",
+                        {"fontsize": 8, "loc": "best"})]
     finally:
         plt.close(fig)
 
