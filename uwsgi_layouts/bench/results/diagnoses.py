@@ -15,6 +15,7 @@ from uwsgi_layouts.bench.results.checks import (
     _digits,
     _finite_nonneg,
     _int_map,
+    _is_count,
     _is_number,
     _mapping,
     _numbers_list,
