@@ -26,39 +26,23 @@ containers records hand out), the records ``cells`` (``Cell``, ``Latency``, ``Er
 optional fields' schemas), ``steps`` (``Step``, ``find_knee``), ``faults`` (``FaultRecord``,
 ``Check``), ``diagnoses`` (``Diagnosis``), then ``registry`` (kinds and their record field),
 ``versions`` (format versions and the migration of version 1), ``record`` (``Results``, ``save``)
-and ``loading`` (``load``, ``from_dict``). Other modules import these names from
+and ``loading`` (``load``, ``from_dict``). Other modules import the names below from
 ``bench.results``, never its modules.
 """
 
-from uwsgi_layouts.bench.results.cells import (
-    CELL_OPTIONAL,
-    ERROR_CLASSES,
-    LEGACY_KEYS,
-    LIMIT_COUNTS,
-    LIMIT_SECONDS,
-    PERCENTILES,
-    STATUS_CLASSES,
-    Cell,
-    Errors,
-    Latency,
-    balance,
-    server_neutral,
-)
+from uwsgi_layouts.bench.results.cells import PERCENTILES, STATUS_CLASSES, Cell, Errors, Latency, server_neutral
 from uwsgi_layouts.bench.results.checks import ResultsError
-from uwsgi_layouts.bench.results.diagnoses import END_STATES, EXPOSURE_KEYS, Diagnosis
+from uwsgi_layouts.bench.results.diagnoses import Diagnosis
 from uwsgi_layouts.bench.results.faults import Check, FaultRecord
-from uwsgi_layouts.bench.results.frozen import READ_ONLY, ReadOnlyDict, ReadOnlyList, read_only
+from uwsgi_layouts.bench.results.frozen import read_only
 from uwsgi_layouts.bench.results.loading import from_dict, load
-from uwsgi_layouts.bench.results.record import RECORD_TYPES, Results, utc_now
-from uwsgi_layouts.bench.results.registry import KIND_CHECKS, KIND_RECORDS, RECORD_FIELDS, register_kind
-from uwsgi_layouts.bench.results.steps import HTTP_CLASSES, HTTPERF_ERRORS, VERDICTS, Step, find_knee
-from uwsgi_layouts.bench.results.versions import FORMAT_VERSION, READS_VERSIONS, migrate_v1
+from uwsgi_layouts.bench.results.record import Results, utc_now
+from uwsgi_layouts.bench.results.registry import KIND_CHECKS, KIND_RECORDS, register_kind
+from uwsgi_layouts.bench.results.steps import Step, find_knee
+from uwsgi_layouts.bench.results.versions import FORMAT_VERSION
 
 __all__ = [
-    "CELL_OPTIONAL", "END_STATES", "ERROR_CLASSES", "EXPOSURE_KEYS", "FORMAT_VERSION", "HTTPERF_ERRORS",
-    "HTTP_CLASSES", "KIND_CHECKS", "KIND_RECORDS", "LEGACY_KEYS", "LIMIT_COUNTS", "LIMIT_SECONDS", "PERCENTILES",
-    "READS_VERSIONS", "READ_ONLY", "RECORD_FIELDS", "RECORD_TYPES", "STATUS_CLASSES", "VERDICTS", "Cell", "Check",
-    "Diagnosis", "Errors", "FaultRecord", "Latency", "ReadOnlyDict", "ReadOnlyList", "Results", "ResultsError",
-    "Step", "balance", "find_knee", "from_dict", "load", "migrate_v1", "read_only", "register_kind",
-    "server_neutral", "utc_now",
+    "FORMAT_VERSION", "KIND_CHECKS", "KIND_RECORDS", "PERCENTILES", "STATUS_CLASSES", "Cell", "Check", "Diagnosis",
+    "Errors", "FaultRecord", "Latency", "Results", "ResultsError", "Step", "find_knee", "from_dict", "load",
+    "read_only", "register_kind", "server_neutral", "utc_now",
 ]

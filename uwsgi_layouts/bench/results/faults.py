@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 
 from uwsgi_layouts.bench.results.checks import ResultsError, _build, _check, _finite_nonneg, _is_count, _mapping
 
+
 @dataclass(frozen=True)
 class Check:
     """One target of a fault experiment, with what was measured against it."""

@@ -11,6 +11,7 @@ from uwsgi_layouts.bench.results.checks import ResultsError
 from uwsgi_layouts.bench.results.record import Results
 from uwsgi_layouts.bench.results.versions import READS_VERSIONS, migrate_v1
 
+
 def load(path: Path | str) -> Results:
     """A results file of any kind and of any version this tool reads (version 1 is migrated)."""
     try:

@@ -39,16 +39,14 @@ import math
 import random
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Callable, Protocol
+from dataclasses import asdict
+from typing import Callable
 
 from uwsgi_layouts.bench.analysis import fit_memory
-from uwsgi_layouts.bench.paired import Rule
 from uwsgi_layouts.bench.results import Cell
 from uwsgi_layouts.bench.tune.objective import (
     Decision,
     Evaluation,
-    Objective,
     by_rank,
     decide,
     evaluate,
@@ -68,7 +66,7 @@ from uwsgi_layouts.bench.tune.outcome import (
     State,
     Stopped,
 )
-from uwsgi_layouts.bench.tune.space import Candidate, MemoryModel, Pruned, memory_probes, memory_prune, prune_static
+from uwsgi_layouts.bench.tune.space import Candidate, MemoryModel, memory_probes, memory_prune, prune_static
 
 MAX_STALL_CLIENTS = 512
 

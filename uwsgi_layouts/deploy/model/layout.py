@@ -12,7 +12,7 @@ attaches ``run_as``, what the derived views of privileges need.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from uwsgi_layouts.deploy.model import hosts as multihost

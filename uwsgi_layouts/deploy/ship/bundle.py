@@ -33,15 +33,12 @@ comes from the same ``Layout`` the lab renders, and the files are cross-checked 
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import pwd
 import re
-import ssl
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from uwsgi_layouts.deploy.machine import blocked_at, check_hosts, check_static_locations, script_interpreter
+from uwsgi_layouts.deploy.machine import check_hosts, check_static_locations, script_interpreter
 from uwsgi_layouts.deploy.model import (
     APP_RE,
     CA_CERT,
@@ -69,6 +66,7 @@ from uwsgi_layouts.deploy.ship.server_fields import (
     listen_address,
     nobody_ids,
     port_of,
+    read_pem,
     server_name_list,
     server_path,
     tls_paths,
@@ -581,7 +579,7 @@ def _across_hosts(layout: Layout) -> dict:
     names = {"ca.crt": CA_CERT, "front.crt": CLIENT_CERT, "front.key": CLIENT_KEY}
     for h in layout.hosts:
         names |= {f"{h}/host.crt": host_cert(h), f"{h}/host.key": host_key(h)}
-    pem = tuple((key, _read_pem("uwsgi_tls_dir", str(base / source))) for key, source in names.items())
+    pem = tuple((key, read_pem("uwsgi_tls_dir", str(base / source))) for key, source in names.items())
     return {"role": "front", "uwsgi_tls_pem": pem}
 
 

@@ -97,7 +97,7 @@ def server_name_list(raw) -> tuple[str, ...]:
     return names
 
 
-def _read_pem(field_name: str, path: str) -> str:
+def read_pem(field_name: str, path: str) -> str:
     try:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as exc:
@@ -134,7 +134,7 @@ def check_tls_pair(cert: str, key: str, nobody: tuple[int, int] | None = None) -
     """The certificate and key as nginx's master (root) reads them at every start and reload:
     readable, PEM, the key unencrypted and belonging to the certificate, and not readable by every
     local user (``nobody``: its uid and gid; None skips that check). LayoutError naming the field."""
-    cert_text, key_text = _read_pem("tls_cert", cert), _read_pem("tls_key", key)
+    cert_text, key_text = read_pem("tls_cert", cert), read_pem("tls_key", key)
     if "-----BEGIN CERTIFICATE-----" not in cert_text:
         raise LayoutError("tls_cert", f"{cert} holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
     if "PRIVATE KEY-----" in cert_text:

@@ -20,10 +20,10 @@ from uwsgi_layouts.deploy.ship.services import (
     reload_nginx,
     stop_timeout,
     systemctl,
-    systemd_running,
 )
 from uwsgi_layouts.deploy.ship.steps import InstallResult
 from uwsgi_layouts.deploy.ship.watch import watch_unit_of
+
 
 def service_plan(record: dict, result: InstallResult) -> list[str]:
     """What run_services will do, in words (the dry run)."""

@@ -25,6 +25,7 @@ from uwsgi_layouts.deploy.ship.files import generated_for
 from uwsgi_layouts.deploy.ship.manifest import Manifest, manifest_path
 from uwsgi_layouts.files import write_atomic
 
+
 @dataclass(frozen=True)
 class Step:
     kind: str  # "dir" | "file" | "link" | "log"

@@ -12,7 +12,7 @@ the same runners.
 By concern, one module each, in this order (each imports only those before it): ``plan`` (the
 ``Plan``, round order, blocks and their time), ``runners`` (``LiveRunner``, ``ReplayRunner``),
 ``until`` (measuring until decided, the verdict's tails rounds), ``sweep`` (``run_sweep``, the
-progress line). Other modules import these names from ``bench.kinds.closedloop``.
+progress line). Other modules import the names below from ``bench.kinds.closedloop``.
 """
 
 from uwsgi_layouts.bench.kinds.closedloop.plan import (
@@ -21,26 +21,13 @@ from uwsgi_layouts.bench.kinds.closedloop.plan import (
     block_time,
     default_layouts,
     default_levels,
-    extension_duration,
-    round_order,
-    round_seconds,
     units,
 )
-from uwsgi_layouts.bench.kinds.closedloop.runners import LiveRunner, ReplayError, ReplayRunner, Runner, host_shares
+from uwsgi_layouts.bench.kinds.closedloop.runners import LiveRunner, ReplayError, ReplayRunner
 from uwsgi_layouts.bench.kinds.closedloop.sweep import Progress, run_sweep
-from uwsgi_layouts.bench.kinds.closedloop.until import (
-    CLAIM_ROUNDS,
-    MAX_ROUNDS,
-    MAX_TAIL_ROUNDS,
-    RESERVE_S,
-    Until,
-    tail_round_seconds,
-    tails_reserve_s,
-)
+from uwsgi_layouts.bench.kinds.closedloop.until import CLAIM_ROUNDS, MAX_ROUNDS, RESERVE_S, Until
 
 __all__ = [
-    "CLAIM_ROUNDS", "EXTENSION_FACTOR", "MAX_ROUNDS", "MAX_TAIL_ROUNDS", "RESERVE_S", "LiveRunner", "Plan",
-    "Progress", "ReplayError", "ReplayRunner", "Runner", "Until", "block_time", "default_layouts", "default_levels",
-    "extension_duration", "host_shares", "round_order", "round_seconds", "run_sweep", "tail_round_seconds",
-    "tails_reserve_s", "units",
+    "CLAIM_ROUNDS", "EXTENSION_FACTOR", "MAX_ROUNDS", "RESERVE_S", "LiveRunner", "Plan", "Progress", "ReplayError",
+    "ReplayRunner", "Until", "block_time", "default_layouts", "default_levels", "run_sweep", "units",
 ]

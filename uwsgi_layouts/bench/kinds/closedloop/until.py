@@ -20,7 +20,6 @@ from uwsgi_layouts.bench.kinds.closedloop.plan import (
 )
 from uwsgi_layouts.bench.paired import FINAL_SHARE
 
-
 MAX_ROUNDS = 16  # the most rounds a comparison may reach by measuring until decided
 # The rounds the claim keeps (when the budget holds them) before the verdict's tails get a share of
 # the budget: about what make compare's budget gives it on 2 cores, where the claim was decided.

@@ -21,8 +21,8 @@ import importlib.metadata
 import shutil
 from pathlib import Path
 
-from uwsgi_layouts.deploy.model import RenderError
-from uwsgi_layouts.deploy.render import TEMPLATES_DIR, environment, make_staging, server_for
+from uwsgi_layouts.deploy.render import TEMPLATES_DIR, environment, server_for
+from uwsgi_layouts.deploy.ship.bundle import UWSGI_PIN
 from uwsgi_layouts.deploy.ship.container.sizing import cpu_quantity, memory_quantity
 from uwsgi_layouts.deploy.ship.container.spec import (
     APP_PRESTOP_SECONDS,
@@ -56,7 +56,6 @@ from uwsgi_layouts.deploy.ship.files import (
     staged,
     write_texts,
 )
-from uwsgi_layouts.deploy.ship.bundle import UWSGI_PIN
 
 READY_PATH = "/_uwsgi-layouts/ready"
 # The variable nginx's probe server passes to uWSGI, whose readiness route answers only it.
