@@ -12,22 +12,16 @@ the same runners.
 By concern, one module each, in this order (each imports only those before it): ``plan`` (the
 ``Plan``, round order, blocks and their time), ``runners`` (``LiveRunner``, ``ReplayRunner``),
 ``until`` (measuring until decided, the verdict's tails rounds), ``sweep`` (``run_sweep``, the
-progress line). Other modules import the names below from ``bench.kinds.closedloop``.
+progress line). Other modules import the names below from ``bench.kinds.closedloop`` (the plan's
+arithmetic, for tests, from ``plan``).
 """
 
-from uwsgi_layouts.bench.kinds.closedloop.plan import (
-    EXTENSION_FACTOR,
-    Plan,
-    block_time,
-    default_layouts,
-    default_levels,
-    units,
-)
+from uwsgi_layouts.bench.kinds.closedloop.plan import Plan, default_layouts, default_levels, units
 from uwsgi_layouts.bench.kinds.closedloop.runners import LiveRunner, ReplayError, ReplayRunner
 from uwsgi_layouts.bench.kinds.closedloop.sweep import Progress, run_sweep
 from uwsgi_layouts.bench.kinds.closedloop.until import CLAIM_ROUNDS, MAX_ROUNDS, RESERVE_S, Until
 
 __all__ = [
-    "CLAIM_ROUNDS", "EXTENSION_FACTOR", "MAX_ROUNDS", "RESERVE_S", "LiveRunner", "Plan", "Progress", "ReplayError",
-    "ReplayRunner", "Until", "block_time", "default_layouts", "default_levels", "run_sweep", "units",
+    "CLAIM_ROUNDS", "MAX_ROUNDS", "RESERVE_S", "LiveRunner", "Plan", "Progress", "ReplayError", "ReplayRunner", "Until",
+    "default_layouts", "default_levels", "run_sweep", "units",
 ]
