@@ -120,6 +120,8 @@ class Clock(Protocol):
 class Stopped(Exception):
     """The measure has nothing more to give (the replay of an interrupted run)."""
 
+
+@dataclass(frozen=True)
 class Event:
     """What the progress line shows after each block."""
 
