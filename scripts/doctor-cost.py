@@ -44,15 +44,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from one_stack import abba, pair_ratios, stack_options  # noqa: E402
+from one_stack import abba, pair_ratios, stack_options, the_stack  # noqa: E402
 
 from uwsgi_layouts.bench.analysis import against  # noqa: E402
 from uwsgi_layouts.bench.environment import capture  # noqa: E402
 from uwsgi_layouts.bench.kinds.base import RESULTS_NAME, sigterm_interrupts  # noqa: E402
 from uwsgi_layouts.bench.kinds.closedloop import LiveRunner  # noqa: E402
-from uwsgi_layouts.bench.load import scenarios as sc  # noqa: E402
 from uwsgi_layouts.bench.load.wrk import run_wrks  # noqa: E402
-from uwsgi_layouts.bench.options import prepare_out, require_tools  # noqa: E402
+from uwsgi_layouts.bench.options import prepare_out  # noqa: E402
 from uwsgi_layouts.bench.paired import judge_ratios  # noqa: E402
 from uwsgi_layouts.bench.results import Results, utc_now  # noqa: E402
 from uwsgi_layouts.bench.stack import Lab, dir_name, find_free_ports  # noqa: E402
@@ -140,10 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--transport", default="unix", choices=("tcp", "unix"))
     p.add_argument("--out")
     args = p.parse_args(argv)
-    require_tools("wrk")
-    processes, threads = (int(x) for x in args.layout.split("-")[0].split("x"))
-    level = args.concurrency or 2 * processes
-    scenario = sc.SCENARIOS[args.scenario].resolved(threads)
+    processes, threads, level, scenario = the_stack(args)
     tool, default_hz = TOOLS[args.tool]
     hz = args.hz or default_hz
     out = prepare_out(args.out, f"-{args.tool}-cost")

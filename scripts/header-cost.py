@@ -26,22 +26,18 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from one_stack import abba, stack_options  # noqa: E402
+from one_stack import abba, stack_options, the_stack  # noqa: E402
 
 from uwsgi_layouts.bench.kinds.base import sigterm_interrupts  # noqa: E402
-from uwsgi_layouts.bench.load import scenarios as sc  # noqa: E402
 from uwsgi_layouts.bench.load.wrk import LUA_REPORT, WrkProcess, run_wrks, write_script  # noqa: E402
-from uwsgi_layouts.bench.options import require_tools  # noqa: E402
 from uwsgi_layouts.bench.stack import Lab, dir_name  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     p = stack_options(__doc__.split("\n\n")[0], layout="2x4-gunicorn", scenario="hello", duration=5)
     args = p.parse_args(argv)
-    require_tools("wrk")
-    processes = int(args.layout.split("x")[0])
-    level = args.concurrency or 2 * processes
-    query = sc.SCENARIOS[args.scenario].workload.query
+    _, _, level, scenario = the_stack(args)
+    query = scenario.workload.query
     runs: dict[str, list[tuple[float, float, dict]]] = {"off": [], "on": []}  # (us/request, req/s, pids)
     with Lab() as lab, sigterm_interrupts():
         scripts = {"on": LUA_REPORT, "off": write_script(lab.work_dir / "count-off.lua", "count_worker_pids = false\n")}

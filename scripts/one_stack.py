@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import argparse
 
+from uwsgi_layouts.bench.load.scenarios import SCENARIOS, Scenario
+from uwsgi_layouts.bench.options import require_tools
+
 
 def stack_options(description: str, layout: str = "2x4-mapped", scenario: str = "article",
                   duration: float = 10.0, pairs: int = 8) -> argparse.ArgumentParser:
@@ -17,6 +20,14 @@ def stack_options(description: str, layout: str = "2x4-mapped", scenario: str = 
     p.add_argument("--duration", type=type(duration), default=duration)
     p.add_argument("--pairs", type=int, default=pairs)
     return p
+
+
+def the_stack(args) -> tuple[int, int, int, Scenario]:
+    """What the options name: the layout's processes and threads, the connections (``--concurrency``,
+    else 2P) and the scenario resolved for those threads. wrk must be installed (one line, exit 2)."""
+    require_tools("wrk")
+    processes, threads = (int(x) for x in args.layout.split("-")[0].split("x"))
+    return processes, threads, args.concurrency or 2 * processes, SCENARIOS[args.scenario].resolved(threads)
 
 
 def abba(pair: int, first, second) -> tuple:
