@@ -26,7 +26,6 @@ Run it alone on a quiet machine: its figures are ratios of a few percent.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import os
@@ -45,13 +44,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from one_stack import abba, pair_ratios, stack_options, the_stack  # noqa: E402
+
 from uwsgi_layouts.bench.analysis import against  # noqa: E402
 from uwsgi_layouts.bench.environment import capture  # noqa: E402
 from uwsgi_layouts.bench.kinds.base import RESULTS_NAME, sigterm_interrupts  # noqa: E402
 from uwsgi_layouts.bench.kinds.closedloop import LiveRunner  # noqa: E402
-from uwsgi_layouts.bench.load import scenarios as sc  # noqa: E402
 from uwsgi_layouts.bench.load.wrk import run_wrks  # noqa: E402
-from uwsgi_layouts.bench.options import prepare_out, require_tools  # noqa: E402
+from uwsgi_layouts.bench.options import prepare_out  # noqa: E402
 from uwsgi_layouts.bench.paired import judge_ratios  # noqa: E402
 from uwsgi_layouts.bench.results import Results, utc_now  # noqa: E402
 from uwsgi_layouts.bench.stack import Lab, dir_name, find_free_ports  # noqa: E402
@@ -131,12 +131,7 @@ TOOLS = {"doctor": (Attached, 25.0), "watch": (AttachedWatch, 10.0)}
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--layout", default="2x4-mapped")
-    p.add_argument("--scenario", default="article")
-    p.add_argument("--concurrency", type=int, default=0, help="default: 2P")
-    p.add_argument("--duration", type=float, default=10.0)
-    p.add_argument("--pairs", type=int, default=12)
+    p = stack_options(__doc__.split("\n\n")[0], pairs=12)
     p.add_argument("--tool", default="doctor", choices=sorted(TOOLS), help="what to attach (default doctor)")
     p.add_argument("--hz", type=float, help="its reads per second (default: doctor 25, watch 10)")
     # unix by default, as deploy's layouts and bundles are: doctor then also reads each socket's
@@ -144,10 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--transport", default="unix", choices=("tcp", "unix"))
     p.add_argument("--out")
     args = p.parse_args(argv)
-    require_tools("wrk")
-    processes, threads = (int(x) for x in args.layout.split("-")[0].split("x"))
-    level = args.concurrency or 2 * processes
-    scenario = sc.SCENARIOS[args.scenario].resolved(threads)
+    processes, threads, level, scenario = the_stack(args)
     tool, default_hz = TOOLS[args.tool]
     hz = args.hz or default_hz
     out = prepare_out(args.out, f"-{args.tool}-cost")
@@ -160,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         with lab.stack(args.layout, name=dir_name(args.layout), transport=args.transport) as stack:
             (probe,), _ = run_wrks(runner.main_load(stack.layout, scenario, 1, 2.0))  # warm-up + unloaded latency
             for pair in range(1, args.pairs + 1):
-                for attached in ((False, True) if pair % 2 else (True, False)):
+                for attached in abba(pair, False, True):
                     doctor = tool(stack.layout.stats_address, args.duration + 2, hz,
                                   out / args.tool / f"pair-{pair}") if attached else nullcontext()
                     with doctor:
@@ -187,10 +179,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def summary(cells, off_label: str, on_label: str, doctor_cpu: list[float], duration: float,
             load_before: tuple[float, ...], tool: str = "doctor") -> list[str]:
-    by = {(c.scenario, c.repeat): c for c in cells}
-    pairs = sorted({c.repeat for c in cells})
-    ratios = [by[(on_label, r)].rps / by[(off_label, r)].rps for r in pairs
-              if (on_label, r) in by and (off_label, r) in by and by[(off_label, r)].rps]
+    ratios = pair_ratios(cells, off_label, on_label)
     if not ratios:
         return ["no complete pair: nothing to compare"]
     off = [c.rps for c in cells if c.scenario == off_label]

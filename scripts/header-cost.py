@@ -17,7 +17,6 @@ on, alternated): the cost of the count per answer in nanoseconds.
 
 from __future__ import annotations
 
-import argparse
 import re
 import statistics
 import sys
@@ -27,25 +26,18 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from one_stack import abba, stack_options, the_stack  # noqa: E402
+
 from uwsgi_layouts.bench.kinds.base import sigterm_interrupts  # noqa: E402
-from uwsgi_layouts.bench.load import scenarios as sc  # noqa: E402
 from uwsgi_layouts.bench.load.wrk import LUA_REPORT, WrkProcess, run_wrks, write_script  # noqa: E402
-from uwsgi_layouts.bench.options import require_tools  # noqa: E402
 from uwsgi_layouts.bench.stack import Lab, dir_name  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--layout", default="2x4-gunicorn")
-    p.add_argument("--scenario", default="hello")
-    p.add_argument("--concurrency", type=int, default=0, help="default: 2P")
-    p.add_argument("--duration", type=int, default=5)
-    p.add_argument("--pairs", type=int, default=8)
+    p = stack_options(__doc__.split("\n\n")[0], layout="2x4-gunicorn", scenario="hello", duration=5)
     args = p.parse_args(argv)
-    require_tools("wrk")
-    processes = int(args.layout.split("x")[0])
-    level = args.concurrency or 2 * processes
-    query = sc.SCENARIOS[args.scenario].workload.query
+    _, _, level, scenario = the_stack(args)
+    query = scenario.workload.query
     runs: dict[str, list[tuple[float, float, dict]]] = {"off": [], "on": []}  # (us/request, req/s, pids)
     with Lab() as lab, sigterm_interrupts():
         scripts = {"on": LUA_REPORT, "off": write_script(lab.work_dir / "count-off.lua", "count_worker_pids = false\n")}
@@ -57,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(line, flush=True)
             run_wrks(WrkProcess(url, level, 2, script=scripts["on"]))  # warm-up
             for pair in range(1, args.pairs + 1):
-                for mode in (("off", "on") if pair % 2 else ("on", "off")):
+                for mode in abba(pair, "off", "on"):
                     (run,), cpu = run_wrks(WrkProcess(url, level, args.duration, script=scripts[mode]))
                     stack.check_alive()
                     per_request = 1e6 * cpu / run.requests if run.requests else 0.0

@@ -13,7 +13,6 @@ sampler thread's own CPU; saves every cell as a compare results file (scenarios
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import statistics
 import sys
@@ -25,31 +24,24 @@ if str(ROOT) not in sys.path:
 
 import shlex  # noqa: E402
 
+from one_stack import abba, pair_ratios, stack_options, the_stack  # noqa: E402
+
 from uwsgi_layouts.bench.environment import capture  # noqa: E402
 from uwsgi_layouts.bench.kinds.base import RESULTS_NAME, sigterm_interrupts  # noqa: E402
 from uwsgi_layouts.bench.kinds.closedloop import LiveRunner  # noqa: E402
-from uwsgi_layouts.bench.load import scenarios as sc  # noqa: E402
 from uwsgi_layouts.bench.load.wrk import run_wrks  # noqa: E402
-from uwsgi_layouts.bench.options import prepare_out, require_tools  # noqa: E402
+from uwsgi_layouts.bench.options import prepare_out  # noqa: E402
 from uwsgi_layouts.bench.paired import judge_ratios  # noqa: E402
 from uwsgi_layouts.bench.results import Results, utc_now  # noqa: E402
 from uwsgi_layouts.bench.stack import Lab, dir_name  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--layout", default="2x4-mapped")
-    p.add_argument("--scenario", default="article")
-    p.add_argument("--concurrency", type=int, default=0, help="default: 2P")
-    p.add_argument("--duration", type=float, default=10.0)
-    p.add_argument("--pairs", type=int, default=8)
+    p = stack_options(__doc__.split("\n\n")[0])
     p.add_argument("--hz", type=float, default=25.0)
     p.add_argument("--out")
     args = p.parse_args(argv)
-    require_tools("wrk")
-    processes, threads = (int(x) for x in args.layout.split("-")[0].split("x"))
-    level = args.concurrency or 2 * processes
-    scenario = sc.SCENARIOS[args.scenario].resolved(threads)
+    processes, threads, level, scenario = the_stack(args)
     out = prepare_out(args.out)
     labels = {0.0: f"{args.scenario}-sampler-off", args.hz: f"{args.scenario}-sampler-{args.hz:g}hz"}
     cells = []
@@ -58,8 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         with lab.stack(args.layout, name=dir_name(args.layout)) as stack:
             (probe,), _ = run_wrks(runner.main_load(stack.layout, scenario, 1, 2.0))  # warm-up + unloaded latency
             for pair in range(1, args.pairs + 1):
-                order = (0.0, args.hz) if pair % 2 else (args.hz, 0.0)
-                for hz in order:
+                for hz in abba(pair, 0.0, args.hz):
                     runner.inflight_hz = hz
                     cell = runner.measure(stack, stack.layout, scenario, level, pair, probe.latency_ms.p50,
                                           label=args.layout)
@@ -83,10 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def summary(cells, off_label: str, on_label: str, duration: float) -> list[str]:
-    by = {(c.scenario, c.repeat): c for c in cells}
-    pairs = sorted({c.repeat for c in cells})
-    ratios = [by[(on_label, r)].rps / by[(off_label, r)].rps for r in pairs
-              if (on_label, r) in by and (off_label, r) in by and by[(off_label, r)].rps]
+    ratios = pair_ratios(cells, off_label, on_label)
     off = [c.rps for c in cells if c.scenario == off_label]
     on = [c.rps for c in cells if c.scenario == on_label]
     cpu = [c.inflight["sampler_cpu_s"] / duration for c in cells if c.scenario == on_label and c.inflight]

@@ -33,7 +33,7 @@ from uwsgi_layouts.deploy.ship import (
     write_bundle,
 )
 from uwsgi_layouts.deploy.ship import bundle as bundle_mod
-from uwsgi_layouts.deploy.ship.installer import check_uwsgi_python
+from uwsgi_layouts.deploy.ship.preinstall import check_uwsgi_python
 
 SERVER = {"app": "shop:app", "app_dir": "/srv/shop", "virtualenv": "/srv/shop/venv",
           "server_names": ["shop.example.com"]}

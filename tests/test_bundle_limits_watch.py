@@ -16,7 +16,9 @@ from tests.bundles import systemd_analyze_verify
 from uwsgi_layouts.deploy.machine import PACKAGE_DIR
 from uwsgi_layouts.deploy.model import LayoutError
 from uwsgi_layouts.deploy.ship import build_bundle, unit_directives, write_bundle
-from uwsgi_layouts.deploy.ship.installer import InstallResult, Step, _service_plan, check_limits, slot_files
+from uwsgi_layouts.deploy.ship.preinstall import check_limits
+from uwsgi_layouts.deploy.ship.slots import service_plan
+from uwsgi_layouts.deploy.ship.steps import InstallResult, Step, slot_files
 
 SERVER = {"app": "shop:app", "app_dir": "/srv/shop", "virtualenv": "/srv/shop/venv", "user": "shop",
           "server_names": ["shop.example.com"]}
@@ -127,18 +129,18 @@ def test_install_refuses_limits_beyond_the_server():
 
 
 def test_the_dry_run_says_when_the_exporter_starts(tmp_path):
-    """install --dry-run's plan (``_service_plan``): a new slot's exporter after the old slot stops,
+    """install --dry-run's plan (``service_plan``): a new slot's exporter after the old slot stops,
     a changed exporter unit alone restarts it."""
     record = {"name": "shop", "stop_grace": 30, "watch": {"program": PROGRAM, "listen": "127.0.0.1:9717"}}
     unit = Step("file", tmp_path / "shop.watch@green.service", "update", bundle_kind="watch")
     upgrade = InstallResult(name="shop", root=tmp_path, steps=[], slot="green", previous_slot="blue")
-    lines = _service_plan(record, upgrade)
+    lines = service_plan(record, upgrade)
     assert lines[-2].startswith("stop shop@blue.service gracefully")
     assert lines[-1] == "enable and start shop.watch@green.service (the exporter)"
     same = InstallResult(name="shop", root=tmp_path, steps=[unit], slot="green", previous_slot="green")
-    assert _service_plan(record, same) == ["restart shop.watch@green.service (the exporter's unit changed)"]
+    assert service_plan(record, same) == ["restart shop.watch@green.service (the exporter's unit changed)"]
     without = {k: v for k, v in record.items() if k != "watch"}
-    assert not any("watch" in line for line in _service_plan(without, upgrade))
+    assert not any("watch" in line for line in service_plan(without, upgrade))
 
 
 def test_the_exporter_unit_keeps_a_private_tmp_unless_its_program_lives_there(tmp_path):

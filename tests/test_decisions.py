@@ -33,14 +33,8 @@ from uwsgi_layouts.bench.analysis import (
 )
 from uwsgi_layouts.bench.decisions import key_comparisons, recommend
 from uwsgi_layouts.bench.environment import Machine, busy_ticks, cpu_ticks, others_share, own_cpu_s, steal_share
-from uwsgi_layouts.bench.kinds.closedloop import (
-    EXTENSION_FACTOR,
-    Plan,
-    ReplayRunner,
-    Until,
-    block_time,
-    run_sweep,
-)
+from uwsgi_layouts.bench.kinds.closedloop import Plan, ReplayRunner, Until, run_sweep
+from uwsgi_layouts.bench.kinds.closedloop.plan import EXTENSION_FACTOR, block_time
 from uwsgi_layouts.bench.load.wrk import compress
 from uwsgi_layouts.bench.paired import (
     Comparison,

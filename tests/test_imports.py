@@ -120,10 +120,36 @@ def test_only_the_entry_points_import_the_cli():
     assert f"{PACKAGE}.bench.cli" in {module for module, _ in console.COMMANDS.values()}
 
 
+# Packages split by concern: each module imports only the modules before it in its package's list,
+# and every module outside the package imports the package's names, never its modules.
+PACKAGE_ORDER = {
+    "bench.results": ("checks", "frozen", "cells", "steps", "faults", "diagnoses", "registry", "versions", "record",
+                      "loading"),
+    "bench.kinds.closedloop": ("plan", "runners", "until", "sweep"),
+}
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGE_ORDER))
+def test_a_split_package_points_one_way_and_is_reached_through_its_names(package):
+    room = {m for m in GRAPH if m == package or m.startswith(package + ".")}
+    order = [f"{package}.{name}" for name in PACKAGE_ORDER[package]]
+    assert set(order) == room - {package}, f"a new module of {package}: add it to PACKAGE_ORDER"
+    for i, module in enumerate(order):
+        inside = {t for t in GRAPH[module] if t in room}
+        assert inside <= set(order[:i]), (module, sorted(inside - set(order[:i])))
+    reaching_in = sorted(f"{m} -> {t}" for m in GRAPH if m not in room for t in GRAPH[m] if t in order)
+    assert not reaching_in, reaching_in
+
+
+def test_results_is_the_bottom_layer():
+    """results imports nothing of bench or deploy but its own modules (and the atomic writer)."""
+    room = {m for m in GRAPH if m == "bench.results" or m.startswith("bench.results.")}
+    assert not {t for m in room for t in GRAPH[m] if t.startswith(("bench", "deploy"))} - room
+
+
 def test_bench_layers_point_one_way():
     """results is the bottom layer; reports never import kinds; kinds never import each other
     except through the registry (kinds/__init__) and the closed-loop machinery they share."""
-    assert not {m for m in GRAPH["bench.results"] if m.startswith(("bench", "deploy"))}
     # doctor's judgement sits beside analysis: it reads observations and records, never loads or runs stacks.
     assert GRAPH["bench.diagnosis"] <= {"bench.observe", "bench.results"}
     # watch's room sits beside doctor's judgement: observations and diagnosis in, metrics out

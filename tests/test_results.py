@@ -107,8 +107,8 @@ def test_a_kind_holds_only_its_own_records(tmp_path):
 
 
 def test_register_kind_lets_a_new_kind_save_cells(tmp_path, monkeypatch):
-    monkeypatch.setattr("uwsgi_layouts.bench.results.KIND_RECORDS", dict(KIND_RECORDS))  # restored afterwards
-    monkeypatch.setattr("uwsgi_layouts.bench.results.KIND_CHECKS", dict(KIND_CHECKS))
+    monkeypatch.setattr("uwsgi_layouts.bench.results.registry.KIND_RECORDS", dict(KIND_RECORDS))  # restored afterwards
+    monkeypatch.setattr("uwsgi_layouts.bench.results.registry.KIND_CHECKS", dict(KIND_CHECKS))
     register_kind("sweep2", "cells")
     stored = load(COMPARE_V1)
     other = replace(stored, kind="sweep2")
@@ -120,8 +120,8 @@ def test_register_kind_lets_a_new_kind_save_cells(tmp_path, monkeypatch):
 
 
 def test_a_kind_check_runs_on_creation_and_load(tmp_path, monkeypatch):
-    monkeypatch.setattr("uwsgi_layouts.bench.results.KIND_RECORDS", dict(KIND_RECORDS))
-    monkeypatch.setattr("uwsgi_layouts.bench.results.KIND_CHECKS", dict(KIND_CHECKS))
+    monkeypatch.setattr("uwsgi_layouts.bench.results.registry.KIND_RECORDS", dict(KIND_RECORDS))
+    monkeypatch.setattr("uwsgi_layouts.bench.results.registry.KIND_CHECKS", dict(KIND_CHECKS))
 
     def needs_budget(results):
         if "budget" not in results.arguments:

@@ -11,7 +11,7 @@ One pipeline, every experiment kind plugs into it:
        (the stats server over time), sockets (listen queues), nginx (workers, logs), config
        subject.py: the app under test and its traffic (deploy's app options, --request...)
 
-    kinds/    compare (closed-loop cells, sweep in closedloop.py), openloop (httperf rate steps),
+    kinds/    compare (closed-loop cells, sweep in closedloop/), openloop (httperf rate steps),
               faults (fault experiments), tune (a budgeted search that recommends a layout),
               doctor (a running uWSGI watched through its stats server; its pure judgement is
               diagnosis.py, beside analysis/): the subcommands of ``uwsgi-layouts`` (cli.py);

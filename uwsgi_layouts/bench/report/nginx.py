@@ -237,40 +237,19 @@ def _levels(results: Results, sc: str):
             yield level, at
 
 
+def _level_blocks(results: Results, sc: str, block) -> list | None:
+    """A section's blocks: ``block(results, sc, level, at)`` for every level where ``sc`` measured
+    some layout (``_levels``); None when the run has no ``sc`` at all (no section)."""
+    if sc not in results.scenarios:
+        return None
+    return [block(results, sc, level, at) for level, at in _levels(results, sc)]
+
+
 def mixed_section(results: Results, markdown: bool = False) -> list[str]:
     sc = "files-mixed"
-    if sc not in results.scenarios:
+    blocks = _level_blocks(results, sc, _mixed_block)
+    if blocks is None:
         return []
-    blocks = []
-    for level, at in _levels(results, sc):
-        rows = []
-        for layout, g in at:
-            errors = g.errors + int(sum(c.extra.get("hot_errors", 0) for c in results.cells
-                                        if c.scenario == sc and c.layout == layout and c.concurrency == level))
-            options = variant_options(layout)
-            rows.append([layout, options.get("aio", "off"), "off" if options.get("open_file_cache", "off") in
-                         ("off", "0") else options["open_file_cache"], _s(g.extra.get("hot_p99_ms"), "ms"),
-                         _s(g.extra.get("hot_p50_ms"), "ms"), _s(g.extra.get("hot_rps")), _s(g.rps),
-                         _s(g.latency["p99"], "ms"), str(errors), disk_text(g)])
-        notes = []
-        layouts = [x for x, _ in at]
-        for key, low, high, label in (("aio", "off", "threads", "aio threads / aio off"),
-                                      ("open_file_cache", "off", "on", "open_file_cache on / off")):
-            for off, on in pairs(layouts, key, low, high):
-                a = cells_by_repeat(results, sc, on, level)
-                b = cells_by_repeat(results, sc, off, level)
-                hot = paired(a, b, lambda c: c.extra.get("hot_p99_ms"))
-                cold = paired(a, b, lambda c: c.rps)
-                if hot.n:
-                    better = "lower" if hot.median < 1 else "higher" if hot.median > 1 else "the same"
-                    where = without(on, key).partition("@")[2]
-                    notes.append(f"hot-file p99 with {label}{f' ({where})' if where else ''}: {_x(hot)} "
-                                 f"({better} with {high if key == 'aio' else 'the cache'}); cold-file throughput: "
-                                 f"{_x(cold)}.")
-        blocks.append((f"{level} cold-file connections", ["layout", "aio", "open_file_cache", "hot p99", "hot p50",
-                                                          "hot req/s", "cold req/s", "cold p99", "errors",
-                                                          "disk touched"],
-                       rows, "<<<>>>>>><", notes))
     mix = results.workload.get(sc, {}).get("files", {}) if isinstance(results.workload.get(sc), dict) else {}
     dataset = _dataset_text(results)
     intro = [f"Random files ({mix.get('which', 'all')}, {mix.get('large_share', 0):.0%} of requests for a large "
@@ -282,6 +261,37 @@ def mixed_section(results: Results, markdown: bool = False) -> list[str]:
                 if mix.get("cold_cache") else "The page cache was NOT evicted (cold cache off).")]
     return _emit("nginx: cold files + one hot file (aio off vs threads, open_file_cache off vs on)", intro, blocks,
                  markdown)
+
+
+def _mixed_block(results: Results, sc: str, level: int, at: list) -> tuple:
+    """One level of the files-mixed section: a row per layout, the notes of the paired on/off variants."""
+    rows = []
+    for layout, g in at:
+        errors = g.errors + int(sum(c.extra.get("hot_errors", 0) for c in results.cells
+                                    if c.scenario == sc and c.layout == layout and c.concurrency == level))
+        options = variant_options(layout)
+        rows.append([layout, options.get("aio", "off"), "off" if options.get("open_file_cache", "off") in
+                     ("off", "0") else options["open_file_cache"], _s(g.extra.get("hot_p99_ms"), "ms"),
+                     _s(g.extra.get("hot_p50_ms"), "ms"), _s(g.extra.get("hot_rps")), _s(g.rps),
+                     _s(g.latency["p99"], "ms"), str(errors), disk_text(g)])
+    notes = []
+    layouts = [x for x, _ in at]
+    for key, low, high, label in (("aio", "off", "threads", "aio threads / aio off"),
+                                  ("open_file_cache", "off", "on", "open_file_cache on / off")):
+        for off, on in pairs(layouts, key, low, high):
+            a = cells_by_repeat(results, sc, on, level)
+            b = cells_by_repeat(results, sc, off, level)
+            hot = paired(a, b, lambda c: c.extra.get("hot_p99_ms"))
+            cold = paired(a, b, lambda c: c.rps)
+            if hot.n:
+                better = "lower" if hot.median < 1 else "higher" if hot.median > 1 else "the same"
+                where = without(on, key).partition("@")[2]
+                notes.append(f"hot-file p99 with {label}{f' ({where})' if where else ''}: {_x(hot)} "
+                             f"({better} with {high if key == 'aio' else 'the cache'}); cold-file throughput: "
+                             f"{_x(cold)}.")
+    return (f"{level} cold-file connections", ["layout", "aio", "open_file_cache", "hot p99", "hot p50",
+                                               "hot req/s", "cold req/s", "cold p99", "errors", "disk touched"],
+            rows, "<<<>>>>>><", notes)
 
 
 # --------------------------------------------------------------------------- reuseport
@@ -298,36 +308,9 @@ def _ratio_text(x: float) -> str:
 
 
 def reuseport_section(results: Results, markdown: bool = False) -> list[str]:
-    sc = "reuseport"
-    if sc not in results.scenarios:
+    blocks = _level_blocks(results, "reuseport", _reuseport_block)
+    if blocks is None:
         return []
-    blocks = []
-    for level, at in _levels(results, sc):
-        rows = []
-        for layout, g in at:
-            cells = sorted(cells_by_repeat(results, sc, layout, level).values(), key=lambda c: c.repeat)
-            conns = [c.extra.get("nginx_worker_conns") or [] for c in cells]
-            cpu = [c.extra.get("nginx_worker_cpu_s") or [] for c in cells]
-            spread = [_max_min(x) for x in conns if x]
-            cpu_spread = [_max_min(x) for x in cpu if x]
-            rows.append([
-                layout, variant_options(layout).get("reuseport", "off"), _s(g.rps), _s(g.latency["p99"], "ms"),
-                _s(g.latency["p999"], "ms"), str(g.errors),
-                "; ".join("/".join(str(n) for n in x) for x in conns if x) or "n/a",
-                _ratio_text(statistics.median(spread)) if spread else "n/a",
-                _ratio_text(statistics.median(cpu_spread)) if cpu_spread else "n/a",
-            ])
-        notes = []
-        for off, on in pairs([x for x, _ in at], "reuseport", "off", "on"):
-            a = cells_by_repeat(results, sc, on, level)
-            b = cells_by_repeat(results, sc, off, level)
-            p99 = paired(a, b, lambda c: c.latency_ms.p99)
-            rps = paired(a, b, lambda c: c.rps)
-            if p99.n:
-                notes.append(f"reuseport on / off: p99 {_x(p99)}, throughput {_x(rps)}.")
-        blocks.append((f"{level} connections", ["layout", "reuseport", "req/s", "p99", "p99.9", "errors",
-                                                "conns per nginx worker (per repeat)", "conn max/min",
-                                                "CPU max/min"], rows, "<<>>>><>>", notes))
     intro = ["One small cached file (nginx static) through many keep-alive connections, so nginx, not the app, is "
              "the work. wrk keeps its connections open, but nginx closes a keep-alive connection after 1000 requests "
              "(keepalive_requests), so wrk reconnects and accepts go on during the whole cell. Connections are "
@@ -335,6 +318,35 @@ def reuseport_section(results: Results, markdown: bool = False) -> list[str]:
              "can be missed or counted twice), with each worker's CPU seconds over the cell. max/min: busiest "
              "worker / idlest (1.00 = even; ∞ = one worker held none), median over repeats."]
     return _emit("nginx: reuseport on vs off (accept spread across nginx workers)", intro, blocks, markdown)
+
+
+def _reuseport_block(results: Results, sc: str, level: int, at: list) -> tuple:
+    """One level of the reuseport section: a row per layout, the note of each on/off pair."""
+    rows = []
+    for layout, g in at:
+        cells = sorted(cells_by_repeat(results, sc, layout, level).values(), key=lambda c: c.repeat)
+        conns = [c.extra.get("nginx_worker_conns") or [] for c in cells]
+        cpu = [c.extra.get("nginx_worker_cpu_s") or [] for c in cells]
+        spread = [_max_min(x) for x in conns if x]
+        cpu_spread = [_max_min(x) for x in cpu if x]
+        rows.append([
+            layout, variant_options(layout).get("reuseport", "off"), _s(g.rps), _s(g.latency["p99"], "ms"),
+            _s(g.latency["p999"], "ms"), str(g.errors),
+            "; ".join("/".join(str(n) for n in x) for x in conns if x) or "n/a",
+            _ratio_text(statistics.median(spread)) if spread else "n/a",
+            _ratio_text(statistics.median(cpu_spread)) if cpu_spread else "n/a",
+        ])
+    notes = []
+    for off, on in pairs([x for x, _ in at], "reuseport", "off", "on"):
+        a = cells_by_repeat(results, sc, on, level)
+        b = cells_by_repeat(results, sc, off, level)
+        p99 = paired(a, b, lambda c: c.latency_ms.p99)
+        rps = paired(a, b, lambda c: c.rps)
+        if p99.n:
+            notes.append(f"reuseport on / off: p99 {_x(p99)}, throughput {_x(rps)}.")
+    return (f"{level} connections", ["layout", "reuseport", "req/s", "p99", "p99.9", "errors",
+                                     "conns per nginx worker (per repeat)", "conn max/min", "CPU max/min"],
+            rows, "<<>>>><>>", notes)
 
 
 def nginx_lines(results: Results, markdown: bool = False) -> list[str]:

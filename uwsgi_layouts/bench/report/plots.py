@@ -15,6 +15,7 @@ import io
 import re
 import statistics
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 import matplotlib
@@ -306,18 +307,14 @@ def plot_memory(results: Results, path: Path | str) -> list[Path]:
     written = []
     for sc, out in scenario_paths(results, path):
         groups = [g for g in group_cells(results, sc) if MEMORY_KEY in g.memory]
-        fig, ax = plt.subplots(figsize=FIGSIZE)
-        try:
+        with _figure() as (fig, ax):
             for i, layout in enumerate(dict.fromkeys(g.layout for g in groups)):
                 gs = sorted((g for g in groups if g.layout == layout), key=lambda g: g.concurrency)
                 mem = [g.memory[MEMORY_KEY] for g in gs]
                 xs, ys = [m.median for m in mem], [g.rps.median for g in gs]
-                ax.errorbar(xs, ys, xerr=[[m.median - m.low for m in mem], [m.high - m.median for m in mem]],
-                            yerr=[[g.rps.median - g.rps.low for g in gs], [g.rps.high - g.rps.median for g in gs]],
-                            label=layout, marker=MARKERS[i % len(MARKERS)], markersize=7, capsize=3, linewidth=1,
-                            linestyle=":")
-                for g, x, y in zip(gs, xs, ys, strict=True):
-                    ax.annotate(f"c={g.concurrency}", (x, y), xytext=(5, 4), textcoords="offset points", fontsize=8)
+                _joined(ax, i, layout, [g.concurrency for g in gs], xs, ys,
+                        xerr=[[m.median - m.low for m in mem], [m.high - m.median for m in mem]],
+                        yerr=[[g.rps.median - g.rps.low for g in gs], [g.rps.high - g.rps.median for g in gs]])
             if groups:  # room for the labels beside the outermost points
                 ax.set_xlim(0, max(g.memory[MEMORY_KEY].high for g in groups) * 1.15)
                 ax.set_ylim(0, max(g.rps.high for g in groups) * 1.12)
@@ -325,20 +322,44 @@ def plot_memory(results: Results, path: Path | str) -> list[Path]:
                                      "pages counted once)", "throughput (requests/s)",
                                      f"Throughput vs memory per layout, scenario '{sc}'", _repeats(groups),
                                      bool(groups)))
-        finally:
-            plt.close(fig)
     return written
+
+
+@contextmanager
+def _figure():
+    """A figure of one axes, closed however the block ends (pyplot keeps every open figure)."""
+    fig, ax = plt.subplots(figsize=FIGSIZE)
+    try:
+        yield fig, ax
+    finally:
+        plt.close(fig)
+
+
+def _joined(ax, i: int, layout: str, levels: list[int], xs: list, ys: list, xerr: list, yerr: list) -> None:
+    """One layout's points, its levels joined, with low–high bars both ways and each point labelled
+    with its level (``c=N``)."""
+    ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, label=layout, marker=MARKERS[i % len(MARKERS)], markersize=7, capsize=3,
+                linewidth=1, linestyle=":")
+    for level, x, y in zip(levels, xs, ys, strict=True):
+        ax.annotate(f"c={level}", (x, y), xytext=(5, 4), textcoords="offset points", fontsize=8)
 
 
 def _labelled(fig, ax, out: Path, xlabel: str, ylabel: str, title: str, repeats: int, legend: bool) -> Path:
     """A per-layout scatter of medians, labelled and saved."""
+    return _finish(fig, ax, out, xlabel, ylabel,
+                   f"{title}\nmedian of {repeats} repeats per point (c = connections); bars: lowest to highest repeat",
+                   {"title": "layout", "fontsize": 9, "loc": "best"} if legend else None)
+
+
+def _finish(fig, ax, out: Path, xlabel: str, ylabel: str, title: str, legend: dict | None) -> Path:
+    """What a plot of one axes ends with: its labels, title, grid and legend (``legend``: its
+    options; None: no legend), then the PNG written."""
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(f"{title}\nmedian of {repeats} repeats per point (c = connections); bars: lowest to highest repeat",
-                 fontsize=11)
+    ax.set_title(title, fontsize=11)
     ax.grid(True, alpha=0.3)
-    if legend:
-        ax.legend(title="layout", fontsize=9, loc="best")
+    if legend is not None:
+        ax.legend(**legend)
     return _save(fig, out)
 
 
@@ -351,28 +372,22 @@ def plot_throttling(results: Results, path: Path | str) -> list[Path]:
     written = []
     for sc, out in scenario_paths(results, path):
         figures = [f for f in limit_figures(results, sc) if f.throttled_share]
-        fig, ax = plt.subplots(figsize=FIGSIZE)
-        try:
+        with _figure() as (fig, ax):
             for i, layout in enumerate(dict.fromkeys(f.layout for f in figures)):
                 fs = sorted((f for f in figures if f.layout == layout), key=lambda f: f.concurrency)
                 xs = [100 * statistics.median(f.throttled_share) for f in fs]
                 ys = [statistics.median(f.p99_ms) for f in fs]
-                ax.errorbar(xs, ys, xerr=[[x - 100 * min(f.throttled_share) for f, x in zip(fs, xs, strict=True)],
-                                          [100 * max(f.throttled_share) - x for f, x in zip(fs, xs, strict=True)]],
-                            yerr=[[y - min(f.p99_ms) for f, y in zip(fs, ys, strict=True)],
-                                  [max(f.p99_ms) - y for f, y in zip(fs, ys, strict=True)]],
-                            label=layout, marker=MARKERS[i % len(MARKERS)], markersize=7, capsize=3, linewidth=1,
-                            linestyle=":")
-                for f, x, y in zip(fs, xs, ys, strict=True):
-                    ax.annotate(f"c={f.concurrency}", (x, y), xytext=(5, 4), textcoords="offset points", fontsize=8)
+                _joined(ax, i, layout, [f.concurrency for f in fs], xs, ys,
+                        xerr=[[x - 100 * min(f.throttled_share) for f, x in zip(fs, xs, strict=True)],
+                              [100 * max(f.throttled_share) - x for f, x in zip(fs, xs, strict=True)]],
+                        yerr=[[y - min(f.p99_ms) for f, y in zip(fs, ys, strict=True)],
+                              [max(f.p99_ms) - y for f, y in zip(fs, ys, strict=True)]])
             ax.set_xlim(0, 105)
             ax.set_ylim(bottom=0)
             written.append(_labelled(fig, ax, out, "throttled share (% of CFS periods in which the app server used "
                                      "up its quota)", "p99 latency (ms)",
                                      f"p99 vs CPU throttling per layout, scenario '{sc}'", _repeats_of(figures),
                                      bool(figures)))
-        finally:
-            plt.close(fig)
     return written
 
 
@@ -409,13 +424,10 @@ def plot_reply_rate(results: Results, path: Path | str) -> list[Path]:
                         xytext=(3, 5), textcoords="offset points", color="C2", fontsize=9)
         ax.set_xlim(0, top)
         ax.set_ylim(0, top)
-        ax.set_xlabel("offered rate (new connections/s, one request each)")
-        ax.set_ylabel("reply rate (replies/s)")
-        ax.set_title(f"Open loop: replies vs offered rate, {results.arguments.get('layout', '')}\n"
-                     "httperf, one point per step", fontsize=11)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=9, loc="upper left")
-        return [_save(fig, Path(path))]
+        return [_finish(fig, ax, Path(path), "offered rate (new connections/s, one request each)",
+                        "reply rate (replies/s)",
+                        f"Open loop: replies vs offered rate, {results.arguments.get('layout', '')}\n"
+                        "httperf, one point per step", {"fontsize": 9, "loc": "upper left"})]
     finally:
         plt.close(fig)
 
@@ -456,14 +468,12 @@ def plot_tune(results: Results, path: Path | str) -> list[Path]:
             ax.axhline(limit, color="red", linestyle="--", linewidth=1, label=f"p99 limit {limit:g} ms")
         ax.set_xlim(left=0)
         ax.set_ylim(bottom=0)
-        ax.set_xlabel("throughput (requests/s, median of the candidate's cells)")
-        ax.set_ylabel("p99 latency (ms, pooled over its cells)")
-        ax.set_title(f"Tune: p99 vs throughput at {outcome.inputs.objective.concurrency} concurrent requests, scenario "
-                     f"'{results.arguments.get('scenario')}'\nmarker area: memory (PSS, largest {top:.0f} MB); bars: "
-                     "p99 95% interval, throughput low–high", fontsize=11)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8, loc="best")
-        return [_save(fig, Path(path))]
+        return [_finish(fig, ax, Path(path), "throughput (requests/s, median of the candidate's cells)",
+                        "p99 latency (ms, pooled over its cells)",
+                        f"Tune: p99 vs throughput at {outcome.inputs.objective.concurrency} concurrent requests, "
+                        f"scenario '{results.arguments.get('scenario')}'\nmarker area: memory (PSS, largest "
+                        f"{top:.0f} MB); bars: p99 95% interval, throughput low–high",
+                        {"fontsize": 8, "loc": "best"})]
     finally:
         plt.close(fig)
 

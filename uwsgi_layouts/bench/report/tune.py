@@ -15,8 +15,8 @@ from uwsgi_layouts.bench.report.subject import subject_lines, subject_markdown
 from uwsgi_layouts.bench.report.text import fmt_interval, md_table, num, plot_lines, table, wrap
 from uwsgi_layouts.bench.results import Results
 from uwsgi_layouts.bench.tune.objective import Evaluation
+from uwsgi_layouts.bench.tune.outcome import STAGES, Outcome
 from uwsgi_layouts.bench.tune.record import outcome_of
-from uwsgi_layouts.bench.tune.search import STAGES, Outcome
 
 RULES = {
     "threads": ("too few threads", "P x T below the requests in flight: the rest would queue"),

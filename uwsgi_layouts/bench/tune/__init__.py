@@ -3,6 +3,7 @@
     space.py      the candidates (P x T x strategy) and the pruning rules (before measuring)
     objective.py  the objective in words, a candidate judged against it, the tie rule
     search.py     successive halving sized to the budget, on any ``Measure`` and ``Clock``
+    outcome.py    what the search takes and gives, as data: inputs, settings, stages, outcome
     record.py     the stored form of a run (checked on load) and its replay
     accuracy.py   the benchmark: tune against an exhaustive grid (``uwsgi-layouts tune-accuracy``)
 

@@ -26,7 +26,8 @@ import math
 from uwsgi_layouts.bench.load.scenarios import SCENARIOS
 from uwsgi_layouts.bench.results import Cell, Results, ResultsError, register_kind
 from uwsgi_layouts.bench.tune.objective import Objective
-from uwsgi_layouts.bench.tune.search import Block, Inputs, Outcome, Settings, Stopped, run_search
+from uwsgi_layouts.bench.tune.outcome import Block, Inputs, Outcome, Settings, Stopped
+from uwsgi_layouts.bench.tune.search import run_search
 from uwsgi_layouts.bench.tune.space import candidate_space
 from uwsgi_layouts.deploy.model import STRATEGIES
 

@@ -41,7 +41,6 @@ from uwsgi_layouts.deploy.model.layout import (
     DEFAULT_APP,
     MAX_PROCESSES,
     MAX_THREADS,
-    OPTION_FIELDS,
     THREAD_POOL,
     TRANSPORTS,
     UNIX_PATH_MAX,
@@ -49,9 +48,6 @@ from uwsgi_layouts.deploy.model.layout import (
     Layout,
     RunAs,
     Socket,
-    layout_from_record,
-    parse_layout,
-    parse_variant,
 )
 from uwsgi_layouts.deploy.model.nginx_map import (
     FACTS_NAME,
@@ -76,6 +72,7 @@ from uwsgi_layouts.deploy.model.replicas import (
     total_limits,
     variant_replicas,
 )
+from uwsgi_layouts.deploy.model.specs import OPTION_FIELDS, layout_from_record, parse_layout, parse_variant
 from uwsgi_layouts.deploy.model.strategies import STRATEGIES, ServerPlan, SocketPlan, Strategy, get_strategy
 
 __all__ = [

@@ -18,6 +18,7 @@ from uwsgi_layouts.deploy.ship.bundle import (
     build_bundle,
     bundle_files,
     host_bundles,
+    relocate,
     site_link,
     system_paths,
 )
@@ -37,8 +38,9 @@ from uwsgi_layouts.deploy.ship.files import (
     write_bundle,
     write_host_bundles,
 )
-from uwsgi_layouts.deploy.ship.installer import InstallResult, install, relocate
+from uwsgi_layouts.deploy.ship.installer import install
 from uwsgi_layouts.deploy.ship.manifest import Manifest, read_manifest
+from uwsgi_layouts.deploy.ship.steps import InstallResult
 from uwsgi_layouts.deploy.ship.uninstaller import UninstallResult, uninstall
 
 __all__ = [

@@ -25,7 +25,7 @@ installed with ``deploy install`` on its machine; all of them are cross-checked 
 
 A bundle depends on nothing of the machine it is rendered on: the app's directory, virtualenv,
 uWSGI binary and static directories are paths on the *server*, checked for shape here and for
-existence by ``deploy install`` on the server (deploy/ship/install.py), which also runs the app's
+existence by ``deploy install`` on the server (deploy/ship/preinstall.py), which also runs the app's
 pre-flight import there. The topology (processes x threads x strategy, failover, timeouts)
 comes from the same ``Layout`` the lab renders, and the files are cross-checked with the lab's
 ``render.crosscheck`` before the bundle directory appears.
@@ -33,15 +33,12 @@ comes from the same ``Layout`` the lab renders, and the files are cross-checked 
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import pwd
 import re
-import ssl
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from uwsgi_layouts.deploy.machine import blocked_at, check_hosts, check_static_locations, script_interpreter
+from uwsgi_layouts.deploy.machine import check_hosts, check_static_locations, script_interpreter
 from uwsgi_layouts.deploy.model import (
     APP_RE,
     CA_CERT,
@@ -58,6 +55,22 @@ from uwsgi_layouts.deploy.model import (
     parse_env,
     parse_layout,
     parse_static,
+)
+from uwsgi_layouts.deploy.ship.server_fields import (
+    BODY_SIZE_RE,
+    HOME_DIRS,
+    NAME_RE,
+    TMP_DIRS,
+    account_name,
+    check_tls_pair,
+    listen_address,
+    nobody_ids,
+    port_of,
+    read_pem,
+    server_name_list,
+    server_path,
+    tls_paths,
+    within,
 )
 from uwsgi_layouts.deploy.ship.watch import watch_listen as watch_listen_address
 from uwsgi_layouts.deploy.ship.watch import watch_program, watch_unit_of
@@ -88,172 +101,8 @@ NGINX_LOG_MODE = 0o640
 DEFAULT_STOP_GRACE = 30
 MAX_STOP_GRACE = 3600
 
-# NAME names a systemd unit, /run/NAME, /var/log/NAME, files and an nginx upstream and zone.
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
-# Debian's adduser accepts these by default (NAME_REGEX); systemd's User= too.
-ACCOUNT_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-# Server paths go unquoted into nginx, uwsgi.ini ($, %) and systemd (%, $, spaces, quotes).
-SERVER_PATH_RE = re.compile(r"^(/[A-Za-z0-9._+@-]+)+$")
-HOSTNAME_RE = re.compile(r"^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}"
-                         r"[A-Za-z0-9])?)*$")
-BODY_SIZE_RE = re.compile(r"^(0|[1-9][0-9]{0,5}[kKmMgG]?)$")
-# Where a bundle writes; an app path below one of these would be relocated by `install --root`
-# or hidden by the unit's sandbox, so none may be.
 # A layout's limits a bundle ships, as systemd's resource control sets them on the unit's cgroup.
 BUNDLE_LIMITS = ("cpus", "memory")
-SYSTEM_DIRS = ("/etc", "/run", "/var/log", "/proc", "/sys", "/dev", "/boot")
-TMP_DIRS = ("/tmp", "/var/tmp")  # PrivateTmp= hides them from the service
-HOME_DIRS = ("/home", "/root", "/run/user")  # ProtectHome= hides them
-
-
-
-def _under(path: str, roots: tuple[str, ...]) -> str:
-    return next((r for r in roots if path == r or path.startswith(r + "/")), "")
-
-
-def server_path(field_name: str, raw, what: str) -> str:
-    """An absolute, normalised path on the server, in characters every generated file can hold."""
-    text = str(raw or "")
-    if not text:
-        raise LayoutError(field_name, f"a bundle needs {what} as an absolute path on the server")
-    clean = os.path.normpath(text) if text.startswith("/") else text
-    if clean.startswith("//"):
-        clean = "/" + clean.lstrip("/")
-    if not clean.startswith("/") or clean == "/":
-        raise LayoutError(field_name, f"{text!r} must be an absolute path on the server (such as /srv/shop), not /")
-    if not SERVER_PATH_RE.match(clean):
-        raise LayoutError(field_name, f"{text!r} may hold only letters, digits and . _ + @ - between slashes "
-                                      "(it goes unquoted into nginx, uwsgi.ini and the systemd unit)")
-    taken = _under(clean, SYSTEM_DIRS)
-    if taken:
-        raise LayoutError(field_name, f"{clean} is under {taken}, where the bundle's own files live: "
-                                      "put the app under /srv or /opt")
-    return clean
-
-
-def _account(field_name: str, raw, default: str) -> str:
-    name = str(raw or default)
-    if not ACCOUNT_RE.match(name):
-        raise LayoutError(field_name, f"{name!r} must be a user/group name of lowercase letters, digits, _ and - "
-                                      "(starting with a letter or _, at most 32)")
-    if field_name in ("user", "group") and name == "root":
-        raise LayoutError(field_name, "root is refused: uWSGI runs the app, which must not run as root")
-    return name
-
-
-def _listen(field_name: str, raw: str) -> str:
-    """``PORT``, ``IPV4:PORT`` or ``[IPV6]:PORT`` as nginx's listen takes it."""
-    text = str(raw).strip()
-    host, sep, port = text.rpartition(":") if not text.isdigit() else ("", "", text)
-    if host:
-        try:
-            if host.startswith("[") and host.endswith("]"):
-                ipaddress.IPv6Address(host[1:-1])
-            else:
-                ipaddress.IPv4Address(host)
-        except ValueError:
-            host = "bad"
-    if host == "bad" or (sep and not host) or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise LayoutError(field_name, f"expected PORT, IPV4:PORT or [IPV6]:PORT such as 80, 127.0.0.1:8080 or "
-                                      f"[::]:80, got {text!r}")
-    return f"{host}:{int(port)}" if host else str(int(port))
-
-
-def port_of(listen: str) -> int:
-    return int(listen.rpartition(":")[2])
-
-
-def _server_names(raw) -> tuple[str, ...]:
-    names = tuple(raw or ()) or ("_",)
-    for name in names:
-        if name != "_" and not HOSTNAME_RE.match(name):
-            raise LayoutError("server_name", f"{name!r} must be a host name such as shop.example.com or "
-                                             "*.example.com (or _ for any)")
-    return names
-
-
-def _read_pem(field_name: str, path: str) -> str:
-    try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or "not a text file"
-        raise LayoutError(field_name, f"cannot read {path}: {reason}") from None
-    return text
-
-
-def tls_path(field_name: str, raw) -> str:
-    """A certificate or key path on the server, as nginx's site will name it (absolute, in
-    characters nginx takes unquoted). /etc is allowed: that is where certificates live."""
-    text = str(raw or "")
-    clean = os.path.normpath(text) if text.startswith("/") else text
-    if not clean.startswith("/") or not SERVER_PATH_RE.match(clean):
-        raise LayoutError(field_name, f"{text!r} must be an absolute path on the server holding only letters, digits "
-                                      "and . _ + @ - between slashes (nginx reads it there, at every reload)")
-    taken = _under(clean, ("/proc", "/sys", "/dev"))
-    if taken:
-        raise LayoutError(field_name, f"{clean} is under {taken}, which holds no certificate files")
-    return clean
-
-
-def tls_paths(cert, key) -> tuple[str, str]:
-    """(certificate path, key path) as given with --tls-cert/--tls-key, or ("", "") without TLS."""
-    if not cert and not key:
-        return "", ""
-    if not cert or not key:
-        given, missing = ("tls_cert", "--tls-key") if cert else ("tls_key", "--tls-cert")
-        raise LayoutError(given, f"needs {missing} too: nginx serves HTTPS with a certificate and its key")
-    return tls_path("tls_cert", cert), tls_path("tls_key", key)
-
-
-def check_tls_pair(cert: str, key: str, nobody: tuple[int, int] | None = None) -> None:
-    """The certificate and key as nginx's master (root) reads them at every start and reload:
-    readable, PEM, the key unencrypted and belonging to the certificate, and not readable by every
-    local user (``nobody``: its uid and gid; None skips that check). LayoutError naming the field."""
-    cert_text, key_text = _read_pem("tls_cert", cert), _read_pem("tls_key", key)
-    if "-----BEGIN CERTIFICATE-----" not in cert_text:
-        raise LayoutError("tls_cert", f"{cert} holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
-    if "PRIVATE KEY-----" in cert_text:
-        raise LayoutError("tls_cert", f"{cert} also holds a private key, and a certificate is public: give the key "
-                                      "alone with --tls-key")
-    if not re.search(r"-----BEGIN [A-Z ]*PRIVATE KEY-----", key_text):
-        raise LayoutError("tls_key", f"{key} holds no PEM private key")
-
-    class Encrypted(Exception):
-        pass
-
-    def no_passphrase():
-        raise Encrypted
-
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    try:
-        context.load_cert_chain(cert, key, password=no_passphrase)
-    except Encrypted:
-        raise LayoutError("tls_key", f"{key} is encrypted: nginx would ask for its passphrase at every start; "
-                                     f"decrypt it (openssl pkey -in {key} -out KEY.pem)") from None
-    except ssl.SSLError as exc:
-        why = "does not belong to the certificate" if "KEY_VALUES_MISMATCH" in str(exc) else f"is unusable ({exc})"
-        raise LayoutError("tls_key", f"{key} {why} in {cert}") from None
-    if nobody is not None and _readable_by(Path(key).resolve(), *nobody):
-        raise LayoutError("tls_key", f"{key} is readable by every local user: chmod 0600 {key} (nginx's master "
-                                     "reads it as root)")
-
-
-def _readable_by(path: Path, uid: int, gid: int) -> bool:
-    """Whether user ``uid`` (group ``gid``) can reach and read the file ``path``."""
-    if blocked_at(path.parent, uid, {gid}, need_read=False) is not None:
-        return False
-    st = path.stat()
-    bits = 6 if st.st_uid == uid else 3 if st.st_gid == gid else 0
-    return bool((st.st_mode >> bits) & 0o4)
-
-
-def nobody_ids() -> tuple[int, int] | None:
-    """uid and gid of ``nobody`` (the stand-in for any local user), None where there is none."""
-    try:
-        entry = pwd.getpwnam("nobody")
-    except KeyError:
-        return None
-    return entry.pw_uid, entry.pw_gid
 
 
 # --- the bundle ------------------------------------------------------------------------------
@@ -440,16 +289,16 @@ class Bundle:
     @property
     def protect_home(self) -> str:
         """ProtectHome=: "yes" unless an app path lives under /home or /root (then read-only)."""
-        return "read-only" if any(_under(p, HOME_DIRS) for p in self.app_paths) else "yes"
+        return "read-only" if any(within(p, HOME_DIRS) for p in self.app_paths) else "yes"
 
     @property
     def private_tmp(self) -> bool:
-        return not any(_under(p, TMP_DIRS) for p in self.app_paths)
+        return not any(within(p, TMP_DIRS) for p in self.app_paths)
 
     @property
     def watch_private_tmp(self) -> bool:
         """The exporter's unit gets a private /tmp unless its program lives under /tmp or /var/tmp."""
-        return not _under(self.watch_bin, TMP_DIRS)
+        return not within(self.watch_bin, TMP_DIRS)
 
     @property
     def app_paths(self) -> list[str]:
@@ -545,6 +394,31 @@ def system_paths(name: str) -> tuple[str, ...]:
             f"/run/{name}", f"/var/log/{name}", "/var/log/nginx")
 
 
+def site_logs(name: str) -> list[str]:
+    """The site's nginx logs, named for the bundle (Debian's logrotate file for nginx rotates them)."""
+    return [f"/var/log/nginx/{name}.{kind}.log" for kind in ("access", "error")]
+
+
+def relocate(text: str, name: str, root: Path) -> str:
+    """``text`` with the bundle's system paths moved under ``root`` (unchanged for /)."""
+    if root == Path("/"):
+        return text
+    prefixes = sorted(system_paths(name), key=len, reverse=True)
+    pattern = re.compile(r"(?<![\w./-])(" + "|".join(re.escape(p) for p in prefixes) + r")(?=[/\s;:\"']|$)",
+                         re.MULTILINE)
+    return pattern.sub(lambda m: f"{root}{m[1]}", text)
+
+
+def under(root: Path, path: str) -> Path:
+    """Where the server path ``path`` lands when installing into ``root``."""
+    return root / path.lstrip("/")
+
+
+def unit_of(name: str, slot: str) -> str:
+    """The systemd unit of the bundle ``name`` in ``slot`` ("" across hosts: one unit, no slots)."""
+    return f"{name}@{slot}.service" if slot else f"{name}.service"
+
+
 def _topology(spec: str, name: str, options: dict) -> Layout:
     """The lab's Layout for processes x threads x strategy and the uWSGI/nginx tuning options. Its
     lab-only fields (run dir, listen, user) never reach a bundle file: they get values
@@ -635,13 +509,13 @@ def build_bundle(spec: str, *, app=None, app_dir=None, virtualenv=None, env=None
         server_path("static", directory, f"the directory for {prefix}/")
     check_static_locations(static_dirs, tuple(allow or ()))  # /var/lib, /root... as the lab's run refuses them
     writable_dirs = tuple(server_path("writable", d, "--writable DIR") for d in (writable or ()))
-    user_name = _account("user", user, DEBIAN_NGINX_GROUP)
+    user_name = account_name("user", user, DEBIAN_NGINX_GROUP)
     cert_path, key_path = tls_paths(tls_cert, tls_key)
     if cert_path and (os.path.lexists(cert_path) or os.path.lexists(key_path)):
         check_tls_pair(cert_path, key_path, nobody_ids())
     webroot = server_path("acme_webroot", acme_webroot, "--acme-webroot DIR") if acme_webroot else ""
-    http = tuple(dict.fromkeys(_listen("listen", x) for x in (listen or DEFAULT_HTTP_LISTEN)))
-    https = tuple(dict.fromkeys(_listen("tls_listen", x) for x in (tls_listen or DEFAULT_HTTPS_LISTEN)))
+    http = tuple(dict.fromkeys(listen_address("listen", x) for x in (listen or DEFAULT_HTTP_LISTEN)))
+    https = tuple(dict.fromkeys(listen_address("tls_listen", x) for x in (tls_listen or DEFAULT_HTTPS_LISTEN)))
     if tls_listen and not cert_path:
         raise LayoutError("tls_listen", "needs --tls-cert and --tls-key: without them the site is plain HTTP")
     clash = sorted({port_of(a) for a in http} & {port_of(a) for a in https}) if cert_path else []
@@ -671,9 +545,10 @@ def build_bundle(spec: str, *, app=None, app_dir=None, virtualenv=None, env=None
         raise LayoutError("client_max_body_size", f"expected a size such as 10m, 512k or 0 (no limit), got {size!r}")
     return Bundle(
         layout=layout, name=bundle_name, app=app, app_dir=app_dir, virtualenv=venv, uwsgi=uwsgi_bin, pyuwsgi=pyuwsgi,
-        user=user_name, group=_account("group", group, user_name),
-        nginx_group=_account("nginx_group", nginx_group, DEBIAN_NGINX_GROUP),
-        env=parse_env(env or ()), static=static_dirs, writable=writable_dirs, server_names=_server_names(server_names),
+        user=user_name, group=account_name("group", group, user_name),
+        nginx_group=account_name("nginx_group", nginx_group, DEBIAN_NGINX_GROUP),
+        env=parse_env(env or ()), static=static_dirs, writable=writable_dirs,
+        server_names=server_name_list(server_names),
         listen=http, tls_listen=https if cert_path else (), tls_cert=cert_path, tls_key=key_path,
         acme_webroot=webroot, client_max_body_size=size.lower(), stop_grace=_stop_grace(stop_grace, layout.harakiri),
         watch_bin=watch_bin, watch_listen=metrics,
@@ -704,7 +579,7 @@ def _across_hosts(layout: Layout) -> dict:
     names = {"ca.crt": CA_CERT, "front.crt": CLIENT_CERT, "front.key": CLIENT_KEY}
     for h in layout.hosts:
         names |= {f"{h}/host.crt": host_cert(h), f"{h}/host.key": host_key(h)}
-    pem = tuple((key, _read_pem("uwsgi_tls_dir", str(base / source))) for key, source in names.items())
+    pem = tuple((key, read_pem("uwsgi_tls_dir", str(base / source))) for key, source in names.items())
     return {"role": "front", "uwsgi_tls_pem": pem}
 
 

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import crossplane
@@ -360,6 +361,25 @@ def publish_staging(staging: Path, out: Path) -> None:
     os.rename(staging, out)
 
 
+@contextmanager
+def staged(out: Path):
+    """A private staging directory for ``out`` (``make_staging``): the block writes and checks the
+    files there; when it ends without an error the directory becomes ``out`` (new or empty, as
+    ``check_out_dir`` found it). It is removed in any case: nothing half-written is left."""
+    staging = make_staging(out)
+    try:
+        yield staging
+        publish_staging(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def refuse(problems: list[str]) -> None:
+    """RenderError naming every problem the cross-checks found (none: nothing)."""
+    if problems:
+        raise RenderError("cross-check failed: " + "; ".join(problems))
+
+
 def write_texts(directory: Path, texts: dict[str, str]) -> None:
     for rel, text in texts.items():
         path = directory / rel
@@ -377,19 +397,13 @@ def write_host_bundles(front: Bundle, out_dir: Path | str) -> dict[str, list[str
     check_out_dir(out)
     hosts = host_bundles(front)
     rendered = {"front": render_bundle(front), **{f"hosts/{b.host}": render_bundle(b) for b in hosts}}
-    staging = make_staging(out)
-    try:
+    with staged(out) as staging:
         for rel, texts in rendered.items():
             write_texts(staging / rel, texts)
-        problems = check_host_bundles(front, staging / "front", {b.host: staging / "hosts" / b.host for b in hosts})
-        if problems:
-            raise RenderError("cross-check failed: " + "; ".join(problems))
+        refuse(check_host_bundles(front, staging / "front", {b.host: staging / "hosts" / b.host for b in hosts}))
         for path in [staging, *staging.rglob("*")]:  # keys and the app's environment: the owner's alone
             if path.is_dir():
                 path.chmod(0o700)
-        publish_staging(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return {rel: sorted(texts) for rel, texts in rendered.items()}
 
 
@@ -399,17 +413,11 @@ def write_bundle(bundle: Bundle, out_dir: Path | str) -> list[str]:
     out = Path(out_dir).absolute()
     check_out_dir(out)
     texts = render_bundle(bundle)  # pure: fails before anything is written
-    staging = make_staging(out)
-    try:
+    with staged(out) as staging:
         write_texts(staging, texts)
-        problems = check_bundle(bundle, staging)
-        if problems:
-            raise RenderError("cross-check failed: " + "; ".join(problems))
+        refuse(check_bundle(bundle, staging))
         # The bundle may hold a private key and the app's environment: its owner's alone.
         staging.chmod(0o700)
-        publish_staging(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return sorted(texts)
 
 

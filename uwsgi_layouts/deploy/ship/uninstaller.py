@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from uwsgi_layouts.deploy.model import LayoutError, RenderError
-from uwsgi_layouts.deploy.ship.bundle import NAME_RE
+from uwsgi_layouts.deploy.ship.bundle import under, unit_of
 from uwsgi_layouts.deploy.ship.files import generated_for
-from uwsgi_layouts.deploy.ship.installer import nginx_test, under, unit_of
+from uwsgi_layouts.deploy.ship.installer import nginx_test
 from uwsgi_layouts.deploy.ship.manifest import manifest_path, read_manifest
+from uwsgi_layouts.deploy.ship.server_fields import NAME_RE
 from uwsgi_layouts.deploy.ship.services import is_active, reload_nginx, stop_timeout, systemctl, systemd_running
 
 # How long uninstall waits for nginx's old workers when it has no stop grace to go by.

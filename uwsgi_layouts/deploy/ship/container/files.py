@@ -21,8 +21,8 @@ import importlib.metadata
 import shutil
 from pathlib import Path
 
-from uwsgi_layouts.deploy.model import RenderError
-from uwsgi_layouts.deploy.render import TEMPLATES_DIR, environment, make_staging, server_for
+from uwsgi_layouts.deploy.render import TEMPLATES_DIR, environment, server_for
+from uwsgi_layouts.deploy.ship.bundle import UWSGI_PIN
 from uwsgi_layouts.deploy.ship.container.sizing import cpu_quantity, memory_quantity
 from uwsgi_layouts.deploy.ship.container.spec import (
     APP_PRESTOP_SECONDS,
@@ -51,11 +51,11 @@ from uwsgi_layouts.deploy.ship.files import (
     check_out_dir,
     crosscheck_site,
     outdent,
-    publish_staging,
+    refuse,
     site_checks,
+    staged,
     write_texts,
 )
-from uwsgi_layouts.deploy.ship.installer import UWSGI_PIN
 
 READY_PATH = "/_uwsgi-layouts/ready"
 # The variable nginx's probe server passes to uWSGI, whose readiness route answers only it.
@@ -170,8 +170,7 @@ def write_container_bundle(cb: ContainerBundle, out_dir: Path | str) -> list[str
     out = Path(out_dir).absolute()
     check_out_dir(out)
     texts = render_container_bundle(cb)  # pure: fails before anything is written
-    staging = make_staging(out)
-    try:
+    with staged(out) as staging:
         write_texts(staging, texts)
         for rel, source in COPIED.items():
             shutil.copy(TEMPLATES_DIR / source, staging / rel)
@@ -180,12 +179,7 @@ def write_container_bundle(cb: ContainerBundle, out_dir: Path | str) -> list[str
         if cb.watch:
             shutil.copytree(PACKAGE_DIR, staging / "image/watch/uwsgi_layouts",
                             ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        problems = check_container_bundle(cb, staging)
-        if problems:
-            raise RenderError("cross-check failed: " + "; ".join(problems))
-        publish_staging(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        refuse(check_container_bundle(cb, staging))
     return sorted(texts)
 
 
