@@ -30,7 +30,9 @@ from tests.integration.support import REPO_ROOT, kill_run, reset_signals
 from tests.tunefakes import fake_run
 from uwsgi_layouts.deploy.run import http_get
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+# One worker runs the module, so its wheel and venv (the module fixture) are built once, not once
+# per worker that picks up one of its tests.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300), pytest.mark.xdist_group("wheel")]
 
 
 def _run(cmd: list[str], cwd: Path | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
