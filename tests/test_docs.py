@@ -13,7 +13,6 @@ shell lines (curl, systemctl, git, cd, sudo, for-loops...) are not checked.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib.machinery
 import importlib.util
@@ -23,7 +22,6 @@ import re
 import shlex
 import subprocess
 import sys
-import types
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -231,31 +229,6 @@ def commands(path: Path, text: str | None = None) -> list[Command]:
 
 # --- commands: checking -------------------------------------------------------------------------------
 
-class _Parsed(Exception):
-    """tune-accuracy's parser accepted its arguments (raised instead of going on to run anything)."""
-
-
-class _ParseOnly(argparse.ArgumentParser):
-    def parse_args(self, args=None, namespace=None):
-        super().parse_args(args, namespace)
-        raise _Parsed
-
-
-def parse_tune_accuracy(argv: list[str]) -> None:
-    """tune-accuracy builds its parser inside ``accuracy.parse`` (no build_parser), then checks and runs:
-    give that function an argparse whose parser stops right after parsing."""
-    saved = accuracy.argparse
-    accuracy.argparse = types.SimpleNamespace(**{**vars(argparse), "ArgumentParser": _ParseOnly})
-    try:
-        accuracy.parse(argv)
-    except _Parsed:
-        return
-    finally:
-        accuracy.argparse = saved
-    raise AssertionError("tune-accuracy's parse() no longer builds its parser from argparse.ArgumentParser: "
-                         "update tests/test_docs.py")
-
-
 def routes() -> dict[str, object]:
     """Command word -> a function that parses that command's argv (the command word included), as
     uwsgi_layouts.console routes it."""
@@ -268,7 +241,7 @@ def routes() -> dict[str, object]:
         table[name] = lambda argv: deploy_cli.parse_args(bench_cli.build_parser(console.PROG), argv)
     tools = {"dataset": lambda argv: dataset.build_parser().parse_args(argv[1:]),
              "map-scale": lambda argv: mapscale.build_parser().parse_args(argv[1:]),
-             "tune-accuracy": lambda argv: parse_tune_accuracy(argv[1:]),
+             "tune-accuracy": lambda argv: accuracy.build_parser().parse_args(argv[1:]),
              "watch": lambda argv: watchcli.build_parser().parse_args(argv[1:]),
              "watch-rules": lambda argv: watchrulescli.build_parser().parse_args(argv[1:])}
     assert set(tools) == set(console.TOOLS), f"console.TOOLS is now {sorted(console.TOOLS)}: update tests/test_docs.py"

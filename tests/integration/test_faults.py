@@ -1,6 +1,6 @@
 """Faults, reloads and overload under real wrk load, against real nginx + uWSGI on loopback.
 
-Each test runs one experiment of ``bench/kinds/faults.py`` (the same functions ``make faults``
+Each test runs one experiment of ``bench/localfaults.py`` (the same functions ``make faults``
 prints and saves its figures from) and asserts the issue's targets, which the experiment records as
 checks with what it measured. Loads are bounded (wrk -d a few seconds); every process is
 stopped on every path (the experiments use context managers, and conftest checks that
@@ -14,7 +14,8 @@ import subprocess
 
 import pytest
 
-from uwsgi_layouts.bench.kinds.faults import (
+from uwsgi_layouts.bench.kinds.faults import plan
+from uwsgi_layouts.bench.localfaults import (
     FAULT_APP,
     FaultApp,
     Patch,
@@ -23,7 +24,6 @@ from uwsgi_layouts.bench.kinds.faults import (
     chain_reload_under_load,
     kill_worker,
     nginx_reloads,
-    plan,
     stuck_request,
 )
 from uwsgi_layouts.bench.report.faults import format_table

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from uwsgi_layouts.arguments import EXIT_BAD_INPUT, PROG, Numbers, OneLineParser
 from uwsgi_layouts.deploy.machine import (
     MAX_PREFLIGHT_TIMEOUT,
     PREFLIGHT_TIMEOUT,
@@ -49,18 +50,11 @@ from uwsgi_layouts.deploy.ship import (
     write_host_bundles,
 )
 
-EXIT_BAD_INPUT = 2
-# The tool's name, as its console script is called: every usage and error line starts with it.
-PROG = "uwsgi-layouts"
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (and exit 2), like every other bad input."""
-
-    def error(self, message: str):
-        # argparse echoes tokens raw: escape control characters (\n, \f...) so it stays one line.
-        message = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
+# The ranges of the options deploy checks itself (the layout's own options are the model's: a
+# variant's @option=value takes them too, so the model is where their ranges live).
+IMPORT_TIMEOUT_S = Numbers(0, MAX_PREFLIGHT_TIMEOUT, open_low=True, noun="a number of seconds")
+RUN_FOR_S = Numbers(0, 7 * 24 * 3600, open_low=True, noun="a number of seconds")
+RELOAD_TIMEOUT_S = Numbers(0, 3600, open_low=True, noun="a number of seconds")
 
 
 def add_layout_options(p: argparse.ArgumentParser, preflight: bool = True) -> None:
@@ -134,24 +128,15 @@ def add_risk_options(parser: argparse.ArgumentParser, *risks: str) -> None:
 
 
 def add_import_timeout(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--import-timeout", metavar="SECONDS",
+    parser.add_argument("--import-timeout", metavar="SECONDS", type=IMPORT_TIMEOUT_S,
                         help="how long the pre-flight may take: import the app, call its factory and send it one "
-                             f"GET {PROBE_PATH} (default {PREFLIGHT_TIMEOUT:g})")
+                             f"GET {PROBE_PATH} (default {PREFLIGHT_TIMEOUT:g}; {IMPORT_TIMEOUT_S})")
 
 
 def import_timeout(args: argparse.Namespace) -> float:
-    """--import-timeout in seconds (default PREFLIGHT_TIMEOUT); LayoutError naming it otherwise."""
-    raw = getattr(args, "import_timeout", None)
-    if raw is None:
-        return PREFLIGHT_TIMEOUT
-    allowed = f"must be a number of seconds in (0, {MAX_PREFLIGHT_TIMEOUT:g}]"
-    try:
-        value = float(str(raw).strip())
-    except ValueError:
-        raise LayoutError("import_timeout", f"{allowed}, got {raw!r}") from None
-    if not 0 < value <= MAX_PREFLIGHT_TIMEOUT:  # NaN fails too
-        raise LayoutError("import_timeout", f"{allowed}, got {raw!r}")
-    return value
+    """--import-timeout in seconds (checked while parsing), else PREFLIGHT_TIMEOUT."""
+    value = getattr(args, "import_timeout", None)
+    return PREFLIGHT_TIMEOUT if value is None else value
 
 
 def app_options(args: argparse.Namespace, here: bool = True, notes: list[str] | None = None) -> dict:
@@ -233,13 +218,13 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="render into a run directory and serve the layout until Ctrl-C")
     add_layout_options(run)
     run.add_argument("--run-dir", help="where the stack lives (default build/run/LAYOUT)")
-    run.add_argument("--for", dest="duration", type=float, default=None,
-                     help="stop by itself after this many seconds (default: until Ctrl-C / SIGTERM)")
+    run.add_argument("--for", dest="duration", metavar="SECONDS", type=RUN_FOR_S, default=None,
+                     help=f"stop by itself after this many seconds ({RUN_FOR_S}; default: until Ctrl-C / SIGTERM)")
     reload = sub.add_parser("reload", help="chain-reload the uWSGI workers of a running layout, one at a time")
     reload.add_argument("layout", help="the layout given to `run` (locates build/run/LAYOUT)")
     reload.add_argument("--run-dir", help="the run directory given to `run` (default build/run/LAYOUT)")
-    reload.add_argument("--timeout", type=float, default=120.0,
-                        help="seconds to wait for every worker to be replaced (default 120)")
+    reload.add_argument("--timeout", type=RELOAD_TIMEOUT_S, default=120.0,
+                        help=f"seconds to wait for every worker to be replaced (default 120; {RELOAD_TIMEOUT_S})")
     add_import_timeout(reload)
     certs = sub.add_parser("certs", help="make a CA, one server certificate per app host and nginx's client "
                                          "certificate, for --uwsgi-tls")
@@ -527,8 +512,6 @@ def claim_run_dir(layout: Layout):
 
 def cmd_run(args) -> int:
     run_dir = output_dir("run_dir", args.run_dir) if args.run_dir else _default_dir(args, "build", "run")
-    if args.duration is not None and not 0 < args.duration <= 7 * 24 * 3600:
-        raise LayoutError("for", f"must be a number of seconds in (0, {7 * 24 * 3600}], got {args.duration:g}")
     layout = layout_from_args(args, run_dir)
     if len(layout.hosts) > 1:
         raise LayoutError("hosts", "`run` serves one machine; with several hosts each runs its own uWSGI: render the "
@@ -577,8 +560,6 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None):
 
 def cmd_reload(args) -> int:
     run_dir = Path(args.run_dir).resolve() if args.run_dir else _default_dir(args, "build", "run")
-    if not 0 < args.timeout <= 3600:
-        raise LayoutError("timeout", f"must be a number of seconds in (0, 3600], got {args.timeout:g}")
     result = chain_reload(run_dir, timeout=args.timeout, progress=lambda line: print(line, flush=True),
                           import_timeout=import_timeout(args))
     print(result.summary(), flush=True)
