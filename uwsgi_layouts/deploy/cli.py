@@ -57,47 +57,55 @@ RUN_FOR_S = Numbers(0, 7 * 24 * 3600, open_low=True, noun="a number of seconds")
 RELOAD_TIMEOUT_S = Numbers(0, 3600, open_low=True, noun="a number of seconds")
 
 
+# The layout's own options (render, run): given as strings to the model, whose parse_variant checks
+# each one as it checks a variant's @option=value (so their ranges live there, once). Name -> help.
+LAYOUT_OPTIONS = {
+    "transport": "app-server sockets: unix (default: 0660, only the run user and nginx's workers "
+        "connect) or tcp (loopback, any local user connects: a warning says so)",
+    "base_port": "first app-server TCP port; sockets use consecutive ports (default 5000)",
+    "listen": "nginx listen IPV4:PORT (default 127.0.0.1:8000)",
+    "nginx_workers": "nginx worker_processes (default 1, as in the article)",
+    "backlog": "uWSGI listen backlog per socket (default 100, at most net.core.somaxconn)",
+    "stats_port": "put uWSGI's stats server on this 127.0.0.1 TCP port, where every local user "
+        "reads the variables of requests in flight; needs --allow-tcp-stats "
+        "(default: a unix socket, RUN_DIR/control/stats.sock, mode 0660)",
+    "access_log": "on: nginx logs each request with its upstream socket (default off)",
+    "user": "run uWSGI and nginx workers as this user when started as root "
+        "(default www-data, else nobody)",
+    "harakiri": "seconds before uWSGI kills a stuck request's worker (default 30, 0 = off)",
+    "retries": "extra attempts nginx makes for GET/HEAD on another socket (default 1)",
+    "connect_timeout": "seconds nginx waits to connect to a uWSGI socket "
+        "(default 2; 1 with hosts)",
+    "reuseport": "on: one nginx listen socket per worker, balanced by the kernel",
+    "accept_mutex": "on: nginx workers take turns to accept (default off)",
+    "multi_accept": "on: an nginx worker accepts all pending connections at once",
+    "sendfile": "on: nginx sends file bytes with sendfile() (default off)",
+    "sendfile_max_chunk": "bound one sendfile() call, e.g. 512k",
+    "aio": "off or threads: nginx reads files in a thread pool (default off)",
+    "aio_threads": "threads in the pool with --aio threads (default 32)",
+    "aio_max_queue": "queued tasks the pool holds before refusing (default 65536)",
+    "open_file_cache": "off, on (1000 entries per nginx worker) or a number of entries: nginx "
+        "keeps file descriptors open between requests (default off)",
+    "data_dir": "a data set (make dataset): enables /files/<id>, /nfiles/<id> and /static/",
+    "hosts": "app hosts ADDR[,ADDR...]: each runs the layout's uWSGI on its own address, "
+        "nginx balances over every host's sockets (default: this machine)",
+    "uwsgi_tls": "off, suwsgi or https: TLS between nginx and uWSGI (default suwsgi when a "
+        "socket is off loopback, which then requires it)",
+    "uwsgi_tls_dir": "the certificates, made by uwsgi-layouts certs DIR --hosts ...",
+    "uwsgi_tls_name": f"the name the hosts' certificates carry (default {DEFAULT_TLS_NAME})",
+    "max_fails": "nginx marks a socket down after this many failures (default 0 on one "
+        "machine, T+1 with hosts)",
+    "fail_timeout": "seconds a failed socket stays down (default 10 with hosts)",
+}
+
+
 def add_layout_options(p: argparse.ArgumentParser, preflight: bool = True) -> None:
     p.add_argument("layout", help=f"PxT-STRATEGY[@option=value,...], e.g. 2x4-mapped or 2x4-gunicorn@reuse_port=on "
                                   f"(strategies: {', '.join(STRATEGIES)})")
     add_app_options(p, preflight)
     add_risk_options(p, *RISKS)
-    p.add_argument("--transport", help="app-server sockets: unix (default: 0660, only the run user and nginx's workers "
-                                       "connect) or tcp (loopback, any local user connects: a warning says so)")
-    p.add_argument("--base-port", help="first app-server TCP port; sockets use consecutive ports (default 5000)")
-    p.add_argument("--listen", help="nginx listen IPV4:PORT (default 127.0.0.1:8000)")
-    p.add_argument("--nginx-workers", help="nginx worker_processes (default 1, as in the article)")
-    p.add_argument("--backlog", help="uWSGI listen backlog per socket (default 100, at most net.core.somaxconn)")
-    p.add_argument("--stats-port", help="put uWSGI's stats server on this 127.0.0.1 TCP port, where every local user "
-                                        "reads the variables of requests in flight; needs --allow-tcp-stats "
-                                        "(default: a unix socket, RUN_DIR/control/stats.sock, mode 0660)")
-    p.add_argument("--access-log", help="on: nginx logs each request with its upstream socket (default off)")
-    p.add_argument("--user", help="run uWSGI and nginx workers as this user when started as root "
-                                  "(default www-data, else nobody)")
-    p.add_argument("--harakiri", help="seconds before uWSGI kills a stuck request's worker (default 30, 0 = off)")
-    p.add_argument("--retries", help="extra attempts nginx makes for GET/HEAD on another socket (default 1)")
-    p.add_argument("--connect-timeout", help="seconds nginx waits to connect to a uWSGI socket "
-                                             "(default 2; 1 with hosts)")
-    p.add_argument("--reuseport", help="on: one nginx listen socket per worker, balanced by the kernel")
-    p.add_argument("--accept-mutex", help="on: nginx workers take turns to accept (default off)")
-    p.add_argument("--multi-accept", help="on: an nginx worker accepts all pending connections at once")
-    p.add_argument("--sendfile", help="on: nginx sends file bytes with sendfile() (default off)")
-    p.add_argument("--sendfile-max-chunk", help="bound one sendfile() call, e.g. 512k")
-    p.add_argument("--aio", help="off or threads: nginx reads files in a thread pool (default off)")
-    p.add_argument("--aio-threads", help="threads in the pool with --aio threads (default 32)")
-    p.add_argument("--aio-max-queue", help="queued tasks the pool holds before refusing (default 65536)")
-    p.add_argument("--open-file-cache", help="off, on (1000 entries per nginx worker) or a number of entries: nginx "
-                                             "keeps file descriptors open between requests (default off)")
-    p.add_argument("--data-dir", help="a data set (make dataset): enables /files/<id>, /nfiles/<id> and /static/")
-    p.add_argument("--hosts", help="app hosts ADDR[,ADDR...]: each runs the layout's uWSGI on its own address, "
-                                   "nginx balances over every host's sockets (default: this machine)")
-    p.add_argument("--uwsgi-tls", help="off, suwsgi or https: TLS between nginx and uWSGI (default suwsgi when a "
-                                 "socket is off loopback, which then requires it)")
-    p.add_argument("--uwsgi-tls-dir", help="the certificates, made by uwsgi-layouts certs DIR --hosts ...")
-    p.add_argument("--uwsgi-tls-name", help=f"the name the hosts' certificates carry (default {DEFAULT_TLS_NAME})")
-    p.add_argument("--max-fails", help="nginx marks a socket down after this many failures (default 0 on one "
-                                       "machine, T+1 with hosts)")
-    p.add_argument("--fail-timeout", help="seconds a failed socket stays down (default 10 with hosts)")
+    for name, text in LAYOUT_OPTIONS.items():
+        p.add_argument(f"--{name.replace('_', '-')}", help=text)
 
 
 def add_app_options(parser: argparse.ArgumentParser, preflight: bool = True) -> None:
@@ -174,38 +182,8 @@ def app_options(args: argparse.Namespace, here: bool = True, notes: list[str] | 
 
 def layout_from_args(args, run_dir: Path) -> Layout:
     """The layout the options describe, checked against this machine."""
-    return checked(parse_variant(
-        args.layout,
-        **app_options(args),
-        transport=args.transport,
-        base_port=args.base_port,
-        listen=args.listen,
-        nginx_workers=args.nginx_workers,
-        backlog=args.backlog,
-        stats_port=args.stats_port,
-        access_log=args.access_log,
-        user=args.user,
-        harakiri=args.harakiri,
-        retries=args.retries,
-        connect_timeout=args.connect_timeout,
-        reuseport=args.reuseport,
-        accept_mutex=args.accept_mutex,
-        multi_accept=args.multi_accept,
-        sendfile=args.sendfile,
-        sendfile_max_chunk=args.sendfile_max_chunk,
-        aio=args.aio,
-        aio_threads=args.aio_threads,
-        aio_max_queue=args.aio_max_queue,
-        open_file_cache=args.open_file_cache,
-        data_dir=args.data_dir,
-        hosts=args.hosts,
-        uwsgi_tls=args.uwsgi_tls,
-        uwsgi_tls_dir=args.uwsgi_tls_dir,
-        uwsgi_tls_name=args.uwsgi_tls_name,
-        max_fails=args.max_fails,
-        fail_timeout=args.fail_timeout,
-        run_dir=str(run_dir),
-    ))
+    given = {name: getattr(args, name) for name in LAYOUT_OPTIONS}
+    return checked(parse_variant(args.layout, **app_options(args), **given, run_dir=str(run_dir)))
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
