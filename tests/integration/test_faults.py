@@ -14,11 +14,9 @@ import subprocess
 
 import pytest
 
+from uwsgi_layouts.bench.faultkit import FAULT_APP, FaultApp, Patch
 from uwsgi_layouts.bench.kinds.faults import plan
 from uwsgi_layouts.bench.localfaults import (
-    FAULT_APP,
-    FaultApp,
-    Patch,
     backlog_full,
     broken_reload,
     chain_reload_under_load,

@@ -33,7 +33,7 @@ from uwsgi_layouts.bench.results import Check, FaultRecord
 from uwsgi_layouts.bench.stack import Lab
 from uwsgi_layouts.deploy.model import StackError
 
-# A request that returns in ~20 ms (as bench.localfaults.FAST_GET).
+# A request that returns in ~20 ms (as bench.faultkit.FAST_GET).
 FAST_GET = "/?rounds=1&fib=10&io_ms=20"
 
 

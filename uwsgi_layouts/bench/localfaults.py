@@ -12,230 +12,46 @@ same functions and assert the checks, so the figures and the tests cannot disagr
 Experiments: kill -9 of a worker (GET and POST loads), a request stuck beyond harakiri,
 a full listen backlog (tcp and unix), a uWSGI chain reload under 50 connections, a chain
 reload of broken code, and nginx reloads (SIGHUP) under load. The experiments that need side
-effects run ``app/faults.py`` from a copy in their own directory. Those that need nothing but
+effects run ``app/faults.py`` from a copy in their own directory (``bench.faultkit``: that copy, the
+loads, the nginx.conf patches, the checks). Those that need nothing but
 load (kill-worker, chain-reload, nginx-reload) take another app's options and its requests
 (``mix``) instead of the demo app's.
 """
 
 from __future__ import annotations
 
-import http.client
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
-from uwsgi_layouts.bench.load.traffic import Mix, write_mix_script
-from uwsgi_layouts.bench.load.wrk import WrkProcess, WrkRun, run_wrks, write_script
-from uwsgi_layouts.bench.observe import Sampler, access_log, error_kinds, nginx_log_lines, nginx_workers
-from uwsgi_layouts.bench.results import Check, FaultRecord
+from uwsgi_layouts.bench.faultkit import (
+    FAST_GET,
+    FaultApp,
+    Patch,
+    check,
+    concurrently,
+    describe_errors,
+    get_load,
+    http_request,
+    layout_label,
+    nginx_errors_note,
+    post_script,
+    sent_requests,
+    wait_until,
+)
+from uwsgi_layouts.bench.load.traffic import Mix
+from uwsgi_layouts.bench.load.wrk import WrkProcess, WrkRun, run_wrks
+from uwsgi_layouts.bench.observe import Sampler, access_log, nginx_workers
+from uwsgi_layouts.bench.results import FaultRecord
 from uwsgi_layouts.bench.stack import Lab
-from uwsgi_layouts.deploy.machine import PACKAGE_DIR
-from uwsgi_layouts.deploy.model import Layout, StackError, parse_layout
+from uwsgi_layouts.deploy.model import Layout, StackError
 from uwsgi_layouts.deploy.run import Stack, tail
-
-FAULT_APP = PACKAGE_DIR / "app" / "faults.py"
-
-# A request that returns in ~20 ms: 1 round of 20 ms "external API" + fib(10) (~0.03 ms).
-FAST_GET = "/?rounds=1&fib=10&io_ms=20"
-
-
-def check(target: str, ok: bool, measured: str) -> Check:
-    """One target of the issue, with what was measured against it."""
-    return Check(target, bool(ok), measured)
-
-
-# --- the fault-injection app (app/faults.py, copied) -----------------------------------------
-
-
-@dataclass(frozen=True)
-class FaultApp:
-    """A copy of ``app/faults.py`` as ``faultapp:application`` in its own directory (0755,
-    readable by the run user), with a world-writable ``data/`` directory for the handler log."""
-
-    app_dir: Path
-    log: Path
-
-    app = "faultapp:application"
-
-    @classmethod
-    def create(cls, parent: Path) -> "FaultApp":
-        app_dir = parent / "app"
-        app_dir.mkdir(mode=0o755)
-        app_dir.chmod(0o755)
-        data = app_dir / "data"
-        data.mkdir()
-        data.chmod(0o777)
-        module = app_dir / "faultapp.py"
-        shutil.copyfile(FAULT_APP, module)
-        module.chmod(0o644)
-        return cls(app_dir=app_dir, log=data / "handled.log")
-
-    @property
-    def module(self) -> Path:
-        return self.app_dir / "faultapp.py"
-
-    def handled(self) -> Counter:
-        """How many times the handler ran for each POST id."""
-        try:
-            text = self.log.read_text()
-        except FileNotFoundError:
-            return Counter()
-        return Counter(line.split()[0] for line in text.splitlines() if line.strip())
-
-    def options(self) -> dict:
-        return {"app": self.app, "app_dir": str(self.app_dir)}
-
-
-# --- load: wrk scripts, requests --------------------------------------------------------
-
-
-def post_script(directory: Path, io_ms: int) -> Path:
-    """A wrk script whose every request is a POST with a unique id (wrk thread + counter),
-    so the app's handler log shows whether any POST ran twice."""
-    return write_script(directory / "post-ids.lua", (
-        "-- every request is a POST with a unique ?id=, plus the JSON done() hook\n"
-        "local threads = 0\n"
-        "function setup(thread)\n"
-        "  threads = threads + 1\n"
-        "  thread:set(\"thread_no\", threads)\n"
-        "end\n"
-        "local n = 0\n"
-        "request = function()\n"
-        "  n = n + 1\n"
-        f"  return wrk.format(\"POST\", \"/post?io_ms={io_ms}&id=t\" .. (thread_no or 0) .. \"-\" .. n, nil, \"x\")\n"
-        "end\n"))
-
-
-def get_load(lab: Lab, layout: Layout, path: str, connections: int, duration: float, mix: Mix | None = None,
-             close: bool = False) -> WrkProcess:
-    """wrk GETting ``path`` of the demo app, or sending the user's ``mix`` (its script written
-    once per lab); ``close``: a new connection for every request."""
-    if mix is None and not close:
-        return WrkProcess(layout.url.rstrip("/") + path, connections, duration)
-    if mix is None:
-        script = write_script(Path(layout.run_dir) / "connection-close.lua",
-                              '-- a new connection for every request\nwrk.headers["Connection"] = "close"\n')
-        return WrkProcess(layout.url.rstrip("/") + path, connections, duration, script=script)
-    if close:
-        mix = Mix(mix.requests, (*mix.headers, ("Connection", "close")), mix.source)
-    script = lab.work_dir / "traffic" / f"faults-{'close' if close else 'keep'}.lua"
-    if not script.exists():
-        write_mix_script(script, mix)
-    return WrkProcess(layout.url, connections, duration, script=script, script_args=["1"])
-
-
-def describe_errors(run: WrkRun) -> str:
-    e = run.errors
-    parts = [f"{n} {getattr(e, n)}" for n in ("connect", "read", "write", "timeout", "status") if getattr(e, n)]
-    return ", ".join(parts) or "none"
-
-
-def http_request(layout: Layout, method: str, path: str, timeout: float = 30.0, body: bytes | None = None,
-                 headers: dict | None = None) -> tuple[int, float, bytes]:
-    """(status, seconds, body) of one request through nginx; status 0 = no answer."""
-    t0 = time.monotonic()
-    conn = http.client.HTTPConnection(layout.listen_host, layout.listen_port, timeout=timeout)
-    try:
-        conn.request(method, path, body=body, headers=headers or {})
-        resp = conn.getresponse()
-        data = resp.read()
-        return resp.status, time.monotonic() - t0, data
-    except (OSError, http.client.HTTPException):
-        return 0, time.monotonic() - t0, b""
-    finally:
-        conn.close()
-
-
-# --- experiment-only edits of the rendered nginx.conf ------------------------------------------
-
-
-@dataclass(frozen=True)
-class Patch:
-    """Edits applied to a rendered nginx.conf *only to measure a proposed template change*
-    before anyone makes it: parameters appended to every upstream ``server`` line, and
-    directives set in the ``uwsgi_pass`` location (replacing one of the same name). Values
-    may use {harakiri}, {harakiri_minus_1}, {harakiri_plus_1} and {connect_timeout}.
-    Empty by default: nothing is edited."""
-
-    server_params: str = ""  # e.g. "max_fails=0"
-    location: str = ""  # e.g. "uwsgi_read_timeout {harakiri_plus_1}s; uwsgi_next_upstream error"
-
-    def __bool__(self) -> bool:
-        return bool(self.server_params.strip() or self.location.strip())
-
-    @property
-    def label(self) -> str:
-        parts = [self.server_params.strip(), *(d.strip() for d in self.location.split(";"))]
-        return " + ".join(p for p in parts if p)
-
-    def apply(self, conf: Path, layout: Layout) -> None:
-        values = {"harakiri": layout.harakiri, "harakiri_minus_1": max(1, layout.harakiri - 1),
-                  "harakiri_plus_1": layout.harakiri + 1, "connect_timeout": layout.connect_timeout}
-        text = conf.read_text()
-        params = self.server_params.strip().format(**values)
-        if params:
-            text, n = re.subn(r"(?m)^(\s*server (?:unix:)?[\w./:-]+)([^;\n]*);", lambda m: f"{m[1]}{m[2]} {params};",
-                              text)
-            if not n:
-                raise StackError(f"patch: no upstream server line in {conf}")
-        for directive in (d.strip().format(**values) for d in self.location.split(";") if d.strip()):
-            name = directive.split()[0]
-            text, n = re.subn(rf"(?m)^(\s*){re.escape(name)}\s[^;\n]*;",
-                              lambda m, d=directive: f"{m[1]}{d};  # patched", text)
-            if not n:
-                text, n = re.subn(r"(?m)^(\s*)uwsgi_pass uwsgi_app;\n",
-                                  lambda m, d=directive: f"{m[0]}{m[1]}{d};  # patched\n", text)
-            if not n:
-                raise StackError(f"patch: no uwsgi_pass location in {conf}")
-        conf.write_text(text)
-
-
-def _label(layout: Layout, patch: Patch | None) -> str:
-    return layout.name + ("" if layout.transport == "unix" else f" {layout.transport}") + ("*" if patch else "")
-
-
-def _sent(run: WrkRun) -> int:
-    """Requests wrk sent: answered ones (any status) plus those lost to socket errors/timeouts."""
-    e = run.errors
-    return run.requests + e.connect + e.read + e.write + e.timeout
-
-
-def _kinds_note(stack: Stack, since: int = 0) -> str:
-    kinds = error_kinds(nginx_log_lines(stack, since))
-    if not kinds:
-        return "nginx error log: nothing"
-    return "nginx error log: " + "; ".join(f"{n} x {k}" for k, n in kinds.most_common(4))
-
-
-def _wait_until(t0: float, seconds: float) -> None:
-    """Pace an experiment (a measurement window), never used as a readiness wait."""
-    remaining = t0 + seconds - time.monotonic()
-    if remaining > 0:
-        time.sleep(remaining)
-
-
-def _concurrently(fn, args_list: list) -> list:
-    results: list = [None] * len(args_list)
-    gate = threading.Barrier(len(args_list))
-
-    def one(i, args):
-        gate.wait(timeout=10)
-        results[i] = fn(*args)
-
-    threads = [threading.Thread(target=one, args=(i, a), daemon=True) for i, a in enumerate(args_list)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    return results
 
 
 # --- experiments -------------------------------------------------------------------------------
@@ -260,7 +76,7 @@ def kill_worker(lab: Lab, spec: str = "2x4-mapped", duration: float = 6.0, get_c
             loads = [w for w in (gets, posts) if w is not None]
             try:
                 t_flow = sampler.wait_flowing(50)
-                _wait_until(sampler.t0 + t_flow, 1.0)  # one second of undisturbed throughput
+                wait_until(sampler.t0 + t_flow, 1.0)  # one second of undisturbed throughput
                 old = stack.worker_pids()
                 t_kill = sampler.now()
                 os.kill(old[1], signal.SIGKILL)
@@ -285,14 +101,14 @@ def kill_worker(lab: Lab, spec: str = "2x4-mapped", duration: float = 6.0, get_c
         after = sampler.served_per_worker(t_back + 0.5, t_end - 0.2)
         after_total = sum(after.values())
         seconds = [sampler.served_per_worker(t, t + 1.0) for t in range(int(t_kill), int(t_end))]
-        kinds = _kinds_note(stack)
+        kinds = nginx_errors_note(stack)
     new_worker = after.get(1, 0)
     return FaultRecord(
         name="kill-worker", patch=patch.label if patch else "",
-        layout=_label(layout, patch),
+        layout=layout_label(layout, patch),
         load=f"wrk -c{get_connections} GET + -c{post_connections} POST {duration:g} s",
         faults_injected=1,
-        requests_sent=_sent(get_run) + _sent(post_run),
+        requests_sent=sent_requests(get_run) + sent_requests(post_run),
         requests_failed=get_run.errors.total + post_run.errors.total,
         data_lost=sum(n - 1 for n in twice.values()),
         notes=(
@@ -336,11 +152,11 @@ def _kill_worker_record(stack: Stack, patch: Patch | None, sampler: Sampler, run
         f"at most one failure per thread of the killed worker ({', '.join(unsafe)} are not replayed)"
     ok = run.errors.total == 0 if not unsafe else run.errors.total <= layout.threads
     return FaultRecord(
-        name="kill-worker", patch=patch.label if patch else "", layout=_label(layout, patch),
+        name="kill-worker", patch=patch.label if patch else "", layout=layout_label(layout, patch),
         load=f"wrk -c{connections} your requests {duration:g} s", faults_injected=1,
-        requests_sent=_sent(run), requests_failed=run.errors.total, data_lost=0,
+        requests_sent=sent_requests(run), requests_failed=run.errors.total, data_lost=0,
         notes=(f"respawned in {respawn_s * 1000:.0f} ms; nginx retried {len(retried)} request(s) on another server",
-               _kinds_note(stack),
+               nginx_errors_note(stack),
                f"throughput: {before:.0f} req/s in the second before the kill, {after / window:.0f} req/s after the "
                "respawn"),
         checks=(check(target, ok, describe_errors(run)),
@@ -367,17 +183,17 @@ def stuck_request(lab: Lab, spec: str = "2x4-mapped", harakiri: int = 2, duratio
             finally:
                 load.stop()
         entries = [a for a in access_log(stack) if a.uri == stuck_uri]
-        kinds = _kinds_note(stack)
+        kinds = nginx_errors_note(stack)
         harakiri_lines = [line for line in stack.uwsgi_log.read_text(errors="replace").splitlines()
                           if "HARAKIRI ON WORKER" in line]
     bound = 2 * harakiri + 2  # nginx's uwsgi_read_timeout is 2 x harakiri + 1 s
     prompt = status in (502, 504) and seconds <= bound
     return FaultRecord(
         name="stuck-request", patch=patch.label if patch else "",
-        layout=_label(layout, patch) + f" harakiri={harakiri}",
+        layout=layout_label(layout, patch) + f" harakiri={harakiri}",
         load=f"wrk -c{connections} GET {duration:g} s + 1 GET of {stuck_ms / 1000:g} s",
         faults_injected=1,
-        requests_sent=_sent(run) + 1,
+        requests_sent=sent_requests(run) + 1,
         requests_failed=run.errors.total + (status != 200),
         data_lost=0,
         notes=(
@@ -430,12 +246,12 @@ def backlog_full(lab: Lab, spec: str = "1x1-shared", transport: str = "tcp", bac
             flood = WrkProcess(layout.url.rstrip("/") + slow, connections, duration, timeout_s=10)
             try:
                 sampler.wait_flowing(2)
-                answers = _concurrently(lambda: http_request(layout, "GET", slow, timeout=20), [()] * probes)
+                answers = concurrently(lambda: http_request(layout, "GET", slow, timeout=20), [()] * probes)
                 (run,), _ = run_wrks(flood)
             finally:
                 flood.stop()
         recovery_s, recovery_status = _recovery(layout, timeout=15.0)
-        kinds = _kinds_note(stack)
+        kinds = nginx_errors_note(stack)
         # nginx's default max_fails=1: one failure takes a server out for fail_timeout (10 s).
         conf = (stack.run_dir / "nginx.conf").read_text()
         servers = re.findall(r"(?m)^\s*server (?:unix:)?[\w./:-]+[^;\n]*;", conf)
@@ -445,10 +261,10 @@ def backlog_full(lab: Lab, spec: str = "1x1-shared", transport: str = "tcp", bac
     bound = layout.connect_timeout + 0.5
     return FaultRecord(
         name="backlog-full", patch=patch.label if patch else "",
-        layout=_label(layout, patch) + f" backlog={backlog}",
+        layout=layout_label(layout, patch) + f" backlog={backlog}",
         load=f"wrk -c{connections} GET of {slow_ms} ms {duration:g} s + {probes} probes",
         faults_injected=1,
-        requests_sent=_sent(run) + probes,
+        requests_sent=sent_requests(run) + probes,
         requests_failed=run.errors.total + len(failed),
         data_lost=0,
         notes=(
@@ -515,14 +331,14 @@ def chain_reload_under_load(lab: Lab, spec: str = "2x4-mapped", connections: int
             finally:
                 load.stop()
             under_load = t_done < duration
-        kinds = _kinds_note(stack)
+        kinds = nginx_errors_note(stack)
     changed = sorted(w for w in old if new.get(w) != old[w])
     return FaultRecord(
         name="chain-reload", patch=patch.label if patch else "",
-        layout=_label(layout, patch),
+        layout=layout_label(layout, patch),
         load=f"wrk -c{connections} {'your requests' if mix else 'GET'} {duration:g} s",
         faults_injected=1,
-        requests_sent=_sent(run),
+        requests_sent=sent_requests(run),
         requests_failed=run.errors.total,
         data_lost=0,
         notes=(f"`uwsgi-layouts reload`: exit {rc} after {seconds:.1f} s: {output.splitlines()[-1][:160]}",
@@ -585,10 +401,10 @@ def broken_reload(lab: Lab, spec: str = "2x4-mapped", connections: int = 8, dura
     ]
     return FaultRecord(
         name="broken-reload", patch=patch.label if patch else "",
-        layout=_label(layout, patch),
+        layout=layout_label(layout, patch),
         load=f"wrk -c{connections} GET {duration:g} s",
         faults_injected=len(cases),
-        requests_sent=_sent(run) + 1,
+        requests_sent=sent_requests(run) + 1,
         requests_failed=run.errors.total + (after != 200),
         data_lost=0,
         notes=tuple(f"{what}: {output.splitlines()[0][:200] if output else '(no output)'}"
@@ -620,7 +436,7 @@ def nginx_reloads(lab: Lab, spec: str = "2x4-mapped", connections: int = 8, dura
                 t_flow = sampler.wait_flowing(50)
                 t_next = sampler.t0 + t_flow
                 while time.monotonic() + interval < sampler.t0 + duration - 0.5:
-                    _wait_until(t_next, 0)
+                    wait_until(t_next, 0)
                     before = nginx_children(master)
                     os.kill(master, signal.SIGHUP)
                     reloads += 1
@@ -634,15 +450,15 @@ def nginx_reloads(lab: Lab, spec: str = "2x4-mapped", connections: int = 8, dura
                 keep.stop()
                 close.stop()
         same_master = stack.nginx.poll() is None and stack.nginx.pid == master
-        kinds = _kinds_note(stack)
+        kinds = nginx_errors_note(stack)
     k = keep_run.errors
     return FaultRecord(
         name="nginx-reload", patch=patch.label if patch else "",
-        layout=_label(layout, patch),
+        layout=layout_label(layout, patch),
         load=f"wrk -c{connections} keep-alive + -c{connections} Connection: close, "
              f"{'your requests' if mix else 'GET'} {duration:g} s",
         faults_injected=reloads,
-        requests_sent=_sent(keep_run) + _sent(close_run),
+        requests_sent=sent_requests(keep_run) + sent_requests(close_run),
         requests_failed=keep_run.errors.total + close_run.errors.total,
         data_lost=0,
         notes=(

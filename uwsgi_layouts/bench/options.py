@@ -17,7 +17,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from uwsgi_layouts.arguments import Ints, Numbers, refuse
+from uwsgi_layouts.arguments import EXIT_BAD_INPUT, Ints, Numbers, refuse
 from uwsgi_layouts.bench import dataset as ds
 from uwsgi_layouts.deploy.machine import is_unix_address
 from uwsgi_layouts.deploy.model import MAX_PROCESSES, MAX_THREADS
@@ -180,9 +180,6 @@ def dataset_facts(index) -> dict:
     """What a report says about the data set: sizes, where, on which filesystem."""
     return {**index.params(), "total_bytes": index.total_bytes, "root": str(index.root),
             "fs_type": ds.fs_type(index.root), "block_device": ds.disk_read_bytes(index.files_dir) is not None}
-
-
-EXIT_BAD_INPUT = 2
 
 
 def tool_main(build_parser, run, argv: list[str] | None = None) -> int:

@@ -25,11 +25,11 @@ from typing import Callable
 from uwsgi_layouts.arguments import Ints
 from uwsgi_layouts.bench import subject as subj
 from uwsgi_layouts.bench.environment import capture
+from uwsgi_layouts.bench.faultkit import Patch
 from uwsgi_layouts.bench.hostfaults import HOST_EXPERIMENTS
 from uwsgi_layouts.bench.kinds.base import RESULTS_NAME, Kind, publish, sigterm_interrupts
 from uwsgi_layouts.bench.load.traffic import TrafficError, redact_argv
 from uwsgi_layouts.bench.localfaults import (
-    Patch,
     backlog_full,
     broken_reload,
     chain_reload_under_load,
