@@ -481,8 +481,8 @@ def test_a_stored_file_with_a_bad_record_names_it(tmp_path):
 @pytest.mark.parametrize("argv,message", [
     (["--stats", "nonsense"], "uwsgi-layouts doctor: error: argument --stats: must be HOST:PORT"),
     (["--stats", "127.0.0.1:99999"], "uwsgi-layouts doctor: error: argument --stats: must be HOST:PORT"),
-    (["--stats", "/x.sock", "--for", "0"], "uwsgi-layouts doctor: error: argument --for: must be an integer in 1..3600, "
-                                           "got 0"),
+    (["--stats", "/x.sock", "--for", "0"], "uwsgi-layouts doctor: error: argument --for: must be an integer in "
+                                           "1..3600, got 0"),
     (["--stats", "/x.sock", "--for", "ten"], "uwsgi-layouts doctor: error: argument --for: must be an integer in "
                                              "1..3600, got 'ten'"),
     (["--stats", "/x.sock", "--hz", "0.5"], "uwsgi-layouts doctor: error: argument --hz: must be a number in 1..100, "
