@@ -9,10 +9,11 @@ import math
 import pytest
 
 from tests.refusals import refusal
-from uwsgi_layouts.arguments import CommaList, Ints, Numbers, OneLineParser, on_off
+from uwsgi_layouts.arguments import CommaList, Ints, Numbers, OneLineParser, OneOf, on_off
 from uwsgi_layouts.bench import cli as bench_cli
 from uwsgi_layouts.bench import dataset, mapscale, watchcli, watchrulescli
 from uwsgi_layouts.bench.kinds import compare, doctor, faults, openloop, plan, tune
+from uwsgi_layouts.bench.load.scenarios import ALIASES, SCENARIOS
 from uwsgi_layouts.bench.margin import MARGIN
 from uwsgi_layouts.bench.options import CLIENT_NICE, CONNECTIONS, PROCESSES, THREADS, TIMEOUT_S
 from uwsgi_layouts.bench.tune import accuracy
@@ -106,6 +107,20 @@ def test_a_comma_list_checks_each_value_and_keeps_the_order(capsys):
     assert refused(p, ["--threads", "4,0"], capsys) == ("tool: error: argument --threads: must be an integer in "
                                                         "1..256, got 0")
     assert refused(p, ["--threads", " , "], capsys) == "tool: error: argument --threads: give at least one thread count"
+
+
+def test_names_from_a_list_each_one_of_those_known(capsys):
+    p = parser_with(scenario=CommaList(OneOf(("article", "hello", "files")), "scenario"))
+    assert p.parse_args(["--scenario", "hello,files"]).scenario == ("hello", "files")
+    assert refused(p, ["--scenario", "hello,filez"], capsys) == ("tool: error: argument --scenario: must be one of "
+                                                                 "article, hello, files, got 'filez'")
+
+
+def test_compare_checks_its_scenarios_while_parsing(capsys):
+    assert set(compare.SCENARIO_NAMES.item.names) == set(SCENARIOS) | set(ALIASES)
+    line = refusal(bench_cli.main, ["compare", "--scenario", "article,nope"], capsys)
+    assert line.startswith("uwsgi-layouts compare: error: argument --scenario: must be one of article, ")
+    assert line.endswith(", got 'nope'")
 
 
 def test_on_off(capsys):

@@ -204,7 +204,7 @@ def test_default_plan_leaves_half_the_budget_to_the_rounds_until_decided():
     (["--concurrency", "0"], "--concurrency"),
     (["--layouts", "0x4-mapped"], "processes"),
     (["--layouts", "2x4-bogus"], "strategy"),
-    (["--scenario", "nope"], "scenario"),
+    (["--scenario", "nope"], "--scenario"),
     (["--fib", "31"], "--fib"),
     (["--rounds", "20", "--io-ms", "2000"], "rounds*io_ms"),
     (["--stall-fraction", "0.9"], "--stall-fraction"),

@@ -101,7 +101,7 @@ def test_article_plan_is_unchanged():
     (["--scenario", "files-mixed", "--layouts", "2x4-mapped@aio=sometimes"], "aio"),
     (["--scenario", "reuseport", "--layouts", "2x4-mapped@nginx_workers=0"], "nginx_workers"),
     (["--scenario", "reuseport", "--layouts", "2x4-mapped@listen=0.0.0.0:80"], "listen"),
-    (["--scenario", "filez"], "scenario"),
+    (["--scenario", "filez"], "--scenario"),
 ])
 def test_bad_nginx_arguments_exit_2_with_one_line(tmp_path, capsys, argv, field):
     out = tmp_path / "out"

@@ -117,6 +117,22 @@ class Numbers:
 
 
 @dataclass(frozen=True)
+class OneOf:
+    """One of ``names`` (argparse's ``choices=`` for an item of a ``CommaList``)."""
+
+    names: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return ", ".join(self.names)
+
+    def __call__(self, raw) -> str:
+        text = str(raw).strip()
+        if text not in self.names:
+            raise refuse(f"one of {self}", repr(raw))
+        return text
+
+
+@dataclass(frozen=True)
 class CommaList:
     """Comma-separated values, each checked by ``item`` (an ``Ints`` or ``Numbers``): a tuple
     in the order given. ``what`` names one value for the empty list's message."""

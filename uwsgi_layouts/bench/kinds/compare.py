@@ -21,7 +21,7 @@ import time
 from argparse import ArgumentTypeError
 from pathlib import Path
 
-from uwsgi_layouts.arguments import CommaList, Ints, Numbers, on_off, refuse
+from uwsgi_layouts.arguments import CommaList, Ints, Numbers, OneOf, on_off, refuse
 from uwsgi_layouts.bench import subject as subj
 from uwsgi_layouts.bench.environment import Machine, capture
 from uwsgi_layouts.bench.kinds.base import RESULTS_NAME, Kind, publish, sigterm_interrupts
@@ -105,6 +105,7 @@ WARMUP_S = Numbers(1, 600)
 REPEATS = Ints(1, 100)
 BUDGET_MIN = Numbers(0.1, 1440, noun="a number of minutes")
 INFLIGHT_HZ = Numbers(1, 200, off=0)
+SCENARIO_NAMES = CommaList(OneOf((*sc.SCENARIOS, *sc.ALIASES)), "scenario")
 # The demo app's knobs and the scenarios' loads (bench.load.scenarios: Scenario.resolved), as
 # --rounds ... override them: (name, range, help, default).
 OVERRIDES = (
@@ -156,8 +157,8 @@ def add_arguments(p) -> None:
                    help=f"equivalence margin of every comparison ({MARGIN}): two layouts are equivalent when the "
                         "whole interval of their paired ratio lies within ±MARGIN (default 0.05)")
     p.add_argument("--timeout", type=TIMEOUT_S, help=f"wrk's per-request timeout in seconds ({TIMEOUT_S}; default 10)")
-    p.add_argument("--scenario",
-                   help=f"named request mix, or several comma-separated: {', '.join(sc.SCENARIOS)} (default: "
+    p.add_argument("--scenario", type=SCENARIO_NAMES,
+                   help=f"named request mix, or several comma-separated: {SCENARIO_NAMES.item} (default: "
                         "article; traffic with --request or another --app)")
     for name, allowed, text, default in OVERRIDES:
         p.add_argument(f"--{name.replace('_', '-')}", type=allowed,
@@ -199,13 +200,11 @@ def plan_from_args(args, stored=None, subject: subj.Subject | None = None) -> tu
     if subject is None:
         subject = subj.from_stored(base) if stored else subj.from_args(args)
     p, t, hosts = given("processes", nproc), given("threads", 4), given("hosts", 0)
-    scenario_arg = args.scenario or ",".join(base.get("scenarios") or (
+    given_names = list(args.scenario or base.get("scenarios") or (
         HOSTS_SCENARIOS if hosts and subject.mix is None else subj.default_scenarios(subject)))
-    given_names = [x.strip() for x in scenario_arg.split(",") if x.strip()]
-    unknown = [n for n in given_names if n not in sc.SCENARIOS and n not in sc.ALIASES]
-    if unknown or not given_names:
-        raise BadArgument(f"scenario: unknown scenario {unknown[0] if unknown else ''!r}; "
-                          f"allowed: {', '.join([*sc.SCENARIOS, *sc.ALIASES])}")
+    unknown = [n for n in given_names if n not in SCENARIO_NAMES.item.names]
+    if unknown:  # a stored run's scenario that this version no longer has (--scenario is checked while parsing)
+        raise BadArgument(f"scenario: unknown scenario {unknown[0]!r}; allowed: {SCENARIO_NAMES.item}")
     names = sc.expand(given_names)
     if not stored:
         subj.check_scenarios(names, subject, args)
