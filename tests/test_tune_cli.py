@@ -15,7 +15,6 @@ from uwsgi_layouts.bench.cli import main
 from uwsgi_layouts.bench.kinds import tune as kind
 from uwsgi_layouts.bench.load.scenarios import SCENARIOS
 
-
 PARSE = "uwsgi-layouts tune: error: argument "  # a value refused while parsing names its option
 
 

@@ -53,7 +53,6 @@ from uwsgi_layouts.bench.stack import Lab
 from uwsgi_layouts.deploy.model import Layout, StackError
 from uwsgi_layouts.deploy.run import Stack, tail
 
-
 # --- experiments -------------------------------------------------------------------------------
 
 
