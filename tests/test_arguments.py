@@ -85,7 +85,7 @@ def test_numbers_never_take_nan_or_infinity(raw, capsys):
     """NaN compares false with everything, so a range check alone would let it through."""
     unbounded = Numbers(0, open_low=True)  # no upper end: inf would pass a plain comparison
     assert str(unbounded) == "> 0"
-    line = refused(parser_with(x=unbounded), ["--x", raw], capsys)
+    line = refused(parser_with(x=unbounded), [f"--x={raw}"], capsys)  # "-inf" alone would read as an option
     assert line.startswith("tool: error: argument --x: must be a number > 0, got ")
 
 
