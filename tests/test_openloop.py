@@ -182,7 +182,7 @@ def test_httperf_command_offers_rate_times_step_connections():
     (["--rates", "0"], "--rates"),
     (["--step", "5"], "--step"),
     (["--layout", "2x4-nope"], "strategy"),
-    (["--path", "healthz"], "path"),
+    (["--path", "healthz"], "--path"),
     (["--files", "ftp"], "--files"),
     (["--client-nice", "30"], "--client-nice"),
     (["--transport", "udp"], "--transport"),

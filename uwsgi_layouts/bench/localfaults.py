@@ -499,3 +499,13 @@ def wait_respawned(stack: Stack, old: dict[int, int], wid: int, timeout: float =
 
 def stack_tail(stack: Stack) -> str:
     return tail(stack.uwsgi_log, 15)
+
+
+# The experiments run on every layout given (faults' plan adds backlog-full, on a layout of its own).
+PER_LAYOUT = {
+    "kill-worker": kill_worker,
+    "stuck-request": stuck_request,
+    "chain-reload": chain_reload_under_load,
+    "broken-reload": broken_reload,
+    "nginx-reload": nginx_reloads,
+}

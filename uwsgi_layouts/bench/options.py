@@ -59,8 +59,22 @@ HTTPERF_WARMUP_S = Numbers(1, 60)
 CLIENT_NICE = Ints(0, 19)  # httperf busy-polls a core: 19 (the default) lets the server win
 
 
+# What httperf requests (openloop, plan) unless --path says: the article's request.
+DEFAULT_PATH = "/?rounds=5&fib=25&io_ms=10"
+
+
+def request_path(raw) -> str:
+    """--path: one path for httperf's command line, starting with / and without spaces."""
+    path = str(raw)
+    if not path.startswith("/") or any(c.isspace() for c in path) or len(path) > 2000:
+        raise refuse("a path starting with / and without spaces (at most 2000 characters)", repr(raw))
+    return path
+
+
 def add_httperf_client(p) -> None:
-    """The options of httperf's side that openloop and plan share: its warm-up and its niceness."""
+    """The options of httperf's side that openloop and plan share: its request, its warm-up and
+    its niceness."""
+    p.add_argument("--path", type=request_path, help=f"request path (default {DEFAULT_PATH}, the article's request)")
     p.add_argument("--warmup", type=HTTPERF_WARMUP_S, default=2.0,
                    help=f"seconds of one-connection warm-up before the first step ({HTTPERF_WARMUP_S}; default 2)")
     p.add_argument("--client-nice", type=CLIENT_NICE, default=19,

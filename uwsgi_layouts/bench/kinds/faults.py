@@ -29,14 +29,7 @@ from uwsgi_layouts.bench.faultkit import Patch
 from uwsgi_layouts.bench.hostfaults import HOST_EXPERIMENTS
 from uwsgi_layouts.bench.kinds.base import RESULTS_NAME, Kind, publish, sigterm_interrupts
 from uwsgi_layouts.bench.load.traffic import TrafficError, redact_argv
-from uwsgi_layouts.bench.localfaults import (
-    backlog_full,
-    broken_reload,
-    chain_reload_under_load,
-    kill_worker,
-    nginx_reloads,
-    stuck_request,
-)
+from uwsgi_layouts.bench.localfaults import PER_LAYOUT, backlog_full, stuck_request
 from uwsgi_layouts.bench.options import (
     BadArgument,
     MissingTool,
@@ -54,13 +47,6 @@ DEFAULT_LAYOUTS = ("2x4-mapped", "2x4-shared")
 
 # --- the run: every experiment, then a table ---------------------------------------------------
 
-PER_LAYOUT = {
-    "kill-worker": kill_worker,
-    "stuck-request": stuck_request,
-    "chain-reload": chain_reload_under_load,
-    "broken-reload": broken_reload,
-    "nginx-reload": nginx_reloads,
-}
 EXPERIMENTS = (*PER_LAYOUT, "backlog-full")
 # What runs your app under your requests: the rest needs the demo app's slow endpoint
 # (stuck-request, backlog-full) or edits the app's code (broken-reload).

@@ -51,6 +51,7 @@ from uwsgi_layouts.bench.load.traffic import redact_argv
 from uwsgi_layouts.bench.load.wrk import WrkProcess, run_wrks
 from uwsgi_layouts.bench.observe import tree_cpu_seconds
 from uwsgi_layouts.bench.options import (
+    DEFAULT_PATH,
     MIN_STEP_S,
     STEP_S,
     BadArgument,
@@ -67,7 +68,6 @@ from uwsgi_layouts.bench.results import Results, Step, utc_now
 from uwsgi_layouts.bench.stack import Lab, dir_name
 from uwsgi_layouts.deploy.model import TRANSPORTS, parse_variant
 
-DEFAULT_PATH = "/?rounds=5&fib=25&io_ms=10"  # the article's request
 DEFAULT_RATES = (5, 10, 15, 20, 25, 30, 40)
 # The ranges of openloop's own options (each checked while parsing and shown in the help).
 RATES = CommaList(Numbers(0.1, 100_000), "rate")
@@ -81,7 +81,6 @@ def add_arguments(p) -> None:
                         f"(default {','.join(map(str, DEFAULT_RATES))})")
     p.add_argument("--step", type=STEP_S, default=float(MIN_STEP_S),
                    help=f"seconds per rate ({STEP_S}; default and minimum {MIN_STEP_S})")
-    p.add_argument("--path", help=f"request path (default {DEFAULT_PATH}, the article's request)")
     p.add_argument("--files", choices=ROUTES, help="instead of --path: random data-set files by route (httperf "
                                                    "--wlog, shuffled)")
     p.add_argument("--data-dir", help="with --files: the data set (default build/dataset, created if missing)")
@@ -104,8 +103,6 @@ def resolve_args(args) -> "_Args":
     if list(rates) != sorted(set(rates)):
         raise BadArgument(f"rates: must be ascending without repeats, got {','.join(map(str, rates))}")
     path = args.path or DEFAULT_PATH
-    if not path.startswith("/") or any(c.isspace() for c in path) or len(path) > 2000:
-        raise BadArgument(f"path: must start with / and contain no spaces, got {path!r}")
     subject = subj.from_args(args)
     if subject.mix is not None:
         subj.check_mix_for_httperf(subject, {"path": bool(args.path), "files": bool(args.files)})
