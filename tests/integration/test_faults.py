@@ -14,6 +14,7 @@ import subprocess
 
 import pytest
 
+from tests.refusals import names, refusal
 from uwsgi_layouts.bench.faultkit import FAULT_APP, FaultApp, Patch
 from uwsgi_layouts.bench.kinds.faults import plan
 from uwsgi_layouts.bench.localfaults import (
@@ -259,9 +260,8 @@ def test_bad_faults_arguments_exit_2_before_anything_is_written(tmp_path, capsys
     for argv, field in ((["--layouts", "2x4-bogus"], "strategy"), (["--only", "nap"], "only"),
                         (["--layouts", ","], "layouts"), (["--request", "GET /"], "request"),
                         ([*yours, "--only", "stuck-request"], "only"), ([*yours, "--hosts", "2"], "app"),
-                        ([*yours, "--import-timeout", "x"], "import_timeout")):
+                        ([*yours, "--import-timeout", "x"], "--import-timeout"), (["--hosts", "9"], "--hosts")):
         out = tmp_path / "out"
-        assert bench_cli.main(["faults", "--out", str(out), *argv]) == 2
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith(f"error: {field}"), err
+        line = refusal(bench_cli.main, ["faults", "--out", str(out), *argv], capsys)
+        assert names(line, field, "faults"), line
         assert not out.exists()
