@@ -76,7 +76,8 @@ from uwsgi_layouts.bench.kinds.base import RESULTS_NAME, sigterm_interrupts  # n
 from uwsgi_layouts.bench.kinds.closedloop import LiveRunner  # noqa: E402
 from uwsgi_layouts.bench.load import scenarios as sc  # noqa: E402
 from uwsgi_layouts.bench.load.wrk import run_wrks  # noqa: E402
-from uwsgi_layouts.bench.options import BadArgument, margin_arg, prepare_out, require_tools  # noqa: E402
+from uwsgi_layouts.bench.margin import MARGIN  # noqa: E402
+from uwsgi_layouts.bench.options import BadArgument, prepare_out, require_tools  # noqa: E402
 from uwsgi_layouts.bench.paired import DEFAULT_MARGIN  # noqa: E402
 from uwsgi_layouts.bench.report.text import md_table, table  # noqa: E402
 from uwsgi_layouts.bench.results import Results, utc_now  # noqa: E402
@@ -501,7 +502,8 @@ def parse_args(argv):
     p.add_argument("--transport", help="the baseline's transport (default: the layout's default)")
     p.add_argument("--builds", default=str(DEFAULT_BUILDS), help="where scripts/build-uwsgi.sh put its builds")
     p.add_argument("--no-profile", action="store_true", help="skip the perf pass")
-    p.add_argument("--margin", help=f"equivalence margin (default {DEFAULT_MARGIN})")
+    p.add_argument("--margin", type=MARGIN, default=DEFAULT_MARGIN, help=f"equivalence margin ({MARGIN}; default "
+                                                                           f"{DEFAULT_MARGIN})")
     p.add_argument("--out")
     return p.parse_args(argv)
 
@@ -520,7 +522,7 @@ def run(args, argv) -> int:
         raise BadArgument("rounds: at least 3 (fewer paired rounds decide nothing)")
     if not 1 <= args.duration <= 600:
         raise BadArgument(f"duration: seconds in 1..600, got {args.duration:g}")
-    margin = margin_arg(args.margin) if args.margin is not None else DEFAULT_MARGIN
+    margin = args.margin
     probe = parse_variant(args.uwsgi, run_dir=subj.VALIDATE_RUN_DIR)
     if probe.server != "uwsgi" or "@" in args.uwsgi:
         raise BadArgument(f"uwsgi: a plain uWSGI layout such as 2x4-mapped, got {args.uwsgi!r}")

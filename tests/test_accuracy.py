@@ -111,6 +111,22 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys, argv, message):
     assert not (tmp_path / "never").exists()
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--repeats", "0"], "--repeats: must be an integer in 1..20, got 0"),
+    (["--threads", "4,300"], "--threads: must be an integer in 1..256, got 300"),
+    (["--duration", "0.5"], "--duration: must be a number in 1..120, got 0.5"),
+    (["--budget-share", "2"], "--budget-share: must be a number in 0.01..1, got 2"),
+    (["--concurrency", "x"], "--concurrency: must be an integer in 1..1000, got 'x'"),
+])
+def test_values_out_of_range_are_refused_while_parsing(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_:
+        accuracy.main([*argv, "--out", str(tmp_path / "never")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2
+    assert len(err) == 1 and err[0] == f"uwsgi-layouts tune-accuracy: error: argument {message}", err
+    assert not (tmp_path / "never").exists()
+
+
 def test_grid_specs_leave_out_one_process_twins():
     specs, left_out = accuracy.grid_specs(2, (1, 4), ("mapped", "shared"))
     assert "1x4-mapped" in left_out and "1x4-shared" in specs and Candidate.parse(specs[0])

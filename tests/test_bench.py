@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.refusals import names, refusal
 from uwsgi_layouts.bench import cli as bench_cli
 from uwsgi_layouts.bench.analysis import group_cells
 from uwsgi_layouts.bench.kinds import compare
@@ -195,26 +196,24 @@ def test_default_plan_leaves_half_the_budget_to_the_rounds_until_decided():
 
 
 @pytest.mark.parametrize("argv,field", [
-    (["--duration", "0"], "duration"),
-    (["--duration", "soon"], "duration"),
-    (["--key-duration", "0"], "key_duration"),
-    (["--repeats", "0"], "repeats"),
-    (["--concurrency", "2,x"], "concurrency"),
-    (["--concurrency", "0"], "concurrency"),
+    (["--duration", "0"], "--duration"),
+    (["--duration", "soon"], "--duration"),
+    (["--key-duration", "0"], "--key-duration"),
+    (["--repeats", "0"], "--repeats"),
+    (["--concurrency", "2,x"], "--concurrency"),
+    (["--concurrency", "0"], "--concurrency"),
     (["--layouts", "0x4-mapped"], "processes"),
     (["--layouts", "2x4-bogus"], "strategy"),
-    (["--scenario", "nope"], "scenario"),
-    (["--fib", "31"], "fib"),
+    (["--scenario", "nope"], "--scenario"),
+    (["--fib", "31"], "--fib"),
     (["--rounds", "20", "--io-ms", "2000"], "rounds*io_ms"),
-    (["--stall-fraction", "0.9"], "stall_fraction"),
-    (["--transport", "udp"], "transport"),
+    (["--stall-fraction", "0.9"], "--stall-fraction"),
+    (["--transport", "udp"], "--transport"),
 ])
 def test_bad_compare_arguments_exit_2_with_one_line(tmp_path, capsys, argv, field):
     out = tmp_path / "out"
-    code = bench_cli.main(["compare", "--out", str(out), *argv])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2
-    assert len(err) == 1 and err[0].startswith(f"error: {field}"), err
+    line = refusal(bench_cli.main, ["compare", "--out", str(out), *argv], capsys)
+    assert names(line, field, "compare"), line
     assert not out.exists()
 
 

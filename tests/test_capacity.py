@@ -3,10 +3,9 @@ check verdicts, its report lines): pure, no stack. The real run is tests/integra
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
+from uwsgi_layouts.arguments import OneLineParser
 from uwsgi_layouts.bench.capacity import (
     Plan,
     PlanError,
@@ -128,34 +127,38 @@ def test_rate_step_and_plan_validated_on_creation():
 
 
 def parse(*argv):
-    p = argparse.ArgumentParser()
+    p = OneLineParser(prog="uwsgi-layouts plan")
     add_arguments(p)
     return resolve_args(p.parse_args(argv))
 
 
-def test_arguments():
+def test_arguments(capsys):
     a = parse("--layout", "2x2-mapped@cpus=1", "--rate", "100", "--p99-ms", "250")
     assert (a.rate, a.p99_ms, a.headroom, a.spare, a.bisections, a.step) == (100, 250, 0.8, 1, 8, 15)
     assert (a.resolution, a.min_requests, a.timeout) == (0.05, 200, 5)
     assert parse("--layout", "1x1-mapped", "--rate", "1", "--p99-ms", "4000").timeout == 8  # 2 x the target
     for argv, field in ((("--layout", "1x1-mapped", "--p99-ms", "1"), "rate: give"),
                         (("--layout", "1x1-mapped", "--rate", "1"), "p99_ms: give"),
-                        (("--layout", "1x1-mapped", "--rate", "0", "--p99-ms", "1"), "rate: must be a number > 0"),
-                        (("--layout", "1x1-mapped", "--rate", "x", "--p99-ms", "1"), "rate: must be a number > 0"),
-                        (("--layout", "1x1-mapped", "--rate", "inf", "--p99-ms", "1"), "rate: must be"),
-                        (("--layout", "1x1-mapped", "--rate", "1", "--p99-ms", "-5"), "p99_ms: must be a number > 0"),
                         (("--rate", "1", "--p99-ms", "5"), "layout: give the pod"),
                         (("--layout", "1x1-mapped@replicas=2", "--rate", "1", "--p99-ms", "5"), "leave @replicas"),
                         (("--layout", "1x1-gunicorn", "--rate", "1", "--p99-ms", "5"), "stats server"),
-                        (("--layout", "1x1-mapped", "--rate", "1", "--p99-ms", "5", "--headroom", "1.2"), "headroom"),
-                        (("--layout", "1x1-mapped", "--rate", "1", "--p99-ms", "5", "--step", "5"), "step"),
-                        (("--layout", "1x1-mapped", "--rate", "1", "--p99-ms", "5", "--resolution", "0"), "resolution"),
-                        (("--layout", "1x1-mapped", "--rate", "1", "--p99-ms", "5", "--min-requests", "5"),
-                         "min_requests"),
                         (("--layout", "1x1-mapped", "--rate", "1", "--p99-ms", "3000", "--timeout", "3"),
                          "timeout: must be above the p99 target")):
         with pytest.raises(BadArgument, match=field):
             parse(*argv)
+    # A value out of its range is refused while parsing, naming the option and the range.
+    for argv, line in ((("--rate", "0"), "--rate: must be a number in (0, 100000], got 0"),
+                       (("--rate", "x"), "--rate: must be a number in (0, 100000], got 'x'"),
+                       (("--rate", "inf"), "--rate: must be a number in (0, 100000], got inf"),
+                       (("--p99-ms", "-5"), "--p99-ms: must be a number in (0, 100000], got -5"),
+                       (("--headroom", "1.2"), "--headroom: must be a number in 0.05..1, got 1.2"),
+                       (("--step", "5"), "--step: must be a number in 15..600, got 5"),
+                       (("--resolution", "0"), "--resolution: must be a number in 0.01..0.5, got 0"),
+                       (("--min-requests", "5"), "--min-requests: must be an integer in 20..100000, got 5")):
+        with pytest.raises(SystemExit) as exit_:
+            parse("--layout", "1x1-mapped", "--rate", "1", "--p99-ms", "5", *argv)
+        assert exit_.value.code == 2
+        assert capsys.readouterr().err == f"uwsgi-layouts plan: error: argument {line}\n"
     with pytest.raises(LayoutError, match="cpus"):
         parse("--layout", "1x1-mapped@cpus=0", "--rate", "1", "--p99-ms", "5")
 

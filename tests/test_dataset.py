@@ -278,9 +278,12 @@ def test_cli_makes_then_keeps_the_data_set(base, capsys):
     (["--seed", "x"], "seed"),
 ])
 def test_cli_bad_values_exit_2_with_one_line(base, capsys, args, field):
-    assert dataset.main(["--root", str(base / "ds"), *args]) == 2
+    with pytest.raises(SystemExit) as exit_:  # refused while parsing, before anything is written
+        dataset.main(["--root", str(base / "ds"), *args])
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith(f"error: {field}: ")
+    assert exit_.value.code == 2
+    assert err.count("\n") == 1 and err.startswith(f"uwsgi-layouts dataset: error: argument --{field}: must be an "
+                                                   "integer in ")
     assert not (base / "ds").exists()
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.refusals import refusal
 from uwsgi_layouts.bench import cli as bench_cli
 from uwsgi_layouts.bench.analysis import (
     compare_groups,
@@ -315,16 +316,18 @@ def test_the_budget_bounds_the_rounds():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--budget", "0.5"], "budget: 0.5 min is less than the planned rounds need: about "),
-    (["--margin", "0.5"], "margin: must be a share in (0, 0.5)"),
-    (["--margin", "0"], "margin: must be a share in (0, 0.5)"),
-    (["--margin", "five"], "margin: must be a share in (0, 0.5)"),
+    (["--budget", "0.5"], "error: budget: 0.5 min is less than the planned rounds need: about "),
+    (["--budget", "0.05"], "uwsgi-layouts compare: error: argument --budget: must be auto or a number of minutes in "
+                           "0.1..1440, got '0.05'"),
+    (["--margin", "0.5"], "uwsgi-layouts compare: error: argument --margin: must be a share in (0, 0.5), e.g. 0.05 "
+                          "for ±5%, got 0.5"),
+    (["--margin", "0"], "uwsgi-layouts compare: error: argument --margin: must be a share in (0, 0.5)"),
+    (["--margin", "five"], "uwsgi-layouts compare: error: argument --margin: must be a share in (0, 0.5)"),
 ])
 def test_bad_budget_or_margin_exits_2_with_one_line(tmp_path, capsys, argv, message):
     out = tmp_path / "never"
-    assert bench_cli.main(["compare", "--processes", "2", "--out", str(out), *argv]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"error: {message}"), err
+    line = refusal(bench_cli.main, ["compare", "--processes", "2", "--out", str(out), *argv], capsys)
+    assert line.startswith(message), line
     assert not out.exists()
 
 

@@ -13,7 +13,6 @@ shell lines (curl, systemctl, git, cd, sudo, for-loops...) are not checked.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib.machinery
 import importlib.util
@@ -23,7 +22,6 @@ import re
 import shlex
 import subprocess
 import sys
-import types
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -231,31 +229,6 @@ def commands(path: Path, text: str | None = None) -> list[Command]:
 
 # --- commands: checking -------------------------------------------------------------------------------
 
-class _Parsed(Exception):
-    """tune-accuracy's parser accepted its arguments (raised instead of going on to run anything)."""
-
-
-class _ParseOnly(argparse.ArgumentParser):
-    def parse_args(self, args=None, namespace=None):
-        super().parse_args(args, namespace)
-        raise _Parsed
-
-
-def parse_tune_accuracy(argv: list[str]) -> None:
-    """tune-accuracy builds its parser inside ``accuracy.parse`` (no build_parser), then checks and runs:
-    give that function an argparse whose parser stops right after parsing."""
-    saved = accuracy.argparse
-    accuracy.argparse = types.SimpleNamespace(**{**vars(argparse), "ArgumentParser": _ParseOnly})
-    try:
-        accuracy.parse(argv)
-    except _Parsed:
-        return
-    finally:
-        accuracy.argparse = saved
-    raise AssertionError("tune-accuracy's parse() no longer builds its parser from argparse.ArgumentParser: "
-                         "update tests/test_docs.py")
-
-
 def routes() -> dict[str, object]:
     """Command word -> a function that parses that command's argv (the command word included), as
     uwsgi_layouts.console routes it."""
@@ -268,7 +241,7 @@ def routes() -> dict[str, object]:
         table[name] = lambda argv: deploy_cli.parse_args(bench_cli.build_parser(console.PROG), argv)
     tools = {"dataset": lambda argv: dataset.build_parser().parse_args(argv[1:]),
              "map-scale": lambda argv: mapscale.build_parser().parse_args(argv[1:]),
-             "tune-accuracy": lambda argv: parse_tune_accuracy(argv[1:]),
+             "tune-accuracy": lambda argv: accuracy.build_parser().parse_args(argv[1:]),
              "watch": lambda argv: watchcli.build_parser().parse_args(argv[1:]),
              "watch-rules": lambda argv: watchrulescli.build_parser().parse_args(argv[1:])}
     assert set(tools) == set(console.TOOLS), f"console.TOOLS is now {sorted(console.TOOLS)}: update tests/test_docs.py"
@@ -288,7 +261,8 @@ def placeholders(argv: list[str]) -> tuple[list[str], bool]:
       is checked like any other.
 
     Words in capitals (``NAME``, ``DIR``, ``PREFIX``) and paths such as ``results/.../results.json`` are
-    plain values to argparse and need no rule."""
+    plain values to argparse and need no rule here; one given to an option that checks its value while
+    parsing (``--concurrency N``) is left out by ``run_parser``."""
     elided = "..." in argv
     out = []
     for token in argv:
@@ -302,21 +276,45 @@ def placeholders(argv: list[str]) -> tuple[list[str], bool]:
     return out, elided
 
 
-def run_parser(parse, argv: list[str]) -> str | None:
-    """None if ``parse(argv)`` accepts it, else argparse's message."""
-    argv, elided = placeholders(argv)
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            parse(argv)
-    except SystemExit as exc:
-        message = " ".join(err.getvalue().split()) or f"exit {exc.code}"
-        if exc.code in (0, None):
-            return None  # --help
-        if elided and "the following arguments are required" in message:
-            return None
-        return message
+# A word in capitals standing for a value (``--concurrency N``, ``--strategies LIST``) is refused by
+# an option that checks its value while parsing; argparse then names the option and quotes the word.
+PLACEHOLDER_REFUSED = re.compile(r"argument (--[\w-]+): .*'([A-Z][A-Z0-9_]*)'")
+
+
+def without_placeholder(argv: list[str], option: str, word: str) -> list[str] | None:
+    """``argv`` without ``option WORD`` (or ``option=WORD``), or None if it is not there."""
+    for i, token in enumerate(argv):
+        if token == f"{option}={word}":
+            return argv[:i] + argv[i + 1:]
+        if token == option and argv[i + 1:i + 2] == [word]:
+            return argv[:i] + argv[i + 2:]
     return None
+
+
+def run_parser(parse, argv: list[str]) -> str | None:
+    """None if ``parse(argv)`` accepts it, else argparse's message. An option given a placeholder
+    (PLACEHOLDER_REFUSED) is left out and the rest parsed again: every other option is still checked."""
+    argv, elided = placeholders(argv)
+    dropped: list[str] = []  # options given a placeholder
+    while True:
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                parse(argv)
+        except SystemExit as exc:
+            message = " ".join(err.getvalue().split()) or f"exit {exc.code}"
+            if exc.code in (0, None):
+                return None  # --help
+            required = message.partition("the following arguments are required: ")[2]
+            if required and (elided or set(required.split(", ")) <= set(dropped)):
+                return None
+            placeholder = PLACEHOLDER_REFUSED.search(message)
+            rest = without_placeholder(argv, *placeholder.groups()) if placeholder else None
+            if rest is None:
+                return message
+            argv, dropped = rest, [*dropped, placeholder.group(1)]
+            continue
+        return None
 
 
 def check_console(argv: list[str]) -> str | None:
@@ -507,6 +505,10 @@ def test_command_extraction_names_file_and_line(tmp_path):
     ("make compare ARGS='--no-such-option'", "unrecognized arguments: --no-such-option"),
     ("uwsgi-layouts compare --request 'GET", "shlex"),
     ("uwsgi-layouts doctor", "required: --stats"),  # a line of a code block: a command, not a name
+    # a value out of its range is still an error; only a word in capitals is a placeholder
+    ("uwsgi-layouts compare --processes 0 --concurrency N", "argument --processes: must be an integer"),
+    ("uwsgi-layouts tune --concurrency N --no-such-option", "unrecognized arguments: --no-such-option"),
+    ("uwsgi-layouts compare --concurrency n", "argument --concurrency: must be an integer"),
 ])
 def test_command_checker_catches(text, expected):
     problem = check_command(text)
@@ -529,6 +531,8 @@ def test_a_command_named_in_prose_must_exist():
     "python -m deploy render 2x4-mapped --out /tmp/x",
     "make tune ARGS=...",
     "make render LAYOUT=3x4-mapped",
+    "uwsgi-layouts tune --concurrency N --p99-ms MS --strategies LIST",  # placeholders for checked values
+    "uwsgi-layouts doctor --stats ADDRESS --for SECONDS",  # a required option given a placeholder
 ])
 def test_command_checker_accepts(text):
     assert check_command(text) is None

@@ -28,6 +28,7 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(p): p for package in ("bench", "deploy") for p in sorted((PACKAGE_DIR / package).rglob("*.py"))}
 MODULES["console"] = PACKAGE_DIR / "console.py"
 MODULES["files"] = PACKAGE_DIR / "files.py"  # the one atomic writer, under every room
+MODULES["arguments"] = PACKAGE_DIR / "arguments.py"  # the parser and the validators, under every room
 
 
 def resolve(name: str) -> str | None:
@@ -238,7 +239,7 @@ def test_the_model_touches_no_disk():
 BENCH_MAY_IMPORT = {"deploy.model", "deploy.machine", "deploy.render", "deploy.run"}
 BENCH_EXTRA = {
     "deploy.ship": {"bench.kinds.tune", "bench.kinds.compare", "bench.stack"},
-    "deploy.cli": {"bench.cli", "bench.subject", "console", "bench.watchcli", "bench.watchrulescli"},
+    "deploy.cli": {"bench.cli", "bench.subject", "console"},
 }
 
 
@@ -321,3 +322,9 @@ def test_the_peer_launcher_imports_nothing_of_ours():
 def test_the_atomic_writer_is_under_every_room():
     """deploy's rooms and bench's layers all write through ``files``: it imports none of them."""
     assert GRAPH["files"] == set()
+
+
+def test_the_command_line_parts_are_under_every_room():
+    """deploy's CLI, bench's kinds and the tools parse with ``arguments``: it imports none of them."""
+    assert GRAPH["arguments"] == set()
+    assert "arguments" in GRAPH["deploy.cli"] and "arguments" in GRAPH["bench.options"]

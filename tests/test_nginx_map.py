@@ -285,7 +285,9 @@ def test_mapscale_report_from_a_synthetic_run():
 def test_mapscale_refuses_bad_arguments_in_one_line(tmp_path, capsys, argv, field):
     from uwsgi_layouts.bench import mapscale
 
-    assert mapscale.main([*argv, "--out", str(tmp_path / "o")]) == 2
+    with pytest.raises(SystemExit) as exit_:  # refused while parsing, before anything is written
+        mapscale.main([*argv, "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"error: {field}:"), err
+    assert exit_.value.code == 2
+    assert len(err) == 1 and err[0].startswith(f"uwsgi-layouts map-scale: error: argument --{field}: must be"), err
     assert not (tmp_path / "o").exists()

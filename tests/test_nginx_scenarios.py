@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from tests.refusals import names, refusal
 from uwsgi_layouts.bench import cli as bench_cli
 from uwsgi_layouts.bench import options
 from uwsgi_layouts.bench.dataset import make_dataset
@@ -93,21 +94,19 @@ def test_article_plan_is_unchanged():
 
 
 @pytest.mark.parametrize("argv,field", [
-    (["--scenario", "files", "--cold-cache", "maybe"], "cold_cache"),
-    (["--scenario", "files-mixed", "--hot-clients", "0"], "hot_clients"),
-    (["--scenario", "files-mixed", "--large-share", "0.9"], "large_share"),
+    (["--scenario", "files", "--cold-cache", "maybe"], "--cold-cache"),
+    (["--scenario", "files-mixed", "--hot-clients", "0"], "--hot-clients"),
+    (["--scenario", "files-mixed", "--large-share", "0.9"], "--large-share"),
     (["--scenario", "article", "--data-dir", "/tmp/x"], "data_dir"),
     (["--scenario", "files-mixed", "--layouts", "2x4-mapped@aio=sometimes"], "aio"),
     (["--scenario", "reuseport", "--layouts", "2x4-mapped@nginx_workers=0"], "nginx_workers"),
     (["--scenario", "reuseport", "--layouts", "2x4-mapped@listen=0.0.0.0:80"], "listen"),
-    (["--scenario", "filez"], "scenario"),
+    (["--scenario", "filez"], "--scenario"),
 ])
 def test_bad_nginx_arguments_exit_2_with_one_line(tmp_path, capsys, argv, field):
     out = tmp_path / "out"
-    code = bench_cli.main(["compare", "--out", str(out), *argv])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2
-    assert len(err) == 1 and err[0].startswith(f"error: {field}"), err
+    line = refusal(bench_cli.main, ["compare", "--out", str(out), *argv], capsys)
+    assert names(line, field, "compare"), line
     assert not out.exists()
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.refusals import names, refusal
 from uwsgi_layouts.bench import cli as bench_cli
 from uwsgi_layouts.bench import options
 from uwsgi_layouts.bench.analysis import judge_step
@@ -177,17 +178,17 @@ def test_httperf_command_offers_rate_times_step_connections():
 
 @pytest.mark.parametrize("argv,field", [
     (["--rates", "10,5"], "rates"),
-    (["--rates", "10,x"], "rates"),
-    (["--rates", "0"], "rates"),
-    (["--step", "5"], "step"),
+    (["--rates", "10,x"], "--rates"),
+    (["--rates", "0"], "--rates"),
+    (["--step", "5"], "--step"),
     (["--layout", "2x4-nope"], "strategy"),
-    (["--path", "healthz"], "path"),
-    (["--files", "ftp"], "files"),
-    (["--client-nice", "30"], "client_nice"),
-    (["--transport", "udp"], "transport"),
+    (["--path", "healthz"], "--path"),
+    (["--files", "ftp"], "--files"),
+    (["--client-nice", "30"], "--client-nice"),
+    (["--transport", "udp"], "--transport"),
     # the app and traffic options (bench.subject), as compare takes them
     (["--app", "nope"], "app"),
-    (["--import-timeout", "0"], "import_timeout"),
+    (["--import-timeout", "0"], "--import-timeout"),
     (["--request", "POST /api/items"], "request"),  # httperf replays a list of paths, GET only
     (["--request", "GET /", "--header", "Cookie: s=1"], "header"),  # httperf's argv is readable by others
     (["--request", "GET /", "--path", "/x"], "path"),
@@ -195,10 +196,8 @@ def test_httperf_command_offers_rate_times_step_connections():
 ])
 def test_bad_openloop_arguments_exit_2_with_one_line(tmp_path, capsys, argv, field):
     out = tmp_path / "out"
-    code = bench_cli.main(["openloop", "--out", str(out), *argv])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2
-    assert len(err) == 1 and err[0].startswith(f"error: {field}"), err
+    line = refusal(bench_cli.main, ["openloop", "--out", str(out), *argv], capsys)
+    assert names(line, field, "openloop"), line
     assert not out.exists()
 
 

@@ -147,4 +147,5 @@ def test_watch_rules_command_writes_both_files_and_never_overwrites(tmp_path):
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert again.returncode == 2 and again.stderr.startswith("error: out:") and again.stderr.count("\n") == 1
     bad = subprocess.run([*cmd[:-4], "--p99-ms", "0"], capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "p99_ms: must be a number in 1..600000" in bad.stderr
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert bad.stderr.startswith("uwsgi-layouts watch-rules: error: argument --p99-ms: must be a number in 1..600000")

@@ -18,6 +18,7 @@ from typing import Callable
 import numpy as np
 
 from uwsgi_layouts.bench.analysis import percentile_of
+from uwsgi_layouts.bench.cli import build_parser
 from uwsgi_layouts.bench.kinds import tune as kind
 from uwsgi_layouts.bench.load.wrk import compress
 from uwsgi_layouts.bench.results import Cell, Errors, Latency, Results
@@ -110,14 +111,12 @@ class FakeMeasure:
 
 
 def tune_args(**given) -> argparse.Namespace:
-    """What ``uwsgi-layouts tune`` parses, with ``given`` set (strings, as on the command line)."""
-    names = ("concurrency", "p99_ms", "memory_mb", "budget", "strategies", "stall_share", "stall_ms", "max_processes",
-             "threads", "scenario", "transport", "timeout", "app", "app_dir", "virtualenv", "env", "static", "request",
-             "requests", "header", "access_log", "out", "replay")
-    args = argparse.Namespace(**{n: None for n in names}, include_unsafe=False)
-    for key, value in given.items():
-        setattr(args, key, value)
-    args.argv = ["tune", *(f"--{k.replace('_', '-')}={v}" for k, v in given.items())]
+    """What ``uwsgi-layouts tune`` parses from ``given`` (strings, as on the command line; a list
+    for a repeatable option), through tune's own parser: each value checked as there."""
+    argv = ["tune", *(f"--{k.replace('_', '-')}={v}" for k, values in given.items()
+                      for v in (values if isinstance(values, list) else [values]))]
+    args = build_parser().parse_args(argv)
+    args.argv = argv
     return args
 
 

@@ -184,7 +184,8 @@ def test_bad_input_is_one_line_and_writes_nothing(lab, tmp_path, free_ports):
             assert proc.stderr.count("\n") == 1 and expected in proc.stderr, (address, proc.stderr)
         for option, value in (("--for", "0"), ("--for", "3601"), ("--hz", "0"), ("--hz", "500")):
             proc = doctor("--stats", layout.stats_address, option, value, "--out", str(out))
-            assert proc.returncode == 2 and proc.stderr.startswith(f"error: {option[2:]}:"), proc.stderr
+            assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+            assert proc.stderr.startswith(f"uwsgi-layouts doctor: error: argument {option}: must be "), proc.stderr
         proc = doctor("--stats", layout.stats_address, "--access-log", str(tmp_path / "none.log"), "--out", str(out))
         assert proc.returncode == 2 and "access_log: cannot read" in proc.stderr
     assert not out.exists()

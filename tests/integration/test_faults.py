@@ -1,6 +1,6 @@
 """Faults, reloads and overload under real wrk load, against real nginx + uWSGI on loopback.
 
-Each test runs one experiment of ``bench/kinds/faults.py`` (the same functions ``make faults``
+Each test runs one experiment of ``bench/localfaults.py`` (the same functions ``make faults``
 prints and saves its figures from) and asserts the issue's targets, which the experiment records as
 checks with what it measured. Loads are bounded (wrk -d a few seconds); every process is
 stopped on every path (the experiments use context managers, and conftest checks that
@@ -14,16 +14,15 @@ import subprocess
 
 import pytest
 
-from uwsgi_layouts.bench.kinds.faults import (
-    FAULT_APP,
-    FaultApp,
-    Patch,
+from tests.refusals import names, refusal
+from uwsgi_layouts.bench.faultkit import FAULT_APP, FaultApp, Patch
+from uwsgi_layouts.bench.kinds.faults import plan
+from uwsgi_layouts.bench.localfaults import (
     backlog_full,
     broken_reload,
     chain_reload_under_load,
     kill_worker,
     nginx_reloads,
-    plan,
     stuck_request,
 )
 from uwsgi_layouts.bench.report.faults import format_table
@@ -261,9 +260,8 @@ def test_bad_faults_arguments_exit_2_before_anything_is_written(tmp_path, capsys
     for argv, field in ((["--layouts", "2x4-bogus"], "strategy"), (["--only", "nap"], "only"),
                         (["--layouts", ","], "layouts"), (["--request", "GET /"], "request"),
                         ([*yours, "--only", "stuck-request"], "only"), ([*yours, "--hosts", "2"], "app"),
-                        ([*yours, "--import-timeout", "x"], "import_timeout")):
+                        ([*yours, "--import-timeout", "x"], "--import-timeout"), (["--hosts", "9"], "--hosts")):
         out = tmp_path / "out"
-        assert bench_cli.main(["faults", "--out", str(out), *argv]) == 2
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith(f"error: {field}"), err
+        line = refusal(bench_cli.main, ["faults", "--out", str(out), *argv], capsys)
+        assert names(line, field, "faults"), line
         assert not out.exists()

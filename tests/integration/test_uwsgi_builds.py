@@ -22,7 +22,7 @@ import pytest
 
 from tests.integration.support import FAST, SLOW, concurrently, made, via_nginx
 from tests.integration.test_security import raw_uwsgi
-from uwsgi_layouts.bench.kinds.faults import chain_reload_under_load, stuck_request
+from uwsgi_layouts.bench.localfaults import chain_reload_under_load, stuck_request
 from uwsgi_layouts.bench.stack import Lab
 from uwsgi_layouts.deploy.machine import uwsgi_has_routing, uwsgi_has_ssl
 from uwsgi_layouts.deploy.run import http_get, netns

@@ -13,8 +13,8 @@ import pytest
 
 from tests.integration.test_compare import bench_processes
 from tests.integration.test_yourapp_compare import REPO_ROOT, app_args
-from uwsgi_layouts.bench.kinds.faults import kill_worker, nginx_reloads
 from uwsgi_layouts.bench.load.traffic import Request, build_mix
+from uwsgi_layouts.bench.localfaults import kill_worker, nginx_reloads
 from uwsgi_layouts.bench.stack import Lab
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from uwsgi_layouts.arguments import EXIT_BAD_INPUT, PROG, OneLineParser
 from uwsgi_layouts.bench.dataset import DatasetError
 from uwsgi_layouts.bench.kinds import KINDS
 from uwsgi_layouts.bench.kinds.base import RESULTS_NAME, publish
@@ -16,10 +17,9 @@ from uwsgi_layouts.bench.options import BadArgument, MissingTool
 from uwsgi_layouts.bench.report.plan import PLAN_JSON, read_plan, write_plan_reports
 from uwsgi_layouts.bench.results import Results, ResultsError, load
 from uwsgi_layouts.bench.summary import SUMMARY_NAME, Summary, is_summarized
-from uwsgi_layouts.deploy.cli import PROG, OneLineParser, parse_args
+from uwsgi_layouts.deploy.cli import parse_args
 from uwsgi_layouts.deploy.model import LayoutError, RenderError, StackError
 
-EXIT_BAD_INPUT = 2
 BAD_INPUT = (BadArgument, LayoutError, ResultsError, ReplayError, DatasetError, TrafficError)
 FAILED = (RenderError, StackError, MissingTool, HttperfError, WrkError)
 

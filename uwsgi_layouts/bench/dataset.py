@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from uwsgi_layouts.app.files import FILES_SUBDIR, FORMAT_VERSION, INDEX_NAME, valid_id, valid_rel_path
+from uwsgi_layouts.arguments import EXIT_BAD_INPUT, PROG, Ints, OneLineParser
 from uwsgi_layouts.deploy.machine import map_is_current, read_map_facts
 from uwsgi_layouts.deploy.model import MAP_NAME, MapError, MapFacts
 from uwsgi_layouts.deploy.render import write_map as write_nginx_map
@@ -57,15 +58,15 @@ def default_root() -> Path:
     """Where the data set goes unless --root says: build/dataset in the current directory."""
     return Path.cwd() / "build" / "dataset"
 
-EXIT_BAD_INPUT = 2
 
-# Bounds: ids have at most 6 digits, and nothing here should fill a disk by a typo.
+# Bounds: ids have at most 6 digits, and nothing here should fill a disk by a typo. The CLI's
+# options parse with them too (each range written once, shown in the help).
 LIMITS = {
-    "small_count": (1, 1_000_000),
-    "small_size": (1, 64 * 1024 * 1024),
-    "large_count": (0, 1000),
-    "large_size": (1, 4 * 1024 * 1024 * 1024),
-    "seed": (0, 2**63 - 1),
+    "small_count": Ints(1, 1_000_000),
+    "small_size": Ints(1, 64 * 1024 * 1024),
+    "large_count": Ints(0, 1000),
+    "large_size": Ints(1, 4 * 1024 * 1024 * 1024),
+    "seed": Ints(0, 2**63 - 1),
 }
 FANOUT = 100  # entries per directory level
 WRITE_BLOCK = 1024 * 1024
@@ -179,12 +180,12 @@ def check_params(small_count, small_size, large_count, large_size, seed) -> dict
     values = {"small_count": small_count, "small_size": small_size, "large_count": large_count,
               "large_size": large_size, "seed": seed}
     for name, raw in values.items():
-        low, high = LIMITS[name]
+        limit = LIMITS[name]
         field = name.replace("_", "-")
         if isinstance(raw, str) and raw.strip().isascii() and raw.strip().isdigit():
             raw = int(raw.strip())
-        if isinstance(raw, bool) or not isinstance(raw, int) or not low <= raw <= high:
-            raise DatasetError(field, f"must be an integer in {low}..{high}, got {raw!r}")
+        if isinstance(raw, bool) or not isinstance(raw, int) or not limit.low <= raw <= limit.high:
+            raise DatasetError(field, f"must be {limit.allowed}, got {raw!r}")
         values[name] = raw
     return values
 
@@ -492,20 +493,17 @@ def disk_read_bytes(path: Path) -> int | None:
 # --- CLI -------------------------------------------------------------------------------------
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str):
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _OneLineParser(prog="uwsgi-layouts dataset", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog=f"{PROG} dataset", description=__doc__.splitlines()[0])
     p.add_argument("--root", default=None,
                    help="where to write the data set (default: build/dataset in the current directory)")
-    p.add_argument("--small-count", default="10000", help="number of small files (default 10000)")
-    p.add_argument("--small-size", default=str(5 * 1024), help="bytes per small file (default 5120)")
-    p.add_argument("--large-count", default="3", help="number of large files (default 3)")
-    p.add_argument("--large-size", default=str(4 * 1024 * 1024), help="bytes per large file (default 4 MiB)")
-    p.add_argument("--seed", default="0", help="content seed (default 0)")
+    for name, default, what in (("small_count", 10_000, "number of small files"),
+                                ("small_size", 5 * 1024, "bytes per small file"),
+                                ("large_count", 3, "number of large files"),
+                                ("large_size", 4 * 1024 * 1024, "bytes per large file"),
+                                ("seed", 0, "content seed")):
+        p.add_argument(f"--{name.replace('_', '-')}", type=LIMITS[name], default=default,
+                       help=f"{what} ({LIMITS[name]}; default {default})")
     p.add_argument("--evict", action="store_true", help="then drop the data set from the page cache")
     p.add_argument("--map-only", action="store_true",
                    help="only (re)write the nginx map of the data set already at --root, whatever its parameters")

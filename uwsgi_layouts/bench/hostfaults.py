@@ -27,18 +27,12 @@ import signal
 import time
 from collections import Counter
 
+from uwsgi_layouts.bench.faultkit import FAST_GET, check, sent_requests
 from uwsgi_layouts.bench.load.wrk import WrkProcess, run_wrks
 from uwsgi_layouts.bench.observe import Sampler, access_log, nginx_log_lines
-from uwsgi_layouts.bench.results import Check, FaultRecord
+from uwsgi_layouts.bench.results import FaultRecord
 from uwsgi_layouts.bench.stack import Lab
 from uwsgi_layouts.deploy.model import StackError
-
-# A request that returns in ~20 ms (as bench.kinds.faults.FAST_GET).
-FAST_GET = "/?rounds=1&fib=10&io_ms=20"
-
-
-def _check(target: str, ok: bool, measured: str) -> Check:
-    return Check(target, bool(ok), measured)
 
 
 @contextlib.contextmanager
@@ -126,11 +120,6 @@ def slow_started(stack, since_wall: float, seconds: float) -> int:
     return count
 
 
-def _sent(run) -> int:
-    e = run.errors
-    return run.requests + e.connect + e.read + e.write + e.timeout
-
-
 def _host_outage(lab: Lab, name: str, spec: str, fail, restore, duration: float, connections: int,
                  down_s: float, patch=None, **options) -> FaultRecord:
     """The common shape of kill-host and unreachable-host: load, fail the last host, restore it."""
@@ -174,7 +163,7 @@ def _host_outage(lab: Lab, name: str, spec: str, fail, restore, duration: float,
         name=name, layout=f"{spec} x{len(layout.hosts)} hosts (max_fails={layout.max_fails} "
                           f"fail_timeout={layout.fail_timeout}s retries={layout.retries})",
         load=f"wrk -c{connections} GET {duration:g} s; host {victim} down {down_s:g} s",
-        faults_injected=1, requests_sent=_sent(run), requests_failed=failed, data_lost=0,
+        faults_injected=1, requests_sent=sent_requests(run), requests_failed=failed, data_lost=0,
         notes=(
             f"throughput: {before:.0f} req/s in the second before, {outage_rps:.0f} req/s while {victim} was "
             f"down (served by {', '.join(h for h, n in outage.items() if n) or 'nobody'}), "
@@ -187,12 +176,12 @@ def _host_outage(lab: Lab, name: str, spec: str, fail, restore, duration: float,
             errors,
         ),
         checks=(
-            _check(f"failed GETs at most those in flight on {victim} (<= {in_flight_bound})",
+            check(f"failed GETs at most those in flight on {victim} (<= {in_flight_bound})",
                    failed <= in_flight_bound, f"{failed} failed ({_classes(run)})"),
-            _check("0 failed GETs (in-flight GETs are retried too)", failed == 0, f"{failed} failed"),
-            _check("the other hosts keep serving", outage_rps > 0.3 * before,
+            check("0 failed GETs (in-flight GETs are retried too)", failed == 0, f"{failed} failed"),
+            check("the other hosts keep serving", outage_rps > 0.3 * before,
                    f"{outage_rps:.0f} vs {before:.0f} req/s"),
-            _check(f"{victim} gets traffic again once back", back_after is not None,
+            check(f"{victim} gets traffic again once back", back_after is not None,
                    f"after {back_after:.2f} s" if back_after is not None else "no request"),
         ),
         figures={"before_rps": before, "outage_rps": outage_rps, "back_after_s": back_after,
@@ -270,14 +259,14 @@ def kill_worker_on_host(lab: Lab, spec: str = "2x4-mapped", duration: float = 8.
     return FaultRecord(
         name="kill-worker-on-host", layout=f"{spec} x{len(layout.hosts)} hosts (max_fails={layout.max_fails} "
                                            f"fail_timeout={layout.fail_timeout}s retries={layout.retries})",
-        load=f"wrk -c{connections} GET {duration:g} s", faults_injected=1, requests_sent=_sent(run),
+        load=f"wrk -c{connections} GET {duration:g} s", faults_injected=1, requests_sent=sent_requests(run),
         requests_failed=run.errors.total, data_lost=0,
         notes=(f"respawned in {respawn_s * 1000:.0f} ms; in the {window[1] - window[0]:.1f} s after, the respawned "
                f"worker served {respawned} requests, its peers' median {peer}; throughput {before:.0f} req/s "
                f"before, {after:.0f} after", errors),
         checks=(
-            _check("0 failed GETs", run.errors.total == 0, f"{run.errors.total} failed"),
-            _check("the respawned worker is not shut out (serves at least half its peers' median)",
+            check("0 failed GETs", run.errors.total == 0, f"{run.errors.total} failed"),
+            check("the respawned worker is not shut out (serves at least half its peers' median)",
                    respawned >= 0.5 * peer, f"{respawned} vs {peer}"),
         ),
         figures={"respawn_s": respawn_s, "respawned_served": respawned, "peer_median": peer, "before_rps": before,

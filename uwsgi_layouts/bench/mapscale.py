@@ -35,10 +35,11 @@ from pathlib import Path
 
 import psutil
 
+from uwsgi_layouts.arguments import EXIT_BAD_INPUT, PROG, CommaList, Ints, OneLineParser
 from uwsgi_layouts.bench import dataset as ds
 from uwsgi_layouts.bench.analysis import Stat
 from uwsgi_layouts.bench.environment import capture
-from uwsgi_layouts.bench.options import BadArgument, int_arg, prepare_out
+from uwsgi_layouts.bench.options import BadArgument, prepare_out
 from uwsgi_layouts.bench.report.text import fmt_stat, md_table, table
 from uwsgi_layouts.bench.stack import Lab
 from uwsgi_layouts.deploy.model import ROUTE_PREFIX
@@ -181,33 +182,31 @@ def report_lines(data: dict, markdown: bool = False) -> list[str]:
 # --------------------------------------------------------------------------- CLI
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message}\n")
+# The ranges of map-scale's options (each checked while parsing and shown in the help).
+COUNTS = CommaList(ds.LIMITS["small_count"], "id count")
+REPEATS = Ints(1, 50)
+WORKERS = Ints(1, 64)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _OneLineParser(prog="uwsgi-layouts map-scale", description=__doc__.splitlines()[0])
-    p.add_argument("--counts", default=",".join(map(str, DEFAULT_COUNTS)),
-                   help="comma-separated id counts (default 10000,1000000)")
-    p.add_argument("--repeats", default="3", help="interleaved repeats (default 3)")
-    p.add_argument("--workers", default="1", help="nginx worker processes (default 1, the layouts' default)")
+    p = OneLineParser(prog=f"{PROG} map-scale", description=__doc__.splitlines()[0])
+    p.add_argument("--counts", type=COUNTS, default=DEFAULT_COUNTS,
+                   help=f"comma-separated id counts, each {COUNTS.item} (default {','.join(map(str, DEFAULT_COUNTS))})")
+    p.add_argument("--repeats", type=REPEATS, default=3, help=f"interleaved repeats ({REPEATS}; default 3)")
+    p.add_argument("--workers", type=WORKERS, default=1,
+                   help=f"nginx worker processes ({WORKERS}; default 1, the layouts' default)")
     p.add_argument("--out", help="output directory (default results/<timestamp>-mapscale)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    counts, repeats, workers = list(args.counts), args.repeats, args.workers
     try:
-        counts = [int_arg("counts", x, 1, ds.LIMITS["small_count"][1]) for x in args.counts.split(",") if x.strip()]
-        if not counts:
-            raise BadArgument("counts: give at least one id count")
-        repeats = int_arg("repeats", args.repeats, 1, 50)
-        workers = int_arg("workers", args.workers, 1, 64)
         out = prepare_out(args.out, "-mapscale")
     except BadArgument as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     command = "uwsgi-layouts map-scale " + shlex.join(argv if argv is not None else sys.argv[1:])
     data = {"format_version": FORMAT_VERSION, "kind": "mapscale", "environment": capture(),
             "arguments": {"counts": counts, "repeats": repeats, "workers": workers, "command": command}, "runs": []}

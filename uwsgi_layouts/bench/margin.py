@@ -5,6 +5,11 @@ numpy (about 90 MB resident) to parse its command line."""
 
 from __future__ import annotations
 
+from uwsgi_layouts.arguments import Numbers
+
+# The margin's range, written once: --margin parses with it, stored runs are checked against it.
+MARGIN = Numbers(0, 0.5, open_low=True, open_high=True, noun="a share", example="0.05 for ±5%")
+
 
 class MarginError(ValueError):
     pass
@@ -13,6 +18,6 @@ class MarginError(ValueError):
 def check_margin(margin: float) -> float:
     """The equivalence margin must lie in (0, 0.5): 0 would make equivalence impossible, 0.5
     would call a layout with half the throughput equivalent."""
-    if not (isinstance(margin, (int, float)) and not isinstance(margin, bool) and 0 < margin < 0.5):
-        raise MarginError(f"margin: must be a share in (0, 0.5), e.g. 0.05 for ±5%, got {margin!r}")
+    if not (isinstance(margin, (int, float)) and not isinstance(margin, bool) and margin in MARGIN):
+        raise MarginError(f"margin: must be {MARGIN.allowed}, got {margin!r}")
     return float(margin)

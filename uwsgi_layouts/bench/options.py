@@ -1,8 +1,10 @@
-"""Arguments every experiment kind shares: validators that name the field, the output directory,
-the data set, the tools a kind needs, and the command line a run records.
+"""Arguments every experiment kind shares: the ranges and validators their options are parsed with
+(``uwsgi_layouts.arguments``), the output directory, the data set, the tools a kind needs, and the
+command line a run records.
 
-A bad value raises ``BadArgument`` with one line naming the field and what is allowed; the CLI
-prints it and exits 2, before anything is written.
+A value out of its range is refused while parsing (argparse, exit 2). A check that needs more than
+one option, or the machine, raises ``BadArgument`` with one line naming the field and what is
+allowed; the CLI prints it and exits 2, before anything is written.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import shutil
 import sys
 from pathlib import Path
 
+from uwsgi_layouts.arguments import EXIT_BAD_INPUT, Ints, Numbers, refuse
 from uwsgi_layouts.bench import dataset as ds
-from uwsgi_layouts.bench.margin import MarginError, check_margin
 from uwsgi_layouts.deploy.machine import is_unix_address
+from uwsgi_layouts.deploy.model import MAX_PROCESSES, MAX_THREADS
 
 
 def results_root() -> Path:
@@ -43,63 +46,57 @@ class MissingTool(RuntimeError):
     """A program the kind drives is not installed (exit 1: the machine, not the input)."""
 
 
-def int_arg(field: str, raw, low: int, high: int) -> int:
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise BadArgument(f"{field}: must be an integer in {low}..{high}, got {raw!r}") from None
-    if not low <= value <= high:
-        raise BadArgument(f"{field}: must be an integer in {low}..{high}, got {value}")
-    return value
+# Ranges the kinds' options share (uwsgi_layouts.arguments: each checks the value while parsing
+# and shows its range in the help).
+PROCESSES = Ints(1, MAX_PROCESSES)
+THREADS = Ints(1, MAX_THREADS)
+CONNECTIONS = Ints(1, 1000)  # requests in flight: wrk's connections, tune's concurrency
+TIMEOUT_S = Numbers(1, 600)  # wrk's (or plan's httperf's) per-request timeout
+# httperf (openloop, plan) samples the reply rate every 5 s: a step of 15 s holds 2 full samples.
+MIN_STEP_S = 15
+STEP_S = Numbers(MIN_STEP_S, 600)
+HTTPERF_WARMUP_S = Numbers(1, 60)
+CLIENT_NICE = Ints(0, 19)  # httperf busy-polls a core: 19 (the default) lets the server win
 
 
-def float_arg(field: str, raw, low: float, high: float) -> float:
-    try:
-        value = float(str(raw).strip())
-    except ValueError:
-        raise BadArgument(f"{field}: must be a number in {low:g}..{high:g}, got {raw!r}") from None
-    if not low <= value <= high:
-        raise BadArgument(f"{field}: must be a number in {low:g}..{high:g}, got {value:g}")
-    return value
+# What httperf requests (openloop, plan) unless --path says: the article's request.
+DEFAULT_PATH = "/?rounds=5&fib=25&io_ms=10"
 
 
-def stats_arg(raw) -> str:
+def request_path(raw) -> str:
+    """--path: one path for httperf's command line, starting with / and without spaces."""
+    path = str(raw)
+    if not path.startswith("/") or any(c.isspace() for c in path) or len(path) > 2000:
+        raise refuse("a path starting with / and without spaces (at most 2000 characters)", repr(raw))
+    return path
+
+
+def add_httperf_client(p) -> None:
+    """The options of httperf's side that openloop and plan share: its request, its warm-up and
+    its niceness."""
+    p.add_argument("--path", type=request_path, help=f"request path (default {DEFAULT_PATH}, the article's request)")
+    p.add_argument("--warmup", type=HTTPERF_WARMUP_S, default=2.0,
+                   help=f"seconds of one-connection warm-up before the first step ({HTTPERF_WARMUP_S}; default 2)")
+    p.add_argument("--client-nice", type=CLIENT_NICE, default=19,
+                   help=f"niceness of httperf, which busy-polls a core ({CLIENT_NICE}; default 19; 0 = not niced; "
+                        "with @cpus it runs in a lowest-priority cgroup of its own, where nice changes nothing)")
+
+
+def stats_address(raw) -> str:
     """A uWSGI stats server's address (doctor, watch): HOST:PORT or a unix socket path."""
     text = str(raw or "").strip()
     if is_unix_address(text):
         return text
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise BadArgument(f"stats: must be HOST:PORT (e.g. 127.0.0.1:9191) or a unix socket path, got {raw!r}")
+        raise refuse("HOST:PORT (e.g. 127.0.0.1:9191) or a unix socket path", repr(raw))
     return text
 
 
-def margin_arg(raw) -> float:
-    """The equivalence margin of paired comparisons: a share in (0, 0.5)."""
-    try:
-        value = float(str(raw).strip())
-    except ValueError:
-        raise BadArgument(f"margin: must be a share in (0, 0.5), e.g. 0.05 for ±5%, got {raw!r}") from None
-    try:
-        return check_margin(value)
-    except MarginError as exc:
-        raise BadArgument(str(exc)) from None
-
-
-def on_off(field: str, raw) -> bool:
-    text = str(raw).strip().lower()
-    if text in ("on", "true", "yes", "1"):
-        return True
-    if text in ("off", "false", "no", "0"):
-        return False
-    raise BadArgument(f"{field}: must be on or off, got {raw!r}")
-
-
-def transport_arg(raw, hosts: int = 0) -> str:
-    """uWSGI's sockets: ``unix`` (the default; ``tcp`` with hosts, which bind their own addresses)
-    or ``tcp`` (any local user can reach a loopback port: measure it, do not serve with it)."""
-    if raw not in (None, "tcp", "unix"):
-        raise BadArgument(f"transport: must be tcp or unix, got {raw!r}")
+def chosen_transport(raw: str | None, hosts: int = 0) -> str:
+    """uWSGI's sockets (``--transport``, parsed with ``choices=TRANSPORTS``): ``unix`` by default,
+    ``tcp`` with hosts, which bind their own addresses (and with --transport tcp: any local user
+    can reach a loopback port, so measure with it, do not serve with it)."""
     return raw or ("tcp" if hosts else "unix")
 
 
@@ -197,9 +194,6 @@ def dataset_facts(index) -> dict:
     """What a report says about the data set: sizes, where, on which filesystem."""
     return {**index.params(), "total_bytes": index.total_bytes, "root": str(index.root),
             "fs_type": ds.fs_type(index.root), "block_device": ds.disk_read_bytes(index.files_dir) is not None}
-
-
-EXIT_BAD_INPUT = 2
 
 
 def tool_main(build_parser, run, argv: list[str] | None = None) -> int:

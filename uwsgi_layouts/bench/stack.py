@@ -91,7 +91,7 @@ def dir_name(spec: str) -> str:
 
 
 class ConfPatch(Protocol):
-    """An experiment-only edit of a rendered nginx.conf (see bench.kinds.faults.Patch)."""
+    """An experiment-only edit of a rendered nginx.conf (see bench.faultkit.Patch)."""
 
     def apply(self, conf: Path, layout: Layout) -> None: ...
 

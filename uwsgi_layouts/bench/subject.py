@@ -185,9 +185,9 @@ def check_scenarios(names: tuple[str, ...], subject: Subject, args: argparse.Nam
             raise TrafficError("scenario", "traffic sends your requests: give --request, --requests or --access-log")
         return
     for knob in KNOBS:
-        if given(knob):
+        if given(knob) is not None:
             raise TrafficError(knob, "only the demo app's scenarios read it; your requests say what they ask for")
-    if given("stall_fraction"):
+    if given("stall_fraction") is not None:
         raise TrafficError("stall_fraction", "cannot be mixed into your requests; use --stall-clients (stalled "
                                              "clients beside your traffic)")
     for name in names:

@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import signal
 import threading
+from argparse import ArgumentTypeError
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 
+from uwsgi_layouts.arguments import PROG, Ints, Numbers, OneLineParser
 from uwsgi_layouts.bench.observe import parse_timed_line
-from uwsgi_layouts.bench.options import BadArgument, float_arg, int_arg, stats_arg, tool_main
+from uwsgi_layouts.bench.options import BadArgument, stats_address, tool_main
 from uwsgi_layouts.bench.watch import (
     DatagramLog,
     LogWatch,
@@ -45,7 +47,6 @@ from uwsgi_layouts.bench.watch import (
     listen_address,
     say,
 )
-from uwsgi_layouts.deploy.cli import PROG, OneLineParser
 from uwsgi_layouts.deploy.machine import accept
 from uwsgi_layouts.deploy.model import RISKS
 
@@ -55,6 +56,9 @@ MAX_WINDOW_S = 3600
 DEFAULT_HZ = 10.0
 MAX_HZ = 50.0
 MAX_SLOTS = 100_000
+SLOTS = Ints(1, MAX_SLOTS)
+WINDOW_S = Ints(5, MAX_WINDOW_S)
+HZ = Numbers(1, MAX_HZ)
 # Upper bounds in seconds: fine where web requests end, coarse in the tail (the p99 is read to a bucket's width).
 DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0,
                    3.0, 5.0, 10.0, 30.0)
@@ -67,10 +71,10 @@ TIMED_FORMAT = ("nginx's combined format followed by rt=$request_time urt=\"$ups
 
 def build_parser(prog: str = f"{PROG} watch") -> OneLineParser:
     p = OneLineParser(prog=prog, description=HELP)
-    p.add_argument("--stats", metavar="ADDRESS",
+    p.add_argument("--stats", metavar="ADDRESS", type=stats_address,
                    help="a uWSGI stats server: HOST:PORT (e.g. 127.0.0.1:9191) or a unix socket path (the bundle's "
                         "/run/NAME/SLOT/stats.sock); only read")
-    p.add_argument("--socket", action="append", metavar="ADDRESS",
+    p.add_argument("--socket", action="append", metavar="ADDRESS", type=socket_address,
                    help="a listening socket of the app server whose accept queue to export: a unix path or "
                         "HOST:PORT (repeatable; default: the stats server's sockets); for gunicorn or granian")
     p.add_argument("--access-log", metavar="FILE",
@@ -78,27 +82,29 @@ def build_parser(prog: str = f"{PROG} watch") -> OneLineParser:
     p.add_argument("--access-log-socket", metavar="PATH",
                    help="instead of --access-log: a unix datagram socket watch creates (mode 0660, removed on exit) "
                         "for nginx's `access_log syslog:server=unix:PATH,nohostname FORMAT` in a timed format")
-    p.add_argument("--slots", metavar="N",
-                   help="threads in total (workers x threads) of a server without a stats server (gunicorn, "
-                        "granian): the busy ratio from the access log's upstream times is over these")
+    p.add_argument("--slots", metavar="N", type=SLOTS,
+                   help=f"threads in total (workers x threads) of a server without a stats server (gunicorn, "
+                        f"granian), {SLOTS}: the busy ratio from the access log's upstream times is over these")
     p.add_argument("--listen", metavar="ADDRESS",
                    help=f"where to serve /metrics: HOST:PORT or a unix socket path (default {DEFAULT_LISTEN}); an "
                         "address beyond loopback needs --allow-public-listen")
     p.add_argument("--allow-public-listen", action="store_true", help=f"accept the risk: {RISKS['public-listen']}"
                    " (here: the metrics endpoint)")
-    p.add_argument("--window", metavar="SECONDS",
-                   help=f"the sliding window of the shares and the busy ratio, 5..{MAX_WINDOW_S} s (default "
+    p.add_argument("--window", metavar="SECONDS", type=WINDOW_S, default=DEFAULT_WINDOW_S,
+                   help=f"the sliding window of the shares and the busy ratio, {WINDOW_S} s (default "
                         f"{DEFAULT_WINDOW_S})")
-    p.add_argument("--hz", help=f"stats-server and socket reads per second, 1..{MAX_HZ:g} (default {DEFAULT_HZ:g})")
+    p.add_argument("--hz", type=HZ, default=DEFAULT_HZ,
+                   help=f"stats-server and socket reads per second, {HZ} (default {DEFAULT_HZ:g})")
     return p
 
 
-def socket_arg(raw: str) -> str:
+def socket_address(raw: str) -> str:
+    """--socket: a listening socket's address, HOST:PORT (or :PORT) or a unix socket path."""
     text = raw.strip()
     try:
         listen_address(text if not text.startswith(":") else "0.0.0.0" + text)
     except ValueError as exc:
-        raise BadArgument(f"socket: {exc}") from None
+        raise ArgumentTypeError(str(exc)) from None
     return text
 
 
@@ -137,11 +143,7 @@ def check_log(path: str) -> None:
 
 
 def run(args) -> int:
-    stats = stats_arg(args.stats) if args.stats is not None else None
-    sockets = [socket_arg(s) for s in args.socket or ()]
-    slots = int_arg("slots", args.slots, 1, MAX_SLOTS) if args.slots is not None else None
-    window_s = int_arg("window", args.window if args.window is not None else DEFAULT_WINDOW_S, 5, MAX_WINDOW_S)
-    hz = float_arg("hz", args.hz if args.hz is not None else DEFAULT_HZ, 1, MAX_HZ)
+    stats, sockets, slots, window_s, hz = args.stats, args.socket or [], args.slots, args.window, args.hz
     listen = listen_arg(args.listen, args.allow_public_listen)
     log_socket = log_socket_arg(args.access_log_socket, args.access_log)
     if stats is None and not sockets and not args.access_log and not log_socket:

@@ -13,26 +13,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from uwsgi_layouts.bench.options import float_arg, prepare_out, tool_main
+from uwsgi_layouts.arguments import PROG, Numbers, OneLineParser
+from uwsgi_layouts.bench.options import prepare_out, tool_main
 from uwsgi_layouts.bench.watch import dashboard_json, rules_yaml
-from uwsgi_layouts.deploy.cli import PROG, OneLineParser
 
 RULES_NAME = "uwsgi-layouts-watch.rules.yml"
 DASHBOARD_NAME = "uwsgi-layouts-watch.dashboard.json"
 MAX_P99_MS = 600_000.0
+P99_MS = Numbers(1, MAX_P99_MS)
 HELP = "write Prometheus alert rules and a Grafana dashboard over watch's metrics (p99 target given here)"
 
 
 def build_parser(prog: str = f"{PROG} watch-rules") -> OneLineParser:
     p = OneLineParser(prog=prog, description=HELP)
-    p.add_argument("--p99-ms", required=True, metavar="MS",
-                   help=f"alert when the upstream's p99 stays above this many milliseconds (1..{MAX_P99_MS:g})")
+    p.add_argument("--p99-ms", required=True, metavar="MS", type=P99_MS,
+                   help=f"alert when the upstream's p99 stays above this many milliseconds ({P99_MS})")
     p.add_argument("--out", help="a new or empty directory for the two files (default results/<timestamp>-watch-rules)")
     return p
 
 
 def run(args) -> int:
-    p99_s = float_arg("p99_ms", args.p99_ms, 1, MAX_P99_MS) / 1000
+    p99_s = args.p99_ms / 1000
     out = prepare_out(args.out, "-watch-rules")
     written = []
     for name, text in ((RULES_NAME, rules_yaml(p99_s)), (DASHBOARD_NAME, dashboard_json(p99_s))):
@@ -41,7 +42,6 @@ def run(args) -> int:
         written.append(str(path))
     print("wrote " + " and ".join(written))
     return 0
-
 
 
 def main(argv: list[str] | None = None) -> int:

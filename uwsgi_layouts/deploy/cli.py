@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from uwsgi_layouts.arguments import EXIT_BAD_INPUT, PROG, Numbers, OneLineParser
 from uwsgi_layouts.deploy.machine import (
     MAX_PREFLIGHT_TIMEOUT,
     PREFLIGHT_TIMEOUT,
@@ -49,18 +50,53 @@ from uwsgi_layouts.deploy.ship import (
     write_host_bundles,
 )
 
-EXIT_BAD_INPUT = 2
-# The tool's name, as its console script is called: every usage and error line starts with it.
-PROG = "uwsgi-layouts"
+# The ranges of the options deploy checks itself (the layout's own options are the model's: a
+# variant's @option=value takes them too, so the model is where their ranges live).
+IMPORT_TIMEOUT_S = Numbers(0, MAX_PREFLIGHT_TIMEOUT, open_low=True, noun="a number of seconds")
+RUN_FOR_S = Numbers(0, 7 * 24 * 3600, open_low=True, noun="a number of seconds")
+RELOAD_TIMEOUT_S = Numbers(0, 3600, open_low=True, noun="a number of seconds")
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (and exit 2), like every other bad input."""
-
-    def error(self, message: str):
-        # argparse echoes tokens raw: escape control characters (\n, \f...) so it stays one line.
-        message = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
+# The layout's own options (render, run): given as strings to the model, whose parse_variant checks
+# each one as it checks a variant's @option=value (so their ranges live there, once). Name -> help.
+LAYOUT_OPTIONS = {
+    "transport": "app-server sockets: unix (default: 0660, only the run user and nginx's workers "
+        "connect) or tcp (loopback, any local user connects: a warning says so)",
+    "base_port": "first app-server TCP port; sockets use consecutive ports (default 5000)",
+    "listen": "nginx listen IPV4:PORT (default 127.0.0.1:8000)",
+    "nginx_workers": "nginx worker_processes (default 1, as in the article)",
+    "backlog": "uWSGI listen backlog per socket (default 100, at most net.core.somaxconn)",
+    "stats_port": "put uWSGI's stats server on this 127.0.0.1 TCP port, where every local user "
+        "reads the variables of requests in flight; needs --allow-tcp-stats "
+        "(default: a unix socket, RUN_DIR/control/stats.sock, mode 0660)",
+    "access_log": "on: nginx logs each request with its upstream socket (default off)",
+    "user": "run uWSGI and nginx workers as this user when started as root "
+        "(default www-data, else nobody)",
+    "harakiri": "seconds before uWSGI kills a stuck request's worker (default 30, 0 = off)",
+    "retries": "extra attempts nginx makes for GET/HEAD on another socket (default 1)",
+    "connect_timeout": "seconds nginx waits to connect to a uWSGI socket "
+        "(default 2; 1 with hosts)",
+    "reuseport": "on: one nginx listen socket per worker, balanced by the kernel",
+    "accept_mutex": "on: nginx workers take turns to accept (default off)",
+    "multi_accept": "on: an nginx worker accepts all pending connections at once",
+    "sendfile": "on: nginx sends file bytes with sendfile() (default off)",
+    "sendfile_max_chunk": "bound one sendfile() call, e.g. 512k",
+    "aio": "off or threads: nginx reads files in a thread pool (default off)",
+    "aio_threads": "threads in the pool with --aio threads (default 32)",
+    "aio_max_queue": "queued tasks the pool holds before refusing (default 65536)",
+    "open_file_cache": "off, on (1000 entries per nginx worker) or a number of entries: nginx "
+        "keeps file descriptors open between requests (default off)",
+    "data_dir": "a data set (make dataset): enables /files/<id>, /nfiles/<id> and /static/",
+    "hosts": "app hosts ADDR[,ADDR...]: each runs the layout's uWSGI on its own address, "
+        "nginx balances over every host's sockets (default: this machine)",
+    "uwsgi_tls": "off, suwsgi or https: TLS between nginx and uWSGI (default suwsgi when a "
+        "socket is off loopback, which then requires it)",
+    "uwsgi_tls_dir": "the certificates, made by uwsgi-layouts certs DIR --hosts ...",
+    "uwsgi_tls_name": f"the name the hosts' certificates carry (default {DEFAULT_TLS_NAME})",
+    "max_fails": "nginx marks a socket down after this many failures (default 0 on one "
+        "machine, T+1 with hosts)",
+    "fail_timeout": "seconds a failed socket stays down (default 10 with hosts)",
+}
 
 
 def add_layout_options(p: argparse.ArgumentParser, preflight: bool = True) -> None:
@@ -68,42 +104,8 @@ def add_layout_options(p: argparse.ArgumentParser, preflight: bool = True) -> No
                                   f"(strategies: {', '.join(STRATEGIES)})")
     add_app_options(p, preflight)
     add_risk_options(p, *RISKS)
-    p.add_argument("--transport", help="app-server sockets: unix (default: 0660, only the run user and nginx's workers "
-                                       "connect) or tcp (loopback, any local user connects: a warning says so)")
-    p.add_argument("--base-port", help="first app-server TCP port; sockets use consecutive ports (default 5000)")
-    p.add_argument("--listen", help="nginx listen IPV4:PORT (default 127.0.0.1:8000)")
-    p.add_argument("--nginx-workers", help="nginx worker_processes (default 1, as in the article)")
-    p.add_argument("--backlog", help="uWSGI listen backlog per socket (default 100, at most net.core.somaxconn)")
-    p.add_argument("--stats-port", help="put uWSGI's stats server on this 127.0.0.1 TCP port, where every local user "
-                                        "reads the variables of requests in flight; needs --allow-tcp-stats "
-                                        "(default: a unix socket, RUN_DIR/control/stats.sock, mode 0660)")
-    p.add_argument("--access-log", help="on: nginx logs each request with its upstream socket (default off)")
-    p.add_argument("--user", help="run uWSGI and nginx workers as this user when started as root "
-                                  "(default www-data, else nobody)")
-    p.add_argument("--harakiri", help="seconds before uWSGI kills a stuck request's worker (default 30, 0 = off)")
-    p.add_argument("--retries", help="extra attempts nginx makes for GET/HEAD on another socket (default 1)")
-    p.add_argument("--connect-timeout", help="seconds nginx waits to connect to a uWSGI socket "
-                                             "(default 2; 1 with hosts)")
-    p.add_argument("--reuseport", help="on: one nginx listen socket per worker, balanced by the kernel")
-    p.add_argument("--accept-mutex", help="on: nginx workers take turns to accept (default off)")
-    p.add_argument("--multi-accept", help="on: an nginx worker accepts all pending connections at once")
-    p.add_argument("--sendfile", help="on: nginx sends file bytes with sendfile() (default off)")
-    p.add_argument("--sendfile-max-chunk", help="bound one sendfile() call, e.g. 512k")
-    p.add_argument("--aio", help="off or threads: nginx reads files in a thread pool (default off)")
-    p.add_argument("--aio-threads", help="threads in the pool with --aio threads (default 32)")
-    p.add_argument("--aio-max-queue", help="queued tasks the pool holds before refusing (default 65536)")
-    p.add_argument("--open-file-cache", help="off, on (1000 entries per nginx worker) or a number of entries: nginx "
-                                             "keeps file descriptors open between requests (default off)")
-    p.add_argument("--data-dir", help="a data set (make dataset): enables /files/<id>, /nfiles/<id> and /static/")
-    p.add_argument("--hosts", help="app hosts ADDR[,ADDR...]: each runs the layout's uWSGI on its own address, "
-                                   "nginx balances over every host's sockets (default: this machine)")
-    p.add_argument("--uwsgi-tls", help="off, suwsgi or https: TLS between nginx and uWSGI (default suwsgi when a "
-                                 "socket is off loopback, which then requires it)")
-    p.add_argument("--uwsgi-tls-dir", help="the certificates, made by uwsgi-layouts certs DIR --hosts ...")
-    p.add_argument("--uwsgi-tls-name", help=f"the name the hosts' certificates carry (default {DEFAULT_TLS_NAME})")
-    p.add_argument("--max-fails", help="nginx marks a socket down after this many failures (default 0 on one "
-                                       "machine, T+1 with hosts)")
-    p.add_argument("--fail-timeout", help="seconds a failed socket stays down (default 10 with hosts)")
+    for name, text in LAYOUT_OPTIONS.items():
+        p.add_argument(f"--{name.replace('_', '-')}", help=text)
 
 
 def add_app_options(parser: argparse.ArgumentParser, preflight: bool = True) -> None:
@@ -134,24 +136,15 @@ def add_risk_options(parser: argparse.ArgumentParser, *risks: str) -> None:
 
 
 def add_import_timeout(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--import-timeout", metavar="SECONDS",
+    parser.add_argument("--import-timeout", metavar="SECONDS", type=IMPORT_TIMEOUT_S,
                         help="how long the pre-flight may take: import the app, call its factory and send it one "
-                             f"GET {PROBE_PATH} (default {PREFLIGHT_TIMEOUT:g})")
+                             f"GET {PROBE_PATH} (default {PREFLIGHT_TIMEOUT:g}; {IMPORT_TIMEOUT_S})")
 
 
 def import_timeout(args: argparse.Namespace) -> float:
-    """--import-timeout in seconds (default PREFLIGHT_TIMEOUT); LayoutError naming it otherwise."""
-    raw = getattr(args, "import_timeout", None)
-    if raw is None:
-        return PREFLIGHT_TIMEOUT
-    allowed = f"must be a number of seconds in (0, {MAX_PREFLIGHT_TIMEOUT:g}]"
-    try:
-        value = float(str(raw).strip())
-    except ValueError:
-        raise LayoutError("import_timeout", f"{allowed}, got {raw!r}") from None
-    if not 0 < value <= MAX_PREFLIGHT_TIMEOUT:  # NaN fails too
-        raise LayoutError("import_timeout", f"{allowed}, got {raw!r}")
-    return value
+    """--import-timeout in seconds (checked while parsing), else PREFLIGHT_TIMEOUT."""
+    value = getattr(args, "import_timeout", None)
+    return PREFLIGHT_TIMEOUT if value is None else value
 
 
 def app_options(args: argparse.Namespace, here: bool = True, notes: list[str] | None = None) -> dict:
@@ -189,38 +182,8 @@ def app_options(args: argparse.Namespace, here: bool = True, notes: list[str] | 
 
 def layout_from_args(args, run_dir: Path) -> Layout:
     """The layout the options describe, checked against this machine."""
-    return checked(parse_variant(
-        args.layout,
-        **app_options(args),
-        transport=args.transport,
-        base_port=args.base_port,
-        listen=args.listen,
-        nginx_workers=args.nginx_workers,
-        backlog=args.backlog,
-        stats_port=args.stats_port,
-        access_log=args.access_log,
-        user=args.user,
-        harakiri=args.harakiri,
-        retries=args.retries,
-        connect_timeout=args.connect_timeout,
-        reuseport=args.reuseport,
-        accept_mutex=args.accept_mutex,
-        multi_accept=args.multi_accept,
-        sendfile=args.sendfile,
-        sendfile_max_chunk=args.sendfile_max_chunk,
-        aio=args.aio,
-        aio_threads=args.aio_threads,
-        aio_max_queue=args.aio_max_queue,
-        open_file_cache=args.open_file_cache,
-        data_dir=args.data_dir,
-        hosts=args.hosts,
-        uwsgi_tls=args.uwsgi_tls,
-        uwsgi_tls_dir=args.uwsgi_tls_dir,
-        uwsgi_tls_name=args.uwsgi_tls_name,
-        max_fails=args.max_fails,
-        fail_timeout=args.fail_timeout,
-        run_dir=str(run_dir),
-    ))
+    given = {name: getattr(args, name) for name in LAYOUT_OPTIONS}
+    return checked(parse_variant(args.layout, **app_options(args), **given, run_dir=str(run_dir)))
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -233,13 +196,13 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="render into a run directory and serve the layout until Ctrl-C")
     add_layout_options(run)
     run.add_argument("--run-dir", help="where the stack lives (default build/run/LAYOUT)")
-    run.add_argument("--for", dest="duration", type=float, default=None,
-                     help="stop by itself after this many seconds (default: until Ctrl-C / SIGTERM)")
+    run.add_argument("--for", dest="duration", metavar="SECONDS", type=RUN_FOR_S, default=None,
+                     help=f"stop by itself after this many seconds ({RUN_FOR_S}; default: until Ctrl-C / SIGTERM)")
     reload = sub.add_parser("reload", help="chain-reload the uWSGI workers of a running layout, one at a time")
     reload.add_argument("layout", help="the layout given to `run` (locates build/run/LAYOUT)")
     reload.add_argument("--run-dir", help="the run directory given to `run` (default build/run/LAYOUT)")
-    reload.add_argument("--timeout", type=float, default=120.0,
-                        help="seconds to wait for every worker to be replaced (default 120)")
+    reload.add_argument("--timeout", type=RELOAD_TIMEOUT_S, default=120.0,
+                        help=f"seconds to wait for every worker to be replaced (default 120; {RELOAD_TIMEOUT_S})")
     add_import_timeout(reload)
     certs = sub.add_parser("certs", help="make a CA, one server certificate per app host and nginx's client "
                                          "certificate, for --uwsgi-tls")
@@ -527,8 +490,6 @@ def claim_run_dir(layout: Layout):
 
 def cmd_run(args) -> int:
     run_dir = output_dir("run_dir", args.run_dir) if args.run_dir else _default_dir(args, "build", "run")
-    if args.duration is not None and not 0 < args.duration <= 7 * 24 * 3600:
-        raise LayoutError("for", f"must be a number of seconds in (0, {7 * 24 * 3600}], got {args.duration:g}")
     layout = layout_from_args(args, run_dir)
     if len(layout.hosts) > 1:
         raise LayoutError("hosts", "`run` serves one machine; with several hosts each runs its own uWSGI: render the "
@@ -577,8 +538,6 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None):
 
 def cmd_reload(args) -> int:
     run_dir = Path(args.run_dir).resolve() if args.run_dir else _default_dir(args, "build", "run")
-    if not 0 < args.timeout <= 3600:
-        raise LayoutError("timeout", f"must be a number of seconds in (0, 3600], got {args.timeout:g}")
     result = chain_reload(run_dir, timeout=args.timeout, progress=lambda line: print(line, flush=True),
                           import_timeout=import_timeout(args))
     print(result.summary(), flush=True)

@@ -18,8 +18,10 @@ import math
 import sys
 import tempfile
 import time
+from argparse import ArgumentTypeError
 from pathlib import Path
 
+from uwsgi_layouts.arguments import CommaList, Ints, Numbers, OneOf, on_off, refuse
 from uwsgi_layouts.bench import subject as subj
 from uwsgi_layouts.bench.environment import Machine, capture
 from uwsgi_layouts.bench.kinds.base import RESULTS_NAME, Kind, publish, sigterm_interrupts
@@ -36,21 +38,22 @@ from uwsgi_layouts.bench.kinds.closedloop import (
 )
 from uwsgi_layouts.bench.load import scenarios as sc
 from uwsgi_layouts.bench.load.traffic import redact_argv
+from uwsgi_layouts.bench.margin import MARGIN
 from uwsgi_layouts.bench.options import (
+    CONNECTIONS,
+    PROCESSES,
+    THREADS,
+    TIMEOUT_S,
     BadArgument,
     MissingTool,
+    chosen_transport,
     command_line,
     dataset_facts,
     default_data_dir,
-    float_arg,
-    int_arg,
-    margin_arg,
-    on_off,
     prepare_dataset,
     prepare_out,
     require_tools,
     split_specs,
-    transport_arg,
 )
 from uwsgi_layouts.bench.report.headline import headline_lines
 from uwsgi_layouts.bench.results import load
@@ -58,7 +61,7 @@ from uwsgi_layouts.bench.stack import Lab
 from uwsgi_layouts.bench.summary import summarize
 from uwsgi_layouts.bench.verdict import ARTICLE
 from uwsgi_layouts.deploy.machine import checked, default_cpus
-from uwsgi_layouts.deploy.model import MAX_PROCESSES, MAX_THREADS, parse_variant
+from uwsgi_layouts.deploy.model import TRANSPORTS, parse_variant
 from uwsgi_layouts.deploy.run import unavailable as netns_unavailable
 from uwsgi_layouts.deploy.ship import make_certs
 
@@ -94,48 +97,86 @@ def hosts_layouts(processes: int, threads: int) -> tuple[str, ...]:
     return (f"{spec}@uwsgi_tls=off", spec, f"{spec}@uwsgi_tls=https")
 
 
+# The ranges of compare's own options (each checked while parsing and shown in the help).
+NET_HOSTS = Ints(1, MAX_NET_HOSTS)
+LEVELS = CommaList(CONNECTIONS, "connection count")
+DURATION_S = Numbers(1, 3600)
+WARMUP_S = Numbers(1, 600)
+REPEATS = Ints(1, 100)
+BUDGET_MIN = Numbers(0.1, 1440, noun="a number of minutes")
+INFLIGHT_HZ = Numbers(1, 200, off=0)
+SCENARIO_NAMES = CommaList(OneOf((*sc.SCENARIOS, *sc.ALIASES)), "scenario")
+# The demo app's knobs and the scenarios' loads (bench.load.scenarios: Scenario.resolved), as
+# --rounds ... override them: (name, range, help, default).
+OVERRIDES = (
+    ("rounds", Ints(0, 20), "override the scenario's rounds", ""),
+    ("fib", Ints(0, 30), "override the scenario's fib n", ""),
+    ("io_ms", Ints(0, 10000), "override the scenario's sleep per round in ms", ""),
+    ("stall_clients", Ints(0, 1000), "stall scenarios: extra clients that hit the hanging API", "T"),
+    ("stall_fraction", Numbers(0.01, 0.5), "stall scenarios: instead, this share of requests hangs", ""),
+    ("stall_ms", Ints(1, 10000), "stall scenarios: how long the API hangs, ms", "3000"),
+    ("hot_clients", Ints(1, 1000), "files-mixed: connections asking for the hot file", "4"),
+    ("large_share", Numbers(0, 0.5), "files-mixed: share of requests for a large file", "0.02"),
+)
+
+
+def budget(raw: str) -> float | str:
+    """--budget: ``auto``, or minutes (the plan's minimum is checked once the plan is known)."""
+    if str(raw).strip().lower() == "auto":
+        return "auto"
+    try:
+        return BUDGET_MIN(raw)
+    except ArgumentTypeError:
+        raise refuse(f"auto or {BUDGET_MIN.allowed}", repr(raw)) from None
+
+
 def add_arguments(p) -> None:
-    p.add_argument("--processes", help="P of the default matrix (default: the usable CPUs: nproc, or the cgroup's CPU "
-                                         "quota rounded up if smaller)")
-    p.add_argument("--threads", help="T of the default matrix (default 4)")
+    p.add_argument("--processes", type=PROCESSES,
+                   help=f"P of the default matrix ({PROCESSES}; default: the usable CPUs: nproc, or the cgroup's CPU "
+                        "quota rounded up if smaller)")
+    p.add_argument("--threads", type=THREADS, help=f"T of the default matrix ({THREADS}; default 4)")
     p.add_argument("--layouts", help="comma-separated PxT-STRATEGY list (default: 1xT-shared, Px1-shared, "
                                      "PxT-shared, PxT-thunder, PxT-mapped, PxT-gunicorn)")
-    p.add_argument("--concurrency", help="comma-separated connection counts (default: P, 2P, ... P*T)")
-    p.add_argument("--duration", help=f"seconds of load per cell (default {DEFAULT_DURATION})")
-    p.add_argument("--warmup", help=f"seconds of one-connection warm-up per stack start (default {DEFAULT_WARMUP})")
-    p.add_argument("--key-duration", help="seconds per cell of the cells the article's verdict quotes (PxT-mapped and "
-                                          f"PxT-shared at P and 2P connections; default {DEFAULT_KEY_DURATION:g}, "
-                                          "never below --duration)")
-    p.add_argument("--repeats", help=f"interleaved repeats (rounds) of every layout (default {DEFAULT_REPEATS})")
-    p.add_argument("--budget", help="minutes for the whole run, or auto (the planned rounds' estimate + "
-                                    f"{AUTO_EXTENSION_S:g} s, at least {AUTO_BUDGET_MIN:g}; make compare's default): "
-                                    "after the planned rounds, add rounds of the key comparisons still undecided "
-                                    "until each is decided or equivalent, or the budget ends (default: the planned "
-                                    "rounds only)")
-    p.add_argument("--margin", help="equivalence margin of every comparison: two layouts are equivalent when the "
-                                    "whole interval of their paired ratio lies within ±MARGIN (default 0.05)")
-    p.add_argument("--timeout", help="wrk's per-request timeout in seconds (default 10)")
-    p.add_argument("--scenario",
-                   help=f"named request mix, or several comma-separated: {', '.join(sc.SCENARIOS)} (default: "
+    p.add_argument("--concurrency", type=LEVELS,
+                   help=f"comma-separated connection counts, each {CONNECTIONS} (default: P, 2P, ... P*T)")
+    p.add_argument("--duration", type=DURATION_S,
+                   help=f"seconds of load per cell ({DURATION_S}; default {DEFAULT_DURATION})")
+    p.add_argument("--warmup", type=WARMUP_S,
+                   help=f"seconds of one-connection warm-up per stack start ({WARMUP_S}; default {DEFAULT_WARMUP})")
+    p.add_argument("--key-duration", type=DURATION_S,
+                   help="seconds per cell of the cells the article's verdict quotes (PxT-mapped and PxT-shared at P "
+                        f"and 2P connections; {DURATION_S}; default {DEFAULT_KEY_DURATION:g}, never below --duration)")
+    p.add_argument("--repeats", type=REPEATS,
+                   help=f"interleaved repeats (rounds) of every layout ({REPEATS}; default {DEFAULT_REPEATS})")
+    p.add_argument("--budget", type=budget,
+                   help=f"minutes for the whole run ({BUDGET_MIN}), or auto (the planned rounds' estimate + "
+                        f"{AUTO_EXTENSION_S:g} s, at least {AUTO_BUDGET_MIN:g}; make compare's default): after the "
+                        "planned rounds, add rounds of the key comparisons still undecided until each is decided or "
+                        "equivalent, or the budget ends (default: the planned rounds only)")
+    p.add_argument("--margin", type=MARGIN,
+                   help=f"equivalence margin of every comparison ({MARGIN}): two layouts are equivalent when the "
+                        "whole interval of their paired ratio lies within ±MARGIN (default 0.05)")
+    p.add_argument("--timeout", type=TIMEOUT_S, help=f"wrk's per-request timeout in seconds ({TIMEOUT_S}; default 10)")
+    p.add_argument("--scenario", type=SCENARIO_NAMES,
+                   help=f"named request mix, or several comma-separated: {SCENARIO_NAMES.item} (default: "
                         "article; traffic with --request or another --app)")
-    p.add_argument("--rounds", help="override the scenario's rounds (0..20)")
-    p.add_argument("--fib", help="override the scenario's fib n (0..30)")
-    p.add_argument("--io-ms", help="override the scenario's sleep per round in ms (0..10000)")
-    p.add_argument("--stall-clients", help="stall scenarios: extra clients that hit the hanging API (default T)")
-    p.add_argument("--stall-fraction", help="stall scenarios: instead, this share (0..0.5) of requests hangs")
-    p.add_argument("--stall-ms", help="stall scenarios: how long the API hangs, ms (default 3000)")
-    p.add_argument("--hot-clients", help="files-mixed: connections asking for the hot file (default 4)")
-    p.add_argument("--cold-cache", help="file scenarios: on = evict the data set before every cell "
-                                        "(default: on for files-mixed, off otherwise)")
-    p.add_argument("--large-share", help="files-mixed: share of requests for a large file (default 0.02)")
+    for name, allowed, text, default in OVERRIDES:
+        p.add_argument(f"--{name.replace('_', '-')}", type=allowed,
+                       help=f"{text} ({allowed}" + (f"; default {default})" if default else ")"))
+    p.add_argument("--cold-cache", type=on_off, metavar="on|off",
+                   help="file scenarios: on = evict the data set before every cell (default: on for files-mixed, "
+                        "off otherwise)")
     p.add_argument("--data-dir", help="file scenarios: the data set (default build/dataset, created if missing; "
                                       "uwsgi-layouts dataset makes others)")
-    p.add_argument("--transport", help="uWSGI sockets: unix or tcp (default unix; tcp with --hosts)")
-    p.add_argument("--hosts", help=f"run every layout on this many app hosts (1..{MAX_NET_HOSTS}), each in its own "
-                                   "network namespace behind a front namespace, with TLS between them (root); "
-                                   "reports each host's share and what TLS costs (layouts ...@uwsgi_tls=off)")
-    p.add_argument("--inflight-hz", help="stats-server samples per second during each cell, for the requests in "
-                                         f"flight per worker (default {DEFAULT_INFLIGHT_HZ:g}; 0 = off)")
+    p.add_argument("--transport", choices=TRANSPORTS,
+                   help="uWSGI sockets: unix or tcp (default unix; tcp with --hosts)")
+    p.add_argument("--hosts", type=NET_HOSTS,
+                   help=f"run every layout on this many app hosts ({NET_HOSTS}), each in its own network namespace "
+                        "behind a front namespace, with TLS between them (root); reports each host's share and what "
+                        "TLS costs (layouts ...@uwsgi_tls=off)")
+    p.add_argument("--inflight-hz", type=INFLIGHT_HZ,
+                   help="stats-server samples per second during each cell, for the requests in flight per worker "
+                        f"({INFLIGHT_HZ.allowed}; default {DEFAULT_INFLIGHT_HZ:g})")
     subj.add_arguments(p)
     p.add_argument("--out", help="output directory (default results/<timestamp>)")
     p.add_argument("--full", action="store_true",
@@ -146,20 +187,24 @@ def add_arguments(p) -> None:
 
 
 def plan_from_args(args, stored=None, subject: subj.Subject | None = None) -> tuple[Plan, dict[str, sc.Scenario]]:
+    """The plan the options (parsed, so each in its range) or a stored run describe: BadArgument,
+    LayoutError or TrafficError naming the field for what needs several options together."""
     nproc = default_cpus()  # the CPUs this process may use: affinity, or a cgroup quota if tighter
     base = stored.arguments if stored else {}
+
+    def given(name: str, default):
+        """The option as parsed; not given: the stored run's, else ``default``."""
+        value = getattr(args, name, None)
+        return base.get(name, default) if value is None else value
+
     if subject is None:
         subject = subj.from_stored(base) if stored else subj.from_args(args)
-    p = int_arg("processes", args.processes, 1, MAX_PROCESSES) if args.processes else base.get("processes", nproc)
-    t = int_arg("threads", args.threads, 1, MAX_THREADS) if args.threads else base.get("threads", 4)
-    hosts = int_arg("hosts", args.hosts, 1, MAX_NET_HOSTS) if getattr(args, "hosts", None) else base.get("hosts", 0)
-    scenario_arg = args.scenario or ",".join(base.get("scenarios") or (
+    p, t, hosts = given("processes", nproc), given("threads", 4), given("hosts", 0)
+    given_names = list(args.scenario or base.get("scenarios") or (
         HOSTS_SCENARIOS if hosts and subject.mix is None else subj.default_scenarios(subject)))
-    given_names = [x.strip() for x in scenario_arg.split(",") if x.strip()]
-    unknown = [n for n in given_names if n not in sc.SCENARIOS and n not in sc.ALIASES]
-    if unknown or not given_names:
-        raise BadArgument(f"scenario: unknown scenario {unknown[0] if unknown else ''!r}; "
-                          f"allowed: {', '.join([*sc.SCENARIOS, *sc.ALIASES])}")
+    unknown = [n for n in given_names if n not in SCENARIO_NAMES.item.names]
+    if unknown:  # a stored run's scenario that this version no longer has (--scenario is checked while parsing)
+        raise BadArgument(f"scenario: unknown scenario {unknown[0]!r}; allowed: {SCENARIO_NAMES.item}")
     names = sc.expand(given_names)
     if not stored:
         subj.check_scenarios(names, subject, args)
@@ -175,41 +220,28 @@ def plan_from_args(args, stored=None, subject: subj.Subject | None = None) -> tu
     with _validation_options(hosts, options) as validation:
         for spec in layouts:
             checked(parse_variant(spec, **validation))  # raises LayoutError naming the field
-    if args.concurrency:
-        levels = tuple(sorted({int_arg("concurrency", x, 1, 1000) for x in args.concurrency.split(",") if x.strip()}))
+    if args.concurrency is not None:
+        levels = tuple(sorted(set(args.concurrency)))
     else:
         levels = tuple(base.get("concurrency") or (family[1] if family else default_levels(p * max(1, hosts), t)))
-    overrides = {
-        "rounds": int_arg("rounds", args.rounds, 0, 20) if args.rounds else None,
-        "fib": int_arg("fib", args.fib, 0, 30) if args.fib else None,
-        "io_ms": int_arg("io_ms", args.io_ms, 0, 10000) if args.io_ms else None,
-        "stall_clients": int_arg("stall_clients", args.stall_clients, 0, 1000) if args.stall_clients else None,
-        "stall_fraction": float_arg("stall_fraction", args.stall_fraction, 0.01, 0.5) if args.stall_fraction else None,
-        "stall_ms": int_arg("stall_ms", args.stall_ms, 1, 10000) if args.stall_ms else None,
-        "hot_clients": int_arg("hot_clients", args.hot_clients, 1, 1000) if args.hot_clients else None,
-        "cold_cache": on_off("cold_cache", args.cold_cache) if args.cold_cache else None,
-        "large_share": float_arg("large_share", args.large_share, 0, 0.5) if args.large_share else None,
-    }
+    overrides = {name: getattr(args, name) for name, *_ in OVERRIDES} | {"cold_cache": args.cold_cache}
     resolved = {n: sc.SCENARIOS[n].resolved(t, **overrides) for n in names}
     if subject.mix is not None:
         resolved = {n: s.with_mix(subject.mix) for n, s in resolved.items()}
     for scenario in resolved.values():
         if scenario.workload.rounds * scenario.workload.io_ms > 30000:
             raise BadArgument("rounds*io_ms: must be at most 30000 ms per request")
-    given = lambda name, default: getattr(args, name) or base.get(name, default)  # noqa: E731
-    duration = float_arg("duration", given("duration", DEFAULT_DURATION), 1, 3600)
-    timeout = float_arg("timeout", given("timeout", 10), 1, 600)
+    duration = float(given("duration", DEFAULT_DURATION))
     # A replayed file without the option was measured without the sampler.
-    inflight_hz = inflight_hz_arg(given("inflight_hz", 0 if stored else DEFAULT_INFLIGHT_HZ))
+    inflight_hz = float(given("inflight_hz", 0 if stored else DEFAULT_INFLIGHT_HZ))
     # A replayed file without a warm-up recorded ran with the old default of 2 s.
-    warmup = float_arg("warmup", given("warmup", 2 if stored else DEFAULT_WARMUP), 1, 600)
+    warmup = float(given("warmup", 2 if stored else DEFAULT_WARMUP))
     plan = Plan(
-        layouts=layouts, concurrency=levels, repeats=int_arg("repeats", given("repeats", DEFAULT_REPEATS), 1, 100),
+        layouts=layouts, concurrency=levels, repeats=given("repeats", DEFAULT_REPEATS),
         duration=duration, warmup=warmup, processes=p, threads=t,
         scenarios=names, workload={n: s.to_dict() for n, s in resolved.items()},
-        timeout=timeout, inflight_hz=inflight_hz, command=_command(args),
-        options=options, app=subject.record, hosts=hosts,
-        margin=margin_arg(args.margin) if getattr(args, "margin", None) else base.get("margin", 0.05),
+        timeout=float(given("timeout", 10)), inflight_hz=inflight_hz, command=_command(args),
+        options=options, app=subject.record, hosts=hosts, margin=given("margin", 0.05),
     )
     plan = with_key_cells(plan, args, base)
     if stored:
@@ -226,21 +258,21 @@ def with_key_cells(plan: Plan, args, base: dict) -> Plan:
     pair = (f"{plan.processes}x{plan.threads}-mapped", f"{plan.processes}x{plan.threads}-shared")
     if not plan.app.get("demo", True) or ARTICLE not in plan.scenarios or not set(pair) <= set(plan.layouts):
         return plan
-    raw = getattr(args, "key_duration", None)
-    key = max(plan.duration, float_arg("key_duration", raw, 1, 3600) if raw else DEFAULT_KEY_DURATION)
+    given = getattr(args, "key_duration", None)
+    key = max(plan.duration, DEFAULT_KEY_DURATION if given is None else given)
     levels = [lv for lv in (plan.processes, 2 * plan.processes) if lv in plan.concurrency]
     return dataclasses.replace(plan, key_duration=key, key_cells=tuple((x, lv) for x in pair for lv in levels))
 
 
-def budget_arg(raw, plan: Plan) -> float | None:
-    """--budget in minutes (None: the planned rounds only); "auto" from the plan. Below what the
-    planned rounds need: BadArgument naming the minimum."""
-    if raw is None:
+def budget_arg(given: float | str | None, plan: Plan) -> float | None:
+    """--budget as parsed (``budget``): minutes, "auto" (from the plan), or None (the planned rounds
+    only). Below what the planned rounds need: BadArgument naming the minimum."""
+    if given is None:
         return None
     estimate = plan.estimate_seconds() + RESERVE_S
-    if str(raw).strip().lower() == "auto":
+    if given == "auto":
         return round(max(AUTO_BUDGET_MIN * 60, estimate + AUTO_EXTENSION_S) / 60, 1)
-    minutes = float_arg("budget", raw, 0.1, 1440)
+    minutes = given
     if minutes * 60 < estimate:
         least = math.ceil(estimate / 6) / 10
         raise BadArgument(f"budget: {minutes:g} min is less than the planned rounds need: about {least:g} min "
@@ -263,14 +295,6 @@ def _validation_options(hosts: int, options: dict):
         yield {"run_dir": "/tmp/validate", **options, "hosts": ("127.0.0.1",), "uwsgi_tls_dir": str(uwsgi_tls_dir)}
 
 
-def inflight_hz_arg(raw) -> float:
-    """0 (off) or 1..200 samples per second."""
-    value = float_arg("inflight_hz", raw, 0, 200)
-    if 0 < value < 1:
-        raise BadArgument(f"inflight_hz: must be 0 (off) or a number in 1..200, got {value:g}")
-    return value
-
-
 def _command(args) -> str:
     """The command line to record, credential header values left out."""
     argv = getattr(args, "argv", None)
@@ -282,7 +306,8 @@ def _layout_options(args, base: dict, names, hosts: int = 0) -> dict:
     transport (a stored run without one was measured over tcp, the default then), and for file
     scenarios the data set and ``sendfile on``."""
     stored = base.get("options", {})
-    transport = stored.get("transport", "tcp") if base and not args.transport else transport_arg(args.transport, hosts)
+    transport = (stored.get("transport", "tcp") if base and not args.transport
+                 else chosen_transport(args.transport, hosts))
     options = {"transport": transport}
     if sc.needs_dataset(names):
         data_dir = args.data_dir or stored.get("data_dir") or str(default_data_dir())

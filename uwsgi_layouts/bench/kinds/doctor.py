@@ -29,6 +29,7 @@ import socket
 import time
 from pathlib import Path
 
+from uwsgi_layouts.arguments import Ints, Numbers
 from uwsgi_layouts.bench.diagnosis import Window, diagnose, layout_of, layout_words, summarise_access
 from uwsgi_layouts.bench.environment import capture
 from uwsgi_layouts.bench.kinds.base import RESULTS_NAME, Kind, publish, sigterm_interrupts
@@ -43,7 +44,7 @@ from uwsgi_layouts.bench.observe import (
     worker_memory,
     workers_are_local,
 )
-from uwsgi_layouts.bench.options import BadArgument, command_line, float_arg, int_arg, prepare_out, stats_arg
+from uwsgi_layouts.bench.options import BadArgument, command_line, prepare_out, stats_address
 from uwsgi_layouts.bench.results import Results, utc_now
 from uwsgi_layouts.deploy.machine import is_unix_address, read_stats, stats_exposure
 
@@ -52,6 +53,8 @@ MAX_FOR_S = 3600
 DEFAULT_HZ = 25.0
 MAX_HZ = 100.0
 MAX_SAMPLES = 36_000  # an hour at 10 Hz; about 1 KB each with 2 workers (more with more workers)
+FOR_S = Ints(1, MAX_FOR_S)
+HZ = Numbers(1, MAX_HZ)
 PROBE_TIMEOUT_S = 2.0
 STOPPED_AFTER_S = 1.0  # reads failing this long: the service stopped
 MEMORY_EVERY_S = 5.0
@@ -61,13 +64,14 @@ EXIT_INTERRUPTED = 130
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--stats", required=True, metavar="ADDRESS",
+    p.add_argument("--stats", required=True, metavar="ADDRESS", type=stats_address,
                    help="the uWSGI stats server: a unix socket path (the bundle's /run/NAME/SLOT/stats.sock) or "
                         "HOST:PORT (e.g. 127.0.0.1:9191); only read, never written to")
-    p.add_argument("--for", dest="for_s", metavar="SECONDS",
-                   help=f"how long to watch, 1..{MAX_FOR_S} s (default {DEFAULT_FOR_S}); at most {MAX_SAMPLES} "
-                        f"reads, so beyond {int(MAX_SAMPLES / DEFAULT_HZ)} s lower --hz")
-    p.add_argument("--hz", help=f"stats-server reads per second, 1..{MAX_HZ:g} (default {DEFAULT_HZ:g})")
+    p.add_argument("--for", dest="for_s", metavar="SECONDS", type=FOR_S, default=DEFAULT_FOR_S,
+                   help=f"how long to watch, {FOR_S} s (default {DEFAULT_FOR_S}); at most {MAX_SAMPLES} reads, so "
+                        f"beyond {int(MAX_SAMPLES / DEFAULT_HZ)} s lower --hz")
+    p.add_argument("--hz", type=HZ, default=DEFAULT_HZ,
+                   help=f"stats-server reads per second, {HZ} (default {DEFAULT_HZ:g})")
     p.add_argument("--access-log", metavar="FILE",
                    help="nginx's access log of the site (the bundle's, i.e. combined, or combined with "
                         "$upstream_response_time), read from its end for the same window: latency per status "
@@ -176,9 +180,7 @@ def watch(sampler: Sampler, for_s: float, master: int, memory: MemoryWatch) -> t
 
 
 def run(args) -> int:
-    address = stats_arg(args.stats)
-    for_s = int_arg("for", args.for_s if args.for_s is not None else DEFAULT_FOR_S, 1, MAX_FOR_S)
-    hz = float_arg("hz", args.hz if args.hz is not None else DEFAULT_HZ, 1, MAX_HZ)
+    address, for_s, hz = args.stats, args.for_s, args.hz
     if for_s * hz > MAX_SAMPLES:
         raise BadArgument(f"for: at {hz:g} Hz at most {int(MAX_SAMPLES / hz)} s ({MAX_SAMPLES} samples); lower "
                           "--hz for a longer window")

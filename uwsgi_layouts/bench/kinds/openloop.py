@@ -39,6 +39,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from uwsgi_layouts.arguments import CommaList, Numbers
 from uwsgi_layouts.bench import subject as subj
 from uwsgi_layouts.bench.analysis import judge_step
 from uwsgi_layouts.bench.environment import capture
@@ -50,62 +51,58 @@ from uwsgi_layouts.bench.load.traffic import redact_argv
 from uwsgi_layouts.bench.load.wrk import WrkProcess, run_wrks
 from uwsgi_layouts.bench.observe import tree_cpu_seconds
 from uwsgi_layouts.bench.options import (
+    DEFAULT_PATH,
+    MIN_STEP_S,
+    STEP_S,
     BadArgument,
+    add_httperf_client,
+    chosen_transport,
     command_line,
     default_data_dir,
-    float_arg,
-    int_arg,
     prepare_dataset,
     prepare_out,
     require_tools,
-    transport_arg,
 )
 from uwsgi_layouts.bench.report.openloop import step_line
 from uwsgi_layouts.bench.results import Results, Step, utc_now
 from uwsgi_layouts.bench.stack import Lab, dir_name
-from uwsgi_layouts.deploy.model import parse_variant
+from uwsgi_layouts.deploy.model import TRANSPORTS, parse_variant
 
-DEFAULT_PATH = "/?rounds=5&fib=25&io_ms=10"  # the article's request
 DEFAULT_RATES = (5, 10, 15, 20, 25, 30, 40)
-MIN_STEP_S = 15  # httperf samples the reply rate every 5 s: at least 2 full samples
+# The ranges of openloop's own options (each checked while parsing and shown in the help).
+RATES = CommaList(Numbers(0.1, 100_000), "rate")
+TIMEOUT_S = Numbers(1, 60)
 
 
 def add_arguments(p) -> None:
     p.add_argument("--layout", help="one PxT-STRATEGY (variants as in compare, e.g. 2x4-mapped@nginx_workers=2)")
-    p.add_argument("--rates", help=f"comma-separated request rates per second, ascending "
-                                   f"(default {','.join(map(str, DEFAULT_RATES))})")
-    p.add_argument("--step", help=f"seconds per rate (default and minimum {MIN_STEP_S})")
-    p.add_argument("--path", help=f"request path (default {DEFAULT_PATH}, the article's request)")
-    p.add_argument("--files", help=f"instead of --path: random data-set files by route {', '.join(ROUTES)} "
-                                   "(httperf --wlog, shuffled)")
+    p.add_argument("--rates", type=RATES,
+                   help=f"comma-separated request rates per second, ascending, each {RATES.item} "
+                        f"(default {','.join(map(str, DEFAULT_RATES))})")
+    p.add_argument("--step", type=STEP_S, default=float(MIN_STEP_S),
+                   help=f"seconds per rate ({STEP_S}; default and minimum {MIN_STEP_S})")
+    p.add_argument("--files", choices=ROUTES, help="instead of --path: random data-set files by route (httperf "
+                                                   "--wlog, shuffled)")
     p.add_argument("--data-dir", help="with --files: the data set (default build/dataset, created if missing)")
-    p.add_argument("--timeout", help="httperf's per-request timeout in seconds (default 5)")
-    p.add_argument("--warmup", help="seconds of one-connection warm-up before the first step (default 2)")
-    p.add_argument("--client-nice", help="niceness of httperf, which busy-polls a core (default 19; 0 = not niced; "
-                                         "with @cpus it runs in a lowest-priority cgroup of its own, where nice "
-                                         "changes nothing)")
-    p.add_argument("--transport", help="uWSGI sockets: unix or tcp (default unix)")
+    p.add_argument("--timeout", type=TIMEOUT_S, default=5.0,
+                   help=f"httperf's per-request timeout in seconds ({TIMEOUT_S}; default 5)")
+    add_httperf_client(p)
+    p.add_argument("--transport", choices=TRANSPORTS, help="uWSGI sockets: unix or tcp (default unix)")
     p.add_argument("--all", action="store_true", help="run every rate, not only up to the first that fails")
     subj.add_arguments(p)
     p.add_argument("--out", help="output directory (default results/<timestamp>-openloop)")
 
 
 def resolve_args(args) -> "_Args":
-    """Validate and fill defaults; raise BadArgument naming the field."""
+    """Fill the defaults and check what needs several options (each is in its range, checked while
+    parsing); raise BadArgument naming the field."""
     spec = (args.layout or "2x4-mapped").strip()
     parse_variant(spec, run_dir="/tmp/validate")  # LayoutError names the field
-    rates = DEFAULT_RATES if not args.rates else [
-        float_arg("rates", x, 0.1, 100000) for x in str(args.rates).split(",") if x.strip()]
-    if not rates:
-        raise BadArgument("rates: give at least one rate")
+    rates = DEFAULT_RATES if args.rates is None else args.rates
     rates = [int(r) if float(r).is_integer() else float(r) for r in rates]
     if list(rates) != sorted(set(rates)):
         raise BadArgument(f"rates: must be ascending without repeats, got {','.join(map(str, rates))}")
     path = args.path or DEFAULT_PATH
-    if not path.startswith("/") or any(c.isspace() for c in path) or len(path) > 2000:
-        raise BadArgument(f"path: must start with / and contain no spaces, got {path!r}")
-    if args.files and args.files not in ROUTES:
-        raise BadArgument(f"files: must be one of {', '.join(ROUTES)}, got {args.files!r}")
     subject = subj.from_args(args)
     if subject.mix is not None:
         subj.check_mix_for_httperf(subject, {"path": bool(args.path), "files": bool(args.files)})
@@ -113,11 +110,10 @@ def resolve_args(args) -> "_Args":
         raise BadArgument("files: the data set's routes are the demo app's; your app gets --request lines")
     parse_variant(spec, run_dir="/tmp/validate", **subject.layout_options)
     return _Args(
-        layout=spec, rates=list(rates), step=float_arg("step", args.step or MIN_STEP_S, MIN_STEP_S, 600),
+        layout=spec, rates=list(rates), step=args.step,
         path=path, files=args.files or "", data_dir=str(Path(args.data_dir or default_data_dir()).absolute()),
-        timeout=float_arg("timeout", args.timeout or 5, 1, 60), warmup=float_arg("warmup", args.warmup or 2, 1, 60),
-        client_nice=int_arg("client_nice", args.client_nice if args.client_nice is not None else 19, 0, 19),
-        transport=transport_arg(args.transport), all=bool(args.all), out=args.out,
+        timeout=args.timeout, warmup=args.warmup, client_nice=args.client_nice,
+        transport=chosen_transport(args.transport), all=bool(args.all), out=args.out,
         command=command_line("openloop", redact_argv(getattr(args, "argv", None) or []) or None),
         subject=subject)
 

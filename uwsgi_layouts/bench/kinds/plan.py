@@ -52,6 +52,7 @@ import sys
 import time
 from pathlib import Path
 
+from uwsgi_layouts.arguments import Ints, Numbers
 from uwsgi_layouts.bench import subject as subj
 from uwsgi_layouts.bench.capacity import (
     DEFAULT_HEADROOM,
@@ -79,10 +80,13 @@ from uwsgi_layouts.bench.load.traffic import redact_argv
 from uwsgi_layouts.bench.load.wrk import WrkProcess, run_wrks
 from uwsgi_layouts.bench.observe import Sampler, limit_record, parse_timed_line, stack_memory
 from uwsgi_layouts.bench.options import (
+    DEFAULT_PATH,
+    MIN_STEP_S,
+    STEP_S,
+    TIMEOUT_S,
     BadArgument,
+    add_httperf_client,
     command_line,
-    float_arg,
-    int_arg,
     prepare_out,
     require_tools,
 )
@@ -92,8 +96,6 @@ from uwsgi_layouts.deploy.machine import cpu_limit
 from uwsgi_layouts.deploy.model import parse_variant, total_limits
 from uwsgi_layouts.deploy.run import Stack
 
-DEFAULT_PATH = "/?rounds=5&fib=25&io_ms=10"  # the article's request (as openloop's)
-MIN_STEP_S = 15  # httperf samples the reply rate every 5 s: at least 2 steady samples
 MAX_RATE = 100_000
 FORMAT_VERSION = 2  # 2: steps sized by --min-requests, judged by capacity.judge_rate; the subject
 MIN_TIMEOUT_S = 5
@@ -103,29 +105,43 @@ DRAIN_POLL_S = 0.2
 VALIDATE_COUNTS = 3  # --validate searches 1..3 replicas' own capacity (those that fit)
 
 
+# The ranges of plan's own options (each checked while parsing and shown in the help).
+RATE = Numbers(0, MAX_RATE, open_low=True)
+P99_MS = Numbers(0, 100_000, open_low=True)
+HEADROOM = Numbers(0.05, 1)
+SPARE = Ints(0, 10)
+RESOLUTION = Numbers(0.01, 0.5)
+BISECTIONS = Ints(0, 12)
+STEP_REQUESTS = Ints(20, 100_000)
+
+
 def add_arguments(p) -> None:
     p.add_argument("--layout", help="the pod: one PxT-STRATEGY with its size, e.g. 2x2-mapped@cpus=1,memory=512 "
                                     "(no @replicas: the plan says how many)")
-    p.add_argument("--rate", help="the target rate the replicas must carry together, req/s (> 0)")
-    p.add_argument("--p99-ms", help="the p99 each request must stay within, ms (> 0)")
-    p.add_argument("--headroom", help=f"share of one replica's measured rate the plan loads it with, in (0, 1] "
-                                      f"(default {DEFAULT_HEADROOM})")
-    p.add_argument("--spare", help=f"replicas added for lost pods (default {DEFAULT_SPARE})")
-    p.add_argument("--start", help="the first rate offered, req/s (default: half what one connection reached in "
-                                   "the warm-up)")
-    p.add_argument("--resolution", help=f"bisect until the lowest rate missed is within this share above the "
-                                        f"highest met, in 0.01..0.5 (default {DEFAULT_RESOLUTION})")
-    p.add_argument("--bisections", help=f"at most this many rates between the last that met the target and the "
-                                        f"first that did not (default {MAX_BISECTIONS})")
-    p.add_argument("--min-requests", help=f"requests per replica in every step: a step lasts "
-                                          f"max(--step, this / rate per replica) s (default {MIN_REQUESTS})")
-    p.add_argument("--step", help=f"shortest step, seconds (default and minimum {MIN_STEP_S})")
-    p.add_argument("--path", help=f"request path (default {DEFAULT_PATH}, the article's request)")
-    p.add_argument("--timeout", help=f"httperf's per-request timeout in seconds, above the p99 target (default "
-                                     f"max({MIN_TIMEOUT_S}, 2 x the p99 target))")
-    p.add_argument("--warmup", help="seconds of one-connection warm-up before the first step (default 2)")
-    p.add_argument("--client-nice", help="niceness of httperf, which busy-polls a core (default 19; with @cpus it "
-                                         "runs in a lowest-priority cgroup of its own, where nice changes nothing)")
+    p.add_argument("--rate", type=RATE, help=f"the target rate the replicas must carry together, req/s ({RATE})")
+    p.add_argument("--p99-ms", type=P99_MS, help=f"the p99 each request must stay within, ms ({P99_MS})")
+    p.add_argument("--headroom", type=HEADROOM, default=DEFAULT_HEADROOM,
+                   help=f"share of one replica's measured rate the plan loads it with ({HEADROOM}; default "
+                        f"{DEFAULT_HEADROOM})")
+    p.add_argument("--spare", type=SPARE, default=DEFAULT_SPARE,
+                   help=f"replicas added for lost pods ({SPARE}; default {DEFAULT_SPARE})")
+    p.add_argument("--start", type=RATE, help=f"the first rate offered, req/s ({RATE}; default: half what one "
+                                              "connection reached in the warm-up)")
+    p.add_argument("--resolution", type=RESOLUTION, default=DEFAULT_RESOLUTION,
+                   help="bisect until the lowest rate missed is within this share above the highest met "
+                        f"({RESOLUTION}; default {DEFAULT_RESOLUTION})")
+    p.add_argument("--bisections", type=BISECTIONS, default=MAX_BISECTIONS,
+                   help="at most this many rates between the last that met the target and the first that did not "
+                        f"({BISECTIONS}; default {MAX_BISECTIONS})")
+    p.add_argument("--min-requests", type=STEP_REQUESTS, default=MIN_REQUESTS,
+                   help="requests per replica in every step: a step lasts max(--step, this / rate per replica) s "
+                        f"({STEP_REQUESTS}; default {MIN_REQUESTS})")
+    p.add_argument("--step", type=STEP_S, default=float(MIN_STEP_S),
+                   help=f"shortest step, seconds ({STEP_S}; default and minimum {MIN_STEP_S})")
+    p.add_argument("--timeout", type=TIMEOUT_S,
+                   help=f"httperf's per-request timeout in seconds, above the p99 target ({TIMEOUT_S}; default "
+                        f"max({MIN_TIMEOUT_S}, 2 x the p99 target))")
+    add_httperf_client(p)
     p.add_argument("--check", action="store_true", help="run the planned replicas at the target rate (and one "
                                                         "fewer) where they fit this machine, and report predicted "
                                                         "against measured")
@@ -137,16 +153,10 @@ def add_arguments(p) -> None:
     p.add_argument("--out", help="output directory (default results/<timestamp>-plan)")
 
 
-def positive(field: str, raw, what: str) -> float:
-    """A required number > 0 (one line naming the field otherwise)."""
-    if raw is None or not str(raw).strip():
-        raise BadArgument(f"{field}: give {what}, a number > 0")
-    try:
-        value = float(str(raw).strip())
-    except ValueError:
-        raise BadArgument(f"{field}: must be a number > 0 ({what}), got {raw!r}") from None
-    if not (math.isfinite(value) and 0 < value <= MAX_RATE):
-        raise BadArgument(f"{field}: must be a number > 0 and at most {MAX_RATE} ({what}), got {raw!r}")
+def required(field: str, value, what: str):
+    """A required option's value, as parsed (BadArgument naming the field when it is missing)."""
+    if value is None:
+        raise BadArgument(f"{field}: give {what}")
     return value
 
 
@@ -197,9 +207,10 @@ def default_timeout(p99_target_ms: float) -> float:
 
 
 def resolve_args(args) -> PlanArgs:
-    """Validate and fill defaults; raise BadArgument (or LayoutError, TrafficError) naming the field."""
-    rate = positive("rate", args.rate, "the target rate in req/s, e.g. --rate 100")
-    p99 = positive("p99_ms", args.p99_ms, "the p99 target in ms, e.g. --p99-ms 250")
+    """Fill the defaults and check what needs several options (each is in its range, checked while
+    parsing); raise BadArgument (or LayoutError, TrafficError) naming the field."""
+    rate = required("rate", args.rate, "the target rate in req/s, e.g. --rate 100")
+    p99 = required("p99_ms", args.p99_ms, "the p99 target in ms, e.g. --p99-ms 250")
     if not args.layout or not str(args.layout).strip():
         raise BadArgument("layout: give the pod to plan for, e.g. --layout 2x2-mapped@cpus=1")
     spec = str(args.layout).strip()
@@ -209,28 +220,19 @@ def resolve_args(args) -> PlanArgs:
     if layout.server != "uwsgi":
         raise BadArgument(f"layout: plan reads uWSGI's stats server (busy threads): {spec} runs {layout.server}")
     path = args.path or DEFAULT_PATH
-    if not path.startswith("/") or any(c.isspace() for c in path) or len(path) > 2000:
-        raise BadArgument(f"path: must start with / and contain no spaces, got {path!r}")
     subject = subj.from_args(args)
     if subject.mix is not None:
         subj.check_mix_for_httperf(subject, {"path": bool(args.path)})
     parse_variant(spec, run_dir="/tmp/validate", **subject.layout_options)
-    timeout = default_timeout(p99) if args.timeout is None else float_arg("timeout", args.timeout, 1, 600)
+    timeout = default_timeout(p99) if args.timeout is None else args.timeout
     if timeout * 1000 <= p99:
         raise BadArgument(f"timeout: must be above the p99 target ({p99:g} ms), so that slow requests are timed, "
                           f"not cut; got {timeout:g} s")
     return PlanArgs(
-        layout=spec, rate=rate, p99_ms=p99,
-        headroom=float_arg("headroom", args.headroom or DEFAULT_HEADROOM, 0.05, 1),
-        spare=int_arg("spare", args.spare if args.spare is not None else DEFAULT_SPARE, 0, 10),
-        start=positive("start", args.start, "the first rate in req/s") if args.start is not None else None,
-        resolution=float_arg("resolution", args.resolution or DEFAULT_RESOLUTION, 0.01, 0.5),
-        bisections=int_arg("bisections", args.bisections if args.bisections is not None else MAX_BISECTIONS, 0, 12),
-        min_requests=int_arg("min_requests", args.min_requests or MIN_REQUESTS, 20, 100_000),
-        step=float_arg("step", args.step or MIN_STEP_S, MIN_STEP_S, 600), path=path,
-        timeout=timeout, warmup=float_arg("warmup", args.warmup or 2, 1, 60),
-        client_nice=int_arg("client_nice", args.client_nice if args.client_nice is not None else 19, 0, 19),
-        check=bool(args.check), validate=bool(args.validate), out=args.out,
+        layout=spec, rate=rate, p99_ms=p99, headroom=args.headroom, spare=args.spare, start=args.start,
+        resolution=args.resolution, bisections=args.bisections, min_requests=args.min_requests, step=args.step,
+        path=path, timeout=timeout, warmup=args.warmup, client_nice=args.client_nice, check=bool(args.check),
+        validate=bool(args.validate), out=args.out,
         command=command_line("plan", redact_argv(getattr(args, "argv", None) or []) or None), subject=subject)
 
 

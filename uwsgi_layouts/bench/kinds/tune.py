@@ -31,25 +31,28 @@ import os
 import shlex
 import shutil
 import sys
+from argparse import ArgumentTypeError
 from pathlib import Path
 
+from uwsgi_layouts.arguments import CommaList, Ints, Numbers
 from uwsgi_layouts.bench import subject as subj
 from uwsgi_layouts.bench.environment import Machine, capture
 from uwsgi_layouts.bench.kinds.base import RESULTS_NAME, Kind, publish, sigterm_interrupts
 from uwsgi_layouts.bench.kinds.closedloop import LiveRunner
 from uwsgi_layouts.bench.load import scenarios as sc
 from uwsgi_layouts.bench.load.traffic import TrafficError, redact_argv
+from uwsgi_layouts.bench.margin import MARGIN
 from uwsgi_layouts.bench.options import (
+    CONNECTIONS,
+    PROCESSES,
+    THREADS,
+    TIMEOUT_S,
     BadArgument,
     command_line,
-    float_arg,
-    int_arg,
-    margin_arg,
     prepare_out,
     require_tools,
     results_root,
     timestamp_dir,
-    transport_arg,
 )
 from uwsgi_layouts.bench.report.limits import pod_record
 from uwsgi_layouts.bench.results import Results, load, utc_now
@@ -60,9 +63,8 @@ from uwsgi_layouts.bench.tune.search import Event, Inputs, Outcome, Settings, Ta
 from uwsgi_layouts.bench.tune.space import DEFAULT_STRATEGIES, DEFAULT_THREADS, candidate_space, prune_static
 from uwsgi_layouts.deploy.machine import PACKAGE_DIR, check_reachable, checked, default_cpus, find_uwsgi, tool_command
 from uwsgi_layouts.deploy.model import (
-    MAX_PROCESSES,
-    MAX_THREADS,
     STRATEGIES,
+    TRANSPORTS,
     LayoutError,
     parse_cpus,
     parse_memory_mb,
@@ -89,26 +91,44 @@ MEASURED_SERVERS = ("uwsgi", "gunicorn", "granian")
 # --------------------------------------------------------------------------- arguments
 
 
+# The ranges of tune's own options (each checked while parsing and shown in the help).
+P99_MS = Numbers(1, 600_000)
+MEMORY_MB = Numbers(1, 1_000_000)
+BUDGET_MIN = Numbers(1, 1440)
+STALL_SHARE = Numbers(0, 0.5, open_low=True, noun="a share")
+STALL_MS = Ints(1, 60_000)
+THREAD_COUNTS = CommaList(THREADS, "thread count, e.g. 1,2,4,8")
+
+
 def add_arguments(p) -> None:
     nproc = default_cpus()
-    p.add_argument("--concurrency", help=f"simultaneous requests expected in production (default 2 x the usable "
-                                         f"CPUs = {2 * nproc}; usable: the affinity's, or the cgroup's quota if "
-                                         "smaller)")
-    p.add_argument("--p99-ms", help="objective: p99 of healthy requests at that concurrency, at most this many ms "
-                                    "(pooled over the repeats; default: no limit)")
-    p.add_argument("--memory-mb", help="objective: the app server's memory (PSS of master and workers after load), "
-                                       "at most this many MB (default: no limit)")
-    p.add_argument("--budget", help=f"minutes the whole search may take, kept within 10%% (default "
-                                    f"{DEFAULT_BUDGET_MIN:g})")
-    p.add_argument("--strategies", help=f"comma-separated strategies to try (default {','.join(DEFAULT_STRATEGIES)}; "
-                                        f"known: {', '.join(STRATEGIES)}); a peer is tried with its variants too "
-                                        "(gunicorn, granian: nginx's upstream keep-alive on and off)")
-    p.add_argument("--stall-share", help="robustness: this share (0..0.5] of requests calls a slow external API; the "
-                                         "choice must meet the objective under it too")
-    p.add_argument("--stall-ms", help=f"how long a stalled request waits, ms (default {DEFAULT_STALL_MS}; with "
-                                      "--stall-share)")
-    p.add_argument("--max-processes", help=f"largest P tried (default 2 x the usable CPUs = {2 * nproc})")
-    p.add_argument("--threads", help=f"comma-separated T values tried (default {','.join(map(str, DEFAULT_THREADS))})")
+    p.add_argument("--concurrency", type=CONNECTIONS,
+                   help=f"simultaneous requests expected in production ({CONNECTIONS}; default 2 x the usable CPUs = "
+                        f"{2 * nproc}; usable: the affinity's, or the cgroup's quota if smaller)")
+    p.add_argument("--p99-ms", type=P99_MS,
+                   help=f"objective: p99 of healthy requests at that concurrency, at most this many ms ({P99_MS}; "
+                        "pooled over the repeats; default: no limit)")
+    p.add_argument("--memory-mb", type=MEMORY_MB,
+                   help="objective: the app server's memory (PSS of master and workers after load), at most this many "
+                        f"MB ({MEMORY_MB}; default: no limit)")
+    p.add_argument("--budget", type=BUDGET_MIN,
+                   help=f"minutes the whole search may take, kept within 10%% ({BUDGET_MIN}; default "
+                        f"{DEFAULT_BUDGET_MIN:g})")
+    p.add_argument("--strategies", type=strategies_arg,
+                   help=f"comma-separated strategies to try (default {','.join(DEFAULT_STRATEGIES)}; known: "
+                        f"{', '.join(STRATEGIES)}); a peer is tried with its variants too (gunicorn, granian: nginx's "
+                        "upstream keep-alive on and off)")
+    p.add_argument("--stall-share", type=STALL_SHARE,
+                   help=f"robustness: this share {STALL_SHARE} of requests calls a slow external API; the choice must "
+                        "meet the objective under it too")
+    p.add_argument("--stall-ms", type=STALL_MS,
+                   help=f"how long a stalled request waits, ms ({STALL_MS}; default {DEFAULT_STALL_MS}; with "
+                        "--stall-share)")
+    p.add_argument("--max-processes", type=PROCESSES,
+                   help=f"largest P tried ({PROCESSES}; default 2 x the usable CPUs = {2 * nproc})")
+    p.add_argument("--threads", type=THREAD_COUNTS,
+                   help=f"comma-separated T values tried, each {THREADS} (default "
+                        f"{','.join(map(str, DEFAULT_THREADS))})")
     p.add_argument("--scenario", help=f"the demo app's request mix: {', '.join(record.steady_scenarios())} (default "
                                       "article; your app: --request...)")
     p.add_argument("--cpus", help="size it for a pod with this CPU limit (CPUs, fractions allowed, e.g. 0.5 or 2: "
@@ -116,10 +136,12 @@ def add_arguments(p) -> None:
                                   "the concurrency, largest P and pilot come from it (default: no limit)")
     p.add_argument("--memory", help="the pod's memory limit in MB: every candidate runs under it, an OOM kill counts "
                                     "as a failed request (default: no limit; --memory-mb is the objective)")
-    p.add_argument("--transport", help="uWSGI sockets in the lab and the recommended files: unix or tcp (default unix)")
-    p.add_argument("--timeout", help="wrk's per-request timeout in seconds (default 10)")
-    p.add_argument("--margin", help="equivalence margin: two candidates whose paired throughput ratio lies wholly "
-                                    "within ±MARGIN are tied, and the tie rule decides (default 0.05)")
+    p.add_argument("--transport", choices=TRANSPORTS,
+                   help="uWSGI sockets in the lab and the recommended files: unix or tcp (default unix)")
+    p.add_argument("--timeout", type=TIMEOUT_S, help=f"wrk's per-request timeout in seconds ({TIMEOUT_S}; default 10)")
+    p.add_argument("--margin", type=MARGIN,
+                   help=f"equivalence margin ({MARGIN}): two candidates whose paired throughput ratio lies wholly "
+                        "within ±MARGIN are tied, and the tie rule decides (default 0.05)")
     subj.add_arguments(p)
     p.add_argument("--out", help="output directory (default results/<timestamp>-tune)")
     p.add_argument("--replay", metavar="RESULTS_JSON",
@@ -128,32 +150,19 @@ def add_arguments(p) -> None:
 
 
 def strategies_arg(raw: str) -> tuple[str, ...]:
+    """--strategies: known ones whose cells bench can measure, in the order given."""
     names = tuple(dict.fromkeys(x.strip() for x in str(raw).split(",") if x.strip()))
     if not names:
-        raise BadArgument(f"strategies: give at least one of {', '.join(STRATEGIES)}")
+        raise ArgumentTypeError(f"give at least one of {', '.join(STRATEGIES)}")
     for name in names:
         if name not in STRATEGIES:
-            raise BadArgument(f"strategies: unknown strategy {name!r}; allowed: {', '.join(STRATEGIES)}")
+            raise ArgumentTypeError(f"unknown strategy {name!r}; allowed: {', '.join(STRATEGIES)}")
         server = STRATEGIES[name].server
         if server not in MEASURED_SERVERS:
             ours = ", ".join(n for n, s in STRATEGIES.items() if s.server in MEASURED_SERVERS)
-            raise BadArgument(f"strategies: {name} runs {server}, whose cells bench cannot measure yet (it reads "
-                              f"uWSGI's stats server); measurable now: {ours}")
+            raise ArgumentTypeError(f"{name} runs {server}, whose cells bench cannot measure yet (it reads uWSGI's "
+                                    f"stats server); measurable now: {ours}")
     return names
-
-
-def threads_arg(raw: str) -> tuple[int, ...]:
-    values = [x.strip() for x in str(raw).split(",") if x.strip()]
-    if not values:
-        raise BadArgument("threads: give at least one thread count, e.g. 1,2,4,8")
-    return tuple(sorted({int_arg("threads", x, 1, MAX_THREADS) for x in values}))
-
-
-def stall_share_arg(raw) -> float:
-    value = float_arg("stall_share", raw, 0, 0.5)
-    if value <= 0:
-        raise BadArgument(f"stall_share: must be a share in (0, 0.5], got {value:g}")
-    return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,36 +177,37 @@ class Config:
 
 
 def config_from_args(args, stored: Results | None = None, subject: subj.Subject | None = None) -> Config:
-    """Everything validated (BadArgument, LayoutError, TrafficError: exit 2) before anything runs."""
+    """Everything validated (each option in its range while parsing; here BadArgument, LayoutError,
+    TrafficError: exit 2) before anything runs."""
     nproc = default_cpus()  # the CPUs this process may use: affinity, or a cgroup quota if tighter
     base = stored.arguments if stored else {}
 
-    def given(name, parse, default):
-        raw = getattr(args, name, None)
-        return parse(raw) if raw is not None else base.get(name, default)
+    def given(name, default, parse=lambda value: value):
+        """The option as parsed (and ``parse``d); not given: the stored run's, else ``default``."""
+        value = getattr(args, name, None)
+        return parse(value) if value is not None else base.get(name, default)
 
     if subject is None:
         subject = subj.from_stored(base) if stored else subj.from_args(args)
-    cpus = given("cpus", parse_cpus, None)
-    pod_memory = given("memory", parse_memory_mb, None)
+    cpus = given("cpus", None, parse_cpus)
+    pod_memory = given("memory", None, parse_memory_mb)
     if cpus is not None:  # a pod of that size: its CPUs, not this machine's, size the search
         nproc = max(1, math.ceil(cpus - 1e-9))
-    concurrency = given("concurrency", lambda x: int_arg("concurrency", x, 1, 1000), 2 * nproc)
-    p99 = given("p99_ms", lambda x: float_arg("p99_ms", x, 1, 600000), None)
-    memory = given("memory_mb", lambda x: float_arg("memory_mb", x, 1, 1_000_000), None)
-    budget_min = float_arg("budget", args.budget, 1, 1440) if args.budget is not None else \
-        base.get("budget_min", DEFAULT_BUDGET_MIN)
-    strategies = tuple(given("strategies", strategies_arg, DEFAULT_STRATEGIES))
-    max_p = given("max_processes", lambda x: int_arg("max_processes", x, 1, MAX_PROCESSES), 2 * nproc)
-    threads = tuple(given("threads", threads_arg, DEFAULT_THREADS))
-    stall_share = given("stall_share", stall_share_arg, 0.0)
+    concurrency = given("concurrency", 2 * nproc)
+    p99 = given("p99_ms", None)
+    memory = given("memory_mb", None)
+    budget_min = args.budget if args.budget is not None else base.get("budget_min", DEFAULT_BUDGET_MIN)
+    strategies = tuple(given("strategies", DEFAULT_STRATEGIES))
+    max_p = given("max_processes", 2 * nproc)
+    threads = tuple(given("threads", DEFAULT_THREADS, lambda values: sorted(set(values))))
+    stall_share = given("stall_share", 0.0)
     if getattr(args, "stall_ms", None) is not None and not stall_share:
         raise BadArgument("stall_ms: only with --stall-share (the share of requests that stall)")
-    stall_ms = given("stall_ms", lambda x: int_arg("stall_ms", x, 1, 60000), DEFAULT_STALL_MS) if stall_share else 0
-    timeout = float(given("timeout", lambda x: float_arg("timeout", x, 1, 600), 10.0))
-    transport = given("transport", transport_arg, "tcp" if stored else "unix")  # a stored run without it: tcp
+    stall_ms = given("stall_ms", DEFAULT_STALL_MS) if stall_share else 0
+    timeout = float(given("timeout", 10.0))
+    transport = given("transport", "tcp" if stored else "unix")  # a stored run without it: tcp
     steady = _steady(args, base, subject)
-    margin = margin_arg(args.margin) if getattr(args, "margin", None) is not None else None
+    margin = getattr(args, "margin", None)
     settings = Settings(budget_s=budget_min * 60, warmup_s=WARMUP_S, tie_band=margin or Settings.tie_band) \
         if not stored else Settings.from_dict({**base["tune"]["settings"], "budget_s": budget_min * 60,
                                                **({"tie_band": margin} if margin else {})})

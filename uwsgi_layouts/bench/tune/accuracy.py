@@ -36,7 +36,6 @@ noisy (the load average is recorded at every step), so figures are quoted with t
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import json
@@ -49,13 +48,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from uwsgi_layouts.arguments import PROG, CommaList, Ints, Numbers, OneLineParser
 from uwsgi_layouts.bench import subject as subj
 from uwsgi_layouts.bench.environment import Machine, capture
 from uwsgi_layouts.bench.kinds.base import sigterm_interrupts
 from uwsgi_layouts.bench.kinds.closedloop import LiveRunner, Plan, run_sweep
 from uwsgi_layouts.bench.load.background import BackgroundLoad, fraction_arg
 from uwsgi_layouts.bench.load.scenarios import SCENARIOS
-from uwsgi_layouts.bench.options import BadArgument, float_arg, int_arg, prepare_out, results_root, timestamp_dir
+from uwsgi_layouts.bench.options import CONNECTIONS, BadArgument, prepare_out, results_root, timestamp_dir
 from uwsgi_layouts.bench.results import Results, load
 from uwsgi_layouts.bench.stack import Lab
 from uwsgi_layouts.bench.tune.objective import Objective, decide, evaluate, rps_comparison
@@ -224,20 +224,34 @@ class Setup:
         return cmd + (["--p99-ms", f"{self.p99_ms[mix]:g}"] if mix in self.p99_ms else [])
 
 
-def parse(argv: list[str] | None) -> tuple[Setup, str | None, str | None]:
-    nproc = default_cpus()
-    p = argparse.ArgumentParser(prog="uwsgi-layouts tune-accuracy", description=__doc__.splitlines()[0])
+# The ranges of tune-accuracy's options (each checked while parsing and shown in the help).
+GRID_PROCESSES = Ints(1, 64)
+GRID_THREADS = CommaList(Ints(1, 256), "thread count")
+GRID_REPEATS = Ints(1, 20)
+GRID_DURATION_S = Numbers(1, 120)
+BUDGET_SHARE = Numbers(0.01, 1)
+
+
+def build_parser() -> OneLineParser:
+    p = OneLineParser(prog=f"{PROG} tune-accuracy", description=__doc__.splitlines()[0])
     p.add_argument("--mixes", default="article,io-heavy")
-    p.add_argument("--concurrency", help="requests in flight (default 2 x the usable CPUs, or the pod's with --cpus)")
-    p.add_argument("--max-processes", help="largest P of the grid (default as --concurrency)")
-    p.add_argument("--threads", default=",".join(map(str, DEFAULT_THREADS)))
+    p.add_argument("--concurrency", type=CONNECTIONS,
+                   help=f"requests in flight ({CONNECTIONS}; default 2 x the usable CPUs, or the pod's with --cpus)")
+    p.add_argument("--max-processes", type=GRID_PROCESSES,
+                   help=f"largest P of the grid ({GRID_PROCESSES}; default as --concurrency)")
+    p.add_argument("--threads", type=GRID_THREADS, default=DEFAULT_THREADS,
+                   help=f"comma-separated T values of the grid, each {GRID_THREADS.item} (default "
+                        f"{','.join(map(str, DEFAULT_THREADS))})")
     p.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES))
-    p.add_argument("--repeats", default=str(DEFAULT_REPEATS), help="interleaved rounds of every layout of the grid "
-                                                                 f"(default {DEFAULT_REPEATS})")
-    p.add_argument("--duration", default="8")
+    p.add_argument("--repeats", type=GRID_REPEATS, default=DEFAULT_REPEATS,
+                   help=f"interleaved rounds of every layout of the grid ({GRID_REPEATS}; default {DEFAULT_REPEATS})")
+    p.add_argument("--duration", type=GRID_DURATION_S, default=8.0,
+                   help=f"seconds per cell of the grid ({GRID_DURATION_S}; default 8)")
     p.add_argument("--p99-ms", default=",".join(f"{k}={v:g}" for k, v in DEFAULT_P99_MS.items()),
                    help="per mix, MIX=MS (a mix left out has no p99 limit)")
-    p.add_argument("--budget-share", default=str(TARGET_TIME_SHARE))
+    p.add_argument("--budget-share", type=BUDGET_SHARE, default=TARGET_TIME_SHARE,
+                   help=f"tune's budget as a share of the grid's time ({BUDGET_SHARE}; default "
+                        f"{TARGET_TIME_SHARE:g})")
     p.add_argument("--grids", metavar="DIR", help="reuse the grids of an earlier run (DIR/grid-MIX/results.json and "
                                                    "their times in DIR/accuracy.json) and run tune only")
     p.add_argument("--judge", metavar="DIR", help="judge a finished run again from its stored files (measures "
@@ -249,8 +263,13 @@ def parse(argv: list[str] | None) -> tuple[Setup, str | None, str | None]:
                                                                   "(0..1] in short duty cycles for the whole run")
     subj.add_arguments(p)  # the traffic mix: your app and requests, as for compare and tune
     p.add_argument("--out")
+    return p
+
+
+def parse(argv: list[str] | None) -> tuple[Setup, str | None, str | None]:
+    nproc = default_cpus()
     argv = list(sys.argv[1:] if argv is None else argv)
-    a = p.parse_args(argv)
+    a = build_parser().parse_args(argv)
     try:
         cpus, memory = parse_cpus(a.cpus), parse_memory_mb(a.memory)
     except LayoutError as exc:
@@ -261,13 +280,12 @@ def parse(argv: list[str] | None) -> tuple[Setup, str | None, str | None]:
         nproc = max(1, math.ceil(cpus - 1e-9))
     setup = Setup(
         mixes=tuple(m.strip() for m in a.mixes.split(",") if m.strip()),
-        concurrency=int_arg("concurrency", a.concurrency if a.concurrency is not None else 2 * nproc, 1, 1000),
-        max_processes=int_arg("max_processes", a.max_processes if a.max_processes is not None else 2 * nproc, 1, 64),
+        concurrency=a.concurrency if a.concurrency is not None else 2 * nproc,
+        max_processes=a.max_processes if a.max_processes is not None else 2 * nproc,
         cpus=cpus, memory=memory,
-        threads=tuple(int_arg("threads", t, 1, 256) for t in a.threads.split(",")),
+        threads=tuple(a.threads),
         strategies=tuple(s.strip() for s in a.strategies.split(",")),
-        repeats=int_arg("repeats", a.repeats, 1, 20), duration=float_arg("duration", a.duration, 1, 120),
-        share=float_arg("budget_share", a.budget_share, 0.01, 1),
+        repeats=a.repeats, duration=a.duration, share=a.budget_share,
         p99_ms={k: float(v) for k, _, v in (x.partition("=") for x in a.p99_ms.split(",") if x)}, grids=a.grids)
     if a.background_load is not None:
         try:
