@@ -455,6 +455,23 @@ def test_inflight_hz_option(tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.parametrize("field,value", [("duration", "x"), ("duration", None), ("repeats", 0),
+                                         ("inflight_hz", 0.5), ("warmup", -1), ("timeout", 10_000)])
+def test_a_replay_of_a_damaged_stored_option_is_one_line(tmp_path, capsys, field, value):
+    # A stored run's options were checked when it was measured; a hand-edited results.json is
+    # input too, refused in one line naming the field, with nothing written.
+    from uwsgi_layouts.bench import cli as bench_cli
+
+    data = json.loads(TAILS.read_text())
+    data["arguments"][field] = value
+    damaged = tmp_path / "results.json"
+    damaged.write_text(json.dumps(data))
+    out = tmp_path / "replayed"
+    line = refusal(bench_cli.main, ["compare", "--replay", str(damaged), "--out", str(out)], capsys)
+    assert line.startswith(f"error: {field}: must be "), line
+    assert not out.exists()
+
+
 def test_compare_replay_keeps_tails_and_inflight(tmp_path, capsys):
     from uwsgi_layouts.bench import cli as bench_cli
 

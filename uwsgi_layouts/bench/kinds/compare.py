@@ -197,6 +197,14 @@ def plan_from_args(args, stored=None, subject: subj.Subject | None = None) -> tu
         value = getattr(args, name, None)
         return base.get(name, default) if value is None else value
 
+    def given_in(name: str, allowed, default):
+        """``given``, checked with the option's own validator: a stored run's value was checked
+        when it was measured, but a hand-edited or damaged results.json is input too."""
+        try:
+            return allowed(given(name, default))
+        except ArgumentTypeError as exc:
+            raise BadArgument(f"{name}: {exc}") from None
+
     if subject is None:
         subject = subj.from_stored(base) if stored else subj.from_args(args)
     p, t, hosts = given("processes", nproc), given("threads", 4), given("hosts", 0)
@@ -231,16 +239,16 @@ def plan_from_args(args, stored=None, subject: subj.Subject | None = None) -> tu
     for scenario in resolved.values():
         if scenario.workload.rounds * scenario.workload.io_ms > 30000:
             raise BadArgument("rounds*io_ms: must be at most 30000 ms per request")
-    duration = float(given("duration", DEFAULT_DURATION))
+    duration = given_in("duration", DURATION_S, DEFAULT_DURATION)
     # A replayed file without the option was measured without the sampler.
-    inflight_hz = float(given("inflight_hz", 0 if stored else DEFAULT_INFLIGHT_HZ))
+    inflight_hz = given_in("inflight_hz", INFLIGHT_HZ, 0 if stored else DEFAULT_INFLIGHT_HZ)
     # A replayed file without a warm-up recorded ran with the old default of 2 s.
-    warmup = float(given("warmup", 2 if stored else DEFAULT_WARMUP))
+    warmup = given_in("warmup", WARMUP_S, 2 if stored else DEFAULT_WARMUP)
     plan = Plan(
-        layouts=layouts, concurrency=levels, repeats=given("repeats", DEFAULT_REPEATS),
+        layouts=layouts, concurrency=levels, repeats=given_in("repeats", REPEATS, DEFAULT_REPEATS),
         duration=duration, warmup=warmup, processes=p, threads=t,
         scenarios=names, workload={n: s.to_dict() for n, s in resolved.items()},
-        timeout=float(given("timeout", 10)), inflight_hz=inflight_hz, command=_command(args),
+        timeout=given_in("timeout", TIMEOUT_S, 10), inflight_hz=inflight_hz, command=_command(args),
         options=options, app=subject.record, hosts=hosts, margin=given("margin", 0.05),
     )
     plan = with_key_cells(plan, args, base)

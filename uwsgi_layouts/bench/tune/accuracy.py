@@ -281,7 +281,8 @@ def parse(argv: list[str] | None) -> tuple[Setup, str | None, str | None]:
     setup = Setup(
         mixes=tuple(m.strip() for m in a.mixes.split(",") if m.strip()),
         concurrency=a.concurrency if a.concurrency is not None else 2 * nproc,
-        max_processes=a.max_processes if a.max_processes is not None else 2 * nproc,
+        # the default, like the option, stays in the grid's range (a machine of 33+ CPUs: 64)
+        max_processes=a.max_processes if a.max_processes is not None else min(2 * nproc, GRID_PROCESSES.high),
         cpus=cpus, memory=memory,
         threads=tuple(a.threads),
         strategies=tuple(s.strip() for s in a.strategies.split(",")),
