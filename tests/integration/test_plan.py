@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ HOMES, WHY = homes()
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300),
               pytest.mark.skipif(HOMES is None, reason=f"no writable cgroup controller: {WHY}")]
 REPO = Path(__file__).resolve().parents[2]
+LEFTOVER_NOTE = re.compile(r"removed cgroup ul-[\w-]+ left by a run that died \(pid \d+\): ")
 SLEEPY = "/?rounds=1&fib=1&io_ms=100"  # 100 ms per request, almost no CPU: ~10 req/s on one thread
 
 
@@ -76,8 +78,11 @@ def test_a_p99_no_rate_meets_is_one_line_exit_2(tmp_run_dir, leftover_processes)
     out = tmp_run_dir / "plan"
     res = plan(out, "--rate", "20", "--p99-ms", "50", "--path", SLEEPY, "--min-requests", "40")
     assert res.returncode == 2, res.stdout[-3000:] + res.stderr[-3000:]
-    line = res.stderr.strip()
-    assert "\n" not in line and "p99_ms: one replica of 1x1-mapped@cpus=0.5 cannot keep p99 within 50 ms" in line
+    # Besides the error, only what any run on this machine says when it removes a cgroup another
+    # run left behind (a run killed elsewhere on the machine, earlier or at the same time).
+    *notes, line = res.stderr.strip().splitlines()
+    assert all(LEFTOVER_NOTE.match(note) for note in notes), res.stderr
+    assert "p99_ms: one replica of 1x1-mapped@cpus=0.5 cannot keep p99 within 50 ms" in line
     assert "best p99 seen" in line and "(from 2.67 req/s)" in line, line
     data = json.loads((out / "plan.json").read_text())
     # down the ladder from the first rate before saying no rate meets it; none beats the 100 ms sleep
