@@ -27,7 +27,7 @@ from uwsgi_layouts.deploy.machine.netns import (
 )
 from uwsgi_layouts.deploy.machine.network import check_listen_address, somaxconn
 from uwsgi_layouts.deploy.machine.nginx import find_nginx
-from uwsgi_layouts.deploy.machine.paths import PACKAGE_DIR, output_dir
+from uwsgi_layouts.deploy.machine.paths import PACKAGE_DIR, output_dir, within
 from uwsgi_layouts.deploy.machine.python import (
     app_virtualenv,
     check_virtualenv,
@@ -73,5 +73,5 @@ __all__ = [
     "read_map_facts", "read_stats", "read_v1", "read_v2", "resolve_tls_dir", "resolve_user", "run_in", "run_user_ids",
     "script_interpreter", "server_package_dir", "server_python", "somaxconn", "stack_environment", "stats_exposure",
     "tool_command", "unmark_isolated", "usable_cpus", "uwsgi_has_routing", "uwsgi_has_ssl", "uwsgi_python",
-    "virtualenv_python", "without_requests", "worker_environment", "writable_by_others",
+    "virtualenv_python", "within", "without_requests", "worker_environment", "writable_by_others",
 ]

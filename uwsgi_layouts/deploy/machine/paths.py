@@ -12,6 +12,11 @@ from uwsgi_layouts.deploy.model import LayoutError, check_static_dir, config_pat
 PACKAGE_DIR = Path(__file__).resolve().parent.parent.parent
 
 
+def within(path: str, roots: tuple[str, ...]) -> str:
+    """The root of ``roots`` that holds ``path`` (itself or below it, as text), else ""."""
+    return next((r for r in roots if path == r or path.startswith(r + "/")), "")
+
+
 def is_kind(path: Path, kind: str) -> bool:
     """path.is_dir()/is_file(), False instead of OSError (e.g. a name over 255 bytes)."""
     try:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from uwsgi_layouts.deploy.machine.netns import is_isolated
+from uwsgi_layouts.deploy.machine.paths import within
 from uwsgi_layouts.deploy.model import LayoutError
 
 if TYPE_CHECKING:
@@ -135,10 +136,6 @@ def check_run_user(layout: Layout) -> None:
                                   f"{accept('root')}")
 
 
-def _under(path: str, roots: tuple[str, ...]) -> str:
-    return next((r for r in roots if path == r or path.startswith(r + "/")), "")
-
-
 def check_static_locations(static: tuple[tuple[str, str], ...], allow: tuple[str, ...]) -> None:
     """``static``: (prefix, directory as given); each is checked as given and where it leads."""
     if "system-static" in allow:
@@ -146,7 +143,7 @@ def check_static_locations(static: tuple[tuple[str, str], ...], allow: tuple[str
     for prefix, directory in static:
         given = os.path.normpath(os.path.expanduser(directory))
         real = str(Path(given).resolve())
-        root = _under(given, SYSTEM_STATIC_ROOTS) or _under(real, SYSTEM_STATIC_ROOTS)
+        root = within(given, SYSTEM_STATIC_ROOTS) or within(real, SYSTEM_STATIC_ROOTS)
         if root:
             shown = given if given == real else f"{given} (-> {real})"
             raise LayoutError("static", f"{prefix}/ would serve {shown}, under {root}, where the system keeps "

@@ -38,7 +38,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from uwsgi_layouts.deploy.machine import check_hosts, check_static_locations, script_interpreter
+from uwsgi_layouts.deploy.machine import check_hosts, check_static_locations, script_interpreter, within
 from uwsgi_layouts.deploy.model import (
     APP_RE,
     CA_CERT,
@@ -70,7 +70,6 @@ from uwsgi_layouts.deploy.ship.server_fields import (
     server_name_list,
     server_path,
     tls_paths,
-    within,
 )
 from uwsgi_layouts.deploy.ship.watch import watch_listen as watch_listen_address
 from uwsgi_layouts.deploy.ship.watch import watch_program, watch_unit_of

@@ -12,7 +12,7 @@ import re
 import ssl
 from pathlib import Path
 
-from uwsgi_layouts.deploy.machine import blocked_at
+from uwsgi_layouts.deploy.machine import blocked_at, within
 from uwsgi_layouts.deploy.model import LayoutError
 
 # NAME names a systemd unit, /run/NAME, /var/log/NAME, files and an nginx upstream and zone.
@@ -30,10 +30,6 @@ BODY_SIZE_RE = re.compile(r"^(0|[1-9][0-9]{0,5}[kKmMgG]?)$")
 SYSTEM_DIRS = ("/etc", "/run", "/var/log", "/proc", "/sys", "/dev", "/boot")
 TMP_DIRS = ("/tmp", "/var/tmp")  # PrivateTmp= hides them from the service
 HOME_DIRS = ("/home", "/root", "/run/user")  # ProtectHome= hides them
-
-
-def within(path: str, roots: tuple[str, ...]) -> str:
-    return next((r for r in roots if path == r or path.startswith(r + "/")), "")
 
 
 def server_path(field_name: str, raw, what: str) -> str:
