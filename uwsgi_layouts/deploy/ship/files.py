@@ -374,7 +374,7 @@ def staged(out: Path):
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def refuse(problems: list[str]) -> None:
+def raise_if_problems(problems: list[str]) -> None:
     """RenderError naming every problem the cross-checks found (none: nothing)."""
     if problems:
         raise RenderError("cross-check failed: " + "; ".join(problems))
@@ -400,7 +400,8 @@ def write_host_bundles(front: Bundle, out_dir: Path | str) -> dict[str, list[str
     with staged(out) as staging:
         for rel, texts in rendered.items():
             write_texts(staging / rel, texts)
-        refuse(check_host_bundles(front, staging / "front", {b.host: staging / "hosts" / b.host for b in hosts}))
+        host_dirs = {b.host: staging / "hosts" / b.host for b in hosts}
+        raise_if_problems(check_host_bundles(front, staging / "front", host_dirs))
         for path in [staging, *staging.rglob("*")]:  # keys and the app's environment: the owner's alone
             if path.is_dir():
                 path.chmod(0o700)
@@ -415,7 +416,7 @@ def write_bundle(bundle: Bundle, out_dir: Path | str) -> list[str]:
     texts = render_bundle(bundle)  # pure: fails before anything is written
     with staged(out) as staging:
         write_texts(staging, texts)
-        refuse(check_bundle(bundle, staging))
+        raise_if_problems(check_bundle(bundle, staging))
         # The bundle may hold a private key and the app's environment: its owner's alone.
         staging.chmod(0o700)
     return sorted(texts)

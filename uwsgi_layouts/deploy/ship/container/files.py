@@ -51,7 +51,7 @@ from uwsgi_layouts.deploy.ship.files import (
     check_out_dir,
     crosscheck_site,
     outdent,
-    refuse,
+    raise_if_problems,
     site_checks,
     staged,
     write_texts,
@@ -179,7 +179,7 @@ def write_container_bundle(cb: ContainerBundle, out_dir: Path | str) -> list[str
         if cb.watch:
             shutil.copytree(PACKAGE_DIR, staging / "image/watch/uwsgi_layouts",
                             ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        refuse(check_container_bundle(cb, staging))
+        raise_if_problems(check_container_bundle(cb, staging))
     return sorted(texts)
 
 
