@@ -15,7 +15,7 @@ file (scenarios ``article-doctor-off`` / ``article-doctor-on``) that ``uwsgi-lay
 renders, and each attached doctor's own output under ``doctor/``.
 
 ``--tool watch`` measures the Prometheus exporter instead: ``uwsgi-layouts watch --stats ADDRESS``
-(default 10 reads a second) runs through each attached cell, is scraped once at its end (the
+(at its own default, 2 reads a second) runs through each attached cell, is scraped once at its end (the
 figures must be there), and is stopped with SIGTERM (scenarios ``article-watch-off`` / ``-on``).
 
     .venv/bin/python scripts/doctor-cost.py [--tool doctor|watch] [--pairs 12] [--duration 10] [--hz 25]
@@ -50,11 +50,13 @@ from uwsgi_layouts.bench.analysis import against  # noqa: E402
 from uwsgi_layouts.bench.environment import capture  # noqa: E402
 from uwsgi_layouts.bench.kinds.base import RESULTS_NAME, sigterm_interrupts  # noqa: E402
 from uwsgi_layouts.bench.kinds.closedloop import LiveRunner  # noqa: E402
+from uwsgi_layouts.bench.kinds.doctor import DEFAULT_HZ as DOCTOR_HZ  # noqa: E402
 from uwsgi_layouts.bench.load.wrk import run_wrks  # noqa: E402
 from uwsgi_layouts.bench.options import prepare_out  # noqa: E402
 from uwsgi_layouts.bench.paired import judge_ratios  # noqa: E402
 from uwsgi_layouts.bench.results import Results, utc_now  # noqa: E402
 from uwsgi_layouts.bench.stack import Lab, dir_name, find_free_ports  # noqa: E402
+from uwsgi_layouts.bench.watchcli import DEFAULT_HZ as WATCH_HZ  # noqa: E402
 
 BUDGET = 0.98  # attached / detached throughput, at least (the issue: at most 2% of throughput)
 START_TIMEOUT_S = 30.0
@@ -127,13 +129,14 @@ class AttachedWatch(Attached):
         self.proc.send_signal(signal.SIGTERM)
 
 
-TOOLS = {"doctor": (Attached, 25.0), "watch": (AttachedWatch, 10.0)}
+TOOLS = {"doctor": (Attached, DOCTOR_HZ), "watch": (AttachedWatch, WATCH_HZ)}  # each at its own default
 
 
 def main(argv: list[str] | None = None) -> int:
     p = stack_options(__doc__.split("\n\n")[0], pairs=12)
     p.add_argument("--tool", default="doctor", choices=sorted(TOOLS), help="what to attach (default doctor)")
-    p.add_argument("--hz", type=float, help="its reads per second (default: doctor 25, watch 10)")
+    p.add_argument("--hz", type=float,
+                   help=f"its reads per second (default: doctor {DOCTOR_HZ:g}, watch {WATCH_HZ:g}, their own defaults)")
     # unix by default, as deploy's layouts and bundles are: doctor then also reads each socket's
     # listen queue from the kernel (sock_diag) at every sample, the heavier case.
     p.add_argument("--transport", default="unix", choices=("tcp", "unix"))

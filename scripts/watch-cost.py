@@ -9,7 +9,7 @@ prometheus_client's process collector) are kept; printed: resident memory after 
 minute and at the end, its least-squares growth per hour over the rest, and the exporter's CPU
 per second of wall time. Saves every reading as JSON in ``--out``.
 
-    .venv/bin/python scripts/watch-cost.py [--minutes 10] [--scrape 1] [--hz 10] [--out DIR]
+    .venv/bin/python scripts/watch-cost.py [--minutes 10] [--scrape 1] [--hz 2] [--out DIR]
 
 Not a throughput comparison (scripts/doctor-cost.py pairs cells for that): the figures here are
 the exporter's own, which other processes on the machine disturb less than they disturb a
@@ -35,6 +35,7 @@ if str(ROOT) not in sys.path:
 from uwsgi_layouts.bench.load.wrk import WrkProcess  # noqa: E402
 from uwsgi_layouts.bench.options import prepare_out, require_tools  # noqa: E402
 from uwsgi_layouts.bench.stack import Lab, find_free_ports  # noqa: E402
+from uwsgi_layouts.bench.watchcli import DEFAULT_HZ  # noqa: E402
 from uwsgi_layouts.deploy.run import child_setup  # noqa: E402
 
 ARTICLE = "/?rounds=5&fib=25&io_ms=10"
@@ -66,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--scrape", type=float, default=1.0, help="seconds between scrapes")
-    p.add_argument("--hz", type=float, default=10.0, help="watch's reads per second")
+    p.add_argument("--hz", type=float, default=DEFAULT_HZ,
+                   help=f"watch's reads per second (default {DEFAULT_HZ:g}, watch's own)")
     p.add_argument("--spec", default="2x4-mapped")
     p.add_argument("--out")
     args = p.parse_args(argv)
