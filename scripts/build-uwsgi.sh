@@ -65,7 +65,7 @@ for profile in "$@"; do
     rm -rf "$probe"
 done
 # The binary builds compile in a source tree kept per set of compile inputs (uWSGI's version,
-# CFLAGS, the profile override, the Python, CC) under $OUT_ROOT/.trees: uWSGI's own build
+# CFLAGS, the profile override, the Python, CC, the Debian packages of the headers it includes) under $OUT_ROOT/.trees: uWSGI's own build
 # recompiles only what changed since the tree's last build (uwsgiconfig.py compares each object
 # with its source, uwsgi.h and the CFLAGS it recorded), so shared and static, which differ only in
 # LDFLAGS, compile once and link twice. The build date is part of uWSGI's CFLAGS: fixed per tree
@@ -74,10 +74,15 @@ done
 # that failed or died leaves its tree marked, and the next one starts from a fresh tree.
 TREES="$OUT_ROOT/.trees"
 
+header_packages() {  # the installed versions of what uWSGI compiles against (none off Debian)
+    dpkg-query -W -f='${Package}=${Version}\n' libssl-dev libpcre2-dev "libpython$python_version-dev" \
+        libc6-dev gcc 2>/dev/null || true
+}
+
 build_binary() {  # PYTHON: pip's uwsgi package, compiled for $cflags/$override, linked with $ldflags
     local python=$1 key tree lock sdists
     key=$(printf '%s\n' "$version" "$cflags" "$override" "$VENV_PY" "$python_version" "${CC:-}" \
-        "${APPEND_CFLAGS:-}" "${UWSGI_PROFILE:-}" | sha256sum | cut -c1-16)
+        "${APPEND_CFLAGS:-}" "${UWSGI_PROFILE:-}" "$(header_packages)" | sha256sum | cut -c1-16)
     tree="$TREES/uwsgi-$version-$key"
     mkdir -p "$TREES"
     exec {lock}>"$tree.lock"
