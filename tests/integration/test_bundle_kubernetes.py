@@ -144,7 +144,7 @@ def podman():
 def bases(podman) -> dict[str, str]:
     kinds = ("python", "nginx")
     with ThreadPoolExecutor(len(kinds)) as pool:  # two imports of a few hundred MB: disk, not CPU
-        return dict(zip(kinds, pool.map(podman.base_image, kinds)))
+        return dict(zip(kinds, pool.map(podman.base_image, kinds), strict=True))
 
 
 @pytest.fixture(scope="module")
