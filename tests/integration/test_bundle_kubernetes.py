@@ -142,9 +142,7 @@ def podman():
 
 @pytest.fixture(scope="module")
 def bases(podman) -> dict[str, str]:
-    kinds = ("python", "nginx")
-    with ThreadPoolExecutor(len(kinds)) as pool:  # two imports of a few hundred MB: disk, not CPU
-        return dict(zip(kinds, pool.map(podman.base_image, kinds), strict=True))
+    return {kind: podman.base_image(kind) for kind in ("python", "nginx")}
 
 
 @pytest.fixture(scope="module")
