@@ -44,12 +44,14 @@ help:
 # binary embedding libpython: a second compile, about 40 s on 2 cores) is left out here
 # (scripts/venv-requirements.py, then the project with --no-deps): the main job never runs it, and
 # the tests that run such a build make it on demand (make uwsgi-builds, scripts/build-uwsgi.sh).
+# The pyuwsgi wheel compiled here is kept in .venv/pyuwsgi-wheel: scripts/build-uwsgi.sh pyuwsgi
+# installs that very build into a venv of its own instead of compiling it a second time.
 UWSGI_REQ := $(shell sed -n 's/^ *"\(uwsgi[<>=!~][^"]*\)".*/\1/p' pyproject.toml)
 $(BIN)/.installed: pyproject.toml scripts/install-pyuwsgi.sh scripts/venv-requirements.py | system-deps
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	rm -f $(BIN)/uwsgi $(BIN)/uwsgi-static $(BIN)/uwsgi-shared
-	bash scripts/install-pyuwsgi.sh $(BIN)/python '$(UWSGI_REQ)'
+	rm -rf $(BIN)/uwsgi $(BIN)/uwsgi-static $(BIN)/uwsgi-shared $(VENV)/pyuwsgi-wheel
+	bash scripts/install-pyuwsgi.sh $(BIN)/python '$(UWSGI_REQ)' $(VENV)/pyuwsgi-wheel
 	@$(BIN)/uwsgi --help | grep -q -- '--route-if-not' || { echo "error: $(BIN)/uwsgi was built without PCRE (no internal routing): install libpcre2-dev (make system-deps), then rm -rf $(VENV) && make venv" >&2; exit 1; }
 	@$(BIN)/uwsgi --help | grep -q -- '--ssl-socket' || { echo "error: $(BIN)/uwsgi was built without SSL (no ssl-socket, which uwsgi_tls needs): install libssl-dev (make system-deps), then rm -rf $(VENV) && make venv" >&2; exit 1; }
 	$(BIN)/python scripts/venv-requirements.py pyproject.toml test > $(VENV)/requirements.txt
@@ -111,9 +113,9 @@ sampler-cost: venv
 overhead: venv
 	$(BIN)/python scripts/overhead.py $(ARGS)
 
-# Other builds of the same uWSGI, into build/uwsgi/PROFILE (about 40 s each on 2 cores): -O3, the
-# binary on the shared libpython (pip's default), on the static one, and pyuwsgi (make venv's, in a
-# venv of its own): docs/alternatives.md.
+# Other builds of the same uWSGI, into build/uwsgi/PROFILE: -O3, the binary on the shared libpython
+# (pip's default), on the static one (the same objects linked again), and pyuwsgi (make venv's own
+# wheel, in a venv of its own): docs/alternatives.md. Two compiles, about 40 s each on 2 idle cores.
 uwsgi-builds: venv
 	bash scripts/build-uwsgi.sh o3 shared static pyuwsgi
 

@@ -24,10 +24,13 @@
 #           wheels have no SSL), so it has SSL and PCRE as ours does. Its bin/uwsgi is a script
 #           run by this venv's python; the lab starts its pyuwsgi with the app's virtualenv's
 #           python instead (deploy/run/peer_launch.py), so the app runs in its own virtualenv.
-# Each is the same uWSGI version as the project's, built from source by pip (--no-binary, and no
-# cache: a cached wheel would silently be the old build) with the same Python, so its libpython
-# is the one the app's virtualenv was made with. BUILD.json beside it records how it was built.
-# About 40 s per build on 2 cores (uWSGI compiles ~100 C files).
+#           It is make venv's own build: the wheel make venv compiled and kept is installed here
+#           when its module is the very one .venv runs (BUILD.json's from_wheel); else compiled.
+# Each is the same uWSGI version as the project's, built from its sdist by pip (no pip cache: a
+# cached wheel would silently be the old build) with the same Python, so its libpython is the one
+# the app's virtualenv was made with. BUILD.json beside it records how it was built.
+# About 40 s per compile on 2 cores, idle (uWSGI compiles ~100 C files); the binary profiles share
+# a source tree per set of compile inputs (below), so static after shared only links again.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -61,6 +64,70 @@ for profile in "$@"; do
     fi
     rm -rf "$probe"
 done
+# The binary builds compile in a source tree kept per set of compile inputs (uWSGI's version,
+# CFLAGS, the profile override, the Python, CC, the Debian packages of the headers it includes) under $OUT_ROOT/.trees: uWSGI's own build
+# recompiles only what changed since the tree's last build (uwsgiconfig.py compares each object
+# with its source, uwsgi.h and the CFLAGS it recorded), so shared and static, which differ only in
+# LDFLAGS, compile once and link twice. The build date is part of uWSGI's CFLAGS: fixed per tree
+# (SOURCE_DATE_EPOCH, the tree's first build), else every build would recompile everything. pip
+# builds a local directory in place (pip >= 21.3). One build per tree at a time (flock); a build
+# that failed or died leaves its tree marked, and the next one starts from a fresh tree.
+TREES="$OUT_ROOT/.trees"
+
+header_packages() {  # the installed versions of what uWSGI compiles against (none off Debian)
+    dpkg-query -W -f='${Package}=${Version}\n' libssl-dev libpcre2-dev "libpython$python_version-dev" \
+        libc6-dev gcc 2>/dev/null || true
+}
+
+build_binary() {  # PYTHON: pip's uwsgi package, compiled for $cflags/$override, linked with $ldflags
+    local python=$1 key tree lock sdists
+    key=$(printf '%s\n' "$version" "$cflags" "$override" "$VENV_PY" "$python_version" "${CC:-}" \
+        "${APPEND_CFLAGS:-}" "${UWSGI_PROFILE:-}" "$(header_packages)" | sha256sum | cut -c1-16)
+    tree="$TREES/uwsgi-$version-$key"
+    mkdir -p "$TREES"
+    exec {lock}>"$tree.lock"
+    flock "$lock"
+    if [ -e "$tree.building" ] || [ ! -f "$tree/.source-date-epoch" ]; then
+        rm -rf "$tree" "$tree.building" "$tree.sdist"
+        mkdir -p "$tree.sdist"
+        "$python" -m pip download -q --no-cache-dir --no-deps --no-binary :all: -d "$tree.sdist" "uwsgi==$version"
+        sdists=("$tree.sdist"/uwsgi-*.tar.gz)
+        if [ ${#sdists[@]} -ne 1 ] || [ ! -f "${sdists[0]}" ]; then
+            echo "error: pip downloaded no single uWSGI $version sdist" >&2
+            exit 1
+        fi
+        tar -xzf "${sdists[0]}" -C "$tree.sdist"
+        mv "$tree.sdist/uwsgi-$version" "$tree"
+        rm -rf "$tree.sdist"
+        date +%s >"$tree/.source-date-epoch"
+    fi
+    touch "$tree.building"
+    # uwsgiconfig.py reads UWSGI_PROFILE_OVERRIDE whenever it is set, even empty (and then fails).
+    local overrides=()
+    [ -n "$override" ] && overrides=("UWSGI_PROFILE_OVERRIDE=$override")
+    env SOURCE_DATE_EPOCH="$(cat "$tree/.source-date-epoch")" CFLAGS="$cflags" LDFLAGS="$ldflags" \
+        "${overrides[@]}" "$python" -m pip install -q --no-cache-dir "$tree"
+    rm -f "$tree.building"
+    exec {lock}>&-
+}
+
+# The pyuwsgi wheel make venv compiled and kept (.venv/pyuwsgi-wheel, scripts/install-pyuwsgi.sh),
+# printed if it is of this version and its module has the very bytes .venv runs; else nothing.
+venv_pyuwsgi_wheel() {
+    local wheels=("$ROOT/.venv/pyuwsgi-wheel/pyuwsgi-$version-"*.whl)
+    if [ ${#wheels[@]} -eq 1 ] && [ -f "${wheels[0]}" ] && "$VENV_PY" - "${wheels[0]}" <<'PY'; then
+import hashlib, importlib.metadata, sys, zipfile
+installed = importlib.metadata.distribution("pyuwsgi")  # .venv's: VENV_PY runs this
+ours = {str(f): hashlib.sha256(f.locate().read_bytes()).hexdigest()
+        for f in installed.files or () if str(f).endswith(".so")}
+with zipfile.ZipFile(sys.argv[1]) as wheel:
+    kept = {n: hashlib.sha256(wheel.read(n)).hexdigest() for n in wheel.namelist() if n.endswith(".so")}
+sys.exit(0 if ours and ours == kept else 1)
+PY
+        echo "${wheels[0]}"
+    fi
+}
+
 # The project's build has internal routing only if it was built with PCRE.
 if "$OURS" --help 2>/dev/null | grep -q -- '--route-if'; then ours_pcre=true; else ours_pcre=false; fi
 
@@ -77,14 +144,18 @@ for profile in "$@"; do
     echo "building uWSGI $version, profile $profile (CFLAGS='$cflags' LDFLAGS='$ldflags' UWSGI_PROFILE_OVERRIDE='$override') into $dir"
     "$VENV_PY" -m venv "$dir.tmp"
     "$dir.tmp/bin/python" -m pip install -q --upgrade pip >/dev/null
-    # uwsgiconfig.py reads UWSGI_PROFILE_OVERRIDE whenever it is set, even empty (and then fails).
-    overrides=()
-    [ -n "$override" ] && overrides=("UWSGI_PROFILE_OVERRIDE=$override")
+    from_wheel=""
     if [ "$profile" = pyuwsgi ]; then
-        bash "$ROOT/scripts/install-pyuwsgi.sh" "$dir.tmp/bin/python" "$version"
+        from_wheel=$(venv_pyuwsgi_wheel)
+        if [ -n "$from_wheel" ]; then
+            # The same sdist, setup and Python as make venv's compile: its wheel is this build.
+            echo "pyuwsgi: make venv's own build, not compiled again: $from_wheel"
+            bash "$ROOT/scripts/install-pyuwsgi.sh" "$dir.tmp/bin/python" "$from_wheel"
+        else
+            bash "$ROOT/scripts/install-pyuwsgi.sh" "$dir.tmp/bin/python" "$version"
+        fi
     else
-        env CFLAGS="$cflags" LDFLAGS="$ldflags" "${overrides[@]}" \
-            "$dir.tmp/bin/python" -m pip install -q --no-cache-dir --no-binary uwsgi "uwsgi==$version"
+        build_binary "$dir.tmp/bin/python"
     fi
     rm -rf "$dir.tmp/libpython"  # only the link step needed it
     if [ "$profile" = static ] && ldd "$dir.tmp/bin/uwsgi" | grep -q libpython; then
@@ -99,10 +170,12 @@ for profile in "$@"; do
     if grep -q -- '--route-if' <<<"$help"; then routing=true; else routing=false; fi
     if grep -q -- '--ssl-socket' <<<"$help"; then ssl=true; else ssl=false; fi
     "$dir.tmp/bin/python" - "$dir.tmp/BUILD.json" "$profile" "$version" "$python_version" "$cflags" "$ldflags" \
-        "$override" "$routing" "$ssl" "$("$dir.tmp/bin/uwsgi" --cflags)" <<'EOF'
+        "$override" "$routing" "$ssl" "$("$dir.tmp/bin/uwsgi" --cflags)" "$from_wheel" <<'EOF'
 import json, sys
-path, profile, version, python, cflags, ldflags, override, routing, ssl, built = sys.argv[1:]
+path, profile, version, python, cflags, ldflags, override, routing, ssl, built, wheel = sys.argv[1:]
 json.dump({"profile": profile, "version": version,
+           # pyuwsgi: the wheel make venv compiled, installed here as it is (null: compiled here)
+           "from_wheel": wheel or None,
            "python": python,  # a static build names no libpython: its Python is recorded here
            "env": {"CFLAGS": cflags, "LDFLAGS": ldflags, "UWSGI_PROFILE_OVERRIDE": override},
            "routing": routing == "true", "ssl": ssl == "true",

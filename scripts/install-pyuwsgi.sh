@@ -5,7 +5,12 @@
 # setup.pyuwsgi.py, and make its launcher the venv's bin/uwsgi. Used by make venv (the lab's
 # default uWSGI) and scripts/build-uwsgi.sh pyuwsgi.
 #
-#   scripts/install-pyuwsgi.sh PYTHON VERSION|REQUIREMENT
+#   scripts/install-pyuwsgi.sh PYTHON VERSION|REQUIREMENT [KEEP_DIR]
+#   scripts/install-pyuwsgi.sh PYTHON WHEEL
+#
+# KEEP_DIR: the wheel just compiled is left there (the only file in it), so that another venv can
+# get the very same build without compiling it again: make venv keeps .venv's in .venv/pyuwsgi-wheel,
+# which scripts/build-uwsgi.sh pyuwsgi installs (the second form) when it is the build .venv runs.
 #
 # Why pyuwsgi: the app's Python then runs in the python3 executable (Debian's PGO+LTO build), not
 # in the libpython an embedding uWSGI links (the shared one: no PGO; the static archive: PGO
@@ -17,24 +22,47 @@
 # names it bin/uwsgi ("a drop-in replacement for the uwsgi script"), which is what we start.
 set -euo pipefail
 
-if [ $# -ne 2 ]; then
-    echo "usage: $0 PYTHON VERSION|REQUIREMENT" >&2
+if [ $# -lt 2 ] || [ $# -gt 3 ]; then
+    echo "usage: $0 PYTHON VERSION|REQUIREMENT [KEEP_DIR]  or  $0 PYTHON WHEEL" >&2
     exit 2
 fi
-python=$1 wanted=$2
-case "$wanted" in [0-9]*) wanted="uwsgi==$wanted" ;; esac
+python=$1 wanted=$2 keep=${3:-}
 venv_bin=$(dirname "$python")
 src=$(mktemp -d)
 trap 'rm -rf "$src"' EXIT
-"$python" -m pip download -q --no-cache-dir --no-deps --no-binary :all: -d "$src" "$wanted"
-sdists=("$src"/uwsgi-*.tar.gz)
-if [ ${#sdists[@]} -ne 1 ] || [ ! -f "${sdists[0]}" ]; then
-    echo "error: pip downloaded no single uWSGI sdist for $wanted" >&2
-    exit 1
-fi
-version=$(basename "${sdists[0]}" .tar.gz)
-version=${version#uwsgi-}
-tar -xzf "${sdists[0]}" -C "$src"
-cp "$src/uwsgi-$version/setup.pyuwsgi.py" "$src/uwsgi-$version/setup.py"
-"$python" -m pip install -q --no-cache-dir --force-reinstall --no-deps "$src/uwsgi-$version"
+case "$wanted" in
+    *.whl)
+        # A wheel this script compiled and kept: installed as it is (nothing compiled).
+        if [ -n "$keep" ]; then
+            echo "error: KEEP_DIR: only a compiled wheel is kept, not one given ($wanted)" >&2
+            exit 2
+        fi
+        wheel=$wanted ;;
+    *)
+        case "$wanted" in [0-9]*) wanted="uwsgi==$wanted" ;; esac
+        "$python" -m pip download -q --no-cache-dir --no-deps --no-binary :all: -d "$src" "$wanted"
+        sdists=("$src"/uwsgi-*.tar.gz)
+        if [ ${#sdists[@]} -ne 1 ] || [ ! -f "${sdists[0]}" ]; then
+            echo "error: pip downloaded no single uWSGI sdist for $wanted" >&2
+            exit 1
+        fi
+        version=$(basename "${sdists[0]}" .tar.gz)
+        version=${version#uwsgi-}
+        tar -xzf "${sdists[0]}" -C "$src"
+        cp "$src/uwsgi-$version/setup.pyuwsgi.py" "$src/uwsgi-$version/setup.py"
+        # A wheel first, then installed: what pip install of the directory does in one step.
+        "$python" -m pip wheel -q --no-cache-dir --no-deps -w "$src/wheel" "$src/uwsgi-$version"
+        wheels=("$src"/wheel/pyuwsgi-*.whl)
+        if [ ${#wheels[@]} -ne 1 ] || [ ! -f "${wheels[0]}" ]; then
+            echo "error: pip built no single pyuwsgi wheel from uWSGI $version" >&2
+            exit 1
+        fi
+        wheel=${wheels[0]} ;;
+esac
+"$python" -m pip install -q --no-cache-dir --force-reinstall --no-deps "$wheel"
 cp -p "$venv_bin/pyuwsgi" "$venv_bin/uwsgi"
+if [ -n "$keep" ]; then
+    rm -rf "$keep"
+    mkdir -p "$keep"
+    cp -p "$wheel" "$keep/"
+fi

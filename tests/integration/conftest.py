@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.integration.prebuild import prebuilding
 from uwsgi_layouts.deploy.render import write_layout
 from uwsgi_layouts.deploy.run import Stack
 
@@ -24,3 +25,11 @@ def start_stack(make_layout):
     yield start
     for stack in stacks:
         stack.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _uwsgi_builds_made_early(request):
+    """The uWSGI builds this run's tests take, made in the background from its first integration
+    test on (tests/integration/prebuild.py): not on the path of the test that first needs one."""
+    with prebuilding(request.session.items):
+        yield

@@ -5,6 +5,7 @@ with ``kill_run`` in a ``finally``; stacks started through the API: conftest.sta
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import re
 import shutil
@@ -15,7 +16,9 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
 import pytest
@@ -27,16 +30,48 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SLOW = "/?rounds=1&fib=0&io_ms={ms}"
 FAST = "/?rounds=1&fib=1&io_ms=0"
 UWSGI_BUILDS = REPO_ROOT / "build" / "uwsgi"  # scripts/build-uwsgi.sh's (make uwsgi-builds)
+VENV_UWSGI = REPO_ROOT / ".venv" / "bin" / "uwsgi"  # make venv's: pyuwsgi
+# Where make venv keeps the pyuwsgi wheel it compiled (scripts/install-pyuwsgi.sh KEEP_DIR), which
+# scripts/build-uwsgi.sh pyuwsgi installs instead of compiling the same build again.
+KEPT_PYUWSGI_WHEELS = REPO_ROOT / ".venv" / "pyuwsgi-wheel"
+
+
+def pyuwsgi_digest(binary: Path) -> str | None:
+    """sha256 of the pyuwsgi extension module a launcher runs; None for a uWSGI binary."""
+    site = pyuwsgi_site(binary)
+    if site is None:
+        return None
+    module = next(m for suffix in EXTENSION_SUFFIXES for m in sorted(site.glob(f"pyuwsgi{suffix}")))
+    return hashlib.sha256(module.read_bytes()).hexdigest()
+
+
+def kept_pyuwsgi_wheel() -> tuple[Path, str] | None:
+    """make venv's kept pyuwsgi wheel and the sha256 of the module in it, if there is one."""
+    wheels = sorted(KEPT_PYUWSGI_WHEELS.glob("pyuwsgi-*.whl"))
+    if len(wheels) != 1:
+        return None
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        modules = [name for name in wheel.namelist() if name.startswith("pyuwsgi.") and name.endswith(".so")]
+        return (wheels[0], hashlib.sha256(wheel.read(modules[0])).hexdigest()) if len(modules) == 1 else None
+
+
+def stale_pyuwsgi(binary: Path) -> bool:
+    """A pyuwsgi build older than make venv's: the kept wheel holds the module .venv runs, which
+    scripts/build-uwsgi.sh would now install, and the build runs another (a compile of its own, or
+    an earlier venv's)."""
+    kept = kept_pyuwsgi_wheel()
+    return kept is not None and kept[1] == pyuwsgi_digest(VENV_UWSGI) and pyuwsgi_digest(binary) != kept[1]
 
 
 def made(profile: str) -> Path:
     """build/uwsgi/PROFILE/bin/uwsgi, made by scripts/build-uwsgi.sh when absent (or, for pyuwsgi,
-    without its module); a lock keeps the xdist workers from building it twice."""
+    without its module or not make venv's build); a lock keeps the xdist workers from building it twice."""
     binary = UWSGI_BUILDS / profile / "bin" / "uwsgi"
     UWSGI_BUILDS.mkdir(parents=True, exist_ok=True)
     with open(UWSGI_BUILDS / f".{profile}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if binary.is_file() and (profile != "pyuwsgi" or pyuwsgi_site(binary) is not None):
+        if binary.is_file() and (profile != "pyuwsgi" or (pyuwsgi_site(binary) is not None
+                                                          and not stale_pyuwsgi(binary))):
             return binary
         shutil.rmtree(UWSGI_BUILDS / profile, ignore_errors=True)
         proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "build-uwsgi.sh"), profile], cwd=REPO_ROOT,

@@ -5,7 +5,10 @@ packet 403), SSL (uwsgi over mutual TLS between nginx and an app host), the stat
 map-socket and threads (2 workers x 2 threads all serving; test_stack.py, run with
 UL_TEST_UWSGI_BIN, checks that each worker serves only its socket), the master FIFO's chain
 reload under load, harakiri. A build ``make uwsgi-builds`` has not made yet is made here first
-(scripts/build-uwsgi.sh, about 40 s each on 2 cores; one xdist worker at a time), never skipped.
+(scripts/build-uwsgi.sh; one xdist worker at a time per build), never skipped: shared is compiled
+(about 40 s on 2 idle cores), static links the same objects again (the script keeps a source tree
+per set of compile inputs), and pyuwsgi is make venv's own build, its kept wheel installed into a
+venv of its own (.venv runs that very module, so compiling it again would prove nothing more).
 
 The rest of the integration suite runs against a build with UL_TEST_UWSGI_BIN=/path/to/bin/uwsgi
 (tests/conftest.py's make_layout gives every uWSGI layout that uwsgi_bin), e.g.
@@ -20,7 +23,17 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.integration.support import FAST, SLOW, concurrently, made, via_nginx
+from tests.integration.support import (
+    FAST,
+    KEPT_PYUWSGI_WHEELS,
+    SLOW,
+    VENV_UWSGI,
+    concurrently,
+    kept_pyuwsgi_wheel,
+    made,
+    pyuwsgi_digest,
+    via_nginx,
+)
 from tests.integration.test_security import raw_uwsgi
 from uwsgi_layouts.bench.localfaults import chain_reload_under_load, stuck_request
 from uwsgi_layouts.bench.stack import Lab
@@ -119,3 +132,18 @@ def test_a_pyuwsgi_build_runs_the_app_in_its_own_virtualenv_with_its_env(flask_a
     master = psutil.Process(stack.stats()["pid"])
     assert master.cmdline()[0] == str(flask_app.venv / "bin" / "python"), master.cmdline()
     assert master.name() == "uwsgi" and all(w.name() == "uwsgi" for w in master.children())
+
+
+@integration
+def test_the_pyuwsgi_build_is_make_venvs_own_not_a_second_compile():
+    """scripts/build-uwsgi.sh pyuwsgi installs the wheel make venv compiled and kept: the build runs
+    the very module .venv runs (a second compile would differ at least in its build date), and its
+    BUILD.json names the wheel."""
+    kept = kept_pyuwsgi_wheel()
+    assert kept is not None, f"no pyuwsgi wheel kept in {KEPT_PYUWSGI_WHEELS}: make venv (its build scripts changed)"
+    wheel, module = kept
+    assert pyuwsgi_digest(VENV_UWSGI) == module, f"{VENV_UWSGI} runs another module than {wheel}"
+    build = made("pyuwsgi")
+    assert pyuwsgi_digest(build) == module, f"{build} runs another module than make venv's"
+    record = json.loads((build.parents[1] / "BUILD.json").read_text())
+    assert record["from_wheel"] == str(wheel), record
