@@ -487,11 +487,26 @@ def test_a_stored_file_with_a_bad_record_names_it(tmp_path):
                                              "1..3600, got 'ten'"),
     (["--stats", "/x.sock", "--hz", "0.5"], "uwsgi-layouts doctor: error: argument --hz: must be a number in 1..100, "
                                             "got 0.5"),
+    (["--stats", "/x.sock", "--for", "3601"], "uwsgi-layouts doctor: error: argument --for: must be an integer in "
+                                              "1..3600, got 3601"),
+    (["--stats", "/x.sock", "--hz", "0"], "uwsgi-layouts doctor: error: argument --hz: must be a number in 1..100, "
+                                          "got 0"),
+    (["--stats", "/x.sock", "--hz", "500"], "uwsgi-layouts doctor: error: argument --hz: must be a number in 1..100, "
+                                            "got 500"),
     (["--stats", "/x.sock", "--for", "3600", "--hz", "50"], "error: for: at 50 Hz at most 720 s"),
 ])
 def test_bad_arguments_exit_2_with_one_line(argv, message, capsys, tmp_path):
     assert message in refusal(cli.main, ["doctor", *argv, "--out", str(tmp_path / "out")], capsys)
     assert not (tmp_path / "out").exists()
+
+
+def test_nothing_listening_at_the_stats_address_is_one_line(capsys, tmp_path, free_ports):
+    """A free port and a socket path that is not there: refused before anything starts, nothing written."""
+    out = tmp_path / "out"
+    for address in (f"127.0.0.1:{free_ports(1)[0]}", str(tmp_path / "none.sock")):
+        line = refusal(cli.main, ["doctor", "--stats", address, "--for", "2", "--out", str(out)], capsys, silent=True)
+        assert line.startswith(f"error: stats: no stats server at {address} ("), line
+    assert not out.exists()
 
 
 def test_stats_is_required(capsys):

@@ -267,29 +267,55 @@ def test_bench_reaches_deploy_through_the_rooms_public_names():
 
 # One interpreter loads the third-party libraries once, then forks a child per module of ours; the child
 # imports that module alone. What is tested (a module of ours importing without another of ours having
-# been imported first) is the same as with a new interpreter per module, at a tenth of the CPU: most
+# been imported first) is the same as with a new interpreter per module, at a fraction of the CPU: most
 # of an interpreter's start here is matplotlib and numpy.
+#
+# The children form a tree along the packages: importing a.b.c alone first imports a.b alone (Python
+# imports a module's parent package before the module, and nothing else before it), so the child for
+# a.b.c is forked from the child that imported a.b and holds exactly what importing a.b alone left.
+# A package's __init__ is executed once, not once per module below it (kinds/__init__, results/__init__
+# and deploy/__init__ import much of the project). Siblings never see each other: each is forked from
+# its package's state, and a sibling's imports die with its child.
 FORK_EACH = """
 import importlib, os, sys, traceback
 import cryptography.x509, crossplane, jinja2, matplotlib.pyplot, numpy, psutil, scipy.stats
 assert not any(name.startswith("uwsgi_layouts") for name in sys.modules)
+below = {}  # package -> the nodes right under it ("" is the interpreter before any import of ours)
 for module in sys.argv[1:]:
+    parts = module.split(".")
+    for i in range(len(parts)):
+        node = ".".join(parts[: i + 1])
+        siblings = below.setdefault(".".join(parts[:i]), [])
+        if node not in siblings:
+            siblings.append(node)
+
+def say(text):  # unbuffered: the children leave through os._exit, which flushes nothing
+    os.write(1, text.encode())
+
+def check(node):  # in a child forked from node's package: import node, then each node below it the same way
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read)
         try:
-            importlib.import_module(module)
-            os._exit(0)
+            importlib.import_module(node)
         except BaseException:
             os.write(write, traceback.format_exc()[-800:].encode())
             os._exit(1)
+        os.close(write)  # the nodes below report through their own pipes
+        for child in below.get(node, []):
+            check(child)
+        os._exit(0)
     os.close(write)
     with os.fdopen(read, "rb") as pipe:
-        error = pipe.read().decode()
+        error = pipe.read().decode()  # the end: the import failed, or it worked and closed the pipe
     _, status = os.waitpid(pid, 0)
     if status != 0:
-        print(f"{module}: exit status {status}: {error}")
+        unchecked = " (so the modules below it were not checked)" if below.get(node) else ""
+        say(f"{node}: exit status {status}{unchecked}: {error}\\n")
+
+for top in below[""]:
+    check(top)
 """
 
 
@@ -302,16 +328,32 @@ def test_every_module_imports_alone_in_a_fresh_interpreter():
     assert proc.returncode == 0 and not proc.stdout, proc.stdout + proc.stderr[-2000:]
 
 
+ORDER_PACKAGE = {  # a package whose modules work only after a sibling (or a module elsewhere) ran
+    "__init__.py": "",
+    "first.py": "import sys\nsys.modules['orderpkg'].READY = True\n",
+    "second.py": "import orderpkg\nassert orderpkg.READY\n",  # needs first imported before it
+    "third.py": "import orderpkg.first\nimport orderpkg\nassert orderpkg.READY\n",  # imports what it needs
+    "sub/__init__.py": "",
+    "sub/a.py": "import sys\nsys.modules['orderpkg.sub'].A = True\n",
+    "sub/b.py": "import orderpkg.sub\nassert orderpkg.sub.A\n",  # needs its sibling a imported before it
+    "sub/c.py": "import orderpkg\nassert orderpkg.READY\n",  # needs orderpkg.first, outside its package
+}
+
+
 def test_the_fresh_imports_catch_a_module_that_needs_another_imported_first(tmp_path):
-    """The check above must be able to fail: a package whose module works only after its sibling ran."""
-    pkg = tmp_path / "orderpkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "first.py").write_text("import sys\nsys.modules['orderpkg'].READY = True\n")
-    (pkg / "second.py").write_text("import orderpkg\nassert orderpkg.READY\n")
-    proc = subprocess.run([sys.executable, "-c", FORK_EACH, "orderpkg.first", "orderpkg.second"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.stdout.startswith("orderpkg.second: exit status") and "AttributeError" in proc.stdout, proc.stdout
+    """The check above must be able to fail: modules that work only after a sibling ran, or a module
+    of another package, each listed after the module it needs (and a package below the root, so the
+    tree of children is crossed)."""
+    for name, text in ORDER_PACKAGE.items():
+        (tmp_path / "orderpkg" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "orderpkg" / name).write_text(text)
+    listed = ["orderpkg.first", "orderpkg.sub.a", "orderpkg.second", "orderpkg.sub", "orderpkg.sub.b",
+              "orderpkg.sub.c", "orderpkg.third"]
+    proc = subprocess.run([sys.executable, "-c", FORK_EACH, *listed], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    failed = [line.split(":")[0] for line in proc.stdout.splitlines() if ": exit status " in line]
+    assert sorted(failed) == ["orderpkg.second", "orderpkg.sub.b", "orderpkg.sub.c"], proc.stdout + proc.stderr
+    assert "AttributeError" in proc.stdout, proc.stdout
 
 
 def test_the_peer_launcher_imports_nothing_of_ours():

@@ -29,7 +29,13 @@ from uwsgi_layouts.bench.stack import Lab
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-BUDGET_MIN = 1.0
+BUDGET_MIN = 1.0  # the least tune takes (a search fills its budget: this is the test's wall time)
+# The peer's search with the demo app's mostly-waiting mix (5 x sleep 40 ms + fib(15)): that test checks
+# the cells and the recommendation, never a figure. The article's mix kept about one core busy through
+# the whole budget, on a machine the rest of the suite shares. (The end-to-end test keeps the article:
+# it asserts that the search reaches stage 2, which neither mix did at load 10-13 here, so the change
+# could not be checked for it.)
+SCENARIO = "io-heavy"
 
 
 def test_tune_end_to_end_then_deploy_run_serves_the_recommendation(tmp_run_dir, tmp_path, free_ports,
@@ -142,7 +148,7 @@ def test_tune_searches_a_peer_and_recommends_it_without_a_bundle(tmp_run_dir, le
     recommendation is rendered for `deploy run` with no production bundle (bundles ship uWSGI)."""
     out = tmp_run_dir / "tune-peer"
     proc = subprocess.run([sys.executable, "-m", "uwsgi_layouts",
-                           "tune", "--concurrency", "2", "--budget", str(BUDGET_MIN),
+                           "tune", "--concurrency", "2", "--budget", str(BUDGET_MIN), "--scenario", SCENARIO,
                            "--strategies", "gunicorn", "--max-processes", "2", "--threads", "2",
                            "--out", str(out)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
