@@ -11,6 +11,10 @@ Every experiment kind saves a ``Results``: its ``kind``, when it was ``created``
 - ``diagnoses`` (``Diagnosis``): a running uWSGI watched over a window (doctor: ``bench.diagnosis``
                                 registers the kind).
 
+Every record is read-only once created, at any depth: frozen dataclasses whose mappings and lists
+are read-only copies of what they were given (``frozen``); a change makes a new record
+(``dataclasses.replace``, validated again).
+
 Everything a report shows is derived from this file, so a stored run can be re-reported (or
 replayed) without timing anything. Derived values (a cell's ``balance``, the open loop's
 ``knee``) are written for readers of the JSON but recomputed on load, never trusted from it.

@@ -21,6 +21,7 @@ from uwsgi_layouts.bench.results.checks import (
     _numbers_list,
     _share,
 )
+from uwsgi_layouts.bench.results.frozen import read_only
 
 END_STATES = ("complete", "stopped", "interrupted")
 
@@ -95,6 +96,8 @@ def _diag_memory(value) -> dict:
 
 
 EXPOSURE_KEYS = ("address", "who", "why", "fix")
+# The fields a Diagnosis holds as mappings (findings: a tuple of them), read-only once validated.
+MAPPINGS = ("layout", "workers", "inflight", "queue", "timeline", "memory", "access", "exposure", "findings")
 
 
 def _diag_exposure(value) -> dict:
@@ -145,7 +148,8 @@ class Diagnosis:
     stopped answering: ``end_note`` says when and why) or interrupted. ``exposure``: who besides
     the service's own users can open its stats server (``address``, ``who``, ``why``, ``fix``), {}
     when nobody: its JSON holds the variables of requests in flight. ``findings``: derived
-    (``bench.diagnosis.findings``), written for readers of the JSON and recomputed by reports."""
+    (``bench.diagnosis.findings``), written for readers of the JSON and recomputed by reports.
+    Every mapping (``MAPPINGS``) is a read-only copy (``frozen``), at any depth."""
 
     address: str
     planned_s: float
@@ -190,6 +194,8 @@ class Diagnosis:
                 object.__setattr__(self, name, json.loads(json.dumps(getattr(self, name), allow_nan=False)))
         except (TypeError, ValueError) as exc:
             raise ResultsError(f"diagnosis: must be JSON data ({exc})") from None
+        for name in MAPPINGS:
+            object.__setattr__(self, name, read_only(getattr(self, name)))
 
     def to_dict(self) -> dict:
         data = asdict(self)

@@ -7,6 +7,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from uwsgi_layouts.bench.results.checks import ResultsError, _build, _check, _finite_nonneg, _is_count, _mapping
+from uwsgi_layouts.bench.results.frozen import read_only
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,8 @@ class FaultRecord:
     """One fault experiment: the load held, the faults injected, requests sent and failed
     (wrk's error classes, non-2xx included), data lost (e.g. POST handlers that ran twice),
     notes, the checks of its targets and the raw figures behind them. ``error``: why the
-    experiment could not run ("" when it ran)."""
+    experiment could not run ("" when it ran). ``figures`` is a read-only copy (``frozen``), at
+    any depth; notes and checks are tuples."""
 
     name: str
     layout: str
@@ -60,7 +62,7 @@ class FaultRecord:
                                                  for c in self.checks))
         _mapping(self.figures, "figures")
         try:  # stored as JSON: what is kept in memory is what a reload gives back
-            object.__setattr__(self, "figures", json.loads(json.dumps(self.figures)))
+            object.__setattr__(self, "figures", read_only(json.loads(json.dumps(self.figures))))
         except (TypeError, ValueError) as exc:
             raise ResultsError(f"figures: must be JSON data ({exc})") from None
         object.__setattr__(self, "seconds", _finite_nonneg(self.seconds, "seconds"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from uwsgi_layouts.bench.results.checks import _build, _check, _finite_nonneg, _is_count, _is_number, _mapping
+from uwsgi_layouts.bench.results.frozen import read_only
 
 HTTP_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")  # httperf's "Reply status" line
 HTTPERF_ERRORS = ("total", "client_timo", "socket_timo", "connrefused", "connreset",
@@ -34,7 +35,8 @@ def _numbers(value, name: str, keys: tuple[str, ...]) -> dict:
 @dataclass(frozen=True)
 class Step:
     """One open-loop step: httperf offering ``rate`` new connections per second, one request
-    each, for ``num_conns`` connections; its summary, the server's CPU and the verdict."""
+    each, for ``num_conns`` connections; its summary, the server's CPU and the verdict. Its
+    mappings are read-only copies (``frozen``), at any depth."""
 
     rate: float
     num_conns: int
@@ -82,6 +84,8 @@ class Step:
         for name in ("request_rate", "client_cpu_pct"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _finite_nonneg(getattr(self, name), name))
+        for name in ("reply_rate", "status", "errors", "connection_ms"):  # reply_rate["each"]: a list inside
+            object.__setattr__(self, name, read_only(getattr(self, name)))
 
     def to_dict(self) -> dict:
         data = {"rate": self.rate, "num_conns": self.num_conns, "connections": self.connections,
