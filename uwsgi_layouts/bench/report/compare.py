@@ -1,7 +1,8 @@
 """The compare report (closed-loop cells): terminal tables, pooled tails and requests in flight
 (the mechanism, one sentence per scenario), the article verdict, the decisions, a Markdown
-report; the layout choice's section comes from ``bench.report.choice``, the nginx scenarios'
-from ``bench.report.nginx``.
+report; the layout choice's section comes from ``bench.report.choice``, the alternatives' from
+``bench.report.peers``, the nginx scenarios' from ``bench.report.nginx`` and the app hosts' from
+``bench.report.hosts``, each wording the summary's readings (``bench.readings``).
 
 Every function here takes a ``Results`` (freshly measured or loaded from JSON) and its
 ``Summary`` (what the analysis decided; made from the results when not given) and RETURNS lines;

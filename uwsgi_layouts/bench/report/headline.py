@@ -56,7 +56,9 @@ def _levels(levels) -> str:
 
 def run_here(rec: Recommendation) -> str:
     """``Run here: 2x4-mapped: not beaten beyond noise at any of 2, 4 and 8 connections; over them
-    1.07x (0.98–1.17) the throughput of 2x4-gunicorn@keepalive=off (beaten at 2): within noise.``"""
+    1.12x (1.05–1.19) the throughput of 2x4-gunicorn@keepalive=off (beaten at 2): more beyond
+    noise.``: the lead over the runner-up as ``Recommendation.lead`` states it; only a decided or
+    equivalent one is quoted as a ratio."""
     levels = _levels(rec.levels)
     if not rec.beaten_at:
         text = f"Run here: {rec.layout}: not beaten beyond noise at any of {levels} connections"

@@ -123,6 +123,11 @@ def _reached(outcome: Outcome, spec: str) -> str:
     return f"{state.reached} {STAGES[state.reached]}" if state.reached else "-"
 
 
+def _figures_align(columns: int) -> str:
+    """The layout and stage columns to the left, every figure after them to the right."""
+    return "<<" + ">" * (columns - 2)
+
+
 def measured_rows(outcome: Outcome, markdown: bool = False) -> tuple[list[str], list[list[str]]]:
     chosen = outcome.chosen.spec if outcome.chosen else None
     evals = sorted(outcome.evaluations.values(),
@@ -236,7 +241,7 @@ def terminal_lines(results: Results) -> list[str]:
     headers, rows = measured_rows(outcome)
     out += ["", f"candidates: {len(outcome.inputs.space)} in the space, {len(outcome.evaluations)} measured, "
                 f"{len(outcome.pruned)} pruned"]
-    out += table(headers[:-1], [r[:-1] for r in rows], "<<>>>>>>" + (">" if len(headers) > 9 else ""))
+    out += table(headers[:-1], [r[:-1] for r in rows], _figures_align(len(headers) - 1))
     out += ["", "why each candidate stopped:"]
     out += [x for r in rows for x in wrap(f"{r[0]}: {r[-1]}", indent="  ")]
     groups = pruned_groups(outcome)
@@ -278,7 +283,7 @@ def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
     out += ["## Every candidate measured", "", "Stage: the last stage a candidate was measured in (1 screen, 2 "
             "narrow, 3 final). req/s: median of its cells (low–high); p50 and p99 pooled over its cells, p99 with "
             "its 95% bootstrap interval; PSS: the app server's memory after load.", ""]
-    out += md_table(headers, rows, "<<>>>>>>" + (">" if len(headers) > 9 else "") + "<") + [""]
+    out += md_table(headers, rows, _figures_align(len(headers) - 1) + "<") + [""]
     out += ["## Pruned before measuring", ""] + ([f"- {g}" for g in pruned_groups(outcome)] or ["None."]) + [""]
     out += ["## How the budget was spent", ""] + [f"- {x}" for x in search_sentences(results, outcome)] + [""]
     warns = tune_warnings(results, outcome)
