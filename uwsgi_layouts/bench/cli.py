@@ -16,7 +16,7 @@ from uwsgi_layouts.bench.load.wrk import WrkError
 from uwsgi_layouts.bench.options import BadArgument, MissingTool
 from uwsgi_layouts.bench.report.plan import PLAN_JSON, read_plan, write_plan_reports
 from uwsgi_layouts.bench.results import Results, ResultsError, load
-from uwsgi_layouts.bench.summary import SUMMARY_NAME, Summary, is_summarized
+from uwsgi_layouts.bench.summary import SUMMARY_NAME, OldSummary, Summary, is_summarized
 from uwsgi_layouts.deploy.cli import parse_args
 from uwsgi_layouts.deploy.model import LayoutError, RenderError, StackError
 
@@ -65,7 +65,11 @@ def stored_summary(results: Results, path: Path) -> Summary | None:
     from its results; or a summary of other results, which is said)."""
     if not is_summarized(results) or not path.is_file():
         return None
-    summary = Summary.load(path)
+    try:
+        summary = Summary.load(path)
+    except OldSummary as old:
+        print(f"note: {old}: judged again from the results", file=sys.stderr)
+        return None
     if summary.matches(results):
         return summary
     print(f"note: {path} is not this results file's summary (made from {summary.cells} cells of "

@@ -8,6 +8,7 @@ cleared, or one missed); for the others, the paired comparison decided or equiva
 
 from __future__ import annotations
 
+import enum
 import math
 import statistics
 from dataclasses import dataclass
@@ -144,6 +145,36 @@ def extension_blocks(keys: list[KeyComparison], thin_too: bool = False) -> dict[
     return {layout: {sc: sorted(lv) for sc, lv in scs.items()} for layout, scs in out.items()}
 
 
+# An interval of the lead whose high end is more than this many times its low end (2x either way
+# of its point) orders nothing: two or three noisy rounds give t intervals such as <0.01–>100.
+UNINFORMATIVE_SPAN = 4.0
+
+
+class Lead(enum.StrEnum):
+    """What the layout to run has over its runner-up (``Recommendation.overall``), as stated."""
+
+    NONE = "none"  # no runner-up, or no round measured both: nothing to compare
+    AHEAD = "ahead"  # more throughput over the levels, beyond noise
+    EQUIVALENT = "equivalent"  # within the margin
+    BEHIND = "behind"  # the runner-up had more throughput beyond noise, yet was beaten at more levels
+    UNDECIDED = "undecided"  # the interval holds 1: no order between the two
+    UNMEASURED = "not measured well enough"  # too few rounds, or an interval too wide to say anything
+
+    @classmethod
+    def of(cls, c: Comparison | None) -> "Lead":
+        if c is None or not c.rounds:
+            return cls.NONE
+        if c.outcome == "better":
+            return cls.AHEAD
+        if c.outcome == "worse":
+            return cls.BEHIND
+        if c.outcome == "equivalent":
+            return cls.EQUIVALENT
+        if c.method == "too few rounds" or not c.low > 0 or c.high / c.low > UNINFORMATIVE_SPAN:
+            return cls.UNMEASURED
+        return cls.UNDECIDED
+
+
 @dataclass(frozen=True)
 class Recommendation:
     """The one layout to run here, for one scenario, over every level measured (one answer, one
@@ -160,12 +191,20 @@ class Recommendation:
     runner_up: str = ""
     runner_up_beaten_at: tuple[int, ...] = ()
     overall: Comparison | None = None  # throughput over the levels, layout / runner_up
+    lead: Lead | None = None  # what ``overall`` says, as stated (None: judged from it on creation)
 
     def __post_init__(self):
         if any(lv not in self.levels for lv in self.beaten_at):
             raise ValueError("beaten_at: must be measured levels")
         if self.overall is not None and not self.runner_up:
             raise ValueError("overall: a comparison needs the runner-up it was made with")
+        # A stored lead stays what the run said (the rule may change); it must fit its comparison.
+        judged = Lead.of(self.overall)
+        lead = judged if self.lead is None else Lead(self.lead)
+        if (lead is Lead.NONE) != (judged is Lead.NONE):
+            raise ValueError(f"lead: {lead.value} does not fit the runner-up's comparison "
+                             f"({'none' if judged is Lead.NONE else 'made'})")
+        object.__setattr__(self, "lead", lead)
 
 
 def recommend(results: Results, scenario: str) -> Recommendation | None:

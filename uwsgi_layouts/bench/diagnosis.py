@@ -478,10 +478,16 @@ def _restarts(d: Diagnosis) -> list[Finding]:
     return out
 
 
+def growth_quotable(figures: dict) -> bool:
+    """Whether a worker's memory growth per hour says anything: a slope over a few seconds
+    extrapolated to an hour is noise, so only one over at least ``MEMORY_MIN_SPAN_S`` is."""
+    return figures["span_s"] >= MEMORY_MIN_SPAN_S
+
+
 def _memory(d: Diagnosis) -> Finding | None:
     grew = {w: f for w, f in d.memory.get("workers", {}).items()
             if f["growth_mb_per_h"] >= MEMORY_FINDING_MB_PER_H and f["last_mb"] - f["first_mb"] >= MEMORY_MIN_RISE_MB
-            and f["span_s"] >= MEMORY_MIN_SPAN_S}
+            and growth_quotable(f)}
     if not grew:
         return None
     kind = d.memory["kind"].upper()

@@ -48,13 +48,20 @@ from uwsgi_layouts.bench.analysis import (
 )
 from uwsgi_layouts.bench.decisions import KeyComparison, Recommendation, key_comparisons, recommend
 from uwsgi_layouts.bench.paired import Comparison, Rule
+from uwsgi_layouts.bench.readings import NginxReading, PeerReading, TlsCost, nginx_reading, peer_readings, tls_costs
 from uwsgi_layouts.bench.results import Results, ResultsError
 from uwsgi_layouts.bench.verdict import ARTICLE, Verdict, article_verdict, is_demo_run
 from uwsgi_layouts.files import write_atomic
 
 SUMMARY_NAME = "summary.json"
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2
+# Versions this tool no longer reads, and what they lack: such a run is judged again from its results.
+OLD_VERSIONS = {1: "without the alternatives', nginx and hosts sections"}
 KIND = "compare"
+
+
+class OldSummary(ResultsError):
+    """A summary of a version this tool no longer reads (``OLD_VERSIONS``): one line saying so."""
 
 
 class DecisionKind(enum.StrEnum):
@@ -174,6 +181,9 @@ class Summary:
     goal: GoalAnswer  # what it concludes
     lowest: tuple[Lowest, ...]  # per scenario, the lowest healthy p99 at its highest level
     stall_scenarios: tuple[str, ...]  # the scenarios with a stall load
+    peers: tuple[PeerReading, ...]  # per scenario with uWSGI layouts and peers: against the alternatives
+    nginx: NginxReading  # the nginx scenarios' ratios and targets
+    hosts: tuple[TlsCost, ...]  # across app hosts: what TLS costs
 
     def __post_init__(self):
         if self.version != SUMMARY_VERSION:
@@ -206,6 +216,10 @@ class Summary:
             data = json.loads(Path(path).read_text())
         except (OSError, ValueError) as exc:
             raise ResultsError(f"{path}: not a readable summary ({exc})") from None
+        if isinstance(data, dict) and data.get("version") in OLD_VERSIONS:
+            old = data["version"]
+            raise OldSummary(f"{path}: a summary of version {old} ({OLD_VERSIONS[old]}); this tool reads version "
+                             f"{SUMMARY_VERSION}")
         try:
             return from_data(cls, data)
         except (TypeError, ValueError, KeyError) as exc:
@@ -234,7 +248,14 @@ def summarize(results: Results) -> Summary:
                    tuple(Decision.of(k, settled_at) for k in key_comparisons(results)),
                    verdict, recommend(results, scenario) if results.cells else None, extension,
                    tuple(warnings(results)), bool(machine_cautions(results.environment)),
-                   *_inflight_readings(results), *_choice(results))
+                   *_inflight_readings(results), *_choice(results), peer_readings(results),
+                   nginx_reading(results), tls_costs(results))
+
+
+def claim_verdict(results: Results, summary: Summary) -> Verdict:
+    """The summary's verdict; for a run it is not about (not the demo app's own requests), the
+    article's claim judged all the same, for the verdict section asked for it."""
+    return summary.verdict if summary.verdict is not None else article_verdict(results)
 
 
 def _choice(results: Results) -> tuple:

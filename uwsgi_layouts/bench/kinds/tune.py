@@ -54,11 +54,11 @@ from uwsgi_layouts.bench.options import (
     results_root,
     timestamp_dir,
 )
-from uwsgi_layouts.bench.report.limits import pod_record
 from uwsgi_layouts.bench.results import Results, load, utc_now
 from uwsgi_layouts.bench.stack import Lab
 from uwsgi_layouts.bench.tune import record
 from uwsgi_layouts.bench.tune.objective import Objective
+from uwsgi_layouts.bench.tune.pod import pod_record
 from uwsgi_layouts.bench.tune.search import Event, Inputs, Outcome, Settings, TapeClock, minimum_budget_s, run_search
 from uwsgi_layouts.bench.tune.space import DEFAULT_STRATEGIES, DEFAULT_THREADS, candidate_space, prune_static
 from uwsgi_layouts.deploy.machine import PACKAGE_DIR, check_reachable, checked, default_cpus, find_uwsgi, tool_command

@@ -43,7 +43,7 @@ def choice_section(results: Results, summary: Summary) -> Section | None:
     mapped layout, the stalled requests' p99, and whether it meets the goal. Only shown when
     the run has more than one scenario or a stall scenario."""
     stall = summary.stall_scenarios
-    if (len(results.scenarios) < 2 and not stall) or nginx.only_nginx(results):
+    if (len(results.scenarios) <= 1 and not stall) or nginx.only_nginx(results):
         return None
     p, t = results.arguments.get("processes"), results.arguments.get("threads")
     headers = (("layout",) + tuple(f"p99/best {sc}" for sc in results.scenarios)

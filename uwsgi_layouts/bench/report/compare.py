@@ -1,7 +1,8 @@
 """The compare report (closed-loop cells): terminal tables, pooled tails and requests in flight
 (the mechanism, one sentence per scenario), the article verdict, the decisions, a Markdown
-report; the layout choice's section comes from ``bench.report.choice``, the nginx scenarios'
-from ``bench.report.nginx``.
+report; the layout choice's section comes from ``bench.report.choice``, the alternatives' from
+``bench.report.peers``, the nginx scenarios' from ``bench.report.nginx`` and the app hosts' from
+``bench.report.hosts``, each wording the summary's readings (``bench.readings``).
 
 Every function here takes a ``Results`` (freshly measured or loaded from JSON) and its
 ``Summary`` (what the analysis decided; made from the results when not given) and RETURNS lines;
@@ -64,8 +65,8 @@ from uwsgi_layouts.bench.report.views import (
     written,
 )
 from uwsgi_layouts.bench.results import Results
-from uwsgi_layouts.bench.summary import Best, Summary, summarize
-from uwsgi_layouts.bench.verdict import Verdict, article_verdict, confidence_words
+from uwsgi_layouts.bench.summary import Best, Summary, claim_verdict, summarize
+from uwsgi_layouts.bench.verdict import Verdict, confidence_words
 
 EFFICIENCY_NOTE = (
     "Efficiency = throughput / min(capacity bound, closed-loop bound), where the capacity bound is "
@@ -141,8 +142,8 @@ def verdict_section(v: Verdict) -> Section:
 def verdict_lines(results: Results, summary: Summary | None = None) -> list[str]:
     """The verdict section, text form: the summary's verdict (by default the one ``results``
     makes; for a run the verdict is not about, the article's claim still judged, as before)."""
-    v = (summary if summary is not None else summarize(results)).verdict
-    return TextView().lines(verdict_section(v if v is not None else article_verdict(results)))
+    return TextView().lines(verdict_section(claim_verdict(results, summary if summary is not None
+                                                          else summarize(results))))
 
 
 # --------------------------------------------------------------------------- the key comparisons
@@ -351,12 +352,12 @@ def terminal_lines(results: Results, summary: Summary | None = None) -> list[str
             out += wrap(line, indent="  - ", subsequent="    ")
     out += memory_lines(results)
     out += limit_lines(results)
-    out += nginx.nginx_lines(results)
-    out += hosts.host_lines(results)
+    out += nginx.nginx_lines(results, summary=summary)
+    out += hosts.host_lines(results, summary=summary)
     text = TextView()
     out += written(text, decision_section(summary)) if not nginx.only_nginx(results) else []
     out += written(text, choice_section(results, summary))
-    out += peers.alternatives_lines(results)
+    out += peers.alternatives_lines(results, summary=summary)
     # The article's verdict is about the demo app's own request (``Summary.verdict``: None otherwise).
     if not nginx.only_nginx(results) and summary.verdict is not None:
         out.append("")
@@ -511,9 +512,9 @@ def markdown_lines(results: Results, plot_files: list[str], summary: Summary | N
     note = unpaired_note(results)
     if note:
         out += [f"> Note: {note[0].upper()}{note[1:]}.", ""]
-    out += peers.alternatives_lines(results, markdown=True)
-    out += nginx.nginx_lines(results, markdown=True)
-    out += hosts.host_lines(results, markdown=True)
+    out += peers.alternatives_lines(results, markdown=True, summary=summary)
+    out += nginx.nginx_lines(results, markdown=True, summary=summary)
+    out += hosts.host_lines(results, markdown=True, summary=summary)
     out += written(md, choice_section(results, summary))
     out += _md_reproduce(results)
     out += md_kv("Environment", results.environment)

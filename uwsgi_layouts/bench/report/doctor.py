@@ -2,12 +2,14 @@
 suggestion, and the window's figures per worker, per listen queue and from the access log.
 
 Functions of a ``Results`` of kind ``doctor`` that RETURN lines; the findings are derived again
-from the stored figures (``bench.diagnosis.findings``), never read back from the file.
+from the stored figures (``bench.diagnosis.findings``), never read back from the file, and so is
+whether a worker's memory growth is quoted (``bench.diagnosis.growth_quotable``): the report
+judges nothing and holds no threshold.
 """
 
 from __future__ import annotations
 
-from uwsgi_layouts.bench.diagnosis import MEMORY_MIN_SPAN_S, findings, layout_words, tune_command
+from uwsgi_layouts.bench.diagnosis import findings, growth_quotable, layout_words, tune_command
 from uwsgi_layouts.bench.report.text import comment, md_footer, md_table, pct, table, wrap
 from uwsgi_layouts.bench.results import Diagnosis, Results
 
@@ -36,9 +38,7 @@ def _memory(d: Diagnosis, wid: str) -> str:
     m = d.memory.get("workers", {}).get(wid)
     if not m:
         return "n/a"
-    # A slope over a few seconds extrapolated to an hour is noise: shown from MEMORY_MIN_SPAN_S on.
-    return f"{m['last_mb']:.1f} ({m['growth_mb_per_h']:+.0f}/h)" if m["span_s"] >= MEMORY_MIN_SPAN_S \
-        else f"{m['last_mb']:.1f}"
+    return f"{m['last_mb']:.1f} ({m['growth_mb_per_h']:+.0f}/h)" if growth_quotable(m) else f"{m['last_mb']:.1f}"
 
 
 def worker_rows(d: Diagnosis) -> tuple[list[str], list[list[str]]]:

@@ -12,7 +12,7 @@ in report.txt and report.md (or on the terminal with ``--full``).
 from __future__ import annotations
 
 from uwsgi_layouts.bench.analysis import MIN_SLOWER_REQUESTS, requests_for_p99
-from uwsgi_layouts.bench.decisions import Recommendation
+from uwsgi_layouts.bench.decisions import Lead, Recommendation
 from uwsgi_layouts.bench.paired import percent
 from uwsgi_layouts.bench.report import nginx
 from uwsgi_layouts.bench.report.text import wrap
@@ -56,19 +56,34 @@ def _levels(levels) -> str:
 
 def run_here(rec: Recommendation) -> str:
     """``Run here: 2x4-mapped: not beaten beyond noise at any of 2, 4 and 8 connections; over them
-    1.07x (0.98–1.17) the throughput of 2x4-gunicorn@keepalive=off (beaten at 2): within noise.``"""
+    1.12x (1.05–1.19) the throughput of 2x4-gunicorn@keepalive=off (beaten at 2): more beyond
+    noise.``: the lead over the runner-up as ``Recommendation.lead`` states it; only a decided or
+    equivalent one is quoted as a ratio."""
     levels = _levels(rec.levels)
     if not rec.beaten_at:
         text = f"Run here: {rec.layout}: not beaten beyond noise at any of {levels} connections"
     else:
         text = (f"Run here: {rec.layout}: beaten beyond noise at {_levels(rec.beaten_at)} of {levels} connections, "
                 f"the fewest of any layout")
-    if rec.overall is not None and rec.overall.rounds:
-        c = rec.overall
-        beaten = f" (beaten at {_levels(rec.runner_up_beaten_at)})" if rec.runner_up_beaten_at else ""
-        verdict = {"better": "more beyond noise", "equivalent": f"equivalent within ±{c.margin:.0%}"}.get(
-            c.outcome, "within noise")
-        text += f"; over them {c.text()} the throughput of {rec.runner_up}{beaten}: {verdict}"
+    c = rec.overall
+    if c is None or rec.lead is Lead.NONE:
+        return text + "."
+    beaten = f" (beaten at {_levels(rec.runner_up_beaten_at)})" if rec.runner_up_beaten_at else ""
+    # Only a decided (or equivalent) lead is quoted as a ratio; an undecided one is said to be
+    # undecided, with its interval, and one too wide to order anything as not measured well enough.
+    if rec.lead is Lead.AHEAD:
+        text += f"; over them {c.text()} the throughput of {rec.runner_up}{beaten}: more beyond noise"
+    elif rec.lead is Lead.EQUIVALENT:
+        text += f"; over them {c.text()} the throughput of {rec.runner_up}{beaten}: equivalent within ±{c.margin:.0%}"
+    elif rec.lead is Lead.BEHIND:
+        text += (f"; over them {rec.runner_up}{beaten} had more throughput beyond noise ({c.text()} of its "
+                 "throughput), yet was beaten at more levels")
+    elif rec.lead is Lead.UNDECIDED:
+        text += f"; against {rec.runner_up}{beaten} over them: undecided (throughput interval {c.bounds()} holds 1)"
+    else:
+        rounds = f"{c.rounds} paired round{'s' if c.rounds != 1 else ''}"
+        interval = f"interval {c.bounds()}" if c.method != "too few rounds" else "no interval"
+        text += f"; against {rec.runner_up}{beaten} over them: not measured well enough to order ({rounds}, {interval})"
     return text + "."
 
 

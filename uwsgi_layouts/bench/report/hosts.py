@@ -1,31 +1,20 @@
 """Report section for ``bench compare --hosts N``: each app host's share of the requests, and what
 TLS between the front and the hosts costs, from stored results only (lines, never printed).
 
-TLS cost pairs each layout with the same label at ``@uwsgi_tls=off`` (plain uwsgi, allowed only in the
-benchmark's own namespaces), repeat by repeat as ``bench.report.nginx`` pairs its variants: the
-median of the per-repeat ratios with their low-high range. A label without ``tls`` is the
-default across hosts, suwsgi.
+The shares are the measured groups' medians; what TLS costs is ``bench.readings.hosts``'s
+(``Summary.hosts``): each TLS layout paired repeat by repeat with the same label at
+``@uwsgi_tls=off``, the median of the per-repeat ratios with their low–high range. Nothing is
+judged here.
 """
 
 from __future__ import annotations
 
 from uwsgi_layouts.bench.analysis import Stat, group_cells
-from uwsgi_layouts.bench.report.nginx import _emit, _x, cells_by_repeat, paired, variant_options, without
+from uwsgi_layouts.bench.readings import TlsCost, tls_costs
+from uwsgi_layouts.bench.report.nginx import _emit, _x
 from uwsgi_layouts.bench.report.text import num
 from uwsgi_layouts.bench.results import Results
-
-DEFAULT_TLS = "suwsgi"
-
-
-def tls_of(label: str) -> str:
-    return variant_options(label).get("uwsgi_tls", DEFAULT_TLS)
-
-
-def tls_pairs(layouts: list[str]) -> list[tuple[str, str]]:
-    """(layout with TLS, the same at uwsgi_tls=off) for every TLS layout whose plain twin was measured."""
-    plain = {without(label, "uwsgi_tls"): label for label in layouts if tls_of(label) == "off"}
-    return [(label, plain[without(label, "uwsgi_tls")]) for label in layouts
-            if tls_of(label) != "off" and without(label, "uwsgi_tls") in plain]
+from uwsgi_layouts.bench.summary import Summary
 
 
 def _share_text(group_extra: dict, hosts: int) -> str:
@@ -35,10 +24,11 @@ def _share_text(group_extra: dict, hosts: int) -> str:
     return " / ".join(f"{s.median:.0%}" for s in shares)
 
 
-def host_lines(results: Results, markdown: bool = False) -> list[str]:
+def host_lines(results: Results, markdown: bool = False, summary: Summary | None = None) -> list[str]:
     hosts = results.arguments.get("hosts") or 0
     if not hosts or not results.cells:
         return []
+    costs: tuple[TlsCost, ...] = summary.hosts if summary is not None else tls_costs(results)
     cores = results.environment.get("nproc")
     intro = [f"{hosts} app hosts and a front, each in its own network namespace on one machine"
              + (f" ({cores} cores)" if cores else "") + ": every host shares the same cores, so this measures "
@@ -55,18 +45,8 @@ def host_lines(results: Results, markdown: bool = False) -> list[str]:
             blocks.append((f"{sc}: each host's share of the requests (median of repeats; even = {1 / hosts:.0%})",
                            ["layout", "conns", " / ".join(f"h{i}" for i in range(1, hosts + 1)), "busiest",
                             "worker CV"], rows, "<>>>>", []))
-        tls_rows = []
-        for with_tls, plain in tls_pairs(results.layouts):
-            for level in results.levels:
-                a = cells_by_repeat(results, sc, with_tls, level)
-                b = cells_by_repeat(results, sc, plain, level)
-                if not a or not b:
-                    continue
-                rps = paired(a, b, lambda c: c.rps)
-                p99 = paired(a, b, lambda c: c.latency_ms.p99)
-                cpu = paired(a, b, lambda c: sum(c.cpu_s.values()) / c.requests if c.requests else None)
-                tls_rows.append([f"{tls_of(with_tls)} vs off", with_tls.partition("@")[0], str(level), _x(rps),
-                                 _x(p99), _x(cpu)])
+        tls_rows = [[f"{c.tls} vs off", c.layout.partition("@")[0], str(c.concurrency), _x(c.rps), _x(c.p99),
+                     _x(c.cpu)] for c in costs if c.scenario == sc]
         if tls_rows:
             blocks.append((f"{sc}: what TLS costs (ratio to plain uwsgi, paired by repeat: median (low-high))",
                            ["TLS", "layout", "conns", "throughput", "p99", "CPU per request"], tls_rows, "<<>>>>",

@@ -11,6 +11,9 @@ from dataclasses import dataclass
 
 from uwsgi_layouts.bench.report.text import md_table, table, wrap
 from uwsgi_layouts.bench.results import Cell, Results
+from uwsgi_layouts.bench.tune.pod import MEMORY_REQUEST_MARGIN, memory_request_mb, pod_record
+
+__all__ = ["MEMORY_REQUEST_MARGIN", "pod_record"]  # where tune's pod record was first defined
 
 EXPLAIN = ("The app server ran in a cgroup of its own with the layout's CPU quota (CFS: the quota's CPU time per "
            "100 ms period) and memory limit, as a container runtime sets them; nginx and wrk ran outside it. "
@@ -118,11 +121,6 @@ def limit_markdown(results: Results) -> list[str]:
     return out
 
 
-# A memory request is the recommended layout's PSS after load plus this share: PSS grows with the
-# app's caches and fragmentation over hours, which a run of minutes does not see.
-MEMORY_REQUEST_MARGIN = 0.25
-
-
 def pod_sentence(results: Results, spec: str, scenario: str, pss_mb: float | None) -> str:
     """tune --cpus: the recommendation for a pod of that size, its measured throttling and the
     memory request it needs ("" when tune ran without a limit)."""
@@ -141,18 +139,6 @@ def pod_sentence(results: Results, spec: str, scenario: str, pss_mb: float | Non
     if figures is not None and figures.oom_kills:
         text += f"; {figures.oom_kills} OOM kills"
     if pss_mb is not None:
-        text += (f"; memory request {pss_mb * (1 + MEMORY_REQUEST_MARGIN):.0f} MB (its PSS after load, "
+        text += (f"; memory request {memory_request_mb(pss_mb):.0f} MB (its PSS after load, "
                  f"{pss_mb:.0f} MB, + {MEMORY_REQUEST_MARGIN:.0%})")
     return text + "."
-
-
-def pod_record(arguments: dict, spec: str, pss_mb: float | None) -> dict | None:
-    """What the POD line says, for a reader of results.json (``bundle --target kubernetes
-    --from-tune DIR`` takes the app container's resources from it): the pod's limits tune ran
-    under, the layout it recommends and its memory request. None when tune ran without a limit."""
-    cpus, memory = arguments.get("cpus"), arguments.get("memory")
-    if cpus is None and memory is None:
-        return None
-    request = round(pss_mb * (1 + MEMORY_REQUEST_MARGIN), 1) if pss_mb is not None else None
-    return {"layout": spec, "cpus": cpus, "memory_mb": memory, "pss_mb": None if pss_mb is None else round(pss_mb, 1),
-            "memory_request_mb": request, "memory_margin": MEMORY_REQUEST_MARGIN}

@@ -9,74 +9,48 @@
   device read during the cell, page-cache residency before and after);
 - reuseport: p99 and how connections and CPU spread over the nginx workers, reuseport on vs off.
 
-Ratios are paired by repeat (the same repeat of both sides ran back to back, so drift hits
-both alike): the median of the per-repeat ratios, with their low–high range.
+Every ratio, target verdict and "disk touched" is ``bench.readings.nginx``'s (``Summary.nginx``):
+ratios paired by repeat (the same repeat of both sides ran back to back, so drift hits both
+alike), the median of the per-repeat ratios with their low–high range. The tables' medians are
+the measured groups' (from the results). Nothing is judged here.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 
 from uwsgi_layouts.bench.analysis import Group, Stat, group_cells
+from uwsgi_layouts.bench.readings import (
+    DISK_TOUCHED_MB,
+    NGINX_SCENARIOS,
+    ROUTES,
+    SHORT,
+    FilesBlock,
+    FilesTarget,
+    MixedBlock,
+    ReuseportBlock,
+    TargetVerdict,
+    Touched,
+    cells_by_repeat,
+    files_blocks,
+    mixed_blocks,
+    only_nginx,
+    pairs,
+    reuseport_blocks,
+    variant_options,
+    without,
+)
 from uwsgi_layouts.bench.report.text import fmt_stat, md_table, num, table, wrap
-from uwsgi_layouts.bench.results import Cell, Results
+from uwsgi_layouts.bench.results import Results
+from uwsgi_layouts.bench.summary import Summary
 
-TARGET_ACCEL_OVER_APP = 10.0  # the issue: X-Accel-Redirect >= 10x app-streamed (5 KB files, same concurrency)
-TARGET_NGINX_OVER_APP = 5.0  # issue 15: nginx's own id lookup >= 5x app-streamed at 8 connections (article: ~10x)
-DISK_TOUCHED_MB = 1.0  # more than this read from the block device during a cell = the disk was touched
-ROUTES = (("files-nginx", "nginx map (no app)"), ("files-accel", "X-Accel-Redirect"), ("files-app", "app-streamed"),
-          ("files-static", "static (nginx alone)"))
-SHORT = {"files-nginx": "nginx map", "files-accel": "X-Accel-Redirect", "files-app": "app-streamed",
-         "files-static": "static"}
-NGINX_SCENARIOS = ("files-accel", "files-app", "files-static", "files-nginx", "files-mixed", "reuseport")
+# Re-exported: the label helpers and the scenarios, for the report's other sections and older callers.
+__all__ = ["NGINX_SCENARIOS", "files_section", "mixed_section", "nginx_lines", "only_nginx", "pairs",
+           "reuseport_section", "variant_options", "without"]
+NAMES = dict(ROUTES)
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def variant_options(label: str) -> dict[str, str]:
-    """``2x4-mapped@aio=threads,sendfile=on`` -> {"aio": "threads", "sendfile": "on"} (normalised)."""
-    _, _, extra = label.partition("@")
-    out = {}
-    for item in filter(None, (x.strip() for x in extra.split(","))):
-        key, _, value = item.partition("=")
-        value = value.strip().lower()
-        value = {"true": "on", "1": "on", "yes": "on", "false": "off", "0": "off", "no": "off"}.get(value, value)
-        out[key.strip().replace("-", "_")] = value
-    return out
-
-
-def without(label: str, key: str) -> str:
-    """The label with option ``key`` removed: what two variants that differ only in it share."""
-    spec, _, _ = label.partition("@")
-    rest = {k: v for k, v in variant_options(label).items() if k != key}
-    return spec + ("@" + ",".join(f"{k}={v}" for k, v in sorted(rest.items())) if rest else "")
-
-
-def pairs(layouts: list[str], key: str, low: str, high: str) -> list[tuple[str, str]]:
-    """(layout with key=low, layout with key=high) for layouts that differ only in ``key``
-    (a missing key counts as ``low``, nginx's default)."""
-    by_base: dict[str, dict[str, str]] = {}
-    for layout in layouts:
-        value = variant_options(layout).get(key, low)
-        by_base.setdefault(without(layout, key), {})[value] = layout
-    return [(v[low], v[high]) for v in by_base.values() if low in v and high in v]
-
-
-def cells_by_repeat(results: Results, scenario: str, layout: str, level: int) -> dict[int, Cell]:
-    return {c.repeat: c for c in results.cells
-            if c.scenario == scenario and c.layout == layout and c.concurrency == level}
-
-
-def paired(a: dict[int, Cell], b: dict[int, Cell], value) -> Stat:
-    """Per repeat value(a) / value(b), over repeats both have; zero denominators skipped."""
-    ratios = []
-    for r in sorted(set(a) & set(b)):
-        num, den = value(a[r]), value(b[r])
-        if num is not None and den:
-            ratios.append(num / den)
-    return Stat.of(ratios)
 
 
 def _x(stat: Stat) -> str:
@@ -135,73 +109,51 @@ def _emit(title: str, intro: list[str], blocks: list[tuple[str, list[str], list[
 # --------------------------------------------------------------------------- files
 
 
-def target_verdict(ratio: Stat, target: float) -> str:
-    """A paired ratio against ``target``, judged on the range of its per-repeat ratios (as
-    ``bench.paired`` judges 3 rounds): pass when every repeat clears it, MISS when none does,
-    else undecided; fewer than 3 repeats decide nothing."""
-    if ratio.n < 3:
-        return f"undecided ({ratio.n} repeat{'s' if ratio.n != 1 else ''}: measure at least 3)"
-    if ratio.low >= target:
+def target_text(t: FilesTarget) -> str:
+    """The words of ``readings.target_verdict``: pass, MISS (short by ...) or undecided (why)."""
+    if t.verdict is TargetVerdict.TOO_FEW:
+        return f"undecided ({t.rps.n} repeat{'s' if t.rps.n != 1 else ''}: measure at least 3)"
+    if t.verdict is TargetVerdict.PASS:
         return "pass"
-    if ratio.high < target:
-        return f"MISS (short by {target - ratio.median:.2f}x)"
+    if t.verdict is TargetVerdict.MISS:
+        return f"MISS (short by {t.short_by:.2f}x)"
     return "undecided (the repeats straddle it: measure more)"
 
 
-def _target_note(ratio: Stat, p99: Stat, capacity: Stat, what: str, target: float) -> str:
-    verdict = target_verdict(ratio, target)
-    text = f"{what} / app-streamed throughput: {_x(ratio)}; target >= {target:g}x: {verdict}. p99 {what} / " \
-           f"app-streamed: {_x(p99)}."
-    if capacity.n:
+def _target_note(t: FilesTarget) -> str:
+    text = f"{t.what} / app-streamed throughput: {_x(t.rps)}; target >= {t.target:g}x: {target_text(t)}. p99 " \
+           f"{t.what} / app-streamed: {_x(t.p99)}."
+    if t.capacity.n:
         # CPU-seconds per request barely move when other work takes the cores; throughput does.
         text += (f" By CPU cost per request (capacity: cores / CPU-seconds of uWSGI + nginx + wrk per request, "
-                 f"what an idle machine would allow): {_x(capacity)}.")
+                 f"what an idle machine would allow): {_x(t.capacity)}.")
     return text
 
 
-def files_section(results: Results, markdown: bool = False) -> list[str]:
-    present = [(sc, name) for sc, name in ROUTES if sc in results.scenarios]
+def _vs_app(scenario: str, ratio: Stat | None) -> str:
+    return "1x" if scenario == "files-app" else _x(ratio) if ratio is not None else "n/a"
+
+
+def _files_block(groups: dict, b: FilesBlock) -> tuple:
+    rows = []
+    for r in b.routes:
+        g = groups[r.scenario][(b.layout, b.concurrency)]
+        rows.append([NAMES[r.scenario], _s(g.rps), _vs_app(r.scenario, r.rps), _s(g.latency["p99"], "ms"),
+                     _vs_app(r.scenario, r.p99), f"{g.errors} of {g.requests}" if g.errors else "0",
+                     _s(g.extra.get("disk_read_mb"))])
+    notes = [_target_note(t) for t in b.targets]
+    notes += [f"{SHORT[c.top]} / {SHORT[c.bottom]} throughput: {_x(c.rps)} ({c.why})." for c in b.chains]
+    return (f"{b.layout} at {b.concurrency} connections",
+            ["route", "req/s", "vs app", "p99", "p99 vs app", "errors", "disk MB read"], rows, "<>>>>>>", notes)
+
+
+def files_section(results: Results, markdown: bool = False, summary: Summary | None = None) -> list[str]:
+    present = [sc for sc, _ in ROUTES if sc in results.scenarios]
     if not present:
         return []
-    groups = {sc: _groups(results, sc) for sc, _ in present}
-    blocks = []
-    for layout in results.layouts:
-        for level in results.levels:
-            at = {sc: groups[sc].get((layout, level)) for sc, _ in present}
-            if not any(at.values()):
-                continue
-            cells = {sc: cells_by_repeat(results, sc, layout, level) for sc, _ in present}
-            app = cells.get("files-app")
-            rows = []
-            for sc, name in present:
-                g = at[sc]
-                if g is None:
-                    continue
-                vs_app = ["1x" if sc == "files-app" else _x(paired(cells[sc], app, value)) if app else "n/a"
-                          for value in (lambda c: c.rps, lambda c: c.latency_ms.p99)]
-                rows.append([name, _s(g.rps), vs_app[0], _s(g.latency["p99"], "ms"), vs_app[1],
-                             f"{g.errors} of {g.requests}" if g.errors else "0", _s(g.extra.get("disk_read_mb"))])
-            notes = []
-            rps = lambda c: c.rps  # noqa: E731
-            p99 = lambda c: c.latency_ms.p99  # noqa: E731
-            for sc, what, target in (("files-nginx", "nginx map", TARGET_NGINX_OVER_APP),
-                                     ("files-accel", "X-Accel-Redirect", TARGET_ACCEL_OVER_APP)):
-                if sc in cells and app:
-                    ratio = paired(cells[sc], app, rps)
-                    if ratio.n:
-                        capacity = paired(cells[sc], app, lambda c: c.capacity_rps or None)
-                        notes.append(_target_note(ratio, paired(cells[sc], app, p99), capacity, what, target))
-            for top, bottom, why in (("files-nginx", "files-accel", "what the app's id lookup costs per request, "
-                                      "by id"),
-                                     ("files-static", "files-nginx", "what nginx's own id lookup costs"),
-                                     ("files-static", "files-accel", "what the app's id lookup costs per request")):
-                if top in cells and bottom in cells:
-                    ratio = paired(cells[top], cells[bottom], rps)
-                    if ratio.n:
-                        notes.append(f"{SHORT[top]} / {SHORT[bottom]} throughput: {_x(ratio)} ({why}).")
-            blocks.append((f"{layout} at {level} connections",
-                           ["route", "req/s", "vs app", "p99", "p99 vs app", "errors", "disk MB read"],
-                           rows, "<>>>>>>", notes))
+    groups = {sc: _groups(results, sc) for sc in present}
+    found = summary.nginx.files if summary is not None else files_blocks(results)
+    blocks = [_files_block(groups, b) for b in found]
     dataset = _dataset_text(results)
     intro = [("Random files of the data set" + (f" ({dataset})" if dataset else "") + " through up to four routes: "
               "nginx looks the id up itself in a map of the index and sends the bytes (/nfiles/<id>), the app looks "
@@ -216,40 +168,24 @@ def files_section(results: Results, markdown: bool = False) -> list[str]:
 # --------------------------------------------------------------------------- files-mixed
 
 
-def disk_text(g: Group) -> str:
+def disk_text(g: Group, touched: Touched) -> str:
     """"yes (12.3 MB read, residency 2% -> 61%)", "no (...)" or "unknown (...)"."""
     mb = g.extra.get("disk_read_mb")
     before, after = g.extra.get("resident_before"), g.extra.get("resident_after")
     residency = (f", residency {before.median:.0%} -> {after.median:.0%}"
                  if before is not None and after is not None else "")
-    if mb is None:
+    if touched is Touched.UNKNOWN:
         return "unknown (not on a block device" + residency + ")"
-    touched = mb.median >= DISK_TOUCHED_MB
-    return f"{'yes' if touched else 'no'} ({num(mb.median)} MB read{residency})"
+    return f"{touched} ({num(mb.median)} MB read{residency})"
 
 
-def _levels(results: Results, sc: str):
-    """(level, [(layout, group), ...]) for every level where ``sc`` measured some layout."""
-    groups = _groups(results, sc)
-    for level in results.levels:
-        at = [(layout, groups[(layout, level)]) for layout in results.layouts if (layout, level) in groups]
-        if at:
-            yield level, at
-
-
-def _level_blocks(results: Results, sc: str, block) -> list | None:
-    """A section's blocks: ``block(results, sc, level, at)`` for every level where ``sc`` measured
-    some layout (``_levels``); None when the run has no ``sc`` at all (no section)."""
-    if sc not in results.scenarios:
-        return None
-    return [block(results, sc, level, at) for level, at in _levels(results, sc)]
-
-
-def mixed_section(results: Results, markdown: bool = False) -> list[str]:
+def mixed_section(results: Results, markdown: bool = False, summary: Summary | None = None) -> list[str]:
     sc = "files-mixed"
-    blocks = _level_blocks(results, sc, _mixed_block)
-    if blocks is None:
+    if sc not in results.scenarios:
         return []
+    groups = _groups(results, sc)
+    found = summary.nginx.mixed if summary is not None else mixed_blocks(results)
+    blocks = [_mixed_block(groups, b) for b in found]
     mix = results.workload.get(sc, {}).get("files", {}) if isinstance(results.workload.get(sc), dict) else {}
     dataset = _dataset_text(results)
     intro = [f"Random files ({mix.get('which', 'all')}, {mix.get('large_share', 0):.0%} of requests for a large "
@@ -263,54 +199,42 @@ def mixed_section(results: Results, markdown: bool = False) -> list[str]:
                  markdown)
 
 
-def _mixed_block(results: Results, sc: str, level: int, at: list) -> tuple:
+def _mixed_block(groups: dict, b: MixedBlock) -> tuple:
     """One level of the files-mixed section: a row per layout, the notes of the paired on/off variants."""
     rows = []
-    for layout, g in at:
-        errors = g.errors + int(sum(c.extra.get("hot_errors", 0) for c in results.cells
-                                    if c.scenario == sc and c.layout == layout and c.concurrency == level))
-        options = variant_options(layout)
-        rows.append([layout, options.get("aio", "off"), "off" if options.get("open_file_cache", "off") in
+    for r in b.rows:
+        g = groups[(r.layout, b.concurrency)]
+        options = variant_options(r.layout)
+        rows.append([r.layout, options.get("aio", "off"), "off" if options.get("open_file_cache", "off") in
                      ("off", "0") else options["open_file_cache"], _s(g.extra.get("hot_p99_ms"), "ms"),
                      _s(g.extra.get("hot_p50_ms"), "ms"), _s(g.extra.get("hot_rps")), _s(g.rps),
-                     _s(g.latency["p99"], "ms"), str(errors), disk_text(g)])
+                     _s(g.latency["p99"], "ms"), str(g.errors + r.hot_errors), disk_text(g, r.touched)])
     notes = []
-    layouts = [x for x, _ in at]
-    for key, low, high, label in (("aio", "off", "threads", "aio threads / aio off"),
-                                  ("open_file_cache", "off", "on", "open_file_cache on / off")):
-        for off, on in pairs(layouts, key, low, high):
-            a = cells_by_repeat(results, sc, on, level)
-            b = cells_by_repeat(results, sc, off, level)
-            hot = paired(a, b, lambda c: c.extra.get("hot_p99_ms"))
-            cold = paired(a, b, lambda c: c.rps)
-            if hot.n:
-                better = "lower" if hot.median < 1 else "higher" if hot.median > 1 else "the same"
-                where = without(on, key).partition("@")[2]
-                notes.append(f"hot-file p99 with {label}{f' ({where})' if where else ''}: {_x(hot)} "
-                             f"({better} with {high if key == 'aio' else 'the cache'}); cold-file throughput: "
-                             f"{_x(cold)}.")
-    return (f"{level} cold-file connections", ["layout", "aio", "open_file_cache", "hot p99", "hot p50",
-                                               "hot req/s", "cold req/s", "cold p99", "errors", "disk touched"],
+    for x in b.pairs:
+        where = without(x.on, x.key).partition("@")[2]
+        notes.append(f"hot-file p99 with {x.label}{f' ({where})' if where else ''}: {_x(x.hot)} "
+                     f"({x.change} with {x.high if x.key == 'aio' else 'the cache'}); cold-file throughput: "
+                     f"{_x(x.cold)}.")
+    return (f"{b.concurrency} cold-file connections", ["layout", "aio", "open_file_cache", "hot p99", "hot p50",
+                                                       "hot req/s", "cold req/s", "cold p99", "errors",
+                                                       "disk touched"],
             rows, "<<<>>>>>><", notes)
 
 
 # --------------------------------------------------------------------------- reuseport
 
 
-def _max_min(values: list) -> float:
-    if not values or max(values) == 0:
-        return 0.0
-    return max(values) / min(values) if min(values) else math.inf
+def _ratio_text(x: float | None) -> str:
+    return "n/a" if x is None else "∞" if math.isinf(x) else f"{x:.2f}"
 
 
-def _ratio_text(x: float) -> str:
-    return "∞" if math.isinf(x) else f"{x:.2f}"
-
-
-def reuseport_section(results: Results, markdown: bool = False) -> list[str]:
-    blocks = _level_blocks(results, "reuseport", _reuseport_block)
-    if blocks is None:
+def reuseport_section(results: Results, markdown: bool = False, summary: Summary | None = None) -> list[str]:
+    sc = "reuseport"
+    if sc not in results.scenarios:
         return []
+    groups = _groups(results, sc)
+    found = summary.nginx.reuseport if summary is not None else reuseport_blocks(results)
+    blocks = [_reuseport_block(results, groups, b) for b in found]
     intro = ["One small cached file (nginx static) through many keep-alive connections, so nginx, not the app, is "
              "the work. wrk keeps its connections open, but nginx closes a keep-alive connection after 1000 requests "
              "(keepalive_requests), so wrk reconnects and accepts go on during the whole cell. Connections are "
@@ -320,39 +244,24 @@ def reuseport_section(results: Results, markdown: bool = False) -> list[str]:
     return _emit("nginx: reuseport on vs off (accept spread across nginx workers)", intro, blocks, markdown)
 
 
-def _reuseport_block(results: Results, sc: str, level: int, at: list) -> tuple:
+def _reuseport_block(results: Results, groups: dict, b: ReuseportBlock) -> tuple:
     """One level of the reuseport section: a row per layout, the note of each on/off pair."""
     rows = []
-    for layout, g in at:
-        cells = sorted(cells_by_repeat(results, sc, layout, level).values(), key=lambda c: c.repeat)
+    for r in b.rows:
+        g = groups[(r.layout, b.concurrency)]
+        cells = sorted(cells_by_repeat(results, "reuseport", r.layout, b.concurrency).values(), key=lambda c: c.repeat)
         conns = [c.extra.get("nginx_worker_conns") or [] for c in cells]
-        cpu = [c.extra.get("nginx_worker_cpu_s") or [] for c in cells]
-        spread = [_max_min(x) for x in conns if x]
-        cpu_spread = [_max_min(x) for x in cpu if x]
-        rows.append([
-            layout, variant_options(layout).get("reuseport", "off"), _s(g.rps), _s(g.latency["p99"], "ms"),
-            _s(g.latency["p999"], "ms"), str(g.errors),
-            "; ".join("/".join(str(n) for n in x) for x in conns if x) or "n/a",
-            _ratio_text(statistics.median(spread)) if spread else "n/a",
-            _ratio_text(statistics.median(cpu_spread)) if cpu_spread else "n/a",
-        ])
-    notes = []
-    for off, on in pairs([x for x, _ in at], "reuseport", "off", "on"):
-        a = cells_by_repeat(results, sc, on, level)
-        b = cells_by_repeat(results, sc, off, level)
-        p99 = paired(a, b, lambda c: c.latency_ms.p99)
-        rps = paired(a, b, lambda c: c.rps)
-        if p99.n:
-            notes.append(f"reuseport on / off: p99 {_x(p99)}, throughput {_x(rps)}.")
-    return (f"{level} connections", ["layout", "reuseport", "req/s", "p99", "p99.9", "errors",
-                                     "conns per nginx worker (per repeat)", "conn max/min", "CPU max/min"],
+        rows.append([r.layout, variant_options(r.layout).get("reuseport", "off"), _s(g.rps),
+                     _s(g.latency["p99"], "ms"), _s(g.latency["p999"], "ms"), str(g.errors),
+                     "; ".join("/".join(str(n) for n in x) for x in conns if x) or "n/a",
+                     _ratio_text(r.conns), _ratio_text(r.cpu)])
+    notes = [f"reuseport on / off: p99 {_x(x.p99)}, throughput {_x(x.rps)}." for x in b.pairs]
+    return (f"{b.concurrency} connections", ["layout", "reuseport", "req/s", "p99", "p99.9", "errors",
+                                             "conns per nginx worker (per repeat)", "conn max/min", "CPU max/min"],
             rows, "<<>>>><>>", notes)
 
 
-def nginx_lines(results: Results, markdown: bool = False) -> list[str]:
+def nginx_lines(results: Results, markdown: bool = False, summary: Summary | None = None) -> list[str]:
     """Every nginx section this run has data for (none: an empty list)."""
-    return files_section(results, markdown) + mixed_section(results, markdown) + reuseport_section(results, markdown)
-
-
-def only_nginx(results: Results) -> bool:
-    return bool(results.scenarios) and all(sc in NGINX_SCENARIOS for sc in results.scenarios)
+    return (files_section(results, markdown, summary) + mixed_section(results, markdown, summary)
+            + reuseport_section(results, markdown, summary))

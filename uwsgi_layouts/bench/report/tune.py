@@ -9,11 +9,11 @@ the same lines. Functions return lines; nothing prints.
 
 from __future__ import annotations
 
-from uwsgi_layouts.bench.analysis import NOISY_SPREAD, machine_cautions
 from uwsgi_layouts.bench.report.limits import pod_sentence
 from uwsgi_layouts.bench.report.subject import subject_lines, subject_markdown
 from uwsgi_layouts.bench.report.text import fmt_interval, md_table, num, plot_lines, table, wrap
 from uwsgi_layouts.bench.results import Results
+from uwsgi_layouts.bench.tune.cautions import tune_cautions
 from uwsgi_layouts.bench.tune.objective import Evaluation
 from uwsgi_layouts.bench.tune.outcome import STAGES, Outcome
 from uwsgi_layouts.bench.tune.record import outcome_of
@@ -123,6 +123,11 @@ def _reached(outcome: Outcome, spec: str) -> str:
     return f"{state.reached} {STAGES[state.reached]}" if state.reached else "-"
 
 
+def _figures_align(columns: int) -> str:
+    """The layout and stage columns to the left, every figure after them to the right."""
+    return "<<" + ">" * (columns - 2)
+
+
 def measured_rows(outcome: Outcome, markdown: bool = False) -> tuple[list[str], list[list[str]]]:
     chosen = outcome.chosen.spec if outcome.chosen else None
     evals = sorted(outcome.evaluations.values(),
@@ -197,36 +202,32 @@ def recommended_lines(results: Results) -> list[str]:
 
 
 def tune_warnings(results: Results, outcome: Outcome) -> list[str]:
-    out = machine_cautions(results.environment)
-    chosen = outcome.chosen
-    d = outcome.decision
-    for spec in (d.unsteady if d is not None else ()):
-        e = outcome.evaluations[spec]
-        others = [x.spread for x in d.order if x.spec != spec and x.repeats >= 3]
-        median = sorted(others)[len(others) // 2] if others else 0.0
-        fate = ("chosen anyway: it beat the others beyond noise" if chosen is not None and chosen.spec == spec else
+    """The cautions ``bench.tune.cautions`` judged, in words."""
+    c = tune_cautions(results, outcome)
+    out = list(c.machine)
+    for u in c.unsteady:
+        fate = ("chosen anyway: it beat the others beyond noise" if u.chosen else
                 "not recommended over steadier candidates it did not beat beyond noise")
-        out.append(f"{spec} is unsteady: its throughput spread {e.spread:.0%} across its {e.repeats} rounds "
-                   f"({num(e.steady.rps.low)}–{num(e.steady.rps.high)} req/s), far wider than the other finalists' "
-                   f"(median {median:.0%}); {fate}. A layout that swings like this under the same load (a shared "
-                   "socket's pile-up shows up so) is worth a longer look before you deploy it.")
+        out.append(f"{u.spec} is unsteady: its throughput spread {u.spread:.0%} across its {u.repeats} rounds "
+                   f"({num(u.low)}–{num(u.high)} req/s), far wider than the other finalists' "
+                   f"(median {u.others_median:.0%}); {fate}. A layout that swings like this under the same load (a "
+                   "shared socket's pile-up shows up so) is worth a longer look before you deploy it.")
     env = results.environment
     load = ""
     if env.get("loadavg_at_start"):
         load = f" (load average {env['loadavg_at_start'][0]:.1f} at the start"
         load += f", {env['loadavg_at_end'][0]:.1f} at the end)" if env.get("loadavg_at_end") else ")"
-    if chosen is not None and chosen.repeats > 1 and chosen.steady.rps.spread > NOISY_SPREAD:
-        out.append(f"{chosen.spec}'s throughput spread {chosen.steady.rps.spread:.0%} across its {chosen.repeats} "
+    if c.noisy is not None:
+        out.append(f"{c.noisy.spec}'s throughput spread {c.noisy.spread:.0%} across its {c.noisy.repeats} "
                    f"cells{load}: the machine was noisy; rerun with a larger --budget, or on a quieter machine, "
                    "before deciding on a few percent.")
-    if chosen is not None and chosen.borderline:
-        out.append(f"{chosen.spec}'s p99 interval straddles the limit: it meets the objective by its pooled p99, "
+    if c.borderline:
+        out.append(f"{c.borderline}'s p99 interval straddles the limit: it meets the objective by its pooled p99, "
                    "not beyond noise; a larger --budget measures it longer.")
-    if chosen is not None and chosen.steady.tails.thin:
-        out.append(f"{chosen.spec}'s p99 rests on {chosen.steady.tails.slower} slower requests: a larger --budget "
+    if c.thin is not None:
+        out.append(f"{c.thin.spec}'s p99 rests on {c.thin.slower} slower requests: a larger --budget "
                    "gives longer cells.")
-    if outcome.stages and outcome.stages[-1].number < 3 and not outcome.interrupted and chosen is not None \
-            and "only" not in outcome.stop and "decided" not in outcome.stop:
+    if c.early_stop:
         out.append("the budget ended before the final stage: the choice rests on few cells; give a larger --budget.")
     return out
 
@@ -240,7 +241,7 @@ def terminal_lines(results: Results) -> list[str]:
     headers, rows = measured_rows(outcome)
     out += ["", f"candidates: {len(outcome.inputs.space)} in the space, {len(outcome.evaluations)} measured, "
                 f"{len(outcome.pruned)} pruned"]
-    out += table(headers[:-1], [r[:-1] for r in rows], "<<>>>>>>" + (">" if len(headers) > 9 else ""))
+    out += table(headers[:-1], [r[:-1] for r in rows], _figures_align(len(headers) - 1))
     out += ["", "why each candidate stopped:"]
     out += [x for r in rows for x in wrap(f"{r[0]}: {r[-1]}", indent="  ")]
     groups = pruned_groups(outcome)
@@ -282,7 +283,7 @@ def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
     out += ["## Every candidate measured", "", "Stage: the last stage a candidate was measured in (1 screen, 2 "
             "narrow, 3 final). req/s: median of its cells (low–high); p50 and p99 pooled over its cells, p99 with "
             "its 95% bootstrap interval; PSS: the app server's memory after load.", ""]
-    out += md_table(headers, rows, "<<>>>>>>" + (">" if len(headers) > 9 else "") + "<") + [""]
+    out += md_table(headers, rows, _figures_align(len(headers) - 1) + "<") + [""]
     out += ["## Pruned before measuring", ""] + ([f"- {g}" for g in pruned_groups(outcome)] or ["None."]) + [""]
     out += ["## How the budget was spent", ""] + [f"- {x}" for x in search_sentences(results, outcome)] + [""]
     warns = tune_warnings(results, outcome)
