@@ -77,6 +77,7 @@ TREES="$OUT_ROOT/.trees"
 header_packages() {  # the installed versions of what uWSGI compiles against (none off Debian)
     dpkg-query -W -f='${Package}=${Version}\n' libssl-dev libpcre2-dev "libpython$python_version-dev" \
         libc6-dev gcc 2>/dev/null || true
+    "${CC:-cc}" --version 2>/dev/null | head -n 1  # gcc's Debian package keeps its version when gcc-12 changes
 }
 
 build_binary() {  # PYTHON: pip's uwsgi package, compiled for $cflags/$override, linked with $ldflags
@@ -96,7 +97,9 @@ build_binary() {  # PYTHON: pip's uwsgi package, compiled for $cflags/$override,
             echo "error: pip downloaded no single uWSGI $version sdist" >&2
             exit 1
         fi
-        tar -xzf "${sdists[0]}" -C "$tree.sdist"
+        # as root, tar would keep the sdist's owners and modes: the tree root compiles must be root's alone
+        tar --no-same-owner --no-same-permissions -xzf "${sdists[0]}" -C "$tree.sdist"
+        chmod -R go-w "$tree.sdist"
         mv "$tree.sdist/uwsgi-$version" "$tree"
         rm -rf "$tree.sdist"
         date +%s >"$tree/.source-date-epoch"

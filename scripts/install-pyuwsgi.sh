@@ -62,7 +62,8 @@ esac
 "$python" -m pip install -q --no-cache-dir --force-reinstall --no-deps "$wheel"
 cp -p "$venv_bin/pyuwsgi" "$venv_bin/uwsgi"
 if [ -n "$keep" ]; then
-    rm -rf "$keep"
+    # only our own wheels are replaced: KEEP_DIR may be a directory that holds other files
     mkdir -p "$keep"
+    rm -f "$keep"/pyuwsgi-*.whl
     cp -p "$wheel" "$keep/"
 fi

@@ -4,7 +4,9 @@ builder ends everything it started."""
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import psutil
@@ -43,3 +45,31 @@ def test_stop_leaves_a_finished_builder_alone():
     process.wait()
     stop(process)  # its group id is free for others by now: nothing is signalled
     assert process.returncode == 0
+
+
+# A stand-in for the pytest worker: it starts a builder the way prebuilding() does (child_setup),
+# whose "build" is two sleeps in its group, prints the sleeps' pids, and is then SIGKILLed.
+WORKER = """
+import subprocess, sys, time
+from uwsgi_layouts.deploy.run import child_setup
+builder = subprocess.Popen([sys.executable, "-c", '''
+import signal, subprocess, sys
+from tests.integration.prebuild import end_the_group
+signal.signal(signal.SIGTERM, end_the_group)
+sleeps = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+print(*(s.pid for s in sleeps), flush=True)
+sleeps[0].wait()
+'''], preexec_fn=child_setup(), stdout=sys.stdout)
+time.sleep(60)
+"""
+
+
+def test_a_killed_worker_takes_the_builders_group_with_it():
+    worker = subprocess.Popen([sys.executable, "-c", WORKER], stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parent.parent)
+    sleeps = [psutil.Process(int(pid)) for pid in worker.stdout.readline().split()]
+    assert len(sleeps) == 2 and all(s.is_running() for s in sleeps)
+    worker.kill()  # SIGKILL: no finally, no stop(); only the kernel's PR_SET_PDEATHSIG is left
+    worker.wait()
+    gone, alive = psutil.wait_procs(sleeps, timeout=10)
+    assert not alive, f"the builder's processes outlived a killed worker: {alive}"

@@ -8,8 +8,9 @@ test, the compile overlaps the tests that wait on real processes.
 
 One process per run (the first xdist worker's, or the run's own without xdist), in a session of its
 own; the worker ends it (its whole process group, SIGINT first so that pip removes its temporary
-files) when its session ends, finished or not. A build that fails here is made again by the test
-that needs it, which then fails with the script's output.
+files) when its session ends, finished or not. A worker that is killed outright ends it too: the
+kernel sends it SIGTERM (PR_SET_PDEATHSIG), and it kills its whole group. A build that fails here
+is made again by the test that needs it, which then fails with the script's output.
 
     python -m tests.integration.prebuild PROFILE...
 """
@@ -27,6 +28,7 @@ from contextlib import contextmanager, suppress
 import pytest
 
 from tests.integration.support import REPO_ROOT, made
+from uwsgi_layouts.deploy.run import child_setup
 
 # The fixture test_uwsgi_builds.py parametrizes with the profiles, in the order they are made.
 BUILD_FIXTURE = "build"
@@ -52,7 +54,7 @@ def prebuilding(items: Iterable[pytest.Item]) -> Iterator[None]:
         return
     process = subprocess.Popen([sys.executable, "-m", "tests.integration.prebuild", *profiles], cwd=REPO_ROOT,
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
+                               preexec_fn=child_setup())  # a session of its own, SIGTERM if this worker dies
     try:
         yield
     finally:
@@ -76,7 +78,13 @@ def stop(process: subprocess.Popen) -> None:
     process.wait()
 
 
+def end_the_group(signum, frame) -> None:
+    """SIGTERM (the worker that started us died, PR_SET_PDEATHSIG): the builds go with us."""
+    os.killpg(0, signal.SIGKILL)
+
+
 def main(profiles: list[str]) -> int:
+    signal.signal(signal.SIGTERM, end_the_group)
     failed = 0
     for profile in profiles:
         try:

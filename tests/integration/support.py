@@ -37,12 +37,12 @@ KEPT_PYUWSGI_WHEELS = REPO_ROOT / ".venv" / "pyuwsgi-wheel"
 
 
 def pyuwsgi_digest(binary: Path) -> str | None:
-    """sha256 of the pyuwsgi extension module a launcher runs; None for a uWSGI binary."""
+    """sha256 of the pyuwsgi extension module a launcher runs; None for a uWSGI binary or a site without one."""
     site = pyuwsgi_site(binary)
     if site is None:
         return None
-    module = next(m for suffix in EXTENSION_SUFFIXES for m in sorted(site.glob(f"pyuwsgi{suffix}")))
-    return hashlib.sha256(module.read_bytes()).hexdigest()
+    module = next((m for suffix in EXTENSION_SUFFIXES for m in sorted(site.glob(f"pyuwsgi{suffix}"))), None)
+    return None if module is None else hashlib.sha256(module.read_bytes()).hexdigest()
 
 
 def kept_pyuwsgi_wheel() -> tuple[Path, str] | None:
