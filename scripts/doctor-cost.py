@@ -148,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     out = prepare_out(args.out, f"-{args.tool}-cost")
     labels = {False: f"{args.scenario}-{args.tool}-off", True: f"{args.scenario}-{args.tool}-on"}
     cells, doctor_cpu = [], []
+    environment = capture()  # before the first cell: its loadavg_at_start is the run's start
     load_before = os.getloadavg()
     with Lab() as lab, sigterm_interrupts():
         runner = LiveRunner(lab, out / "raw", {args.scenario: scenario}, args.duration, 2.0, 10.0)
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"pair {pair} {args.tool} {'attached' if attached else 'detached'}: {cell.rps:.2f} req/s"
                           + (f", {args.tool} process CPU {doctor_cpu[-1]:.2f} s" if attached else ""), flush=True)
     command = "python scripts/doctor-cost.py " + shlex.join(sys.argv[1:] if argv is None else argv)
-    results = Results(environment={**capture(), "loadavg_at_end": list(os.getloadavg())}, cells=tuple(cells),
+    results = Results(environment={**environment, "loadavg_at_end": list(os.getloadavg())}, cells=tuple(cells),
                       created=utc_now(), workload={label: scenario.to_dict() for label in labels.values()},
                       arguments={"layouts": [args.layout], "concurrency": [level], "repeats": args.pairs,
                                  "duration": args.duration, "processes": processes, "threads": threads,

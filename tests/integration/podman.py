@@ -10,7 +10,8 @@ machine's containers and images, and everything they start goes with that direct
 No registry is reachable: base images are made from Debian's packages with mmdebstrap. The
 tarball is what is cached across runs (``ROOT/base-images``, named by a key of its packages and
 the machine's apt sources), and it is imported once into a read-only image store of its own
-(``ROOT/base-stores/KIND-KEY``, complete once ``KIND-KEY.done`` exists), which every session lists
+(``ROOT/base-stores/KIND-KEY``, complete once ``KIND-KEY.done`` names the very tarball it was
+imported from; a tarball made again means a new import), which every session lists
 as an additional image store: nothing is imported per session (two imports of 190 and 230 MB took
 75 s on a busy machine), and the images a session builds, their layers included, stay in its own
 storage. A per-session storage rules out podman's layer cache across runs (built images are
@@ -30,6 +31,7 @@ import os
 import resource
 import secrets
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -86,6 +88,7 @@ class Podman:
         self.dir = SESSIONS / f"{os.getpid()}-{secrets.token_hex(3)}"
 
     def __enter__(self) -> Podman:
+        trusted_root()
         remove_stale_sessions()
         self.dir.mkdir(parents=True, mode=0o700)
         write_config(self.dir)
@@ -157,6 +160,24 @@ def session_env(directory: Path) -> dict[str, str]:
             "CONTAINERS_STORAGE_CONF": str(directory / "storage.conf")}
 
 
+def trusted_root(directories: tuple[Path, ...] = (ROOT, CACHE, STORES, SESSIONS)) -> None:
+    """ROOT and the directories in it, made if missing, and refused unless they are real directories
+    of our own user that nobody else can write: /var/tmp is everyone's, and what is cached here
+    (base images, image stores) is what the tests then build on and run."""
+    for directory in directories:
+        directory.mkdir(mode=0o755, exist_ok=True)
+        info = directory.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+            raise PodmanUnavailable(f"{directory} is not a directory of uid {os.geteuid()} that only it can write: "
+                                    "remove it (the tests make it again)")
+
+
+def tarball_identity(tarball: Path) -> str:
+    """What a base store was imported from: a tarball made again under the same key is another one."""
+    info = tarball.stat()
+    return f"{info.st_ino} {info.st_mtime_ns} {info.st_size}\n"
+
+
 def cached_tarball(kind: str, key: str) -> Path:
     """ROOT/base-images/KIND-KEY.tar, made with mmdebstrap on first use (one maker at a time)."""
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -182,9 +203,10 @@ def base_store(kind: str, key: str, name: str, env: dict[str, str]) -> Path:
     done = STORES / f"{kind}-{key}.done"
     with open(CACHE / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not done.exists():
+        if not done.exists() or done.read_text() != tarball_identity(tarball):
+            done.unlink(missing_ok=True)
             shutil.rmtree(store, ignore_errors=True)
-            store.mkdir(parents=True)
+            store.mkdir(parents=True, exist_ok=True)
             runroot = tempfile.mkdtemp(prefix="ul-base-run-")  # podman wants a runroot of at most 50 characters
             try:
                 made = subprocess.run(["podman", "--root", str(store / "graph"), "--runroot", runroot,
@@ -194,7 +216,7 @@ def base_store(kind: str, key: str, name: str, env: dict[str, str]) -> Path:
                 shutil.rmtree(runroot, ignore_errors=True)
             if made.returncode != 0:
                 raise PodmanUnavailable(f"podman import into {store} failed: {made.stderr[-2000:]}")
-            done.touch()
+            done.write_text(tarball_identity(tarball))
     return store / "graph"
 
 
