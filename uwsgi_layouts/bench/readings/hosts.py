@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from uwsgi_layouts.bench.analysis import Stat
-from uwsgi_layouts.bench.readings.nginx import cells_by_repeat, paired, variant_options, without
+from uwsgi_layouts.bench.readings.nginx import cell_rps, cells_by_repeat, paired, variant_options, without, wrk_p99
 from uwsgi_layouts.bench.results import Cell, Results
 
 DEFAULT_TLS = "suwsgi"
@@ -58,6 +58,6 @@ def tls_costs(results: Results) -> tuple[TlsCost, ...]:
                 b = cells_by_repeat(results, sc, plain, level)
                 if not a or not b:
                     continue
-                out.append(TlsCost(sc, with_tls, plain, tls_of(with_tls), level, paired(a, b, lambda c: c.rps),
-                                   paired(a, b, lambda c: c.latency_ms.p99), paired(a, b, _cpu_per_request)))
+                out.append(TlsCost(sc, with_tls, plain, tls_of(with_tls), level, paired(a, b, cell_rps),
+                                   paired(a, b, wrk_p99), paired(a, b, _cpu_per_request)))
     return tuple(out)

@@ -92,11 +92,11 @@ def paired(a: dict[int, Cell], b: dict[int, Cell], value) -> Stat:
     return Stat.of(ratios)
 
 
-def _rps(c: Cell) -> float:
+def cell_rps(c: Cell) -> float:
     return c.rps
 
 
-def _p99(c: Cell) -> float:
+def wrk_p99(c: Cell) -> float:
     return c.latency_ms.p99
 
 
@@ -193,20 +193,20 @@ def files_blocks(results: Results) -> tuple[FilesBlock, ...]:
             cells = {sc: cells_by_repeat(results, sc, layout, level) for sc in present}
             app = cells.get("files-app")
             routes = tuple(RouteRatio(sc, *((None, None) if sc == "files-app" or not app else
-                                            (paired(cells[sc], app, _rps), paired(cells[sc], app, _p99))))
+                                            (paired(cells[sc], app, cell_rps), paired(cells[sc], app, wrk_p99))))
                            for sc in at)
             targets = []
             for sc, what, target in TARGETS:
                 if sc in cells and app:
-                    ratio = paired(cells[sc], app, _rps)
+                    ratio = paired(cells[sc], app, cell_rps)
                     if ratio.n:
-                        targets.append(FilesTarget(sc, what, target, ratio, paired(cells[sc], app, _p99),
+                        targets.append(FilesTarget(sc, what, target, ratio, paired(cells[sc], app, wrk_p99),
                                                    paired(cells[sc], app, _capacity), target_verdict(ratio, target),
                                                    target - ratio.median))
             chains = []
             for top, bottom, why in CHAINS:
                 if top in cells and bottom in cells:
-                    ratio = paired(cells[top], cells[bottom], _rps)
+                    ratio = paired(cells[top], cells[bottom], cell_rps)
                     if ratio.n:
                         chains.append(Chain(top, bottom, why, ratio))
             blocks.append(FilesBlock(layout, level, routes, tuple(targets), tuple(chains)))
@@ -289,7 +289,7 @@ def mixed_blocks(results: Results) -> tuple[MixedBlock, ...]:
                 b = cells_by_repeat(results, sc, off, level)
                 hot = paired(a, b, lambda c: c.extra.get("hot_p99_ms"))
                 if hot.n:
-                    found.append(MixedPair(key, label, on, off, high, hot, paired(a, b, _rps), _change(hot)))
+                    found.append(MixedPair(key, label, on, off, high, hot, paired(a, b, cell_rps), _change(hot)))
         blocks.append(MixedBlock(level, rows, tuple(found)))
     return tuple(blocks)
 
@@ -349,9 +349,9 @@ def reuseport_blocks(results: Results) -> tuple[ReuseportBlock, ...]:
         for off, on in pairs(layouts, "reuseport", "off", "on"):
             a = cells_by_repeat(results, sc, on, level)
             b = cells_by_repeat(results, sc, off, level)
-            p99 = paired(a, b, _p99)
+            p99 = paired(a, b, wrk_p99)
             if p99.n:
-                found.append(ReuseportPair(on, off, p99, paired(a, b, _rps)))
+                found.append(ReuseportPair(on, off, p99, paired(a, b, cell_rps)))
         blocks.append(ReuseportBlock(level, tuple(rows), tuple(found)))
     return tuple(blocks)
 
