@@ -111,11 +111,13 @@ def test_a_bundle_ships_the_uwsgi_protocol_only():
 # --- uwsgi_bin: another build of uWSGI ------------------------------------------------------------
 
 
-def test_uwsgi_bin_is_uwsgis_and_absolute():
+def test_uwsgi_bin_is_uwsgis_and_absolute(tmp_path):
     with pytest.raises(LayoutError, match="uwsgi_bin: is uWSGI's binary; gunicorn runs gunicorn"):
         parse_variant("2x4-gunicorn@uwsgi_bin=/x/uwsgi", run_dir="/tmp/x")
+    # checked() looks at the run directory too: one of our own, so that whatever another user left
+    # at a fixed path in /tmp cannot answer first.
     with pytest.raises(LayoutError, match="must be an absolute path"):
-        checked(parse_variant("2x4-mapped@uwsgi_bin=x/uwsgi", run_dir="/tmp/x"))
+        checked(parse_variant("2x4-mapped@uwsgi_bin=x/uwsgi", run_dir=str(tmp_path / "run")))
     with pytest.raises(LayoutError) as info:
         build_bundle("2x4-mapped", app_dir="/srv/shop", virtualenv="/srv/shop/venv", uwsgi_bin="/x/uwsgi")
     assert info.value.field == "uwsgi_bin" and "--uwsgi" in str(info.value)
