@@ -70,8 +70,8 @@ def stored_summary(results: Results, path: Path) -> AnySummary | None:
     if kind is None:
         return None
     if not path.is_file():
-        print(f"note: no {path.name} beside the results (a run stored before its kind kept one): judged again "
-              "from the results", file=sys.stderr)
+        print(f"note: no {path.name} beside the results (a run stored before its kind kept one, or "
+              "stopped before its end): judged again from the results", file=sys.stderr)
         return None
     try:
         summary = kind.load(path)
