@@ -165,6 +165,8 @@ def _tune_tampered(data: dict, change: str) -> None:
         data["choice"]["chosen"] = data["choice"]["closest"] = "9x9-nowhere"
     elif change == "outcome":
         data["choice"]["against"][0]["rps"]["outcome"] = "much better"
+    elif change == "interval":  # a word its interval does not say
+        data["choice"]["against"][0]["rps"]["outcome"] = "better"
     elif change == "rule":
         data["pruned"][0]["rule"] = "whim"
 
@@ -184,6 +186,8 @@ def _doctor_tampered(data: dict, change: str) -> None:
     ("tune", "stage", "reached: a measured candidate reached stage 1, 2, 3, got 9"),
     ("tune", "chosen", "choice.chosen: 9x9-nowhere is not a measured candidate"),
     ("tune", "outcome", "outcome: must be one of better, worse, equivalent, undecided, got 'much better'"),
+    ("tune", "interval", "against: 2x4-mapped's outcome against the choice is better, but its interval 0.90–1.01 says "
+                         "undecided"),
     ("tune", "rule", "pruned: rule must be one of threads, idle-threads, duplicate, memory, got 'whim'"),
     ("tune", "not json", "not a readable summary"),
     ("doctor", "version", "version: this tool reads doctor summary version 1, got 2"),

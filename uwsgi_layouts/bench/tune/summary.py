@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from uwsgi_layouts.bench.analysis import Tails
 from uwsgi_layouts.bench.paired import Comparison
+from uwsgi_layouts.bench.paired import outcome_of as interval_says
 from uwsgi_layouts.bench.results import Results
 from uwsgi_layouts.bench.stored import StoredSummary
 from uwsgi_layouts.bench.tune.cautions import TuneCautions, tune_cautions
@@ -114,6 +115,15 @@ class Against:
 
     spec: str
     rps: Comparison
+
+    def __post_init__(self):
+        if self.rps.figure != "rps":
+            raise ValueError(f"against: {self.spec}'s comparison is of throughput (rps), got {self.rps.figure!r}")
+        # A t interval decides its own outcome: a stored outcome that is not its interval's was changed.
+        said = interval_says(self.rps.low, self.rps.high, True, self.rps.margin) if self.rps.method == "t" else None
+        if said is not None and self.rps.outcome is not said:
+            raise ValueError(f"against: {self.spec}'s outcome against the choice is {self.rps.outcome}, but its "
+                             f"interval {self.rps.bounds()} says {said}")
 
 
 @dataclass(frozen=True)
