@@ -1,8 +1,7 @@
 """The report layer decides nothing and holds no threshold (issue 37): every judgement, threshold
 and comparison lives on the analysis side (``bench.analysis``, ``bench.paired``, ``bench.verdict``,
 ``bench.decisions``, ``bench.readings``, ``bench.diagnosis``, ``bench.tune``) and reaches the
-report as data (``bench.summary.Summary``, ``bench.tune.summary.TuneSummary``,
-``bench.doctor_summary.DoctorSummary``).
+report as data (``bench.summary.Summary``, tune's outcome and cautions, doctor's findings).
 
 Read from the source of ``uwsgi_layouts/bench/report/`` (nothing is imported or run):
 
@@ -29,14 +28,13 @@ import pytest
 REPORT = Path(__file__).resolve().parent.parent / "uwsgi_layouts" / "bench" / "report"
 JUDGING = ("uwsgi_layouts.bench.analysis", "uwsgi_layouts.bench.paired", "uwsgi_layouts.bench.verdict",
            "uwsgi_layouts.bench.decisions", "uwsgi_layouts.bench.readings", "uwsgi_layouts.bench.diagnosis",
-           "uwsgi_layouts.bench.tune", "uwsgi_layouts.bench.summary", "uwsgi_layouts.bench.margin",
-           "uwsgi_layouts.bench.doctor_summary")
+           "uwsgi_layouts.bench.tune", "uwsgi_layouts.bench.summary", "uwsgi_layouts.bench.margin")
 # What the report may call from the judging modules: the readings they hand out (each builds, or
 # reads, typed judgements as data) and helpers that judge nothing (grouping, label parsing, words).
 READINGS = {
     "summarize", "claim_verdict", "peer_readings", "target_readings", "files_blocks", "mixed_blocks",
-    "reuseport_blocks", "tls_costs", "mechanism_of", "group_cells", "requests_for_p99", "layout_words",
-    "variant_options",
+    "reuseport_blocks", "tls_costs", "mechanism_of", "findings", "growth_quotable", "tune_cautions", "outcome_of",
+    "memory_request_mb", "group_cells", "requests_for_p99", "layout_words", "tune_command", "variant_options",
     "without", "cells_by_repeat", "only_nginx", "percent", "confidence_words", "server_of", "unpaired_note",
     # what the run recorded of its app and requests
     "app_record", "mixes", "is_demo_run",

@@ -38,7 +38,7 @@ DOCTOR_RESULTS = FIXTURES / "results-v2-doctor.json"
 DOCTOR_SUMMARY = FIXTURES / "summary-doctor.json"
 REPORT = Path(__file__).resolve().parent.parent / "uwsgi_layouts" / "bench" / "report"
 # What the tune and doctor reports would call to judge (or to take the search again).
-JUDGES = {"outcome_of", "replay", "tune_cautions", "pod_sizing", "decide", "why_lost", "rps_comparison",
+JUDGES = {"outcome_of", "replay", "tune_cautions", "pod_sizing", "decide", "why_lost", "rps_comparison", "judge",
           "findings", "growth_quotable", "tune_command", "demand", "queue_matters"}
 FIXTURE_RUN = {"concurrency": "4", "p99_ms": "400", "strategies": "mapped,shared", "max_processes": "3",
                "threads": "1,2,4", "stall_share": "0.05", "cpus": "2"}
