@@ -28,6 +28,7 @@ from uwsgi_layouts.bench.tune.space import (
     one_process_twin,
     prune_static,
 )
+from uwsgi_layouts.bench.tune.summary import TuneSummary
 
 SPACE = candidate_space(4, (1, 2, 4, 8, 16, 32), ("mapped", "shared"))
 
@@ -383,10 +384,12 @@ def test_cli_replay_and_report_rerender(tmp_path, tmp_run_dir, capsys):
     assert f"RECOMMENDATION: {outcome.chosen.spec}" in shown.out
     assert (out / "recommended" / "uwsgi.ini").is_file() and (out / "recommended" / "RUN.md").is_file()
     assert (out / "recommended" / "bundle" / "INSTALL.md").is_file()
+    assert TuneSummary.load(out / "summary.json").choice.chosen == outcome.chosen.spec  # judged once, stored
     replayed = load(out / "results.json")
     assert replayed.arguments["tune"]["recommended"]["layout"] == outcome.chosen.spec
     assert main(["report", str(out / "results.json")]) == 0
-    assert f"RECOMMENDATION: {outcome.chosen.spec}" in capsys.readouterr().out
+    shown = capsys.readouterr()
+    assert f"RECOMMENDATION: {outcome.chosen.spec}" in shown.out and shown.err == ""  # rendered from summary.json
 
 
 def test_exit_3_when_no_layout_meets_the_objective(tmp_path, tmp_run_dir, capsys):

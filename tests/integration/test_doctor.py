@@ -88,8 +88,8 @@ def test_shared_socket_at_2p_piles_up(lab, tmp_path):
     assert {w: f["requests"] > 0 for w, f in d["workers"].items()} == {"1": True, "2": True}
     assert all(f.get("mean_ms", 0) > 50 for f in d["workers"].values()), d["workers"]  # ~100 ms requests
     assert d["memory"]["kind"] == "pss" and set(d["memory"]["workers"]) == {"1", "2"}
-    assert {p.name for p in (tmp_path / "doc").iterdir()} == {"results.json", "report.txt", "report.md",
-                                                             "timeline.png"}
+    assert {p.name for p in (tmp_path / "doc").iterdir()} == {"results.json", "summary.json", "report.txt",
+                                                             "report.md", "timeline.png"}
 
 
 def test_mapped_sockets_at_2p_do_not_pile_up(lab, tmp_path):

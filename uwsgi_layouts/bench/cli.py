@@ -14,9 +14,10 @@ from uwsgi_layouts.bench.load.httperf import HttperfError
 from uwsgi_layouts.bench.load.traffic import TrafficError
 from uwsgi_layouts.bench.load.wrk import WrkError
 from uwsgi_layouts.bench.options import BadArgument, MissingTool
+from uwsgi_layouts.bench.report import AnySummary, renderer
 from uwsgi_layouts.bench.report.plan import PLAN_JSON, read_plan, write_plan_reports
 from uwsgi_layouts.bench.results import Results, ResultsError, load
-from uwsgi_layouts.bench.summary import SUMMARY_NAME, OldSummary, Summary, is_summarized
+from uwsgi_layouts.bench.summary import SUMMARY_NAME, OldSummary
 from uwsgi_layouts.deploy.cli import parse_args
 from uwsgi_layouts.deploy.model import LayoutError, RenderError, StackError
 
@@ -32,8 +33,9 @@ def build_parser(prog: str = PROG) -> OneLineParser:
     rep = sub.add_parser("report", help="render report.txt, report.md and plots from a stored results.json "
                                         "(any kind, any version this tool reads)")
     rep.add_argument("results", help="a run's directory, or its results.json (compare, openloop, faults, tune, "
-                                     "doctor; or an old openloop.json) or plan.json (plan); a compare run's "
-                                     "judgements come from the summary.json beside it, when there is one")
+                                     "doctor; or an old openloop.json) or plan.json (plan); a compare, tune or "
+                                     "doctor run's judgements come from the summary.json beside it, when there is "
+                                     "one")
     rep.add_argument("--out", help="where to write the report files (default: beside the results file)")
     return parser
 
@@ -60,21 +62,33 @@ def cmd_report(args) -> int:
     return 0
 
 
-def stored_summary(results: Results, path: Path) -> Summary | None:
-    """The judgements a compare run stored beside its results (None: an older run, judged again
-    from its results; or a summary of other results, which is said)."""
-    if not is_summarized(results) or not path.is_file():
+def stored_summary(results: Results, path: Path) -> AnySummary | None:
+    """The judgements a run stored beside its results (compare, tune, doctor). None, said in one
+    line: an older run (without the file, or with a version this tool no longer reads) or a summary
+    of other results: the run is judged again from its results."""
+    kind = renderer(results).summary
+    if kind is None:
+        return None
+    if not path.is_file():
+        print(f"note: no {path.name} beside the results (a run stored before its kind kept one, or "
+              "stopped before its end): judged again from the results", file=sys.stderr)
         return None
     try:
-        summary = Summary.load(path)
+        summary = kind.load(path)
     except OldSummary as old:
         print(f"note: {old}: judged again from the results", file=sys.stderr)
         return None
     if summary.matches(results):
         return summary
-    print(f"note: {path} is not this results file's summary (made from {summary.cells} cells of "
+    print(f"note: {path} is not this results file's summary (made from {_extent(summary)} of "
           f"{summary.created or 'an unknown time'}): judged again from the results", file=sys.stderr)
     return None
+
+
+def _extent(summary: AnySummary) -> str:
+    """What a summary was made from: compare's and tune's cells, doctor's diagnoses."""
+    cells = getattr(summary, "cells", None)
+    return f"{cells} cells" if cells is not None else f"{len(summary.diagnoses)} diagnoses"
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:

@@ -42,11 +42,19 @@ TIMELINE_POINTS = 3000  # a longer window keeps each bin's highest values (peaks
 MB = 1e6
 
 
+FINDING_NAMES = ("stats-exposed", "idle", "stuck", "pileup", "saturated", "queue", "harakiri", "respawns", "memory",
+                 "errors", "healthy")
+
+
 @dataclass(frozen=True)
 class Finding:
-    name: str  # stats-exposed, idle, stuck, pileup, saturated, queue, harakiri, respawns, memory, errors, healthy
+    name: str  # one of FINDING_NAMES
     text: str  # what was seen, with its figures
     action: str  # what to do about it
+
+    def __post_init__(self):
+        if self.name not in FINDING_NAMES:
+            raise ValueError(f"name: a finding is one of {', '.join(FINDING_NAMES)}, got {self.name!r}")
 
     def to_dict(self) -> dict:
         return {"name": self.name, "text": self.text, "action": self.action}

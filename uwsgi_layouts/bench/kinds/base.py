@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from uwsgi_layouts.bench.report import terminal_lines
+from uwsgi_layouts.bench.report import AnySummary, terminal_lines
 from uwsgi_layouts.bench.report.exporters import export_all
 from uwsgi_layouts.bench.results import Results
-from uwsgi_layouts.bench.summary import SUMMARY_NAME, Summary
+from uwsgi_layouts.bench.summary import SUMMARY_NAME
 
 RESULTS_NAME = "results.json"
 
@@ -46,12 +46,12 @@ def sigterm_interrupts():
 
 
 def publish(results: Results, out: Path, saved: Path | None = None, screen: list[str] | None = None,
-            summary: Summary | None = None) -> list[Path]:
+            summary: AnySummary | None = None) -> list[Path]:
     """Write every report format of ``results`` into ``out`` (report.txt, report.md, the
     kind's plots), print the terminal report (or ``screen``: what the kind shows instead, e.g.
     compare's headline) and what was written (``saved``: the results file, when this run wrote it).
-    ``summary``: a compare run's judgements, which every format renders; a run that wrote its
-    results also stores them beside, as summary.json (``report`` renders from it later)."""
+    ``summary``: a compare, tune or doctor run's judgements, which every format renders; a run that
+    wrote its results also stores them beside, as summary.json (``report`` renders from it later)."""
     out.mkdir(parents=True, exist_ok=True)
     written = export_all(results, out, summary=summary)
     if summary is not None and saved is not None:

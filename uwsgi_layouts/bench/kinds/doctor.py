@@ -14,8 +14,10 @@ Nothing of a request's variables (headers, cookies) is kept: the stats reader (d
 unix socket others may connect to and reach) is the first finding, with what to change.
 
 The window's figures become one ``Diagnosis`` (``bench.diagnosis``) in ``results.json`` of kind
-``doctor``; the findings, the layout in use and the ``bench tune`` suggestion are printed, and
-written with a timeline plot (``bench.report.doctor``); ``uwsgi-layouts report`` renders them again.
+``doctor``, and what they mean (the findings, the ``bench tune`` suggestion) is judged once into
+``summary.json`` beside it (``bench.doctor_summary``); both are printed with the layout in use, and
+written with a timeline plot (``bench.report.doctor``); ``uwsgi-layouts report`` renders them again
+from the two files.
 
 Exit codes: 0 the window was watched (whatever it found, "no traffic" included), 1 the service
 stopped answering during the window (the figures so far are written, and say so), 2 bad input
@@ -31,6 +33,7 @@ from pathlib import Path
 
 from uwsgi_layouts.arguments import Ints, Numbers
 from uwsgi_layouts.bench.diagnosis import Window, diagnose, layout_of, layout_words, summarise_access
+from uwsgi_layouts.bench.doctor_summary import summarize
 from uwsgi_layouts.bench.environment import capture
 from uwsgi_layouts.bench.kinds.base import RESULTS_NAME, Kind, publish, sigterm_interrupts
 from uwsgi_layouts.bench.observe import (
@@ -219,7 +222,7 @@ def run(args) -> int:
                       arguments={"stats": address, "for": for_s, "hz": hz, "access_log": args.access_log,
                                  "command": command_line("doctor", getattr(args, "argv", None))})
     saved = results.save(Path(out) / RESULTS_NAME)
-    publish(results, Path(out), saved=saved)
+    publish(results, Path(out), saved=saved, summary=summarize(results))  # judged once: every view, summary.json
     return {"complete": 0, "stopped": EXIT_STOPPED}.get(ended, EXIT_INTERRUPTED)
 
 

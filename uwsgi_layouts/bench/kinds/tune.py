@@ -9,9 +9,11 @@ anything is timed). The search (``bench.tune.search``: successive halving sized 
 runs on a live measure: each block one stack from ``bench.stack.Lab`` measured by
 ``bench.kinds.closedloop.LiveRunner`` (``--replay``: the stored cells and clock instead, nothing
 timed). Cells are saved to ``results.json`` (kind ``tune``, ``bench.tune.record``) after every
-block; the report is ``bench.report.tune``. With a recommendation, ``DIR/recommended/`` holds the
-chosen layout rendered as ``deploy render`` would (same app options, cross-checks, ``nginx -t``),
-and for a uWSGI layout the production bundle (``deploy.ship``) in ``recommended/bundle/``.
+block; at the end what the search decided is stored as ``summary.json`` beside it
+(``bench.tune.summary``), which the report (``bench.report.tune``) renders. With a recommendation,
+``DIR/recommended/`` holds the chosen layout rendered as ``deploy render`` would (same app options,
+cross-checks, ``nginx -t``), and for a uWSGI layout the production bundle (``deploy.ship``) in
+``recommended/bundle/``.
 
 Exit codes: 0 a recommendation, 3 no layout meets the objective (the closest is shown), 2 bad
 input (one line, nothing written), 1 a stack or tool failed, 130 interrupted (cells so far saved).
@@ -59,8 +61,10 @@ from uwsgi_layouts.bench.stack import Lab
 from uwsgi_layouts.bench.tune import record
 from uwsgi_layouts.bench.tune.objective import Objective
 from uwsgi_layouts.bench.tune.pod import pod_record
-from uwsgi_layouts.bench.tune.search import Event, Inputs, Outcome, Settings, TapeClock, minimum_budget_s, run_search
+from uwsgi_layouts.bench.tune.progress import TuneProgress
+from uwsgi_layouts.bench.tune.search import Inputs, Outcome, Settings, TapeClock, minimum_budget_s, run_search
 from uwsgi_layouts.bench.tune.space import DEFAULT_STRATEGIES, DEFAULT_THREADS, candidate_space, prune_static
+from uwsgi_layouts.bench.tune.summary import summarize
 from uwsgi_layouts.deploy.machine import PACKAGE_DIR, check_reachable, checked, default_cpus, find_uwsgi, tool_command
 from uwsgi_layouts.deploy.model import (
     STRATEGIES,
@@ -344,39 +348,6 @@ def preflight_lab(lab: Lab, spec: str, options: dict, config: Config) -> tuple[s
     return subject, lines
 
 
-class TuneProgress:
-    """One status line per block on stderr: stage, block, its figures, the best so far, ETAs."""
-
-    def __init__(self, stream=None):
-        self.stream = stream or sys.stderr
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-
-    def line(self, e: Event) -> str:
-        b = e.block
-        figures = ", ".join(f"{'stall ' if c.scenario == record.STALL else ''}{c.rps:.1f} req/s p99 "
-                            f"{c.latency_ms.p99:.0f} ms" + (f" {c.errors.total} errors" if c.errors.total else "")
-                            for c in e.cells)
-        best = (f"{e.best.spec} {e.best.rps.value:.1f} req/s p99 {e.best.p99.value:.0f} ms"
-                + ("" if e.best.meets else " (misses)")) if e.best else "none yet"
-        return (f"[stage {e.stage} {'screen narrow final'.split()[e.stage - 1]} {e.done}/{e.total}] {b.spec} "
-                f"r{b.repeat} {b.duration_s} s: {figures} | best so far {best} | stage ETA {_mmss(e.stage_eta_s)}, "
-                f"budget left {_mmss(e.left_s)}")
-
-    def __call__(self, event: Event) -> None:
-        text = self.line(event)
-        self.stream.write(("\r\033[K" + text) if self.tty else text + "\n")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.tty:
-            self.stream.write("\n")
-
-
-def _mmss(seconds: float) -> str:
-    seconds = max(0, int(round(seconds)))
-    return f"{seconds // 60}m{seconds % 60:02d}s"
-
-
 # --------------------------------------------------------------------------- results and files
 
 
@@ -401,7 +372,7 @@ def snapshot(config: Config, outcome: Outcome, cells: dict, clock_reads: list[fl
 
 
 def decision_summary(outcome: Outcome) -> dict:
-    """For readers of the JSON (recomputed by every report, never read back)."""
+    """For readers of the JSON (never read back: the report renders summary.json)."""
     d = outcome.decision
     return {"chosen": d.chosen.spec if d and d.chosen else None,
             "runner_up": d.runner_up.spec if d and d.runner_up else None,
@@ -554,7 +525,7 @@ def run(args) -> int:
             environment["loadavg_at_end"] = list(os.getloadavg())
         wall = clock.now() if stored is None else stored.arguments["tune"].get("wall_s")
         results = save(outcome, complete=not outcome.interrupted, recommended=recommended, wall_s=wall)
-    publish(results, out, saved=results_path)
+    publish(results, out, saved=results_path, summary=summarize(results, outcome))  # judged once: every view
     if outcome.interrupted:
         return 130
     return 0 if outcome.chosen is not None else EXIT_NO_LAYOUT

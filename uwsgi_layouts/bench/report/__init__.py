@@ -3,8 +3,9 @@
     terminal_lines(results)              the plain-text report (printed; report.txt)
     markdown_lines(results, plot_files)  report.md, embedding the plots
 
-A compare run's judgements come from its ``bench.summary.Summary`` (given, e.g. loaded from
-summary.json, or made from the results); the other kinds take none.
+A run's judgements come from its kind's summary (given, e.g. loaded from summary.json, or made
+from the results): compare's ``bench.summary.Summary``, tune's ``bench.tune.summary.TuneSummary``,
+doctor's ``bench.doctor_summary.DoctorSummary`` (``Renderer.summary``); openloop and faults take none.
 
 Both dispatch on ``results.kind`` through ``RENDERERS``: ``compare`` (with the nginx
 scenarios' sections of ``nginx``), ``openloop``, ``faults``, ``tune`` and ``doctor`` each render in their own module.
@@ -18,23 +19,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from uwsgi_layouts.bench.doctor_summary import DoctorSummary
 from uwsgi_layouts.bench.report import compare, doctor, faults, openloop, tune
 from uwsgi_layouts.bench.results import Results, ResultsError
 from uwsgi_layouts.bench.summary import Summary
+from uwsgi_layouts.bench.tune.summary import TuneSummary
+
+AnySummary = Summary | TuneSummary | DoctorSummary
 
 
 @dataclass(frozen=True)
 class Renderer:
     terminal_lines: Callable[..., list[str]]  # (results) or, for a summarized kind, (results, summary)
     markdown_lines: Callable[..., list[str]]  # (results, plot_files) or (results, plot_files, summary)
+    summary: type | None = None  # the kind's stored judgements (summary.json): a class with load and matches
 
 
 RENDERERS: dict[str, Renderer] = {
-    "compare": Renderer(compare.terminal_lines, compare.markdown_lines),
+    "compare": Renderer(compare.terminal_lines, compare.markdown_lines, Summary),
     "openloop": Renderer(openloop.terminal_lines, openloop.markdown_lines),
     "faults": Renderer(faults.terminal_lines, faults.markdown_lines),
-    "tune": Renderer(tune.terminal_lines, tune.markdown_lines),
-    "doctor": Renderer(doctor.terminal_lines, doctor.markdown_lines),
+    "tune": Renderer(tune.terminal_lines, tune.markdown_lines, TuneSummary),
+    "doctor": Renderer(doctor.terminal_lines, doctor.markdown_lines, DoctorSummary),
 }
 
 
@@ -46,15 +52,15 @@ def renderer(results: Results) -> Renderer:
                            f"(reports exist for {', '.join(RENDERERS)})") from None
 
 
-def _summary_args(summary: Summary | None) -> tuple:
+def _summary_args(summary: AnySummary | None) -> tuple:
     return () if summary is None else (summary,)
 
 
-def terminal_lines(results: Results, summary: Summary | None = None) -> list[str]:
+def terminal_lines(results: Results, summary: AnySummary | None = None) -> list[str]:
     """The plain-text report of any kind (lines of at most about 100 columns)."""
     return renderer(results).terminal_lines(results, *_summary_args(summary))
 
 
-def markdown_lines(results: Results, plot_files: list[str], summary: Summary | None = None) -> list[str]:
+def markdown_lines(results: Results, plot_files: list[str], summary: AnySummary | None = None) -> list[str]:
     """The Markdown report of any kind; ``plot_files`` are embedded by relative link."""
     return renderer(results).markdown_lines(results, plot_files, *_summary_args(summary))

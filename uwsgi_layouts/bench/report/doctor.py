@@ -1,15 +1,17 @@
 """The doctor report: the layout in use, the findings (each with what to do), the ``bench tune``
 suggestion, and the window's figures per worker, per listen queue and from the access log.
 
-Functions of a ``Results`` of kind ``doctor`` that RETURN lines; the findings are derived again
-from the stored figures (``bench.diagnosis.findings``), never read back from the file, and so is
-whether a worker's memory growth is quoted (``bench.diagnosis.growth_quotable``): the report
+Functions of a ``Results`` of kind ``doctor`` that RETURN lines. What was judged (the findings,
+the tune command, whether a worker's memory growth is quoted) comes from the run's ``DoctorSummary``
+(``bench.doctor_summary``: stored as summary.json beside results.json; given none, a run stored
+before summaries, it is made from the stored figures); the figures from results.json. The report
 judges nothing and holds no threshold.
 """
 
 from __future__ import annotations
 
-from uwsgi_layouts.bench.diagnosis import findings, growth_quotable, layout_words, tune_command
+from uwsgi_layouts.bench.diagnosis import layout_words
+from uwsgi_layouts.bench.doctor_summary import DoctorSummary, Judgement, summarize
 from uwsgi_layouts.bench.report.text import comment, md_footer, md_table, pct, table, wrap
 from uwsgi_layouts.bench.results import Diagnosis, Results
 
@@ -34,20 +36,20 @@ def _shares(d: Diagnosis, wid: str) -> str:
     return " ".join(f"{round(100 * dist.get(str(n), 0.0)):d}" for n in range(threads + 1)) if dist else "n/a"
 
 
-def _memory(d: Diagnosis, wid: str) -> str:
+def _memory(d: Diagnosis, j: Judgement, wid: str) -> str:
     m = d.memory.get("workers", {}).get(wid)
     if not m:
         return "n/a"
-    return f"{m['last_mb']:.1f} ({m['growth_mb_per_h']:+.0f}/h)" if growth_quotable(m) else f"{m['last_mb']:.1f}"
+    return f"{m['last_mb']:.1f} ({m['growth_mb_per_h']:+.0f}/h)" if wid in j.growth_quoted else f"{m['last_mb']:.1f}"
 
 
-def worker_rows(d: Diagnosis) -> tuple[list[str], list[list[str]]]:
+def worker_rows(d: Diagnosis, j: Judgement) -> tuple[list[str], list[list[str]]]:
     threads = int(d.inflight.get("threads", d.layout["threads"]))
     kind = d.memory.get("kind", "memory").upper()
     headers = ["worker", "pid", "requests", "mean ms", f"% of time with\n0..{threads} in flight", "harakiri",
                "respawns", f"{kind} MB\n(growth)"]
     rows = [[w, str(f.get("pid", "")), str(f["requests"]), f"{f['mean_ms']:.1f}" if "mean_ms" in f else "n/a",
-             _shares(d, w), str(f.get("harakiri", "n/a")), str(f.get("respawns", "n/a")), _memory(d, w)]
+             _shares(d, w), str(f.get("harakiri", "n/a")), str(f.get("respawns", "n/a")), _memory(d, j, w)]
             for w, f in d.workers.items()]
     return headers, rows
 
@@ -85,20 +87,21 @@ def access_line(d: Diagnosis) -> str:
     return text + ("; only the first 256 MB were read" if a.get("cut") else "")
 
 
-def terminal_lines(results: Results) -> list[str]:
+def terminal_lines(results: Results, summary: DoctorSummary | None = None) -> list[str]:
+    summary = summary if summary is not None else summarize(results)
     out = [f"note: {comment(results)}", ""] if comment(results) else []
-    for d in results.diagnoses:
+    for d, j in zip(results.diagnoses, summary.diagnoses, strict=True):
         out += _header(d, results) + ["", "Findings:"]
-        found = findings(d)
+        found = j.findings
         for i, f in enumerate(found, 1):
             out += wrap(f"{i}. {f.text}", "  ", "     ")
             out += wrap(f"-> {f.action}", "     ", "        ")
         if not found:
             out.append("  none: no sample was read")
-        if d.requests:
+        if j.tune:
             out += ["", "Try (where uwsgi-layouts is installed, with the app's code; measures layouts with your app):",
-                    f"  {tune_command(d)}"]
-        headers, rows = worker_rows(d)
+                    f"  {j.tune}"]
+        headers, rows = worker_rows(d, j)
         out += ["", f"Workers over the window (pile-up {pct(d.inflight.get('pileup'))}, some worker full "
                     f"{pct(d.inflight.get('full', 0.0))}, every thread busy {pct(d.inflight.get('saturated', 0.0))}, "
                     f"peak {d.inflight.get('peak', 0)} in flight):"]
@@ -119,16 +122,17 @@ def terminal_lines(results: Results) -> list[str]:
     return out
 
 
-def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
+def markdown_lines(results: Results, plot_files: list[str], summary: DoctorSummary | None = None) -> list[str]:
+    summary = summary if summary is not None else summarize(results)
     out = ["# Doctor: a running uWSGI, diagnosed", ""]
     if comment(results):
         out += [f"> **Note:** {comment(results)}", ""]
-    for d in results.diagnoses:
+    for d, j in zip(results.diagnoses, summary.diagnoses, strict=True):
         out += [f"- {line}" for line in _header(d, results)] + ["", "## Findings", ""]
-        out += [f"{i}. {f.text}  \n   **Do:** {f.action}" for i, f in enumerate(findings(d), 1)] + [""]
-        if d.requests:
-            out += ["## Layout to try", "", "```sh", tune_command(d), "```", ""]
-        headers, rows = worker_rows(d)
+        out += [f"{i}. {f.text}  \n   **Do:** {f.action}" for i, f in enumerate(j.findings, 1)] + [""]
+        if j.tune:
+            out += ["## Layout to try", "", "```sh", j.tune, "```", ""]
+        headers, rows = worker_rows(d, j)
         out += ["## Workers", ""] + md_table([h.replace("\n", " ") for h in headers], rows, "<>>>>>>>") + [""]
         headers, rows = queue_rows(d)
         out += ["## Listen queues", "", f"Read from: {d.queue.get('source', '')}.", ""]

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from uwsgi_layouts.bench.report import markdown_lines, plots, terminal_lines
+from uwsgi_layouts.bench.report import AnySummary, markdown_lines, plots, terminal_lines
 from uwsgi_layouts.bench.results import Results
-from uwsgi_layouts.bench.summary import Summary
 from uwsgi_layouts.files import write_atomic
 
 
@@ -34,10 +33,11 @@ class Exporter(Protocol):
 class PlotExporter:
     """The kind's PNG plots (``bench.report.plots``; compare: throughput, p99, worker share per scenario)."""
 
+    summary: AnySummary | None = None  # tune's plot draws its judgements (None: made from the results)
     name = "png"
 
     def export(self, results: Results, out_dir: Path) -> list[Path]:
-        return plots.plot_all(results, Path(out_dir))
+        return plots.plot_all(results, Path(out_dir), self.summary)
 
 
 @dataclass
@@ -51,7 +51,7 @@ class MarkdownExporter:
 
     plot_files: list[str] | None = None
     filename: str = "report.md"
-    summary: Summary | None = None  # a compare run's judgements (None: made from the results)
+    summary: AnySummary | None = None  # a compare, tune or doctor run's judgements (None: made from the results)
     name = "md"
 
     def export(self, results: Results, out_dir: Path) -> list[Path]:
@@ -68,7 +68,7 @@ class TerminalExporter:
     """``report.txt``: the plain-text tables, verdict and warnings of ``terminal_lines``."""
 
     filename: str = "report.txt"
-    summary: Summary | None = None  # a compare run's judgements (None: made from the results)
+    summary: AnySummary | None = None  # a compare, tune or doctor run's judgements (None: made from the results)
     name = "txt"
 
     def export(self, results: Results, out_dir: Path) -> list[Path]:
@@ -82,9 +82,9 @@ ORDER = ("png", "md", "txt")
 
 
 def export_all(results: Results, out_dir: Path | str, formats: tuple[str, ...] | list[str] = ORDER,
-               summary: Summary | None = None) -> list[Path]:
+               summary: AnySummary | None = None) -> list[Path]:
     """Write every requested format into ``out_dir``; return the written paths (plots, md, txt
-    order). ``summary``: a compare run's judgements, which every format renders."""
+    order). ``summary``: a compare, tune or doctor run's judgements, which every format renders."""
     unknown = [f for f in formats if f not in EXPORTERS]
     if unknown:
         raise ValueError(f"unknown report format(s) {unknown}; choose from {list(EXPORTERS)}")
@@ -95,7 +95,7 @@ def export_all(results: Results, out_dir: Path | str, formats: tuple[str, ...] |
     for fmt in (f for f in ORDER if f in formats):
         exporter: Exporter
         if fmt == "png":
-            exporter = PlotExporter()
+            exporter = PlotExporter(summary=summary)
         elif fmt == "md":
             exporter = MarkdownExporter(plot_files=plot_files, summary=summary)
         else:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from uwsgi_layouts.bench.report.text import md_table, table, wrap
 from uwsgi_layouts.bench.results import Cell, Results
-from uwsgi_layouts.bench.tune.pod import MEMORY_REQUEST_MARGIN, memory_request_mb, pod_record
+from uwsgi_layouts.bench.tune.pod import MEMORY_REQUEST_MARGIN, PodSizing, pod_record
 
 __all__ = ["MEMORY_REQUEST_MARGIN", "pod_record"]  # where tune's pod record was first defined
 
@@ -121,24 +121,22 @@ def limit_markdown(results: Results) -> list[str]:
     return out
 
 
-def pod_sentence(results: Results, spec: str, scenario: str, pss_mb: float | None) -> str:
+def pod_sentence(pod: PodSizing | None) -> str:
     """tune --cpus: the recommendation for a pod of that size, its measured throttling and the
     memory request it needs ("" when tune ran without a limit)."""
-    cpus, memory = results.arguments.get("cpus"), results.arguments.get("memory")
-    if cpus is None and memory is None:
+    if pod is None:
         return ""
-    figures = next((f for f in limit_figures(results, scenario) if f.layout == spec), None)
-    size = " and ".join(x for x in (f"{cpus:g} CPU (limits.cpu {round(cpus * 1000)}m)" if cpus else "",
-                                    f"{memory} MB of memory" if memory else "") if x)
-    text = f"POD: for a pod of {size}, run {spec}"
-    if figures is not None and figures.throttled_share:
-        cells = len(figures.throttled_share)
-        text += (f"; throttled in {spread(figures.throttled_share, 0, percent=True)} of CFS periods (median over "
-                 f"{cells} cell{'s' if cells > 1 else ''}), CPU used {spread(figures.quota_share, 0, percent=True)} "
+    size = " and ".join(x for x in (f"{pod.cpus:g} CPU (limits.cpu {round(pod.cpus * 1000)}m)" if pod.cpus else "",
+                                    f"{pod.memory_mb} MB of memory" if pod.memory_mb else "") if x)
+    text = f"POD: for a pod of {size}, run {pod.layout}"
+    if pod.throttled_share:
+        cells = len(pod.throttled_share)
+        text += (f"; throttled in {spread(pod.throttled_share, 0, percent=True)} of CFS periods (median over "
+                 f"{cells} cell{'s' if cells > 1 else ''}), CPU used {spread(pod.quota_share, 0, percent=True)} "
                  "of the quota")
-    if figures is not None and figures.oom_kills:
-        text += f"; {figures.oom_kills} OOM kills"
-    if pss_mb is not None:
-        text += (f"; memory request {memory_request_mb(pss_mb):.0f} MB (its PSS after load, "
-                 f"{pss_mb:.0f} MB, + {MEMORY_REQUEST_MARGIN:.0%})")
+    if pod.oom_kills:
+        text += f"; {pod.oom_kills} OOM kills"
+    if pod.pss_mb is not None:
+        text += (f"; memory request {pod.memory_request_mb:.0f} MB (its PSS after load, "
+                 f"{pod.pss_mb:.0f} MB, + {pod.margin:.0%})")
     return text + "."

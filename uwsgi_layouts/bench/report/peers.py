@@ -17,6 +17,7 @@ from __future__ import annotations
 from uwsgi_layouts.bench.analysis import Group, group_cells
 from uwsgi_layouts.bench.paired import Comparison
 from uwsgi_layouts.bench.readings import (
+    TARGET_SCENARIOS,
     Matters,
     PeerReading,
     PeerVariants,
@@ -174,7 +175,7 @@ def alternatives_lines(results: Results, markdown: bool = False, summary: Summar
     for reading in found:
         groups = {(g.layout, g.concurrency): g for g in group_cells(results, reading.scenario)}
         if markdown:
-            named = len(found) > 1 or reading.scenario != "article"  # one article section needs no heading
+            named = len(found) > 1 or reading.scenario != TARGET_SCENARIOS[0]  # the first target mix alone: no heading
             out += [f"### Scenario: {reading.scenario}", ""] if named else []
         else:
             out += ["", f"  scenario {reading.scenario}:"]

@@ -36,7 +36,7 @@ from uwsgi_layouts.bench.analysis import (  # noqa: E402
 )
 from uwsgi_layouts.bench.report.limits import LimitFigures, has_limits, limit_figures  # noqa: E402
 from uwsgi_layouts.bench.results import Results  # noqa: E402
-from uwsgi_layouts.bench.tune.record import outcome_of  # noqa: E402
+from uwsgi_layouts.bench.tune.summary import TuneSummary, summarize  # noqa: E402
 from uwsgi_layouts.files import write_atomic  # noqa: E402
 
 FIGSIZE = (9, 5.5)
@@ -432,45 +432,47 @@ def plot_reply_rate(results: Results, path: Path | str) -> list[Path]:
         plt.close(fig)
 
 
-def plot_tune(results: Results, path: Path | str) -> list[Path]:
+def plot_tune(results: Results, path: Path | str, summary: TuneSummary | None = None) -> list[Path]:
     """Tune: p99 against throughput for every measured candidate (pooled over its cells, bars: the
     p99's 95% interval and the throughput's low–high range), marker area proportional to the app
-    server's memory; the chosen one starred, the p99 limit dashed. Up-left is better."""
-    outcome = outcome_of(results)
-    evals = list(outcome.evaluations.values())
+    server's memory; the chosen one starred, the p99 limit dashed. Up-left is better. Drawn
+    from the run's summary (given none: made from the results)."""
+    summary = summary if summary is not None else summarize(results)
+    evals = list(summary.candidates)
     if not evals:
         return []
     fig, ax = plt.subplots(figsize=FIGSIZE)
     try:
         memory = [e.memory_mb or 0.0 for e in evals]
         top = max(memory) or 1.0
-        chosen = outcome.chosen.spec if outcome.chosen else None
+        chosen = summary.choice.chosen
         for stage in (1, 2, 3):
-            mine = [e for e in evals if outcome.states[e.spec].reached == stage]
+            mine = [e for e in evals if e.reached == stage]
             if not mine:
                 continue
-            xs, ys = [e.rps.value for e in mine], [e.p99.value for e in mine]
+            p99s = [e.tail.p99 for e in mine]
+            xs, ys = [e.rps.value for e in mine], [p.value for p in p99s]
             ax.errorbar(xs, ys,
                         xerr=[[e.rps.value - e.rps.low for e in mine], [e.rps.high - e.rps.value for e in mine]],
-                        yerr=[[e.p99.value - e.p99.low for e in mine], [e.p99.high - e.p99.value for e in mine]],
+                        yerr=[[p.value - p.low for p in p99s], [p.high - p.value for p in p99s]],
                         fmt="none", ecolor=f"C{stage - 1}", alpha=0.35, linewidth=1)
             ax.scatter(xs, ys, s=[40 + 360 * (e.memory_mb or 0.0) / top for e in mine], color=f"C{stage - 1}",
                        alpha=0.6, edgecolors="black", linewidths=0.5,
                        label=f"reached stage {stage} ({'screen narrow final'.split()[stage - 1]})")
-            for e in mine:
-                ax.annotate(e.spec, (e.rps.value, e.p99.value), xytext=(5, 4), textcoords="offset points", fontsize=7)
+            for e, x, y in zip(mine, xs, ys, strict=True):
+                ax.annotate(e.spec, (x, y), xytext=(5, 4), textcoords="offset points", fontsize=7)
         if chosen:
-            e = outcome.evaluations[chosen]
-            ax.scatter([e.rps.value], [e.p99.value], marker="*", s=420, color="gold", edgecolors="black", zorder=5,
-                       label=f"chosen: {chosen}")
-        limit = outcome.inputs.objective.p99_ms
+            e = summary.candidate(chosen)
+            ax.scatter([e.rps.value], [e.tail.p99.value], marker="*", s=420, color="gold", edgecolors="black",
+                       zorder=5, label=f"chosen: {chosen}")
+        limit = summary.objective.p99_ms
         if limit is not None:
             ax.axhline(limit, color="red", linestyle="--", linewidth=1, label=f"p99 limit {limit:g} ms")
         ax.set_xlim(left=0)
         ax.set_ylim(bottom=0)
         return [_finish(fig, ax, Path(path), "throughput (requests/s, median of the candidate's cells)",
                         "p99 latency (ms, pooled over its cells)",
-                        f"Tune: p99 vs throughput at {outcome.inputs.objective.concurrency} concurrent requests, "
+                        f"Tune: p99 vs throughput at {summary.objective.concurrency} concurrent requests, "
                         f"scenario '{results.arguments.get('scenario')}'\nmarker area: memory (PSS, largest "
                         f"{top:.0f} MB); bars: p99 95% interval, throughput low–high",
                         {"fontsize": 8, "loc": "best"})]
@@ -519,6 +521,8 @@ PLOTS: dict[str, dict[str, Callable[[Results, Path], list[Path]]]] = {
     "tune": {"p99-throughput": plot_tune},
     "doctor": {"timeline": plot_timeline},
 }
+# Kinds whose plots take the run's summary as a third argument (what the run concluded, not judged again).
+DRAWN_FROM_SUMMARY = ("tune",)
 
 
 def plot_file_names(results: Results) -> list[str]:
@@ -536,7 +540,9 @@ def plot_file_names(results: Results) -> list[str]:
             if stem != "inflight" or has_inflight(results, sc)]
 
 
-def plot_all(results: Results, out_dir: Path | str) -> list[Path]:
-    """Every plot of this kind into ``out_dir``; returns the written paths in ``plot_file_names`` order."""
+def plot_all(results: Results, out_dir: Path | str, summary: TuneSummary | None = None) -> list[Path]:
+    """Every plot of this kind into ``out_dir``; returns the written paths in ``plot_file_names`` order.
+    ``summary``: the run's judgements, for the kinds whose plots draw them (``DRAWN_FROM_SUMMARY``)."""
     out_dir = Path(out_dir)
-    return [p for stem, fn in PLOTS.get(results.kind, {}).items() for p in fn(results, out_dir / f"{stem}.png")]
+    given = (summary,) if summary is not None and results.kind in DRAWN_FROM_SUMMARY else ()
+    return [p for stem, fn in PLOTS.get(results.kind, {}).items() for p in fn(results, out_dir / f"{stem}.png", *given)]

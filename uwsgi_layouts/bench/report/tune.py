@@ -2,9 +2,11 @@
 and why it lost, every candidate (measured or pruned) with the stage it reached and why it
 stopped, how the budget was spent, and warnings.
 
-Everything is recomputed from the stored run: the search is taken again on the stored cells and
-clock (``bench.tune.record.outcome_of``), so a live run and ``bench report results.json`` render
-the same lines. Functions return lines; nothing prints.
+Everything is rendered from the run's ``TuneSummary`` (``bench.tune.summary``): what the search
+decided, stored as summary.json beside results.json, so ``uwsgi-layouts report`` renders what the
+run concluded without taking the search again; given none (a run stored before summaries), the
+summary is made from the stored cells and clock. Facts of the run (its app, budget, wall time,
+recommended files, load average) come from results.json. Functions return lines; nothing prints.
 """
 
 from __future__ import annotations
@@ -13,10 +15,8 @@ from uwsgi_layouts.bench.report.limits import pod_sentence
 from uwsgi_layouts.bench.report.subject import subject_lines, subject_markdown
 from uwsgi_layouts.bench.report.text import fmt_interval, md_table, num, plot_lines, table, wrap
 from uwsgi_layouts.bench.results import Results
-from uwsgi_layouts.bench.tune.cautions import tune_cautions
-from uwsgi_layouts.bench.tune.objective import Evaluation
-from uwsgi_layouts.bench.tune.outcome import STAGES, Outcome
-from uwsgi_layouts.bench.tune.record import outcome_of
+from uwsgi_layouts.bench.tune.outcome import STAGES
+from uwsgi_layouts.bench.tune.summary import Measured, StallFigures, Tail, TuneSummary, summarize
 
 RULES = {
     "threads": ("too few threads", "P x T below the requests in flight: the rest would queue"),
@@ -40,38 +40,37 @@ def _mmss(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def _memory(e: Evaluation) -> str:
-    return "n/a" if e.memory_mb is None else f"{e.memory_mb:.1f} MB"
+def _memory(c: Measured) -> str:
+    return "n/a" if c.memory_mb is None else f"{c.memory_mb:.1f} MB"
 
 
-def p99_text(tails, p99) -> str:
+def p99_text(tail: Tail) -> str:
     """``p99 240 ms (95%: 220–260)``; a p99 with fewer than MIN_SLOWER_REQUESTS requests above it
     is not quoted as a figure (the objective still weighs it: the value is shown as what it judged)."""
-    if tails.thin:
-        return f"p99 n/q (judged at {num(p99.value)} ms, resting on {tails.slower} requests above it)"
+    p99 = tail.p99
+    if tail.thin:
+        return f"p99 n/q (judged at {num(p99.value)} ms, resting on {tail.slower} requests above it)"
     return f"p99 {num(p99.value)} ms (95%: {num(p99.low)}–{num(p99.high)})"
 
 
-def p99_cell(tails, p99) -> str:
-    return f"n/q ({num(p99.value)}, {tails.slower} above)" if tails.thin else fmt_interval(p99)
+def p99_cell(tail: Tail) -> str:
+    return f"n/q ({num(tail.p99.value)}, {tail.slower} above)" if tail.thin else fmt_interval(tail.p99)
 
 
-def figures(e: Evaluation, memory_label: str = "PSS") -> str:
+def figures(c: Measured, memory_label: str = "PSS") -> str:
     """``21.3 req/s (20.1–22.5 over 7 cells), p50 180 ms, p99 240 ms (95%: 220–260), 24.1 MB PSS, 0 failed``."""
-    rps = e.rps
-    spread = f" ({num(rps.low)}–{num(rps.high)} over {e.repeats} cells)" if e.repeats > 1 else " (one cell)"
-    text = (f"{num(rps.value)} req/s{spread}, p50 {num(e.steady.tails.p50.value)} ms, "
-            f"{p99_text(e.steady.tails, e.p99)}, {_memory(e)} {memory_label}, {e.errors} failed or non-2xx")
-    return text + (" [p99 borderline]" if e.borderline else "")
+    rps = c.rps
+    spread = f" ({num(rps.low)}–{num(rps.high)} over {c.repeats} cells)" if c.repeats > 1 else " (one cell)"
+    text = (f"{num(rps.value)} req/s{spread}, p50 {num(c.p50)} ms, "
+            f"{p99_text(c.tail)}, {_memory(c)} {memory_label}, {c.errors} failed or non-2xx")
+    return text + (" [p99 borderline]" if c.borderline else "")
 
 
-def stall_figures(e: Evaluation) -> str:
-    s = e.stall
+def stall_figures(s: StallFigures | None) -> str:
     if s is None:
         return ""
-    stalled = s.extra.get("stalled_p50_ms")
-    text = f"under the stall {num(s.throughput.value)} req/s, healthy {p99_text(s.tails, s.tails.p99)}"
-    return text + (f", stalled requests p50 {num(stalled.median)} ms" if stalled is not None else "")
+    text = f"under the stall {num(s.rps)} req/s, healthy {p99_text(s.tail)}"
+    return text + (f", stalled requests p50 {num(s.stalled_p50_ms)} ms" if s.stalled_p50_ms is not None else "")
 
 
 def memory_label(results: Results) -> str:
@@ -79,7 +78,7 @@ def memory_label(results: Results) -> str:
     return "uWSGI PSS" if all(s in ("shared", "thunder", "mapped", "overflow") for s in servers) else "app-server PSS"
 
 
-def _subject_head(results: Results, outcome: Outcome) -> str:
+def _subject_head(results: Results) -> str:
     a = results.arguments
     app = (a.get("app") or {}).get("app", "app.wsgi:application")
     replayed = results.environment.get("replayed_from")
@@ -87,40 +86,41 @@ def _subject_head(results: Results, outcome: Outcome) -> str:
             f"{a.get('budget_min'):g} min" + (f" (replayed from {replayed})" if replayed else ""))
 
 
-def recommendation(results: Results, outcome: Outcome) -> list[str]:
+def recommendation(results: Results, summary: TuneSummary) -> list[str]:
     """The recommendation (or why there is none), the runner-up: one sentence each, unwrapped."""
-    d = outcome.decision
+    choice = summary.choice
     label = memory_label(results)
-    if outcome.interrupted:
-        return [f"INTERRUPTED after {len(outcome.blocks)} blocks: no recommendation (rerun to finish)."]
-    if d is not None and d.chosen is not None:
-        out = [f"RECOMMENDATION: {d.chosen.spec}: {figures(d.chosen, label)}"
-               + (f"; {stall_figures(d.chosen)}." if d.chosen.stall is not None else ".")]
-        pod = pod_sentence(results, d.chosen.spec, results.arguments.get("scenario", ""), d.chosen.memory_mb)
+    if summary.search.interrupted:
+        return [f"INTERRUPTED after {summary.search.blocks} blocks: no recommendation (rerun to finish)."]
+    if choice.chosen:
+        chosen = summary.candidate(choice.chosen)
+        out = [f"RECOMMENDATION: {chosen.spec}: {figures(chosen, label)}"
+               + (f"; {stall_figures(chosen.stall)}." if chosen.stall is not None else ".")]
+        pod = pod_sentence(summary.pod)
         out += [pod] if pod else []
-        if d.runner_up is not None:
-            out.append(f"runner-up: {d.runner_up.spec} ({figures(d.runner_up, label)}): {d.why}.")
+        if choice.runner_up:
+            out.append(f"runner-up: {choice.runner_up} ({figures(summary.candidate(choice.runner_up), label)}): "
+                       f"{choice.why}.")
         else:
-            out.append(f"runner-up: none ({d.why}).")
+            out.append(f"runner-up: none ({choice.why}).")
         return out
     out = ["NO LAYOUT MEETS THE OBJECTIVE."]
-    if d is not None and d.closest is not None:
-        why = "; ".join(d.closest.misses) or outcome.states[d.closest.spec].reason
-        out.append(f"closest: {d.closest.spec}: {figures(d.closest, label)}; "
-                   + (f"misses: {why}." if d.closest.misses else f"{why}."))
-    return out + [f"(the search stopped: {outcome.stop})"]
+    if choice.closest:
+        closest = summary.candidate(choice.closest)
+        why = "; ".join(closest.misses) or closest.reason
+        out.append(f"closest: {closest.spec}: {figures(closest, label)}; "
+                   + (f"misses: {why}." if closest.misses else f"{why}."))
+    return out + [f"(the search stopped: {summary.search.stop})"]
 
 
-def _outcome_text(outcome: Outcome, spec: str) -> str:
-    if outcome.chosen is not None and outcome.chosen.spec == spec:
+def _outcome_text(summary: TuneSummary, c: Measured) -> str:
+    if c.spec == summary.choice.chosen:
         return "chosen"
-    state = outcome.states[spec]
-    return state.reason or "(still in)"
+    return c.reason or "(still in)"
 
 
-def _reached(outcome: Outcome, spec: str) -> str:
-    state = outcome.states[spec]
-    return f"{state.reached} {STAGES[state.reached]}" if state.reached else "-"
+def _reached(c: Measured) -> str:
+    return f"{c.reached} {STAGES[c.reached]}"
 
 
 def _figures_align(columns: int) -> str:
@@ -128,32 +128,29 @@ def _figures_align(columns: int) -> str:
     return "<<" + ">" * (columns - 2)
 
 
-def measured_rows(outcome: Outcome, markdown: bool = False) -> tuple[list[str], list[list[str]]]:
-    chosen = outcome.chosen.spec if outcome.chosen else None
-    evals = sorted(outcome.evaluations.values(),
-                   key=lambda e: (e.spec != chosen, -outcome.states[e.spec].reached, -e.rps.value, e.spec))
+def measured_rows(summary: TuneSummary) -> tuple[list[str], list[list[str]]]:
     headers = ["layout", "stage", "cells", "req/s", "p50 ms", "p99 ms (95%)", "PSS MB", "failed", "outcome"]
-    stall = any(e.stall is not None for e in evals)
+    stall = any(c.stall is not None for c in summary.candidates)
     if stall:
         headers.insert(7, "stall p99 ms")
     rows = []
-    for e in evals:
-        rps = e.rps
-        row = [e.spec, _reached(outcome, e.spec), str(e.repeats),
-               f"{num(rps.value)}" + (f" ({num(rps.low)}–{num(rps.high)})" if e.repeats > 1 else ""),
-               num(e.steady.tails.p50.value), p99_cell(e.steady.tails, e.p99),
-               "n/a" if e.memory_mb is None else f"{e.memory_mb:.1f}", str(e.errors), _outcome_text(outcome, e.spec)]
+    for c in summary.candidates:
+        rps = c.rps
+        row = [c.spec, _reached(c), str(c.repeats),
+               f"{num(rps.value)}" + (f" ({num(rps.low)}–{num(rps.high)})" if c.repeats > 1 else ""),
+               num(c.p50), p99_cell(c.tail),
+               "n/a" if c.memory_mb is None else f"{c.memory_mb:.1f}", str(c.errors), _outcome_text(summary, c)]
         if stall:
-            row.insert(7, p99_cell(e.stall.tails, e.stall.tails.p99) if e.stall is not None else "")
+            row.insert(7, p99_cell(c.stall.tail) if c.stall is not None else "")
         rows.append(row)
     return headers, rows
 
 
-def pruned_groups(outcome: Outcome) -> list[str]:
+def pruned_groups(summary: TuneSummary) -> list[str]:
     """Per rule: what it means and the candidates it pruned (with the one measured instead)."""
     out = []
     for rule, (label, why) in RULES.items():
-        mine = [p for p in outcome.pruned if p.rule == rule]
+        mine = [p for p in summary.pruned if p.rule == rule]
         if mine:
             items = ", ".join(p.spec + (f" ({p.kept})" if p.kept else "") for p in mine)
             out.append(f"{label} ({len(mine)}, {why}): {items}")
@@ -162,10 +159,11 @@ def pruned_groups(outcome: Outcome) -> list[str]:
     return out
 
 
-def search_sentences(results: Results, outcome: Outcome) -> list[str]:
+def search_sentences(results: Results, summary: TuneSummary) -> list[str]:
     """How the budget was spent, why the search stopped, the stall's size and the memory fit."""
+    search = summary.search
     parts = []
-    for st in outcome.stages:
+    for st in search.stages:
         unit = "round" if st.number == 3 else "cell"
         parts.append(f"stage {st.number} {st.name}: {len(st.candidates)} candidates x {st.repeats} {unit}"
                      f"{'s' if st.repeats != 1 else ''} of {st.duration_s} s ({'+'.join(st.scenarios)}), "
@@ -174,13 +172,13 @@ def search_sentences(results: Results, outcome: Outcome) -> list[str]:
     budget = rec["settings"]["budget_s"]
     wall = rec.get("wall_s")
     out = ["search: " + "; ".join(parts) + "." if parts else "search: nothing was measured.",
-           f"stopped: {outcome.stop}."]
+           f"stopped: {search.stop}."]
     if wall is not None:
         out.append(f"wall time: {_mmss(wall)} of the {budget / 60:g}-min budget ({wall / budget:.0%}); "
-                   f"{len(outcome.blocks)} stack starts.")
-    if outcome.stall_note:
-        out.append(f"stall: {outcome.stall_note}.")
-    for model in outcome.memory_models.values():
+                   f"{search.blocks} stack starts.")
+    if search.stall_note:
+        out.append(f"stall: {search.stall_note}.")
+    for model in search.memory_models:
         out.append(f"memory fit ({model.server}): +{model.per_process_mb:.1f} MB per process, "
                    f"+{model.per_thread_mb:.2f} MB per thread, {model.base_mb:.1f} MB base, from {model.points} "
                    f"cells (worst residual {model.worst_residual_mb:.1f} MB).")
@@ -201,9 +199,9 @@ def recommended_lines(results: Results) -> list[str]:
     return out
 
 
-def tune_warnings(results: Results, outcome: Outcome) -> list[str]:
+def tune_warnings(results: Results, summary: TuneSummary) -> list[str]:
     """The cautions ``bench.tune.cautions`` judged, in words."""
-    c = tune_cautions(results, outcome)
+    c = summary.cautions
     out = list(c.machine)
     for u in c.unsteady:
         fate = ("chosen anyway: it beat the others beyond noise" if u.chosen else
@@ -232,41 +230,41 @@ def tune_warnings(results: Results, outcome: Outcome) -> list[str]:
     return out
 
 
-def terminal_lines(results: Results) -> list[str]:
-    outcome = outcome_of(results)
-    out = [_subject_head(results, outcome)]
+def terminal_lines(results: Results, summary: TuneSummary | None = None) -> list[str]:
+    summary = summary if summary is not None else summarize(results)
+    out = [_subject_head(results)]
     out += subject_lines(results)
-    out += wrap("objective: " + outcome.inputs.objective.words())
-    out += [""] + [x for line in recommendation(results, outcome) for x in wrap(line)]
-    headers, rows = measured_rows(outcome)
-    out += ["", f"candidates: {len(outcome.inputs.space)} in the space, {len(outcome.evaluations)} measured, "
-                f"{len(outcome.pruned)} pruned"]
+    out += wrap("objective: " + summary.objective.words())
+    out += [""] + [x for line in recommendation(results, summary) for x in wrap(line)]
+    headers, rows = measured_rows(summary)
+    out += ["", f"candidates: {summary.space} in the space, {len(summary.candidates)} measured, "
+                f"{len(summary.pruned)} pruned"]
     out += table(headers[:-1], [r[:-1] for r in rows], _figures_align(len(headers) - 1))
     out += ["", "why each candidate stopped:"]
     out += [x for r in rows for x in wrap(f"{r[0]}: {r[-1]}", indent="  ")]
-    groups = pruned_groups(outcome)
-    out += [""] + ([f"pruned before measuring ({len(outcome.pruned)}):"] if groups else
+    groups = pruned_groups(summary)
+    out += [""] + ([f"pruned before measuring ({len(summary.pruned)}):"] if groups else
                    ["pruned before measuring: none"])
     out += [x for g in groups for x in wrap(g, indent="  ")]
-    out += [""] + [x for line in search_sentences(results, outcome) for x in wrap(line)]
+    out += [""] + [x for line in search_sentences(results, summary) for x in wrap(line)]
     out += recommended_lines(results)
-    warns = tune_warnings(results, outcome)
+    warns = tune_warnings(results, summary)
     if warns:
         out += ["", "warnings:"] + [x for w in warns for x in wrap(w, indent="  ")]
     return out
 
 
-def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
-    outcome = outcome_of(results)
+def markdown_lines(results: Results, plot_files: list[str], summary: TuneSummary | None = None) -> list[str]:
+    summary = summary if summary is not None else summarize(results)
     a = results.arguments
-    out = ["# Tune: which layout to run", "", _subject_head(results, outcome) + ".", "",
-           f"**Objective:** {outcome.inputs.objective.words()}.", "", POINT_NOTE, ""]
+    out = ["# Tune: which layout to run", "", _subject_head(results) + ".", "",
+           f"**Objective:** {summary.objective.words()}.", "", POINT_NOTE, ""]
     out += subject_markdown(results)
     bold = {"RECOMMENDATION:": "**Recommendation:**", "POD:": "**Pod:**", "runner-up:": "**Runner-up:**",
             "closest:": "**Closest:**",
             "NO LAYOUT MEETS THE OBJECTIVE.": "**No layout meets the objective.**"}
     out += ["## Recommendation", ""]
-    for line in recommendation(results, outcome):
+    for line in recommendation(results, summary):
         for plain, strong in bold.items():
             if line.startswith(plain):
                 line = strong + line[len(plain):]
@@ -279,14 +277,14 @@ def markdown_lines(results: Results, plot_files: list[str]) -> list[str]:
                 f"Production: {rec_data['note']}" + (":" if rec_data.get("install") else "."), ""]
         if rec_data.get("install"):
             out += ["```sh", rec_data["install"], "```", ""]
-    headers, rows = measured_rows(outcome, markdown=True)
+    headers, rows = measured_rows(summary)
     out += ["## Every candidate measured", "", "Stage: the last stage a candidate was measured in (1 screen, 2 "
             "narrow, 3 final). req/s: median of its cells (low–high); p50 and p99 pooled over its cells, p99 with "
             "its 95% bootstrap interval; PSS: the app server's memory after load.", ""]
     out += md_table(headers, rows, _figures_align(len(headers) - 1) + "<") + [""]
-    out += ["## Pruned before measuring", ""] + ([f"- {g}" for g in pruned_groups(outcome)] or ["None."]) + [""]
-    out += ["## How the budget was spent", ""] + [f"- {x}" for x in search_sentences(results, outcome)] + [""]
-    warns = tune_warnings(results, outcome)
+    out += ["## Pruned before measuring", ""] + ([f"- {g}" for g in pruned_groups(summary)] or ["None."]) + [""]
+    out += ["## How the budget was spent", ""] + [f"- {x}" for x in search_sentences(results, summary)] + [""]
+    warns = tune_warnings(results, summary)
     if warns:
         out += ["## Warnings", ""] + [f"- {w}" for w in warns] + [""]
     out += plot_lines(plot_files)

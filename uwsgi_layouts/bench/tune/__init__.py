@@ -5,6 +5,10 @@
     search.py     successive halving sized to the budget, on any ``Measure`` and ``Clock``
     outcome.py    what the search takes and gives, as data: inputs, settings, stages, outcome
     record.py     the stored form of a run (checked on load) and its replay
+    cautions.py   what a run should be read with (machine, unsteady, noisy, borderline, thin tails)
+    pod.py        the pod recommended under --cpus/--memory (its memory request)
+    summary.py    what a run concluded, as data: the TuneSummary stored as summary.json
+    progress.py   the live run's status line per block
     accuracy.py   the benchmark: tune against an exhaustive grid (``uwsgi-layouts tune-accuracy``)
 
 Nothing here starts a process except ``accuracy`` (a benchmark, not a library): the live

@@ -10,11 +10,14 @@ search needs besides the cells to take its decisions again, versioned on its own
      "blocks": [{"stage", "spec", "repeat", "scenarios", "duration_s", "started_s", "seconds"}, ...],
      "clock": [seconds, ...],                # every clock read of the search, in order
      "stall_clients": k,
-     "decision": {...},                      # for readers of the JSON: recomputed, never trusted
+     "decision": {...},                      # for readers of the JSON: never read back
      "recommended": {...}}                   # what was written to DIR/recommended (a fact, not derived)
 
-Everything the report shows is recomputed from the cells, the blocks and the clock by running
-the search again on them (``ReplayMeasure``, ``replay``): no figure of the decision is read back.
+What the search decided is stored once, beside results.json, as summary.json
+(``bench.tune.summary``), which the report renders. ``--replay`` (and the report of a run stored
+without a summary) takes every decision again from the cells, the blocks and the clock by
+running the search again on them (``ReplayMeasure``, ``replay``): no figure of the decision is
+read back from results.json.
 The objective and the space come from the other arguments (``concurrency``, ``p99_ms``,
 ``memory_mb``, ``stall_share``, ``stall_ms``, ``max_processes``, ``threads``, ``strategies``).
 """
