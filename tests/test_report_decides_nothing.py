@@ -28,7 +28,8 @@ import pytest
 REPORT = Path(__file__).resolve().parent.parent / "uwsgi_layouts" / "bench" / "report"
 JUDGING = ("uwsgi_layouts.bench.analysis", "uwsgi_layouts.bench.paired", "uwsgi_layouts.bench.verdict",
            "uwsgi_layouts.bench.decisions", "uwsgi_layouts.bench.readings", "uwsgi_layouts.bench.diagnosis",
-           "uwsgi_layouts.bench.tune", "uwsgi_layouts.bench.summary", "uwsgi_layouts.bench.margin")
+           "uwsgi_layouts.bench.tune", "uwsgi_layouts.bench.summary", "uwsgi_layouts.bench.margin",
+           "uwsgi_layouts.bench.capacity")
 # What the report may call from the judging modules: the readings they hand out (each builds, or
 # reads, typed judgements as data) and helpers that judge nothing (grouping, label parsing, words).
 READINGS = {
@@ -38,17 +39,16 @@ READINGS = {
     "without", "cells_by_repeat", "only_nginx", "percent", "confidence_words", "server_of", "unpaired_note",
     # what the run recorded of its app and requests
     "app_record", "mixes", "is_demo_run",
+    # the capacity plan's stored judgement (judged again for a plan.json written before it was stored)
+    "plan_judgement",
 }
 # A reading whose name a comparison shares is allowed from its own module only.
 READING_HOMES = {"outcome_of": "uwsgi_layouts.bench.tune.record"}
-PRESENTATION = {"WIDTH", "DPI", "MAX_REQUEST_ROWS"}
+# Sizes of the presentation: widths, resolutions, how many rows or bars a table or figure shows and
+# where a legend takes a second column (plots.py: layout arithmetic, as text.py's digits are).
+PRESENTATION = {"WIDTH", "DPI", "MAX_REQUEST_ROWS", "LABELLED_BARS", "LEGEND_COLUMN_ROWS"}
 FIGURES = {"ratio", "low", "high", "median", "spread", "value"}
-NOT_YET = {
-    "memory.py": "calls memory_cost (the memory fit's judgement) itself",
-    "plan.py": "holds TARGET_DIFFERENCE and judges a plan's steps against it",
-    "plots.py": "sizes its figures by counts of bars and workers; reads the open loop's steady_min itself",
-    "openloop.py": "reads each step's steady_min itself",
-}
+NOT_YET: dict[str, str] = {}  # every module converted (memory, plan, plots and openloop were the last)
 FORMATTING = {"text.py": "picks digits by a number's size"}
 
 

@@ -1,6 +1,7 @@
 """The compare report's sections beyond the verdict, judged once, as data the ``Summary`` stores:
 uWSGI against the peers (``peers``), the nginx scenarios (``nginx``) and TLS across app hosts
-(``hosts``). Each takes a ``Results`` and returns small frozen records; the report words them and
+(``hosts``); and the capacity plan's steps and validation (``plan``: from plan.json's data, stored
+there). Each takes a ``Results`` (plan: its data) and returns small frozen records; the report words them and
 decides nothing. Other modules import these names from ``bench.readings``.
 """
 
@@ -56,6 +57,16 @@ from uwsgi_layouts.bench.readings.peers import (
     peer_readings,
     target_readings,
 )
+from uwsgi_layouts.bench.readings.plan import (
+    TARGET_DIFFERENCE,
+    PlanJudgement,
+    Validation,
+    judge_plan,
+    met_rates,
+    next_miss,
+    plan_judgement,
+    validation_of,
+)
 
 __all__ = [
     "cells_by_repeat",
@@ -79,10 +90,15 @@ __all__ = [
     "only_nginx",
     "paired",
     "pairs",
+    "judge_plan",
+    "met_rates",
+    "next_miss",
     "peer_reading",
     "peer_readings",
     "PeerReading",
     "PeerVariants",
+    "plan_judgement",
+    "PlanJudgement",
     "reuseport_blocks",
     "ReuseportBlock",
     "ReuseportPair",
@@ -92,6 +108,7 @@ __all__ = [
     "SHORT",
     "Side",
     "TARGET_ACCEL_OVER_APP",
+    "TARGET_DIFFERENCE",
     "TARGET_NGINX_OVER_APP",
     "target_readings",
     "TARGET_SCENARIOS",
@@ -104,6 +121,8 @@ __all__ = [
     "tls_of",
     "tls_pairs",
     "TlsCost",
+    "Validation",
+    "validation_of",
     "Touched",
     "variant_options",
     "VariantReading",
