@@ -50,7 +50,15 @@ from uwsgi_layouts.bench.analysis import (
 )
 from uwsgi_layouts.bench.decisions import KeyComparison, Recommendation, key_comparisons, recommend
 from uwsgi_layouts.bench.paired import Comparison, Rule
-from uwsgi_layouts.bench.readings import NginxReading, PeerReading, TlsCost, nginx_reading, peer_readings, tls_costs
+from uwsgi_layouts.bench.readings import (
+    NginxReading,
+    PeerReading,
+    TlsCost,
+    contradiction,
+    nginx_reading,
+    peer_readings,
+    tls_costs,
+)
 from uwsgi_layouts.bench.results import Results, ResultsError
 from uwsgi_layouts.bench.verdict import ARTICLE, Verdict, article_verdict, is_demo_run
 from uwsgi_layouts.files import write_atomic
@@ -224,9 +232,13 @@ class Summary:
             raise OldSummary(f"{path}: a summary of version {old} ({OLD_VERSIONS[old]}); this tool reads version "
                              f"{SUMMARY_VERSION}")
         try:
-            return from_data(cls, data)
+            summary = from_data(cls, data)
         except (TypeError, ValueError, KeyError) as exc:
             raise ResultsError(f"{path}: {exc}") from None
+        problem = contradiction(summary)  # an outcome its own interval does not say: edited, or damaged
+        if problem is not None:
+            raise ResultsError(f"{path}: {problem}")
+        return summary
 
 
 def is_summarized(results: Results) -> bool:
