@@ -20,6 +20,7 @@ from uwsgi_layouts.bench.capacity import (
 from uwsgi_layouts.bench.kinds.plan import add_arguments, check_counts, check_verdict, request_times, resolve_args
 from uwsgi_layouts.bench.load.traffic import TrafficError
 from uwsgi_layouts.bench.options import BadArgument
+from uwsgi_layouts.bench.readings import met_rates, next_miss, validation_of
 from uwsgi_layouts.bench.report.plan import check_lines, plan_lines, step_lines, validation_lines
 from uwsgi_layouts.deploy.model import LayoutError
 
@@ -98,11 +99,11 @@ def test_make_plan_from_steps():
     assert plan.memory_total_mb == 320 and plan.memory_request_mb == 50
     data = plan.to_dict()
     assert data["replicas"] == 8 and len(data["steps"]) == 3 and data["steps"][2]["p99_ms"] == 900
-    text = "\n".join(plan_lines(plan))
+    text = "\n".join(plan_lines(plan, next_miss(plan)))
     assert "PLAN: 8 replicas of 2x2-mapped@cpus=1 = ceil(100 / (20 x 0.8)) + 1 spare" in text
     assert "CPU utilisation target 32% of its limit (limits.cpu 1000m)" in text and "30 req/s did not" in text
     assert "MEMORY: 8 x 40 MB PSS = 320 MB; request 50 MB per replica" in text
-    assert "no" in step_lines(plan, 250)[-1]
+    assert "no" in step_lines(plan, met_rates(plan.steps, 250))[-1]
 
 
 def test_no_rate_meets_is_one_line_with_the_best_p99():
@@ -230,11 +231,12 @@ def test_validation_lines():
              "resolution": None}]
     rows[2]["steps"] = [RateStep(12, "pass", 900, cpu_share=0.61, client_cpu_pct=42.5).to_dict(),
                         RateStep(13, "fail", 3000, cpu_share=0.66, client_cpu_pct=30).to_dict()]
-    lines = validation_lines(rows)
+    lines = validation_lines(rows, validation_of(rows))
     assert lines[0].startswith("VALIDATION:")
     assert lines[4].split()[-2:] == ["61%", "42.5%"]  # at the count's capacity: the replicas' CPU, httperf's
     assert lines[2].split() == ["1", "4.5", "4.5", "4%", "4.58", "+2%", "-", "-"]
     assert lines[3].split() == ["2", "-", "-", "-", "4.58", "-", "-", "-"]
     assert lines[-1] == ("VALIDATION: the plan's rate per replica is NOT within 10% of every count measured (largest "
                          "difference +14%, 3 replica(s))")
-    assert validation_lines(rows[:1])[-1].startswith("VALIDATION: the plan's rate per replica is within 10%")
+    first = validation_lines(rows[:1], validation_of(rows[:1]))[-1]
+    assert first.startswith("VALIDATION: the plan's rate per replica is within 10%")

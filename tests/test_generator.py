@@ -9,6 +9,7 @@ import pytest
 from uwsgi_layouts.bench.capacity import RateStep
 from uwsgi_layouts.bench.load import httperf
 from uwsgi_layouts.bench.load.generator import NICED, OWN_CGROUP, GeneratorPlace, describe, in_own_cgroup, placed
+from uwsgi_layouts.bench.readings import judge_plan, met_rates
 from uwsgi_layouts.bench.report.plan import check_lines, report_lines, step_lines
 from uwsgi_layouts.deploy.model import parse_variant
 from uwsgi_layouts.deploy.run import ServerCgroup
@@ -62,7 +63,7 @@ def test_httperf_cpu_per_step_is_recorded_and_reported():
     assert RateStep.from_dict({"rate": 5, "verdict": "pass", "p99_ms": 1}).client_cpu_pct is None  # older files
     with pytest.raises(ValueError, match="client_cpu_pct"):
         RateStep(5, "pass", 300, client_cpu_pct=-1)
-    lines = step_lines([step], 500)
+    lines = step_lines([step], met_rates([step], 500))
     assert lines[0].split()[-2:] == ["httperf", "CPU"] and lines[1].split()[-1] == "37.5%"
     check = {"rate": 5, "note": "", "verdict": "CONFIRMED", "runs": [
         {"replicas": 1, "per_replica_rate": 5, "predicted": True, "verdict": "pass", "p99_ms": 300, "meets": True,
@@ -73,7 +74,7 @@ def test_httperf_cpu_per_step_is_recorded_and_reported():
 def test_the_report_says_where_the_generator_ran():
     data = {"arguments": {"layout": "1x2-mapped@cpus=0.5", "rate": 5, "p99_ms": 2500}, "load_before": "1",
             "load_after": "1", "error": "none", "load_generator": "httperf in a cgroup of its own ..."}
-    lines = report_lines(data, None, [], 2500)
+    lines = report_lines(data, None, [], judge_plan(data))
     assert lines[1] == "load generator: httperf in a cgroup of its own ..."
     del data["load_generator"]  # plans written before it was recorded
-    assert report_lines(data, None, [], 2500)[1] == ""
+    assert report_lines(data, None, [], judge_plan(data))[1] == ""

@@ -63,7 +63,7 @@ def _stored() -> dict:
 
 
 @pytest.mark.parametrize("edit, says", [
-    (lambda d: d.update(version=99), "version: this tool reads summary version 2, got 99"),
+    (lambda d: d.update(version=99), f"version: this tool reads summary version {SUMMARY_VERSION}, got 99"),
     (lambda d: d.pop("rule"), "Summary.rule: missing"),
     (lambda d: d["groups"][0].update(requests="many"), "GroupRow.requests: expected int, got 'many'"),
     (lambda d: d["decisions"][0]["comparisons"][0].update(outcome="maybe"),

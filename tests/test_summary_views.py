@@ -1,6 +1,6 @@
 """The compare report's other sections render the stored summary too (issue 37): the alternatives
 (uWSGI against the peers), the nginx scenarios and TLS across app hosts are judged once by
-``bench.readings``, stored in summary.json (version 2) and worded by the report, which judges
+``bench.readings``, stored in summary.json (version 3) and worded by the report, which judges
 nothing; a summary of version 1 is refused in one line and the run judged again. And the "run
 here" line quotes a lead over the runner-up only where it is decided: an undecided one is said to
 be undecided, one too wide to order anything is said not to be measured well enough.
@@ -19,6 +19,7 @@ import pytest
 
 from tests.test_nginx_scenarios import _cell, synthetic_results
 from tests.test_peers_bench import peer_results
+from tests.test_rendered_unchanged import memory_results
 from uwsgi_layouts.bench.cli import main as bench_main
 from uwsgi_layouts.bench.decisions import Lead, Recommendation
 from uwsgi_layouts.bench.paired import Comparison
@@ -39,6 +40,7 @@ from uwsgi_layouts.bench.summary import (
 FIXTURES = Path(__file__).parent / "fixtures"
 RESULTS = FIXTURES / "results-tails.json"
 V1_SUMMARY = FIXTURES / "summary-tails-v1.json"  # the stored summary of results-tails.json, as version 1 wrote it
+V2_SUMMARY = FIXTURES / "summary-tails-v2.json"  # ... as version 2 wrote it (before the memory costs were stored)
 
 
 def _flat(lines: list[str]) -> str:
@@ -153,23 +155,46 @@ def test_what_tls_costs_is_stored_and_rendered_from_the_summary(tmp_path):
     assert terminal_lines(results, loaded) == terminal_lines(results)
 
 
+# ------------------------------------------------------------------------------ memory
+
+
+def test_the_memory_costs_are_stored_and_rendered_from_the_summary(tmp_path):
+    results = memory_results()
+    loaded = _stored_and_back(summarize(results), tmp_path)
+    (cost,) = loaded.memory
+    assert cost.server == "uwsgi" and cost.per_process.median == pytest.approx(20, abs=0.05)
+    assert cost.per_thread.median == pytest.approx(0.5, abs=0.05) and cost.base.median == pytest.approx(6, abs=0.2)
+    assert terminal_lines(results, loaded) == terminal_lines(results)
+    assert markdown_lines(results, [], loaded) == markdown_lines(results, [])
+
+    # The report words the stored fit and fits nothing again.
+    def dearer(data):
+        data["memory"][0]["per_process"].update(median=99.0, low=98.0, high=100.0)
+
+    text = _flat(terminal_lines(results, _edited(loaded, dearer)))
+    assert "one more worker process (with its first thread) costs 99" in text
+    assert "one more worker process (with its first thread) costs 99" not in _flat(terminal_lines(results))
+
+
 # ------------------------------------------------------------------------------ the summary's version
 
 
-def test_a_version_1_summary_is_refused_in_one_line_and_the_run_judged_again(tmp_path, capsys):
+@pytest.mark.parametrize("version, stored", [(1, V1_SUMMARY), (2, V2_SUMMARY)])
+def test_an_older_summary_is_refused_in_one_line_and_the_run_judged_again(tmp_path, capsys, version, stored):
     with pytest.raises(OldSummary) as err:
-        Summary.load(V1_SUMMARY)
+        Summary.load(stored)
     said = str(err.value)
-    assert "a summary of version 1" in said and f"reads version {SUMMARY_VERSION}" in said and "\n" not in said
+    assert f"a summary of version {version}" in said and f"reads version {SUMMARY_VERSION}" in said
+    assert "\n" not in said
     run = tmp_path / "run"
     run.mkdir()
     shutil.copy(RESULTS, run / "results.json")
-    shutil.copy(V1_SUMMARY, run / SUMMARY_NAME)
+    shutil.copy(stored, run / SUMMARY_NAME)
     assert bench_main(["report", str(run)]) == 0
     said = [x for x in capsys.readouterr().err.splitlines() if SUMMARY_NAME in x]
-    assert len(said) == 1 and "version 1" in said[0] and "judged again from the results" in said[0]
+    assert len(said) == 1 and f"version {version}" in said[0] and "judged again from the results" in said[0]
     assert "holds here" in (run / "report.txt").read_text()
-    assert (run / SUMMARY_NAME).read_text() == V1_SUMMARY.read_text()  # not ours to overwrite
+    assert (run / SUMMARY_NAME).read_text() == stored.read_text()  # not ours to overwrite
 
 
 # ------------------------------------------------------------------------------ run here

@@ -61,6 +61,8 @@ def test_plan_from_one_replica(tmp_run_dir, leftover_processes):
     p = data["plan"]
     met = [s["rate"] for s in steps if s["verdict"] == "pass" and s["p99_ms"] <= 1500]
     assert p["per_replica_rate"] == max(met)
+    # what the report states of the steps, stored beside them (bench.readings.judge_plan)
+    assert data["judgement"]["met"] == met and data["judgement"]["validation"] is None
     assert p["replicas"] == math.ceil(20 / (p["per_replica_rate"] * 0.8)) + 1
     assert p["pss_mb"] > 0 and p["memory_total_mb"] == pytest.approx(p["pss_mb"] * p["replicas"], abs=0.2)
     report = (out / "report.txt").read_text()
@@ -88,4 +90,5 @@ def test_a_p99_no_rate_meets_is_one_line_exit_2(tmp_run_dir, leftover_processes)
     # down the ladder from the first rate before saying no rate meets it; none beats the 100 ms sleep
     assert data["plan"] is None and [s["rate"] for s in data["steps"]] == [6, 4, 2.67]
     assert all(s["p99_ms"] >= 100 for s in data["steps"])
+    assert data["judgement"] == {"met": [], "next_miss": None, "validation": None}
     assert leftover_processes([str(out)], timeout=5) == []

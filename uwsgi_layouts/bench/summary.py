@@ -34,6 +34,7 @@ from uwsgi_layouts.bench.analysis import (
     GoalAnswer,
     Lowest,
     Mechanism,
+    MemoryCost,
     best_and_runner_up,
     even_totals,
     goal_answer,
@@ -42,21 +43,30 @@ from uwsgi_layouts.bench.analysis import (
     lowest_p99,
     machine_cautions,
     mechanism_of,
+    memory_costs,
     rule_of,
     steady_scenarios,
     warnings,
 )
 from uwsgi_layouts.bench.decisions import KeyComparison, Recommendation, key_comparisons, recommend
 from uwsgi_layouts.bench.paired import Comparison, Rule
-from uwsgi_layouts.bench.readings import NginxReading, PeerReading, TlsCost, nginx_reading, peer_readings, tls_costs
+from uwsgi_layouts.bench.readings import (
+    NginxReading,
+    PeerReading,
+    TlsCost,
+    contradiction,
+    nginx_reading,
+    peer_readings,
+    tls_costs,
+)
 from uwsgi_layouts.bench.results import Results, ResultsError
 from uwsgi_layouts.bench.verdict import ARTICLE, Verdict, article_verdict, is_demo_run
 from uwsgi_layouts.files import write_atomic
 
 SUMMARY_NAME = "summary.json"
-SUMMARY_VERSION = 2
+SUMMARY_VERSION = 3
 # Versions this tool no longer reads, and what they lack: such a run is judged again from its results.
-OLD_VERSIONS = {1: "without the alternatives', nginx and hosts sections"}
+OLD_VERSIONS = {1: "without the alternatives', nginx and hosts sections", 2: "without the memory costs"}
 KIND = "compare"
 
 
@@ -184,6 +194,7 @@ class Summary:
     peers: tuple[PeerReading, ...]  # per scenario with uWSGI layouts and peers: against the alternatives
     nginx: NginxReading  # the nginx scenarios' ratios and targets
     hosts: tuple[TlsCost, ...]  # across app hosts: what TLS costs
+    memory: tuple[MemoryCost, ...]  # per scenario and app server: what one more process and thread cost
 
     def __post_init__(self):
         if self.version != SUMMARY_VERSION:
@@ -221,9 +232,13 @@ class Summary:
             raise OldSummary(f"{path}: a summary of version {old} ({OLD_VERSIONS[old]}); this tool reads version "
                              f"{SUMMARY_VERSION}")
         try:
-            return from_data(cls, data)
+            summary = from_data(cls, data)
         except (TypeError, ValueError, KeyError) as exc:
             raise ResultsError(f"{path}: {exc}") from None
+        problem = contradiction(summary)  # an outcome its own interval does not say: edited, or damaged
+        if problem is not None:
+            raise ResultsError(f"{path}: {problem}")
+        return summary
 
 
 def is_summarized(results: Results) -> bool:
@@ -249,7 +264,7 @@ def summarize(results: Results) -> Summary:
                    verdict, recommend(results, scenario) if results.cells else None, extension,
                    tuple(warnings(results)), bool(machine_cautions(results.environment)),
                    *_inflight_readings(results), *_choice(results), peer_readings(results),
-                   nginx_reading(results), tls_costs(results))
+                   nginx_reading(results), tls_costs(results), memory_costs(results))
 
 
 def claim_verdict(results: Results, summary: Summary) -> Verdict:

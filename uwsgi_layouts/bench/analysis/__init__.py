@@ -104,6 +104,7 @@ from uwsgi_layouts.bench.analysis.memory import (
     MemoryCost,
     fit_memory,
     memory_cost,
+    memory_costs,
 )
 from uwsgi_layouts.bench.analysis.openloop import (
     MIN_RATE_OF_TARGET,
@@ -176,6 +177,7 @@ __all__ = [
     "machine_cautions",
     "Matchup",
     "memory_cost",
+    "memory_costs",
     "MEMORY_KEY",
     "memory_stats",
     "MemoryCost",

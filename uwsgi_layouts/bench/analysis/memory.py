@@ -74,3 +74,11 @@ def memory_cost(results: Results, scenario: str, key: str = MEMORY_KEY, server: 
     return MemoryCost(scenario, Stat.of([f[0] for f in fits]), Stat.of([f[1] for f in fits]),
                       Stat.of([f[2] for f in fits]), tuple(x for x in results.layouts if x in used), level, worst,
                       server)
+
+
+def memory_costs(results: Results) -> tuple[MemoryCost, ...]:
+    """Per scenario, the process/thread cost fit of each app server with enough layouts in the run
+    (servers in the order the run first measured them): what the memory section states."""
+    servers = [s for s in dict.fromkeys(server_of(x) for x in results.layouts) if s]
+    return tuple(c for sc in results.scenarios for s in servers
+                 if (c := memory_cost(results, sc, server=s)) is not None)

@@ -1,24 +1,15 @@
-"""The open loop: one httperf step's verdict."""
+"""The open loop: one httperf step's verdict. (The steady minimum it judges, ``steady_min``, is the
+step record's own figure, ``bench.results.Step.steady_min``: reports read it there.)"""
 
 from __future__ import annotations
 
 from uwsgi_layouts.bench.load.httperf import CLIENT_ERRORS, SERVER_ERRORS
+from uwsgi_layouts.bench.results import steady_min
 
 # --- the open loop: one step's verdict ---------------------------------------------------
 
 REPLIES_OF_REQUESTS = 0.99  # a step passes with at least this share of its requests answered
 MIN_RATE_OF_TARGET = 0.95  # ... and its lowest steady reply-rate sample at least this share of the offered rate
-
-
-def steady_min(reply_rate: dict) -> float:
-    """The lowest reply-rate sample, leaving out the first when there are others: the first
-    5-s window holds the ramp-up (no reply comes back before one response time has passed),
-    which at low rates alone costs more than 5% of the window. Without per-sample figures
-    (httperf run without --verbose), httperf's own min."""
-    each = reply_rate.get("each") or []
-    if len(each) >= 2:
-        return min(each[1:])
-    return reply_rate["min"]
 
 
 def judge_step(rate: float, parsed: dict) -> tuple[str, list[str]]:

@@ -37,7 +37,8 @@ down while the p99 is still met (the plan was oversized by that much). Predicted
 per count is in the report.
 
 Writes ``plan.json`` (the arguments, the machine's load, every step, the plan or why there is
-none, the check), ``report.txt``, ``report.md`` and httperf's raw output under ``raw/``. A replica
+none, the check, and what it judged of the steps and the validation: ``judgement``), ``report.txt``,
+``report.md`` and httperf's raw output under ``raw/``. A replica
 that cannot meet the p99 at any rate tried is bad input for a plan: one line, exit 2 (plan.json
 still records the steps).
 """
@@ -90,6 +91,7 @@ from uwsgi_layouts.bench.options import (
     prepare_out,
     require_tools,
 )
+from uwsgi_layouts.bench.readings import judge_plan
 from uwsgi_layouts.bench.report.plan import PLAN_JSON, write_plan_reports
 from uwsgi_layouts.bench.stack import Lab, dir_name
 from uwsgi_layouts.deploy.machine import cpu_limit
@@ -478,7 +480,9 @@ def load_average() -> str:
 
 
 def write_reports(out: Path, data: dict) -> list[str]:
-    """plan.json (first: the reports are rendered from what it holds), report.txt and report.md."""
+    """plan.json (first: the reports are rendered from what it holds), with what the plan judged of
+    its steps and validation (``judgement``, ``bench.readings.judge_plan``), report.txt and report.md."""
+    data["judgement"] = judge_plan(data).to_dict()
     (out / PLAN_JSON).write_text(json.dumps(data, indent=2) + "\n")
     return write_plan_reports(out, data)
 

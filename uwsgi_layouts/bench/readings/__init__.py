@@ -1,9 +1,12 @@
 """The compare report's sections beyond the verdict, judged once, as data the ``Summary`` stores:
 uWSGI against the peers (``peers``), the nginx scenarios (``nginx``) and TLS across app hosts
-(``hosts``). Each takes a ``Results`` and returns small frozen records; the report words them and
-decides nothing. Other modules import these names from ``bench.readings``.
+(``hosts``); and the capacity plan's steps and validation (``plan``: from plan.json's data, stored
+there). Each takes a ``Results`` (plan: its data) and returns small frozen records; the report
+words them and decides nothing. ``consistency`` checks a stored summary's readings against their
+own figures as it is read. Other modules import these names from ``bench.readings``.
 """
 
+from uwsgi_layouts.bench.readings.consistency import contradiction
 from uwsgi_layouts.bench.readings.hosts import DEFAULT_TLS, TlsCost, tls_costs, tls_of, tls_pairs
 from uwsgi_layouts.bench.readings.nginx import (
     DISK_TOUCHED_MB,
@@ -27,6 +30,7 @@ from uwsgi_layouts.bench.readings.nginx import (
     TargetVerdict,
     Touched,
     cells_by_repeat,
+    change_of,
     files_blocks,
     max_min,
     mixed_blocks,
@@ -56,23 +60,38 @@ from uwsgi_layouts.bench.readings.peers import (
     peer_readings,
     target_readings,
 )
+from uwsgi_layouts.bench.readings.plan import (
+    TARGET_DIFFERENCE,
+    PlanJudgement,
+    Validation,
+    judge_plan,
+    met_rates,
+    next_miss,
+    plan_judgement,
+    validation_of,
+)
 
 __all__ = [
     "cells_by_repeat",
     "Chain",
     "Change",
+    "change_of",
+    "contradiction",
     "DEFAULT_TLS",
     "DISK_TOUCHED_MB",
     "files_blocks",
     "FilesBlock",
     "FilesTarget",
+    "judge_plan",
     "MatchupReading",
     "Matters",
     "max_min",
+    "met_rates",
     "mixed_blocks",
     "MixedBlock",
     "MixedPair",
     "MixedRow",
+    "next_miss",
     "nginx_reading",
     "NGINX_SCENARIOS",
     "NginxReading",
@@ -83,6 +102,8 @@ __all__ = [
     "peer_readings",
     "PeerReading",
     "PeerVariants",
+    "plan_judgement",
+    "PlanJudgement",
     "reuseport_blocks",
     "ReuseportBlock",
     "ReuseportPair",
@@ -92,6 +113,7 @@ __all__ = [
     "SHORT",
     "Side",
     "TARGET_ACCEL_OVER_APP",
+    "TARGET_DIFFERENCE",
     "TARGET_NGINX_OVER_APP",
     "target_readings",
     "TARGET_SCENARIOS",
@@ -105,6 +127,8 @@ __all__ = [
     "tls_pairs",
     "TlsCost",
     "Touched",
+    "Validation",
+    "validation_of",
     "variant_options",
     "VariantReading",
     "VariantWin",

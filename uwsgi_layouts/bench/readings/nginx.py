@@ -267,7 +267,8 @@ class MixedBlock:
     pairs: tuple[MixedPair, ...]
 
 
-def _change(ratio: Stat) -> Change:
+def change_of(ratio: Stat) -> Change:
+    """Which way a paired ratio (on / off) moved its figure: its median below, above or at 1."""
     return Change.LOWER if ratio.median < 1 else Change.HIGHER if ratio.median > 1 else Change.SAME
 
 
@@ -289,7 +290,7 @@ def mixed_blocks(results: Results) -> tuple[MixedBlock, ...]:
                 b = cells_by_repeat(results, sc, off, level)
                 hot = paired(a, b, lambda c: c.extra.get("hot_p99_ms"))
                 if hot.n:
-                    found.append(MixedPair(key, label, on, off, high, hot, paired(a, b, cell_rps), _change(hot)))
+                    found.append(MixedPair(key, label, on, off, high, hot, paired(a, b, cell_rps), change_of(hot)))
         blocks.append(MixedBlock(level, rows, tuple(found)))
     return tuple(blocks)
 

@@ -73,6 +73,15 @@ class Matters(enum.StrEnum):
     SERVER = "server"
     NEITHER = "neither"
 
+    @classmethod
+    def of(cls, layout: Comparison, server: Comparison) -> "Matters":
+        """The choice whose paired comparison is decided and the larger (a decided one beats an undecided one)."""
+        if layout.decided and (not server.decided or _size(layout) > _size(server)):
+            return cls.LAYOUT
+        if server.decided and (not layout.decided or _size(server) > _size(layout)):
+            return cls.SERVER
+        return cls.NEITHER
+
 
 @dataclass(frozen=True)
 class MatchupReading:
@@ -110,19 +119,21 @@ class TargetReading:
     margin: float
     point_clears: bool
 
+    @classmethod
+    def of(cls, label: str, figure: str, c: Comparison, threshold: float, at_most: bool) -> "TargetReading":
+        """The target judged: its state by the paired interval, who is ahead, the point's margin."""
+        clears = c.ratio <= threshold if at_most else c.ratio >= threshold
+        margin = threshold - c.ratio if at_most else c.ratio - threshold
+        return cls(label, figure, threshold, at_most, c, TargetState(against(c, threshold, at_most)), Side.of(c),
+                   margin, clears)
+
 
 def target_readings(m: Matchup) -> tuple[TargetReading, ...]:
     """Both targets of a matchup: throughput at least ``TARGET_VS_PEER_RPS`` x the peer's, p99 at
     most ``TARGET_VS_PEER_P99`` x."""
-    out = []
-    for label, fig, c, threshold, at_most in (
-            (f"throughput >= {TARGET_VS_PEER_RPS}x the best peer's", "rps", m.rps, TARGET_VS_PEER_RPS, False),
-            (f"p99 <= {TARGET_VS_PEER_P99}x the best peer's", "p99", m.p99, TARGET_VS_PEER_P99, True)):
-        clears = c.ratio <= threshold if at_most else c.ratio >= threshold
-        margin = threshold - c.ratio if at_most else c.ratio - threshold
-        out.append(TargetReading(label, fig, threshold, at_most, c, TargetState(against(c, threshold, at_most)),
-                                 Side.of(c), margin, clears))
-    return tuple(out)
+    return (TargetReading.of(f"throughput >= {TARGET_VS_PEER_RPS}x the best peer's", "rps", m.rps,
+                             TARGET_VS_PEER_RPS, False),
+            TargetReading.of(f"p99 <= {TARGET_VS_PEER_P99}x the best peer's", "p99", m.p99, TARGET_VS_PEER_P99, True))
 
 
 @dataclass(frozen=True)
@@ -215,13 +226,8 @@ def what_matters(alt: Alternatives) -> WhatMatters | None:
     level = alt.levels[-1]
     best = max((m for m in alt.matchups if m.concurrency == level), key=lambda m: m.peer.rps.median)
     layout, server = alt.layout_spread, best.rps
-    if layout.decided and (not server.decided or _size(layout) > _size(server)):
-        answer = Matters.LAYOUT
-    elif server.decided and (not layout.decided or _size(server) > _size(layout)):
-        answer = Matters.SERVER
-    else:
-        answer = Matters.NEITHER
-    return WhatMatters(level, best.uwsgi.layout, alt.worst_uwsgi.layout, best.peer.layout, layout, server, answer)
+    return WhatMatters(level, best.uwsgi.layout, alt.worst_uwsgi.layout, best.peer.layout, layout, server,
+                       Matters.of(layout, server))
 
 
 def peer_variants(alt: Alternatives, peer: str) -> PeerVariants | None:

@@ -350,7 +350,7 @@ def terminal_lines(results: Results, summary: Summary | None = None) -> list[str
         out += ["", "requests in flight per worker (the mechanism):"]
         for line in mechanism:
             out += wrap(line, indent="  - ", subsequent="    ")
-    out += memory_lines(results)
+    out += memory_lines(results, summary)
     out += limit_lines(results)
     out += nginx.nginx_lines(results, summary=summary)
     out += hosts.host_lines(results, summary=summary)
@@ -524,7 +524,7 @@ def markdown_lines(results: Results, plot_files: list[str], summary: Summary | N
         out += _md_results(results, by_sc, summary)
         out += _md_inflight(results, by_sc, summary)
         out += _md_shares(results, by_sc, summary)
-        out += memory_markdown(results)
+        out += memory_markdown(results, summary)
         out += limit_markdown(results)
     else:
         out += ["## Results", "", "No cells in this results file: nothing was measured.", ""]

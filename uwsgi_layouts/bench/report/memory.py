@@ -1,13 +1,15 @@
 """Memory sections of the compare report: each layout's memory after load, and what one more
-process and one more thread cost (``bench.analysis.memory_cost``). Lines only; nothing prints.
+process and one more thread cost, as the run's summary holds them (``Summary.memory``, fitted by
+``bench.analysis.memory_costs``). Lines only; nothing prints.
 Nothing is shown for runs whose cells recorded no memory (files written before it was measured).
 """
 
 from __future__ import annotations
 
-from uwsgi_layouts.bench.analysis import MEMORY_KEY, Group, MemoryCost, Stat, group_cells, memory_cost, server_of
+from uwsgi_layouts.bench.analysis import MEMORY_KEY, Group, MemoryCost, Stat, group_cells
 from uwsgi_layouts.bench.report.text import fmt_stat, md_table, num, pm, table, wrap
 from uwsgi_layouts.bench.results import Results
+from uwsgi_layouts.bench.summary import Summary
 
 COLUMNS = (("app_pss_mb", "server PSS"), ("worker_pss_mb", "per worker PSS"), ("app_uss_mb", "server USS"),
            ("app_rss_mb", "server RSS"), ("nginx_pss_mb", "nginx PSS"))
@@ -45,7 +47,7 @@ def cost_text(cost: MemoryCost) -> str:
             f"{num(cost.worst_residual_mb)} MB")
 
 
-def memory_lines(results: Results) -> list[str]:
+def memory_lines(results: Results, summary: Summary) -> list[str]:
     """Terminal: per scenario, each layout's memory at its highest level, and the fitted costs."""
     if not has_memory(results):
         return []
@@ -60,12 +62,12 @@ def memory_lines(results: Results) -> list[str]:
                 for g in groups]
         headers = ["layout", "conns", *(label.replace(" ", "\n", 1) if " " in label else label for _, label in COLUMNS)]
         out += ["  " + x for x in table(headers, rows, "<" + ">" * (len(headers) - 1))]
-        for cost in _costs(results, sc):
+        for cost in _costs(summary, sc):
             out += wrap(cost_text(cost), indent="  ", subsequent="  ")
     return out
 
 
-def memory_markdown(results: Results) -> list[str]:
+def memory_markdown(results: Results, summary: Summary) -> list[str]:
     """Markdown: a "Memory" section."""
     if not has_memory(results):
         return []
@@ -80,7 +82,7 @@ def memory_markdown(results: Results) -> list[str]:
                                                   if k in g.memory else "" for k, _ in COLUMNS] for g in groups]
         out += md_table(["layout", "connections", *(f"{label} MB" for _, label in COLUMNS)], rows,
                         "<>" + ">" * len(COLUMNS)) + [""]
-        for cost in _costs(results, sc):
+        for cost in _costs(summary, sc):
             text = cost_text(cost)
             out += [text[0].upper() + text[1:] + ".", ""]
     out += ["The plot `memory.png` shows throughput against the app server tree's PSS, one point per layout and "
@@ -88,10 +90,9 @@ def memory_markdown(results: Results) -> list[str]:
     return out
 
 
-def _costs(results: Results, scenario: str) -> list[MemoryCost]:
-    """The process/thread cost fit of each app server with enough layouts in the run."""
-    servers = dict.fromkeys(server_of(x) for x in results.layouts)
-    return [c for s in servers if s and (c := memory_cost(results, scenario, server=s)) is not None]
+def _costs(summary: Summary, scenario: str) -> list[MemoryCost]:
+    """The process/thread cost fits of ``scenario`` (one per app server with enough layouts)."""
+    return [c for c in summary.memory if c.scenario == scenario]
 
 
 def pss_column(group: Group) -> tuple[str, str]:

@@ -6,7 +6,7 @@ is derived from the steps (``Results.knee``), never read from the file.
 
 from __future__ import annotations
 
-from uwsgi_layouts.bench.analysis import MIN_RATE_OF_TARGET, REPLIES_OF_REQUESTS, steady_min
+from uwsgi_layouts.bench.analysis import MIN_RATE_OF_TARGET, REPLIES_OF_REQUESTS
 from uwsgi_layouts.bench.load.httperf import CLIENT_ERRORS, SERVER_ERRORS
 from uwsgi_layouts.bench.report.subject import subject_lines, subject_markdown
 from uwsgi_layouts.bench.report.text import comment, md_kv, md_table, plot_lines, table, wrap
@@ -63,7 +63,7 @@ def _rows(results: Results) -> tuple[list[str], list[list[str]]]:
         rows.append([
             f"{s.rate:g}", str(s.requests), str(s.replies),
             " ".join(f"{x:g}" for x in r["each"]) if r.get("each") else f"min {r['min']:g} max {r['max']:g}",
-            f"{steady_min(r) / s.rate:.2f}", f"{c.get('median', 0):g}/{c.get('max', 0):g}" if c else "",
+            f"{s.steady_min / s.rate:.2f}", f"{c.get('median', 0):g}/{c.get('max', 0):g}" if c else "",
             _errors_text(s), f"{s.server_cpu_cores:.2f}",
             f"{s.client_cpu_pct:.0f}%" if s.client_cpu_pct is not None else "", s.verdict,
         ])

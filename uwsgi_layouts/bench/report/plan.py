@@ -3,7 +3,10 @@ plan and its autoscaler settings, and, when it checked itself, predicted against
 replica count. Plain lines; report.md is the same text in a code block.
 
 Rendered from plan.json only (``write_plan_reports``), so ``uwsgi-layouts report DIR`` re-renders
-a stored plan as the run did (``read_plan``: one line naming what is wrong with a file)."""
+a stored plan as the run did (``read_plan``: one line naming what is wrong with a file). What it
+states of the steps and the validation (which steps met the target, whether the plan is within 10%
+of every count measured) is the judgement plan.json stores (``bench.readings.plan_judgement``):
+nothing here decides it."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import json
 from pathlib import Path
 
 from uwsgi_layouts.bench.capacity import Plan, RateStep
+from uwsgi_layouts.bench.readings import PlanJudgement, Validation, plan_judgement
 from uwsgi_layouts.bench.results import ResultsError
 
 PLAN_JSON = "plan.json"
@@ -25,22 +29,23 @@ def _num(x: float | None, unit: str = "") -> str:
     return "-" if x is None else f"{x:g}{unit}"
 
 
-def step_lines(plan_or_steps, target_p99_ms: float) -> list[str]:
+def step_lines(plan_or_steps, met) -> list[str]:
+    """One line per step, by rate; ``met``: the rates that met the target (``PlanJudgement.met``)."""
     steps = plan_or_steps.steps if isinstance(plan_or_steps, Plan) else plan_or_steps
     out = [f"{'rate/s':>8} {'s':>4} {'requests':>8} {'verdict':>8} {'kept up':>8} {'errors':>6} {'p99 ms':>8} "
            f"{'meets':>6} {'CPU/limit':>10} {'throttled':>9} {'busy thr':>9} {'httperf CPU':>11}"]
     for s in sorted(steps, key=lambda s: s.rate):
         out.append(f"{s.rate:>8g} {_num(s.step_s):>4} {s.requests_logged:>8} {s.verdict:>8} {_pct(s.kept_up):>8} "
-                   f"{s.errors:>6} {_num(s.p99_ms):>8} {'yes' if s.meets(target_p99_ms) else 'no':>6} "
+                   f"{s.errors:>6} {_num(s.p99_ms):>8} {'yes' if s.rate in met else 'no':>6} "
                    f"{_pct(s.cpu_share):>10} {_pct(s.throttled_share):>9} {_num(s.busy_ratio):>9} "
                    f"{_num(s.client_cpu_pct, '%'):>11}"
                    + (f"  ({'; '.join(s.reasons)})" if s.reasons else ""))
     return out
 
 
-def plan_lines(plan: Plan) -> list[str]:
-    above = [s.rate for s in plan.steps if s.rate > plan.per_replica_rate and not s.meets(plan.target_p99_ms)]
-    nxt = f"; {min(above):g} req/s did not" if above else " (no higher rate was tried)"
+def plan_lines(plan: Plan, next_miss: float | None) -> list[str]:
+    """The plan; ``next_miss``: the lowest rate above its rate per replica that missed (``PlanJudgement``)."""
+    nxt = f"; {next_miss:g} req/s did not" if next_miss is not None else " (no higher rate was tried)"
     limit = f"limits.cpu {round(plan.cpus * 1000)}m" if plan.cpus else "no CPU limit"
     out = [f"ONE REPLICA: {plan.per_replica_rate:g} req/s with p99 <= {plan.target_p99_ms:g} ms and no errors{nxt}",
            f"PLAN: {plan.replicas} replicas of {plan.layout} = ceil({plan.target_rate:g} / "
@@ -76,25 +81,27 @@ def check_lines(check: dict) -> list[str]:
     return out
 
 
-def report_lines(data: dict, plan: Plan | None, steps, target_p99_ms: float) -> list[str]:
-    """The whole report: the header, the steps, the plan (or why there is none), the check."""
+def report_lines(data: dict, plan: Plan | None, steps, judged: PlanJudgement) -> list[str]:
+    """The whole report: the header, the steps, the plan (or why there is none), the check, as
+    ``judged`` (``bench.readings.plan_judgement``) decided them."""
     a = data["arguments"]
     out = [f"plan: {a['layout']} for {a['rate']:g} req/s within p99 {a['p99_ms']:g} ms (open loop, httperf; p99 "
            f"from nginx's $request_time); load {data['load_before']} before, {data['load_after']} after",
            *([f"load generator: {data['load_generator']}"] if data.get("load_generator") else []), ""]
     rule = (f"each step >= {a['min_requests']} requests, bisected to {a['resolution']:.0%}"
             if "min_requests" in a else "steps of the first plan format")
-    out += [f"One replica under its quota, offered fixed rates ({rule}):", *step_lines(steps, target_p99_ms), ""]
-    out += plan_lines(plan) if plan is not None else [f"NO PLAN: {data['error']}"]
+    out += [f"One replica under its quota, offered fixed rates ({rule}):", *step_lines(steps, judged.met), ""]
+    out += plan_lines(plan, judged.next_miss) if plan is not None else [f"NO PLAN: {data['error']}"]
     if data.get("check"):
         out += ["", *check_lines(data["check"])]
     if data.get("validation"):
-        out += ["", *validation_lines(data["validation"])]
+        out += ["", *validation_lines(data["validation"], judged.validation)]
     return out
 
 
-def validation_lines(rows: list[dict]) -> list[str]:
-    """Each replica count's own capacity (searched), per replica, against the plan's."""
+def validation_lines(rows: list[dict], validation: Validation | None) -> list[str]:
+    """Each replica count's own capacity (searched), per replica, against the plan's; then
+    ``validation``'s verdict (``PlanJudgement.validation``), when a count was resolved."""
     out = ["VALIDATION: each count's own capacity, searched as one replica's was (same rule, resolution and "
            "step length per replica's rate)",
            f"{'replicas':>8} {'carried/s':>10} {'per replica':>12} {'resolved':>9} {'plan':>8} "
@@ -106,16 +113,11 @@ def validation_lines(rows: list[dict]) -> list[str]:
         out.append(f"{r['replicas']:>8} {_num(r['rate']):>10} {_num(r['per_replica_rate']):>12} {resolution:>9} "
                    f"{r['plan_per_replica_rate']:>8g} {diff:>17} {_pct(at.get('cpu_share')):>10} "
                    f"{_num(at.get('client_cpu_pct'), '%'):>11}")
-    within = [r for r in rows if r["difference"] is not None]
-    if within:
-        worst = max(within, key=lambda r: abs(r["difference"]))
-        verdict = "within" if abs(worst["difference"]) <= TARGET_DIFFERENCE else "NOT within"
-        out.append(f"VALIDATION: the plan's rate per replica is {verdict} {TARGET_DIFFERENCE:.0%} of every count "
-                   f"measured (largest difference {worst['difference']:+.0%}, {worst['replicas']} replica(s))")
+    if validation is not None:
+        verdict = "within" if validation.within else "NOT within"
+        out.append(f"VALIDATION: the plan's rate per replica is {verdict} {validation.target:.0%} of every count "
+                   f"measured (largest difference {validation.difference:+.0%}, {validation.replicas} replica(s))")
     return out
-
-
-TARGET_DIFFERENCE = 0.10  # the issue's target: the plan's rate per replica within 10% of each count's
 
 
 def read_plan(path: Path | str) -> dict:
@@ -140,6 +142,10 @@ def read_plan(path: Path | str) -> dict:
         plan_and_steps(data)
     except (ValueError, KeyError, TypeError) as exc:
         raise ResultsError(f"{path}: a bad plan or step ({exc})") from None
+    try:
+        plan_judgement(data)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ResultsError(f"{path}: a bad judgement ({exc})") from None
     return data
 
 
@@ -151,7 +157,7 @@ def plan_and_steps(data: dict) -> tuple[Plan | None, list[RateStep]]:
 def write_plan_reports(out: Path, data: dict) -> list[str]:
     """report.txt and report.md in ``out`` from a plan's data (as plan.json holds it); the lines."""
     plan, steps = plan_and_steps(data)
-    lines = report_lines(data, plan, steps, data["arguments"]["p99_ms"])
+    lines = report_lines(data, plan, steps, plan_judgement(data))
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.txt").write_text("\n".join(lines) + "\n")
     (out / "report.md").write_text("# Capacity plan\n\n```\n" + "\n".join(lines) + "\n```\n")

@@ -32,7 +32,6 @@ from uwsgi_layouts.bench.analysis import (  # noqa: E402
     Group,
     Stat,
     group_cells,
-    steady_min,
 )
 from uwsgi_layouts.bench.report.limits import LimitFigures, has_limits, limit_figures  # noqa: E402
 from uwsgi_layouts.bench.results import Results  # noqa: E402
@@ -42,6 +41,10 @@ from uwsgi_layouts.files import write_atomic  # noqa: E402
 FIGSIZE = (9, 5.5)
 DPI = 110
 MARKERS = "osD^vP*Xhp<>"
+# Layout of a figure, not a verdict: the worker-share plot writes each bar's share above it only up to
+# this many bars (more would overlap), and gives its legend a second column past this many workers.
+LABELLED_BARS = 32
+LEGEND_COLUMN_ROWS = 4
 
 
 def _slug(text: str) -> str:
@@ -176,7 +179,7 @@ def plot_worker_share(results: Results, path: Path | str, level: int | None = No
                     label = f"worker {worker}" if worker not in seen_workers else "_nolegend_"
                     seen_workers.add(worker)
                     ax.bar(x, 100 * share, width=width * 0.9, color=color, label=label)
-                    if n_bars <= 32:
+                    if n_bars <= LABELLED_BARS:
                         ax.annotate(f"{share:.0%}", (x, 100 * share), xytext=(0, 2), textcoords="offset points",
                                     ha="center", va="bottom", fontsize=8)
                 ax.hlines(100 / len(shares), i - 0.45, i + 0.45, colors="black", linestyles="--", linewidth=1.2,
@@ -192,7 +195,7 @@ def plot_worker_share(results: Results, path: Path | str, level: int | None = No
                          f"pooled over {_repeats(at)} repeats; dashed: even split", fontsize=11)
             ax.grid(True, axis="y", alpha=0.3)
             if at:
-                ax.legend(fontsize=9, loc="upper right", ncol=2 if len(seen_workers) > 4 else 1)
+                ax.legend(fontsize=9, loc="upper right", ncol=2 if len(seen_workers) > LEGEND_COLUMN_ROWS else 1)
             else:
                 ax.text(0.5, 0.5, "no per-worker counts recorded", ha="center", va="center", transform=ax.transAxes)
             written.append(_save(fig, out))
@@ -415,7 +418,7 @@ def plot_reply_rate(results: Results, path: Path | str) -> list[Path]:
         for verdict, marker, color in (("pass", "^", "C2"), ("fail", "v", "C3"), ("invalid", "x", "C7")):
             chosen = [s for s in steps if s.verdict == verdict]
             if chosen:
-                ax.scatter([s.rate for s in chosen], [steady_min(s.reply_rate) for s in chosen], marker=marker,
+                ax.scatter([s.rate for s in chosen], [s.steady_min for s in chosen], marker=marker,
                            color=color, s=60, zorder=5, label=f"steady min: {verdict}")
         knee = results.knee
         if knee["rate"] is not None:

@@ -6,7 +6,7 @@ Every experiment kind saves a ``Results``: its ``kind``, when it was ``created``
 
 - ``cells``  (``Cell``):        closed-loop measurements, one per layout x concurrency x repeat
                                 (compare, and tune: ``bench.tune.record`` checks its arguments);
-- ``steps``  (``Step``):        open-loop rate steps (openloop);
+- ``steps``  (``Step``):        open-loop rate steps (openloop), each with its steady minimum;
 - ``faults`` (``FaultRecord``): fault experiments with their checks (faults);
 - ``diagnoses`` (``Diagnosis``): a running uWSGI watched over a window (doctor: ``bench.diagnosis``
                                 registers the kind).
@@ -42,11 +42,11 @@ from uwsgi_layouts.bench.results.frozen import read_only
 from uwsgi_layouts.bench.results.loading import from_dict, load
 from uwsgi_layouts.bench.results.record import Results, utc_now
 from uwsgi_layouts.bench.results.registry import KIND_CHECKS, KIND_RECORDS, register_kind
-from uwsgi_layouts.bench.results.steps import Step, find_knee
+from uwsgi_layouts.bench.results.steps import Step, find_knee, steady_min
 from uwsgi_layouts.bench.results.versions import FORMAT_VERSION
 
 __all__ = [
     "FORMAT_VERSION", "KIND_CHECKS", "KIND_RECORDS", "PERCENTILES", "STATUS_CLASSES", "Cell", "Check", "Diagnosis",
     "Errors", "FaultRecord", "Latency", "Results", "ResultsError", "Step", "find_knee", "from_dict", "load",
-    "read_only", "register_kind", "server_neutral", "utc_now",
+    "read_only", "register_kind", "server_neutral", "steady_min", "utc_now",
 ]

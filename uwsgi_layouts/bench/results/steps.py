@@ -1,8 +1,10 @@
-"""Open-loop records: one ``Step`` per rate httperf offered (openloop), and the knee derived
-from them (``find_knee``: never stored, recomputed on load)."""
+"""Open-loop records: one ``Step`` per rate httperf offered (openloop), and what is derived from
+them, never stored, recomputed on load: each step's steady minimum (``steady_min``, the figure its
+verdict held against the offered rate) and the knee (``find_knee``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from uwsgi_layouts.bench.results.checks import _build, _check, _finite_nonneg, _is_count, _is_number, _mapping
@@ -12,6 +14,18 @@ HTTP_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")  # httperf's "Reply status" l
 HTTPERF_ERRORS = ("total", "client_timo", "socket_timo", "connrefused", "connreset",
                   "fd_unavail", "addrunavail", "ftab_full", "other")
 VERDICTS = ("pass", "fail", "invalid")
+
+
+def steady_min(reply_rate: Mapping) -> float:
+    """The lowest reply-rate sample, leaving out the first when there are others: the first
+    5-s window holds the ramp-up (no reply comes back before one response time has passed),
+    which at low rates alone costs more than 5% of the window. Without per-sample figures
+    (httperf run without --verbose), httperf's own min. (Here, with the record: the step's
+    verdict (``bench.analysis.judge_step``) and every report read this one figure.)"""
+    each = reply_rate.get("each") or []
+    if len(each) >= 2:
+        return min(each[1:])
+    return reply_rate["min"]
 
 
 def _counts(value, name: str, keys: tuple[str, ...]) -> dict[str, int]:
@@ -86,6 +100,11 @@ class Step:
                 object.__setattr__(self, name, _finite_nonneg(getattr(self, name), name))
         for name in ("reply_rate", "status", "errors", "connection_ms"):  # reply_rate["each"]: a list inside
             object.__setattr__(self, name, read_only(getattr(self, name)))
+
+    @property
+    def steady_min(self) -> float:
+        """The lowest steady reply-rate sample (``steady_min``): what the verdict held against the rate."""
+        return steady_min(self.reply_rate)
 
     def to_dict(self) -> dict:
         data = {"rate": self.rate, "num_conns": self.num_conns, "connections": self.connections,

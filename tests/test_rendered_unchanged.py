@@ -1,0 +1,146 @@
+"""Reports rendered from stored runs stay byte for byte what they were (issue 37): moving a
+judgement out of the report (memory's cost fit, the plan's steps and validation, the open loop's
+steady minimum, the plots' sizes) changes where it is decided, never what is written.
+
+``tests/fixtures/rendered/`` holds what the code before the move (commit 9114b9c) rendered of
+the stored fixtures: the compare report (terminal and Markdown) of results-tails.json and of
+results-small.json with memory, the open-loop reports of both stored openloop versions, a plan's
+report.txt and report.md, and the SHA-256 of every plot. Regenerate them only for a change meant
+to alter a report (and say so in its commit):
+
+    .venv/bin/python tests/test_rendered_unchanged.py tests/fixtures/rendered
+
+SYNTHETIC data: the fixtures are made up (tests/fixtures/make_fixture.py), the memory figures and
+the plan's steps below invented; nothing here is measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from uwsgi_layouts.bench.capacity import RateStep, make_plan
+from uwsgi_layouts.bench.readings import judge_plan
+from uwsgi_layouts.bench.report import markdown_lines, plots, terminal_lines
+from uwsgi_layouts.bench.report.plan import read_plan, write_plan_reports
+from uwsgi_layouts.bench.results import Results, load
+
+FIXTURES = Path(__file__).parent / "fixtures"
+RENDERED = FIXTURES / "rendered"
+
+
+def memory_results() -> Results:
+    """results-small.json with invented memory: 6 MB master + 20 MB per process + 0.5 MB per further
+    thread, repeat 2 a little higher (the fit then has a spread and a residual)."""
+    base = load(FIXTURES / "results-small.json")
+    cells = []
+    for c in base.cells:
+        p, t = (int(x) for x in c.layout.split("-")[0].split("x"))
+        total = 6 + 20 * p + 0.5 * p * (t - 1) + (0.3 if c.repeat == 2 else 0.0)
+        memory = {"app_pss_mb": total, "app_uss_mb": total - 4, "app_rss_mb": total * 1.8, "nginx_pss_mb": 3.0,
+                  "worker_pss_mb": {str(w): (total - 6) / p for w in range(1, p + 1)}}
+        cells.append(dataclasses.replace(c, memory=memory))
+    return dataclasses.replace(base, cells=tuple(cells))
+
+
+def plan_data() -> dict:
+    """plan.json as a plan with --check and --validate writes it (before the judgement was stored)."""
+    steps = [RateStep(4, "pass", 180, cpu_share=0.4, busy_ratio=0.2, requests_logged=200, step_s=50),
+             RateStep(6, "pass", 240, cpu_share=0.6, busy_ratio=0.4, requests_logged=200, step_s=35),
+             RateStep(9, "pass", 420, cpu_share=0.9, busy_ratio=0.8, requests_logged=200, step_s=25),
+             RateStep(7.5, "pass", 260, cpu_share=0.7, busy_ratio=0.5, requests_logged=200, step_s=30),
+             RateStep(13.5, "fail", None, cpu_share=1.0, reasons=("replies fell behind",), step_s=15)]
+    plan = make_plan("2x2-mapped@cpus=1", 1.0, steps, target_rate=30, target_p99_ms=250, pss_mb=40)
+    rows = [{"replicas": 1, "rate": 6, "per_replica_rate": 6, "plan_per_replica_rate": plan.per_replica_rate,
+             "difference": 0.0, "resolution": 0.04, "steps": [s.to_dict() for s in steps[:2]]},
+            {"replicas": 2, "rate": None, "per_replica_rate": None, "plan_per_replica_rate": plan.per_replica_rate,
+             "difference": None, "resolution": None, "steps": []},
+            {"replicas": 3, "rate": 16, "per_replica_rate": 5.333, "plan_per_replica_rate": plan.per_replica_rate,
+             "difference": 0.125, "resolution": None, "steps": []}]
+    check = {"rate": 30, "note": "", "verdict": "CONFIRMED: 7 replicas met p99 250 ms at 30 req/s and 6 did not",
+             "runs": [{"replicas": 7, "per_replica_rate": 4.286, "predicted": True, "verdict": "pass", "p99_ms": 230,
+                       "meets": True, "pss_mb": 41, "throttled_share": 0.1, "client_cpu_pct": 60}]}
+    return {"format_version": 2, "kind": "plan",
+            "arguments": {"layout": "2x2-mapped@cpus=1", "rate": 30, "p99_ms": 250, "min_requests": 200,
+                          "resolution": 0.05},
+            "load_before": "0.10 0.20 0.30", "load_after": "1.10 0.90 0.50", "plan": plan.to_dict(),
+            "steps": [s.to_dict() for s in steps], "check": check, "validation": rows}
+
+
+def renders() -> dict[str, bytes]:
+    """Every rendering of the fixtures, by file name (plots as their SHA-256)."""
+    out: dict[str, bytes] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, results in (("tails", load(FIXTURES / "results-tails.json")), ("memory", memory_results()),
+                              ("openloop-v2", load(FIXTURES / "results-v2-openloop.json")),
+                              ("openloop-v1", load(FIXTURES / "openloop-v1.json"))):
+            out[f"{name}.txt"] = ("\n".join(terminal_lines(results)) + "\n").encode()
+            names = plots.plot_file_names(results)
+            out[f"{name}.md"] = ("\n".join(markdown_lines(results, names)) + "\n").encode()
+            (Path(tmp) / name).mkdir()
+            drawn = plots.plot_all(results, Path(tmp) / name)
+            out[f"{name}-plots.sha256"] = "".join(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}\n"
+                                                  for p in drawn).encode()
+    return out | plan_renders(plan_data())
+
+
+def plan_renders(data: dict) -> dict[str, bytes]:
+    """The plan's report.txt and report.md, rendered from ``data`` stored as plan.json and read back."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "plan.json"
+        path.write_text(json.dumps(data))
+        write_plan_reports(Path(tmp) / "plan", read_plan(path))
+        return {f"plan-{name}": (Path(tmp) / "plan" / name).read_bytes() for name in ("report.txt", "report.md")}
+
+
+def test_every_report_renders_as_before_the_judgements_moved():
+    expected = {p.name: p.read_bytes() for p in RENDERED.iterdir()}
+    got = renders()
+    assert sorted(got) == sorted(expected)
+    changed = [name for name in got if got[name] != expected[name]]
+    assert not changed, f"rendered differently from tests/fixtures/rendered: {changed}"
+
+
+def test_a_plan_with_its_stored_judgement_renders_as_one_judged_again():
+    """A plan.json the plan now writes (its judgement stored) and one written before (judged again
+    from its steps and rows) render the same."""
+    data = plan_data()
+    judged = judge_plan(data).to_dict()
+    assert plan_renders(data | {"judgement": judged}) == plan_renders(data)
+    assert judged["next_miss"] == 7.5 and judged["validation"]["within"] is False
+
+
+def test_the_report_words_the_stored_judgement_not_its_own():
+    """The stored judgement is what the report states: edited (in a way that is still consistent),
+    the report says what the file says."""
+    data = plan_data()
+    judged = judge_plan(data).to_dict()
+    judged["validation"] |= {"target": 0.2, "within": True}
+    text = plan_renders(data | {"judgement": judged})["plan-report.txt"].decode()
+    assert "is within 20% of every count measured (largest difference +12%" in text
+
+
+@pytest.mark.parametrize("name", ["memory.txt", "memory.md"])
+def test_the_memory_fixture_shows_the_fit(name):
+    """The memory rendering holds the fitted costs (a fixture that fitted nothing would prove nothing)."""
+    assert b"one more worker process" in (RENDERED / name).read_bytes().lower()
+
+
+def test_the_plan_fixture_shows_the_judgements_that_moved():
+    text = (RENDERED / "plan-report.txt").read_text()
+    assert "7.5 req/s did not" in text and "NOT within 10%" in text and " yes " in text and " no " in text
+
+
+if __name__ == "__main__":  # regenerate: python tests/test_rendered_unchanged.py DIR
+    target = Path(sys.argv[1])
+    target.mkdir(parents=True, exist_ok=True)
+    rendered = renders()
+    for file_name, body in rendered.items():
+        (target / file_name).write_bytes(body)
+    print(f"wrote {len(rendered)} files to {target}")
