@@ -95,6 +95,15 @@ def serving_line(log_dir: Path, timeout: float = 20.0) -> str:
         time.sleep(0.1)  # polling: run prints it once its stack is ready
 
 
+def uwsgi_command(p: psutil.Process) -> list[str]:
+    """A uWSGI process's command line; [] for another process, or one that has ended meanwhile (the
+    compare's tree changes while it is read: a child that exited is a zombie until it is reaped)."""
+    try:
+        return p.cmdline() if p.name() == "uwsgi" else []
+    except psutil.Error:
+        return []
+
+
 def uwsgi_tcp_listeners(root_pid: int) -> set[tuple[str, int]]:
     """The TCP addresses a uWSGI process tree listens on."""
     root = psutil.Process(root_pid)
@@ -173,9 +182,9 @@ def test_a_compare_stack_mid_run_is_closed_to_nobody_and_stores_no_cookie(tmp_pa
         deadline = time.monotonic() + 90
         while True:  # the stack's uWSGI master, once its stats socket is there and its nginx accepts
             assert proc.poll() is None, (tmp_path / "compare.log").read_text()[-3000:]
-            masters = [p for p in psutil.Process(proc.pid).children(recursive=True)
-                       if p.name() == "uwsgi" and "--ini" in p.cmdline()]
-            run_dir = Path(masters[0].cmdline()[masters[0].cmdline().index("--ini") + 1]).parent if masters else None
+            commands = [uwsgi_command(p) for p in psutil.Process(proc.pid).children(recursive=True)]
+            masters = [c for c in commands if "--ini" in c]
+            run_dir = Path(masters[0][masters[0].index("--ini") + 1]).parent if masters else None
             if run_dir is not None and (run_dir / "control" / "stats.sock").is_socket():
                 listen = json.loads((run_dir / "layout.json").read_text())["listen"].rpartition(":")[2]
                 if not port_closed(int(listen)):
