@@ -95,6 +95,15 @@ def serving_line(log_dir: Path, timeout: float = 20.0) -> str:
         time.sleep(0.1)  # polling: run prints it once its stack is ready
 
 
+def uwsgi_command(p: psutil.Process) -> list[str]:
+    """A uWSGI process's command line; [] for another process, or one that has ended meanwhile (the
+    compare's tree changes while it is read: a child that exited is a zombie until it is reaped)."""
+    try:
+        return p.cmdline() if p.name() == "uwsgi" else []
+    except psutil.Error:
+        return []
+
+
 def uwsgi_tcp_listeners(root_pid: int) -> set[tuple[str, int]]:
     """The TCP addresses a uWSGI process tree listens on."""
     root = psutil.Process(root_pid)
@@ -160,25 +169,29 @@ def test_stats_port_without_the_risk_option_starts_nothing(tmp_run_dir, tmp_path
 
 
 def test_a_compare_stack_mid_run_is_closed_to_nobody_and_stores_no_cookie(tmp_path):
+    """The run's one stack (one layout, level and round) lives for the warm-up and an 8-s cell; the
+    attack starts once nginx accepts (so no try is spent on a stack still starting) and takes about
+    3 s (the slow request in flight, read as root and as nobody)."""
     out = tmp_path / "cmp"
     with open(tmp_path / "compare.log", "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "uwsgi_layouts", "compare", "--out", str(out), "--layouts",
-                                 "2x2-mapped", "--concurrency", "2", "--duration", "20", "--warmup", "1",
+                                 "2x2-mapped", "--concurrency", "2", "--duration", "8", "--warmup", "1",
                                  "--repeats", "1"], cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     try:
         deadline = time.monotonic() + 90
-        while True:  # the stack's uWSGI master, once its stats socket is there
+        while True:  # the stack's uWSGI master, once its stats socket is there and its nginx accepts
             assert proc.poll() is None, (tmp_path / "compare.log").read_text()[-3000:]
-            masters = [p for p in psutil.Process(proc.pid).children(recursive=True)
-                       if p.name() == "uwsgi" and "--ini" in p.cmdline()]
-            run_dir = Path(masters[0].cmdline()[masters[0].cmdline().index("--ini") + 1]).parent if masters else None
+            commands = [uwsgi_command(p) for p in psutil.Process(proc.pid).children(recursive=True)]
+            masters = [c for c in commands if "--ini" in c]
+            run_dir = Path(masters[0][masters[0].index("--ini") + 1]).parent if masters else None
             if run_dir is not None and (run_dir / "control" / "stats.sock").is_socket():
-                break
-            assert time.monotonic() < deadline, "compare started no uWSGI with a stats socket"
+                listen = json.loads((run_dir / "layout.json").read_text())["listen"].rpartition(":")[2]
+                if not port_closed(int(listen)):
+                    break
+            assert time.monotonic() < deadline, "compare started no uWSGI with a stats socket behind nginx"
             time.sleep(0.2)  # polling: compare renders and starts its stack
         address = str(run_dir / "control" / "stats.sock")
-        listen = json.loads((run_dir / "layout.json").read_text())["listen"].rpartition(":")[2]
         for attempt in range(1, 6):  # compare restarts the stack between its phases: a request may miss it
             with request_in_flight(int(listen), SLOW.format(ms=3000)) as status:
                 try:
