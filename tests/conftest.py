@@ -12,6 +12,7 @@ import re
 import shutil
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -58,11 +59,11 @@ def free_ports():
 # --- run directories ----------------------------------------------------------------------
 
 
-@pytest.fixture
-def run_dirs():
-    """Factory of short, fresh run directories (/tmp/ul-XXXXXXXX), all removed afterwards.
+@contextmanager
+def run_dir_factory():
+    """Factory of short, fresh run directories (/tmp/ul-XXXXXXXX), all removed on the way out.
 
-    ``run_dirs.dirs`` lists those created, for the process-leak check.
+    ``.dirs`` lists those created, for the process-leak check.
     """
     dirs: list[str] = []
 
@@ -75,12 +76,36 @@ def run_dirs():
         return Path(d)
 
     new.dirs = dirs
-    yield new
-    for d in dirs:
-        shutil.rmtree(d, ignore_errors=True)
-        # write_layout stages next to the destination: nothing of ours may stay in /tmp.
-        for leftover in Path(d).parent.glob(f".{Path(d).name}.staging-*"):
-            shutil.rmtree(leftover, ignore_errors=True)
+    try:
+        yield new
+    finally:
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
+            # write_layout stages next to the destination: nothing of ours may stay in /tmp.
+            for leftover in Path(d).parent.glob(f".{Path(d).name}.staging-*"):
+                shutil.rmtree(leftover, ignore_errors=True)
+
+
+@pytest.fixture
+def run_dirs():
+    """A test's run directories (``run_dir_factory``): ``run_dirs()`` makes one."""
+    with run_dir_factory() as new:
+        yield new
+
+
+@pytest.fixture(scope="module")
+def module_run_dirs():
+    """Run directories of a module's shared stack: they outlive each test (whose leak check
+    covers its own ``run_dirs`` only), so no process may still name them once the module is done."""
+    with run_dir_factory() as new:
+        yield new
+        left = wait_no_processes(new.dirs, timeout=5.0)
+        for p in left:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        assert not left, f"processes still running for {new.dirs} after the module: {describe(left)}"
 
 
 @pytest.fixture
@@ -91,9 +116,8 @@ def tmp_run_dir(run_dirs) -> Path:
     return d
 
 
-@pytest.fixture
-def make_layout(run_dirs):
-    """``make_layout(spec, **opts)`` -> Layout with distinct free ports and a fresh run_dir.
+def layout_maker(run_dirs):
+    """``make(spec, **opts)`` -> Layout with distinct free ports and a fresh run_dir from ``run_dirs``.
 
     Ports: the sockets take base_port.., then the nginx listen port, all consecutive and
     bind-tested; the stats server is the default unix socket. Any option given explicitly wins.
@@ -114,6 +138,18 @@ def make_layout(run_dirs):
         return checked(parse_layout(spec, **opts))
 
     return make
+
+
+@pytest.fixture
+def make_layout(run_dirs):
+    """``make_layout(spec, **opts)``: ``layout_maker`` over the test's run directories."""
+    return layout_maker(run_dirs)
+
+
+@pytest.fixture(scope="module")
+def module_make_layout(module_run_dirs):
+    """``layout_maker`` over the module's run directories (a stack the module's tests share)."""
+    return layout_maker(module_run_dirs)
 
 
 # --- a real third-party app ------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 
 from tests.integration.prebuild import prebuilding
@@ -9,9 +11,9 @@ from uwsgi_layouts.deploy.render import write_layout
 from uwsgi_layouts.deploy.run import Stack
 
 
-@pytest.fixture
-def start_stack(make_layout):
-    """start_stack(spec, **opts) -> a running Stack (rendered + nginx -t'd); stopped afterwards."""
+@contextmanager
+def stack_starter(make_layout):
+    """start(spec, **opts) -> a running Stack (rendered + nginx -t'd); all stopped on the way out."""
     stacks: list[Stack] = []
 
     def start(spec: str, **opts) -> Stack:
@@ -22,9 +24,26 @@ def start_stack(make_layout):
         stacks.append(stack)
         return stack
 
-    yield start
-    for stack in stacks:
-        stack.stop()
+    try:
+        yield start
+    finally:
+        for stack in stacks:
+            stack.stop()
+
+
+@pytest.fixture
+def start_stack(make_layout):
+    """start_stack(spec, **opts) -> a running Stack (rendered + nginx -t'd); stopped afterwards."""
+    with stack_starter(make_layout) as start:
+        yield start
+
+
+@pytest.fixture(scope="module")
+def start_module_stack(module_make_layout):
+    """start_stack for a stack the module's tests share (read-only ones: each test would otherwise
+    pay a start and a stop, a second or more each); stopped when the module is done."""
+    with stack_starter(module_make_layout) as start:
+        yield start
 
 
 @pytest.fixture(scope="session", autouse=True)

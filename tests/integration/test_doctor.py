@@ -26,7 +26,6 @@ from tests.integration.test_stats_server import SECRETS, request_in_flight, wait
 from tests.refusals import refusal
 from uwsgi_layouts import console
 from uwsgi_layouts.bench.load.wrk import WrkProcess
-from uwsgi_layouts.bench.observe import Sampler
 from uwsgi_layouts.bench.stack import Lab
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -53,24 +52,21 @@ def names(diagnosis: dict) -> list[str]:
     return [f["name"] for f in diagnosis["findings"]]
 
 
-def flowing(stack, at_least: int = 4) -> None:
-    """Block until the stack has served ``at_least`` more requests (wrk is under way)."""
-    with Sampler(stack.layout.stats_address, interval=0.05) as sampler:
-        sampler.wait_flowing(at_least, timeout=15)
-
-
 def watch_under_load(stack, out: Path, connections: int, path: str = ARTICLE, for_s: int = 3,
                      *extra: str) -> subprocess.CompletedProcess:
-    # wrk runs until doctor is done (stopped below): doctor's start-up (imports, the first reads)
-    # takes seconds on a loaded machine, and a load that ended before its window opened saw nothing.
-    load = WrkProcess(stack.layout.url.rstrip("/") + path, connections, for_s + 60, timeout_s=10)
-    try:
-        flowing(stack)
-        proc = doctor("--stats", stack.layout.stats_address, "--for", str(for_s), "--out", str(out), *extra)
-    finally:
-        load.stop()
-    print(proc.stdout, proc.stderr)
-    return proc
+    # The load starts once doctor says it watches, not before: its start-up (imports, the first reads)
+    # takes seconds on a loaded machine, and a load begun earlier spent them burning both cores unseen.
+    # wrk then runs until doctor is done (stopped below): the window is loaded to its end, whatever
+    # doctor's own pace. No wait for the requests to flow here: a sampler of this test's own would only
+    # compete with doctor's for the CPU in its window, and each test asserts the requests doctor saw.
+    with watching(stack, out, "--for", str(for_s), *extra) as (proc, first):
+        load = WrkProcess(stack.layout.url.rstrip("/") + path, connections, for_s + 60, timeout_s=10)
+        try:
+            stdout, stderr = proc.communicate(timeout=60)
+        finally:
+            load.stop()
+    print(first + stdout, stderr)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, first + stdout, stderr)
 
 
 def test_shared_socket_at_2p_piles_up(lab, tmp_path):
@@ -138,15 +134,16 @@ def test_saturation_with_a_small_backlog_fills_the_queue(lab, tmp_path, transpor
 
 
 @contextmanager
-def watching(stack, out: Path):
-    """doctor on ``stack`` for a 30-s window in its own process, entered once it watches; killed
-    on the way out if it is still running."""
+def watching(stack, out: Path, *args: str):
+    """doctor on ``stack`` (by default for a 30-s window) in its own process, entered once it
+    watches, with that first line; killed on the way out if it is still running."""
     proc = subprocess.Popen([sys.executable, "-m", "uwsgi_layouts", "doctor", "--stats", stack.layout.stats_address,
-                             "--for", "30", "--out", str(out)], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                             *(args or ("--for", "30")), "--out", str(out)], cwd=REPO_ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        assert proc.stdout.readline().startswith("doctor: watching"), proc.stderr.read()
-        yield proc
+        first = proc.stdout.readline()
+        assert first.startswith("doctor: watching"), first + proc.stderr.read()
+        yield proc, first
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -155,7 +152,7 @@ def watching(stack, out: Path):
 
 def test_a_service_that_stops_mid_window_ends_it_with_the_figures_so_far(lab, tmp_path):
     out = tmp_path / "doc"
-    with lab.stack("2x4-mapped") as stack, watching(stack, out) as proc:
+    with lab.stack("2x4-mapped") as stack, watching(stack, out) as (proc, _):
         time.sleep(1.5)
         stack.stop()
         stdout, stderr = proc.communicate(timeout=30)
@@ -196,7 +193,7 @@ def test_bad_input_is_one_line_and_writes_nothing(lab, tmp_path, capsys):
 
 def test_sigterm_ends_the_window_early_and_keeps_the_figures(lab, tmp_path):
     out = tmp_path / "doc"
-    with lab.stack("2x4-mapped") as stack, watching(stack, out) as proc:
+    with lab.stack("2x4-mapped") as stack, watching(stack, out) as (proc, _):
         time.sleep(1.0)
         proc.terminate()
         stdout, stderr = proc.communicate(timeout=30)

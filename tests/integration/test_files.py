@@ -26,9 +26,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 SECRET = b"SENTINEL-outside-the-data-set-3f9c1e\n"
 
 
-@pytest.fixture
-def files_stack(start_stack, run_dirs):
-    base = run_dirs()  # 0711
+@pytest.fixture(scope="module")
+def files_stack(start_module_stack, module_run_dirs):
+    """One stack for the module's tests: each only sends requests (and counts the app's own
+    around them), none changes the stack, so a stack per test bought nothing but its start."""
+    base = module_run_dirs()  # 0711
     data = base / "ds"
     index = make_dataset(data, small_count=30, small_size=5 * 1024, large_count=1, large_size=300_000, seed=7)
     os.chmod(data, 0o755)
@@ -36,7 +38,7 @@ def files_stack(start_stack, run_dirs):
     for path in (base / "sentinel.txt", data / "sentinel.txt"):
         path.write_bytes(SECRET)
         os.chmod(path, 0o644)
-    stack = start_stack("2x2-mapped", data_dir=str(data), sendfile=True, run_dir=str(run_dirs()))
+    stack = start_module_stack("2x2-mapped", data_dir=str(data), sendfile=True, run_dir=str(module_run_dirs()))
     return stack, index
 
 

@@ -5,6 +5,7 @@ socket server: it records every request it is sent and answers by path)."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,7 +14,7 @@ import pytest
 
 from tests.conftest import find_free_ports
 from uwsgi_layouts.bench.load.traffic import Request, TrafficError, build_mix, preflight_requests, write_mix_script
-from uwsgi_layouts.bench.load.wrk import WrkProcess, run_wrks, write_script
+from uwsgi_layouts.bench.load.wrk import LUA_REPORT, WrkProcess, run_wrks, write_script
 from uwsgi_layouts.bench.subject import Subject, check_traffic
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -200,3 +201,29 @@ def test_worker_pid_count_chains_with_a_scripts_own_response_hook(server, tmp_pa
     (quiet,), _ = run_wrks(WrkProcess(f"http://127.0.0.1:{server.server_port}/pid-upper", 1, 1, timeout_s=5,
                                       script=off))
     assert quiet.requests > 20 and quiet.worker_pids == {}
+
+
+# report.lua's done() with 180 KB printed before it: more than a pipe holds (64 KB on Linux).
+LOUD_DONE = """
+local report_done = done
+done = function(summary, latency, requests)
+  for i = 1, 3000 do io.write(string.rep("#", 59), "\\n") end
+  report_done(summary, latency, requests)
+end
+"""
+
+
+def test_wrk_ends_by_itself_unread_when_its_output_outgrows_a_pipe(server, tmp_path):
+    """Nobody reads wrk while it runs (an observer polls it, as the reuseport scenario's connection
+    sampler does): it must still exit when its time is up, however much done() prints (the latency
+    histogram of a fast load runs to 70 KB). Through a pipe it blocked on that write until killed."""
+    script = tmp_path / "loud.lua"
+    script.write_text(LUA_REPORT.read_text() + LOUD_DONE)
+    load = WrkProcess(f"http://127.0.0.1:{server.server_port}/", 1, 1, timeout_s=2, script=script)
+    deadline = time.monotonic() + 20
+    while load.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    exited = load.proc.poll() is not None
+    (result,), _ = run_wrks(load)
+    assert exited, "wrk was still running 20 s into a 1-s load: blocked writing its output"
+    assert result.requests > 0 and result.raw.count("#" * 59 + "\n") == 3000

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_compare import bench_processes
+from tests.refusals import refusal
+from uwsgi_layouts import console
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -69,32 +71,50 @@ def test_compare_measures_the_flask_app_with_memory_and_status(flask_app, tmp_pa
     assert (out / "memory.png").stat().st_size > 0
 
 
-@pytest.mark.parametrize("case", ["request-line", "header", "access-log", "preflight-404", "body-file"])
-def test_bad_input_exits_2_with_one_line_and_writes_nothing(case, flask_app, tmp_path):
-    extra = {
-        "request-line": ["--request", "GET"],
-        "header": ["--request", "GET /", "--header", "Authorization"],
-        "access-log": ["--access-log", str(tmp_path / "access.log")],
-        "preflight-404": ["--request", "GET /", "--request", "GET /nope"],
-        "body-file": ["--request", "POST /api/items @missing.json"],
-    }[case]
+BAD_INPUT_CASES = ["request-line", "header", "access-log", "body-file"]
+
+
+def bad_input(case: str, tmp_path: Path) -> tuple[list[str], str]:
+    """The options of ``case`` and the start of the one line that refuses them."""
     (tmp_path / "access.log").write_text(
         '127.0.0.1 - - [22/Nov/2026:10:52:32 +0000] "POST /api/items HTTP/1.1" 201 3 "-" "curl/7.88.1"\n'
         '127.0.0.1 - - [22/Nov/2026:10:52:32 +0000] "GET /nope HTTP/1.1" 404 153 "-" "curl/7.88.1"\n'
         "garbage\n")
+    return {
+        "request-line": (["--request", "GET"], "error: request: 'GET' is not a request line"),
+        "header": (["--request", "GET /", "--header", "Authorization"], "error: header: 'Authorization' has no ':'"),
+        "access-log": (["--access-log", str(tmp_path / "access.log")],
+                       f"error: access_log: no usable line in {tmp_path / 'access.log'} (3 lines: "),
+        "preflight-404": (["--request", "GET /", "--request", "GET /nope"],
+                          "error: request: 1 of 2 distinct requests failed in the pre-flight through nginx on "
+                          "2x4-shared: GET /nope -> 404 NOT FOUND"),
+        "body-file": (["--request", "POST /api/items @missing.json"],
+                      f"error: request: body file {tmp_path / 'missing.json'} cannot be read"),
+    }[case]
+
+
+@pytest.mark.parametrize("case", BAD_INPUT_CASES)
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(case, flask_app, tmp_path, capsys, monkeypatch):
+    """Refused while the options are read, before any stack or measurement: compare runs in this
+    process (its command line as the console routes it; an interpreter of its own per case paid
+    numpy, scipy and matplotlib's imports each time). An exception would fail the test (no traceback
+    can pass). The refusal that needs a running stack is the pre-flight's, below, in its own process."""
+    extra, expected = bad_input(case, tmp_path)
+    monkeypatch.chdir(tmp_path)  # the body file is named relative to the working directory
+    out = tmp_path / "run"
+    line = refusal(console.main, ["compare", *app_args(flask_app), *extra, *SHORT, "--out", str(out)], capsys)
+    assert line.startswith(expected), line
+    assert not out.exists(), "a bad input must write nothing"
+    assert not bench_processes(), "a stack was left running"
+
+
+def test_a_request_failing_the_preflight_exits_2_with_one_line_and_writes_nothing(flask_app, tmp_path):
+    extra, expected = bad_input("preflight-404", tmp_path)
     out = tmp_path / "run"
     proc = bench("compare", *app_args(flask_app), *extra, *SHORT, "--out", str(out), cwd=tmp_path)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
-    expected = {
-        "request-line": "error: request: 'GET' is not a request line",
-        "header": "error: header: 'Authorization' has no ':'",
-        "access-log": f"error: access_log: no usable line in {tmp_path / 'access.log'} (3 lines: ",
-        "preflight-404": "error: request: 1 of 2 distinct requests failed in the pre-flight through nginx on "
-                         "2x4-shared: GET /nope -> 404 NOT FOUND",
-        "body-file": f"error: request: body file {tmp_path / 'missing.json'} cannot be read",
-    }[case]
     assert lines[0].startswith(expected), lines[0]
     assert "Traceback" not in proc.stdout + proc.stderr
     assert not out.exists(), "a bad input must write nothing"

@@ -23,6 +23,7 @@ import resource
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -217,26 +218,42 @@ class WrkProcess:
             self.cmd += ["--", *script_args]  # reach the script's init(args)
         self.limit = duration_s + timeout_s + 30
         self.started = time.monotonic()  # when the load began (observers sample from here)
+        # wrk writes into unnamed files, not pipes: done() prints every distinct latency, tens of KB
+        # after a fast load, more than a pipe holds, and a wrk blocked on that write never exits while
+        # an observer polls it unread (the reuseport scenario's connection sampler then waited out
+        # self.limit, 40 s a cell).
+        self._out = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+        self._err = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
         # Load ends with the benchmark, even a SIGKILLed one: nothing left hammering a dead stack.
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        self.proc = subprocess.Popen(self.cmd, stdout=self._out, stderr=self._err,
                                      preexec_fn=child_setup(death_signal=signal.SIGKILL))
 
     def result(self) -> WrkRun:
         try:
-            out, err = self.proc.communicate(timeout=self.limit)
+            self.proc.wait(timeout=self.limit)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.communicate()
+            self.stop()
             raise WrkError(f"wrk did not finish within {self.limit:.0f} s") from None
+        out, err = self._output()
         raw = f"$ {' '.join(self.cmd)}\n{out}{err}"
         if self.proc.returncode != 0:
             raise WrkError(f"wrk exited with {self.proc.returncode}:\n{raw[-2000:]}")
         return to_run(parse_output(out), raw, connections=self.connections)
 
+    def _output(self) -> tuple[str, str]:
+        """What wrk wrote to stdout and stderr (once it has exited)."""
+        texts = []
+        for f in (self._out, self._err):
+            f.seek(0)
+            texts.append(f.read())
+        return texts[0], texts[1]
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
-            self.proc.communicate()
+            self.proc.wait()
+        for f in (self._out, self._err):
+            f.close()
 
 
 def write_script(path: Path, lua: str, mode: int = 0o644) -> Path:
