@@ -20,7 +20,7 @@ import crossplane
 import pytest
 
 from tests.bundles import make_cert, systemd_analyze_verify
-from uwsgi_layouts import console
+from tests.test_cli import cli_in_process
 from uwsgi_layouts.deploy.machine import PACKAGE_DIR
 from uwsgi_layouts.deploy.model import STRATEGIES, LayoutError
 from uwsgi_layouts.deploy.model.strategies import Shared
@@ -436,22 +436,9 @@ def bad_inputs(scratch: Path, tls_pair: tuple[Path, Path], open_dir: Path) -> di
     }
 
 
-def bundle_in_process(capsys, *args: str) -> tuple[int, str]:
-    """(exit code, stderr) of `uwsgi-layouts bundle ARGS` run by the console's main in this process,
-    as the entry point runs it (argparse's refusals leave through SystemExit, as they end the process).
-    An exception escaping it fails the test: the traceback a user would see."""
-    try:
-        code = console.main(["bundle", *args])
-    except SystemExit as exc:
-        code = exc.code
-    return code, capsys.readouterr().err
-
-
-def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, tls_pair, record_property, run_dirs, capsys,
-                                                            monkeypatch):
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, tls_pair, record_property, run_dirs):
     """Each case in this process (a new interpreter per case cost about a second of CPU each: the
     first case below runs as a user runs it, a process of its own, to keep the entry point itself in)."""
-    monkeypatch.chdir(PACKAGE_DIR)  # where the process of each case used to start
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     open_dir = run_dirs()  # /tmp/ul-*: traversable by every user (pytest's tmp_path is not)
@@ -462,14 +449,11 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, tls_pair, 
         parent = tmp_path / name
         parent.mkdir()
         spec = "2x4-roundrobin" if name == "unknown-strategy" else "2x4-mapped"
-        if i == 0:
-            proc = run_bundle(spec, "--out", str(parent / "out"), *options)
-            returncode, stderr = proc.returncode, proc.stderr
-        else:
-            returncode, stderr = bundle_in_process(capsys, spec, "--out", str(parent / "out"), *options)
-        lines = stderr.splitlines()
-        assert returncode == 2, (name, returncode, stderr)
-        assert len(lines) == 1 and "Traceback" not in stderr, (name, stderr)
+        argv = (spec, "--out", str(parent / "out"), *options)
+        proc = run_bundle(*argv) if i == 0 else cli_in_process("bundle", *argv)
+        lines = proc.stderr.splitlines()
+        assert proc.returncode == 2, (name, proc.returncode, proc.stderr)
+        assert len(lines) == 1 and "Traceback" not in proc.stderr, (name, proc.stderr)
         assert lines[0].startswith(f"error: {field}: "), (name, lines[0])
         assert words in lines[0], (name, lines[0])
         assert list(parent.iterdir()) == [], (name, "wrote something")

@@ -4,10 +4,7 @@ Building and running the images: tests/integration/test_bundle_kubernetes.py."""
 
 from __future__ import annotations
 
-import io
-import os
 import subprocess
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import kubernetes_validate
@@ -15,7 +12,7 @@ import pytest
 import yaml
 
 from tests.flaskapp import SHOP_PY
-from uwsgi_layouts import console
+from tests.test_cli import cli_in_process
 from uwsgi_layouts.deploy.model import LayoutError
 from uwsgi_layouts.deploy.ship.container import APP_UID, NGINX_UID, SOCKET_GID
 from uwsgi_layouts.deploy.ship.container.sizing import parse_cpus, parse_memory
@@ -27,23 +24,9 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 
 def run_bundle(*args: str) -> subprocess.CompletedProcess:
-    """`uwsgi-layouts bundle ARGS` run by the console's main in this process, from the checkout as
-    before, its output captured: a new interpreter per call was most of these tests' time (0.75 s
-    each; tests/test_bundle.py runs a bundle refusal as a process of its own). argparse's refusals
-    leave through SystemExit, as they end the process; an exception escaping main fails the test,
-    as the traceback a user would see."""
-    out, err = io.StringIO(), io.StringIO()
-    here = os.getcwd()
-    os.chdir(PACKAGE_DIR)
-    try:
-        with redirect_stdout(out), redirect_stderr(err):
-            try:
-                code = console.main(["bundle", *args])
-            except SystemExit as exc:
-                code = exc.code
-    finally:
-        os.chdir(here)
-    return subprocess.CompletedProcess(["uwsgi-layouts", "bundle", *args], code, out.getvalue(), err.getvalue())
+    """`uwsgi-layouts bundle ARGS` in this process (a new interpreter per call was most of these tests'
+    time, 0.75 s each; tests/test_bundle.py runs a bundle refusal as a process of its own)."""
+    return cli_in_process("bundle", *args)
 
 
 def make_app(root: Path, requirements: str | None = "requirements.txt") -> Path:
