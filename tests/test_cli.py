@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import io
+import os
 import subprocess
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
+
+from uwsgi_layouts import console
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FILES = {"nginx.conf", "mime.types", "uwsgi.ini", "layout.json", "uwsgi_params"}
@@ -17,6 +22,26 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
         [sys.executable, "-m", "uwsgi_layouts", *map(str, args)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout,
     )
+
+
+def cli_in_process(*args: str) -> subprocess.CompletedProcess:
+    """``cli(*args)`` run by the console's main in this process, from the checkout as ``cli`` runs it,
+    its output captured: for commands that start nothing that outlives them (render, bundle), where a
+    new interpreter per call was most of a test's time (about 0.5 s of CPU each). argparse's refusals
+    leave through SystemExit, as they end the process; an exception escaping main fails the test, as
+    the traceback a user would see. The tests of this module keep running the real process."""
+    out, err = io.StringIO(), io.StringIO()
+    here = os.getcwd()
+    os.chdir(REPO_ROOT)
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = console.main([str(a) for a in args])
+            except SystemExit as exc:
+                code = exc.code
+    finally:
+        os.chdir(here)
+    return subprocess.CompletedProcess(["uwsgi-layouts", *map(str, args)], code, out.getvalue(), err.getvalue())
 
 
 def port_args(free_ports, n_sockets: int) -> list[str]:

@@ -5,7 +5,6 @@ Building and running the images: tests/integration/test_bundle_kubernetes.py."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import kubernetes_validate
@@ -13,6 +12,7 @@ import pytest
 import yaml
 
 from tests.flaskapp import SHOP_PY
+from tests.test_cli import cli_in_process
 from uwsgi_layouts.deploy.model import LayoutError
 from uwsgi_layouts.deploy.ship.container import APP_UID, NGINX_UID, SOCKET_GID
 from uwsgi_layouts.deploy.ship.container.sizing import parse_cpus, parse_memory
@@ -24,8 +24,9 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 
 def run_bundle(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "uwsgi_layouts", "bundle", *args], cwd=PACKAGE_DIR,
-                          capture_output=True, text=True, timeout=60)
+    """`uwsgi-layouts bundle ARGS` in this process (a new interpreter per call was most of these tests'
+    time, 0.75 s each; tests/test_bundle.py runs a bundle refusal as a process of its own)."""
+    return cli_in_process("bundle", *args)
 
 
 def make_app(root: Path, requirements: str | None = "requirements.txt") -> Path:

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli import assert_one_line_error, cli, snapshot
+from tests.test_cli import assert_one_line_error, cli, cli_in_process, snapshot
 
 ROOT = os.geteuid() == 0
 
 
 def render(out: Path, *args: str) -> subprocess.CompletedProcess:
-    return cli("render", "2x2-mapped", "--out", out, "--no-nginx-test", *args)
+    return cli_in_process("render", "2x2-mapped", "--out", out, "--no-nginx-test", *args)
 
 
 def test_a_directory_someone_else_filled_is_refused_and_left_as_it_was(tmp_run_dir):

@@ -1,6 +1,7 @@
 """Risky input is refused with one line (exit 2) naming the field, what was found and the
 ``--allow-RISK`` option that accepts it; with that option the same command goes through.
-Real directories and modes on this machine, the real command line (`uwsgi-layouts render`).
+Real directories and modes on this machine, the real command line (`uwsgi-layouts render`, run by
+the console's main in this process: tests/test_cli.py runs it as a process of its own).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli import assert_one_line_error, cli
+from tests.test_cli import assert_one_line_error, cli_in_process
 from uwsgi_layouts.deploy.machine import writable_by_others
 from uwsgi_layouts.deploy.model import RISKS, LayoutError, parse_layout
 
@@ -24,7 +25,7 @@ DEMO_APP_DIR = str(Path(__file__).resolve().parent.parent)
 
 
 def render(out: Path, *args: str) -> subprocess.CompletedProcess:
-    return cli("render", "2x2-mapped", "--out", out, "--no-nginx-test", *args)
+    return cli_in_process("render", "2x2-mapped", "--out", out, "--no-nginx-test", *args)
 
 
 def app_copy(parent: Path, mode: int) -> Path:

@@ -61,15 +61,16 @@ def prebuilding(items: Iterable[pytest.Item]) -> Iterator[None]:
         stop(process)
 
 
-def stop(process: subprocess.Popen) -> None:
+def stop(process: subprocess.Popen, grace: float = STOP_GRACE_SECONDS) -> None:
     """The process and everything it started (build-uwsgi.sh, pip, gcc: one process group): SIGINT,
-    then SIGKILL to whatever is left once the leader has exited or the grace is over. The leader is
-    reaped last, so that the group's id cannot have passed to another process when it is signalled."""
+    then SIGKILL to whatever is left once the leader has exited or ``grace`` seconds are over. The
+    leader is reaped last, so that the group's id cannot have passed to another process when it is
+    signalled."""
     if process.poll() is not None:
         return
     with suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGINT)
-    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    deadline = time.monotonic() + grace
     while (os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
            and time.monotonic() < deadline):
         time.sleep(0.1)

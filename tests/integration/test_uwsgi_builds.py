@@ -62,6 +62,7 @@ def lab(run_dirs, free_ports):
         yield lab
 
 
+@integration  # it needs the build made (a compile): `make test-unit` ran it, and timed out compiling at load 10
 def test_build_has_internal_routing_and_ssl(build):
     assert uwsgi_has_routing(build), f"{build}: no --route-if-not (built without PCRE)"
     assert uwsgi_has_ssl(build), f"{build}: no --ssl-socket (built without SSL)"

@@ -384,8 +384,12 @@ class Layout:
     @property
     def upstream_servers(self) -> list[tuple[Socket, tuple[str, ...]]]:
         plans = self.strategy_obj.servers(self.socket_plans, self.threads)
-        servers = [(copy.host_sockets(h)[p.socket_index], p.params)
-                   for copy in self.app_copies for h in self.app_hosts for p in plans]
+        servers = []
+        for copy in self.app_copies:
+            for h in self.app_hosts:
+                # Once per host, not per server: 256 sockets would build 256 x 256 of them.
+                own = copy.host_sockets(h)
+                servers += [(own[p.socket_index], p.params) for p in plans]
         if self.server == "uwsgi" and self.protocol == "http11":
             # A kept connection holds one uWSGI thread: at most T connections per worker's socket.
             servers = [(s, params if any(p.startswith("max_conns=") for p in params)

@@ -58,8 +58,7 @@ def outdent(text: str, width: int = 4) -> str:
 def render_bundle(bundle: Bundle) -> dict[str, str]:
     """Bundle-relative path -> text, every file with the generated header. On one machine the
     site, ini and unit come once per slot (SLOT/...), each naming that slot's paths."""
-    env = environment()
-    env.filters["outdent"] = outdent
+    env = environment(outdent=outdent)
     first = bundle.for_slot(bundle.slots[0]) if bundle.slots else bundle  # INSTALL.md's by-hand steps use it
 
     def context(b: Bundle) -> dict:

@@ -108,8 +108,7 @@ def origin(cb: ContainerBundle) -> list[str]:
 
 def render_container_bundle(cb: ContainerBundle) -> dict[str, str]:
     """Bundle-relative path -> text of every generated file (the app's copy aside)."""
-    env = environment()
-    env.filters["outdent"] = outdent
+    env = environment(outdent=outdent)
     context = {
         "cb": cb, "bundle": cb.bundle, "layout": cb.bundle, "server": server_for(cb.bundle.layout),
         "unix_mode": "660", "origin_lines": origin(cb), "limits": cb.limits, "prestop": PRESTOP_SECONDS,
