@@ -55,7 +55,7 @@ from uwsgi_layouts.bench.readings import (
 )
 from uwsgi_layouts.bench.results import Results, ResultsError
 from uwsgi_layouts.bench.stored import StoredSummary
-from uwsgi_layouts.bench.stored import from_data as from_data  # the codec, re-exported: it was born here
+from uwsgi_layouts.bench.stored import from_data as from_data  # the codec, re-exported for its readers
 from uwsgi_layouts.bench.stored import to_data as to_data
 from uwsgi_layouts.bench.verdict import ARTICLE, Verdict, article_verdict, is_demo_run
 
@@ -228,6 +228,7 @@ class Summary(StoredSummary):
 
     def contradiction(self) -> str | None:
         return contradiction(self)  # an outcome its own interval does not say: edited, or damaged
+
 
 def is_summarized(results: Results) -> bool:
     return results.kind == KIND
