@@ -46,21 +46,19 @@ REPORT_PACKAGE = "uwsgi_layouts.bench.report"
 JUDGING = ("uwsgi_layouts.bench.analysis", "uwsgi_layouts.bench.paired", "uwsgi_layouts.bench.verdict",
            "uwsgi_layouts.bench.decisions", "uwsgi_layouts.bench.readings", "uwsgi_layouts.bench.diagnosis",
            "uwsgi_layouts.bench.tune", "uwsgi_layouts.bench.summary", "uwsgi_layouts.bench.margin",
-           "uwsgi_layouts.bench.capacity")
+           "uwsgi_layouts.bench.capacity", "uwsgi_layouts.bench.doctor_summary")
 # What the report may call from the judging modules: the readings they hand out (each builds, or
 # reads, typed judgements as data) and helpers that judge nothing (grouping, label parsing, words).
 READINGS = {
     "summarize", "claim_verdict", "peer_readings", "target_readings", "files_blocks", "mixed_blocks",
-    "reuseport_blocks", "tls_costs", "mechanism_of", "findings", "growth_quotable", "tune_cautions", "outcome_of",
-    "memory_request_mb", "group_cells", "requests_for_p99", "layout_words", "tune_command", "variant_options",
+    "reuseport_blocks", "tls_costs", "mechanism_of", "group_cells", "requests_for_p99", "layout_words",
+    "variant_options",
     "without", "cells_by_repeat", "only_nginx", "percent", "confidence_words", "server_of", "unpaired_note",
     # what the run recorded of its app and requests
     "app_record", "mixes", "is_demo_run",
     # the capacity plan's stored judgement (judged again for a plan.json written before it was stored)
     "plan_judgement",
 }
-# A reading whose name a comparison shares is allowed from its own module only.
-READING_HOMES = {"outcome_of": "uwsgi_layouts.bench.tune.record"}
 # Sizes of the presentation: widths, resolutions, how many rows or bars a table or figure shows and
 # where a legend takes a second column (plots.py: layout arithmetic, as text.py's digits are).
 PRESENTATION = {"WIDTH", "DPI", "MAX_REQUEST_ROWS", "LABELLED_BARS", "LEGEND_COLUMN_ROWS"}
@@ -133,8 +131,8 @@ def _module_of(node: ast.expr, modules: dict[str, str]) -> str | None:
 
 
 def _allowed(name: str, module: str) -> bool:
-    """A reading the report may use: by name, from its own module where a comparison shares its name."""
-    return name in READINGS and READING_HOMES.get(name, module) == module
+    """A reading the report may use (by name: no comparison shares a reading's name)."""
+    return name in READINGS
 
 
 def _constant(name: str) -> bool:
@@ -260,8 +258,13 @@ def test_a_module_left_out_still_needs_its_place_on_the_list(name):
      "uses steady_min of uwsgi_layouts.bench.analysis"),
     ("from uwsgi_layouts.bench.analysis import memory_cost\nfits = map(memory_cost, scenarios)\n",
      "uses memory_cost of uwsgi_layouts.bench.analysis"),
-    # The one reading a comparison shares its name with, from the comparison's module.
     ("from uwsgi_layouts.bench import paired\nx = paired.outcome_of(1, 2, True, 0.05)\n", "calls outcome_of"),
+    # Tune's search and doctor's judge: the report renders their stored summaries instead.
+    ("from uwsgi_layouts.bench.tune import record\noutcome = record.outcome_of(results)\n",
+     "calls outcome_of of uwsgi_layouts.bench.tune.record"),
+    ("from uwsgi_layouts.bench.doctor_summary import judge\nj = judge(diagnosis)\n",
+     "calls judge of uwsgi_layouts.bench.doctor_summary"),
+    ("from uwsgi_layouts.bench.diagnosis import findings\nfound = findings(d)\n", "calls findings"),
     # An outcome tested by equality, or against bare words.
     ("decided = c.outcome == 'better'\n", "judges an outcome: c.outcome == 'better'"),
     ("if 'worse' != c.outcome:\n    pass\n", "judges an outcome: 'worse' != c.outcome"),
@@ -284,7 +287,7 @@ def test_the_rules_catch_a_judgement_put_back(source, says):
     # Wording an outcome: ``is`` one member, ``in`` members; a reading from its own module.
     "from uwsgi_layouts.bench.paired import Direction\nif c.outcome is Direction.BETTER:\n    word = 'ahead'\n",
     "ahead = f'{t.side} ahead' if t.side in (Side.UWSGI, Side.PEER) else str(t.side)\n",
-    "from uwsgi_layouts.bench.tune import record\noutcome = record.outcome_of(results)\n",
+    "from uwsgi_layouts.bench.doctor_summary import summarize\nfound = summarize(results).diagnoses[0].findings\n",
     "from uwsgi_layouts.bench import analysis\nrows = analysis.group_cells(results, sc)\nkey = analysis.MEMORY_KEY\n",
     "from uwsgi_layouts.bench import analysis\ng: analysis.Group = analysis.Stat.of([1.0])\n",
     # Equality on what is no outcome: a format, a figure's name, the run's kind.

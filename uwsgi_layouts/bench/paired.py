@@ -232,6 +232,17 @@ def outcome_of(low: float, high: float, higher_is_better: bool, margin: float) -
     return Direction.UNDECIDED
 
 
+def interval_outcomes(c: Comparison, higher_is_better: tuple[bool, ...]) -> frozenset[Direction]:
+    """The outcomes a stored comparison's own interval gives, by the rule that made it
+    (``judge_ratios``, ``compare_unpaired``): undecided with too few rounds or too few unpaired
+    cells, else ``outcome_of`` for each direction asked (both, for a figure whose direction is not
+    known). A stored outcome outside them was edited or damaged: summary.json is checked by it
+    as it is read, compare's (``readings.consistency``) and tune's (``tune.summary.Against``)."""
+    if c.method == "too few rounds" or (c.method == "unpaired" and c.rounds < UNPAIRED_MIN):
+        return frozenset({Direction.UNDECIDED})
+    return frozenset(outcome_of(c.low, c.high, h, c.margin) for h in higher_is_better)
+
+
 def compare_rounds(a: dict[int, float], b: dict[int, float], higher_is_better: bool, figure: str = "",
                    rule: Rule = Rule(), weights: dict[int, float] | None = None) -> Comparison:
     """A (round -> value) against B, paired by the rounds both measured (a round with a zero or

@@ -10,21 +10,15 @@ report says what the run said, even after the analysis changes its rules. The me
 pyperf's style: small frozen dataclasses validated on creation, tuples not lists, enums for
 outcomes (``paired.Direction``, ``verdict.Standing``, ``verdict.Outcome``,
 ``verdict.PairDirection``). The JSON is written from the dataclasses' fields and read back by
-their type hints (``to_data``, ``from_data``): a new field is stored without a new line of
-codec. Mappings load read-only (``types.MappingProxyType``). A field whose metadata says
-``stored: False`` (``LevelJudgement.pair``: the groups behind
-a live verdict) is held in memory only.
+their type hints (``to_data``, ``from_data``, in ``bench.stored`` with the loader every stored
+summary shares): a new field is stored without a new line of codec. Mappings load read-only
+(``types.MappingProxyType``). A field whose metadata says ``stored: False``
+(``LevelJudgement.pair``: the groups behind a live verdict) is held in memory only.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-import json
-import math
-import types
-import typing
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,8 +54,10 @@ from uwsgi_layouts.bench.readings import (
     tls_costs,
 )
 from uwsgi_layouts.bench.results import Results, ResultsError
+from uwsgi_layouts.bench.stored import StoredSummary
+from uwsgi_layouts.bench.stored import from_data as from_data  # the codec, re-exported for its readers
+from uwsgi_layouts.bench.stored import to_data as to_data
 from uwsgi_layouts.bench.verdict import ARTICLE, Verdict, article_verdict, is_demo_run
-from uwsgi_layouts.files import write_atomic
 
 SUMMARY_NAME = "summary.json"
 SUMMARY_VERSION = 3
@@ -169,8 +165,13 @@ class Extension:
 
 
 @dataclass(frozen=True)
-class Summary:
-    """Everything a compare run concluded. ``created`` and ``cells`` tie it to its results.json."""
+class Summary(StoredSummary):
+    """Everything a compare run concluded. ``created`` and ``cells`` tie it to its results.json.
+    Saved and loaded as every stored summary is (``bench.stored``), refusing an old version in one
+    line (``refuse``) and an outcome its interval contradicts (``contradiction``)."""
+
+    KIND = KIND  # not fields: the class constants ``StoredSummary`` reads
+    VERSION = SUMMARY_VERSION
 
     version: int
     kind: str
@@ -217,28 +218,16 @@ class Summary:
         """Whether this summary was made from ``results`` (the same file, not extended since)."""
         return (self.created, self.cells) == (results.created, len(results.cells))
 
-    def save(self, path: Path | str) -> Path:
-        return write_atomic(Path(path), json.dumps(to_data(self), indent=1, allow_nan=False) + "\n")
-
     @classmethod
-    def load(cls, path: Path | str) -> "Summary":
-        """A stored summary; ResultsError (one line naming the field) when it cannot be read."""
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as exc:
-            raise ResultsError(f"{path}: not a readable summary ({exc})") from None
+    def refuse(cls, path: Path | str, data) -> None:
+        """A summary of an old version is refused in one line (``OldSummary``): its run is judged again."""
         if isinstance(data, dict) and data.get("version") in OLD_VERSIONS:
             old = data["version"]
             raise OldSummary(f"{path}: a summary of version {old} ({OLD_VERSIONS[old]}); this tool reads version "
                              f"{SUMMARY_VERSION}")
-        try:
-            summary = from_data(cls, data)
-        except (TypeError, ValueError, KeyError) as exc:
-            raise ResultsError(f"{path}: {exc}") from None
-        problem = contradiction(summary)  # an outcome its own interval does not say: edited, or damaged
-        if problem is not None:
-            raise ResultsError(f"{path}: {problem}")
-        return summary
+
+    def contradiction(self) -> str | None:
+        return contradiction(self)  # an outcome its own interval does not say: edited, or damaged
 
 
 def is_summarized(results: Results) -> bool:
@@ -296,73 +285,3 @@ def _group_rows(results: Results) -> tuple[GroupRow, ...]:
 def _bests(results: Results) -> tuple[Best, ...]:
     return tuple(Best(sc, level, b.best.layout, b.runner_up.layout if b.runner_up is not None else "", b.rps)
                  for sc in results.scenarios for level, b in best_and_runner_up(group_cells(results, sc)).items())
-
-
-# --------------------------------------------------------------------------- the JSON codec
-
-
-def _stored(cls) -> list[dataclasses.Field]:
-    return [f for f in dataclasses.fields(cls) if f.metadata.get("stored", True)]
-
-
-def to_data(value):
-    """JSON-ready data of a summary or any part of it: dataclasses as objects of their stored
-    fields, enums as their values, tuples as lists."""
-    if dataclasses.is_dataclass(value):
-        return {f.name: to_data(getattr(value, f.name)) for f in _stored(type(value))}
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, Mapping):
-        return {k: to_data(v) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return [to_data(x) for x in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # "inf": an open interval's end; JSON itself has no infinity
-    return value
-
-
-def from_data(cls, data):
-    """``cls`` built from ``to_data``'s output, each field by its type hint (and validated by the
-    dataclasses themselves on creation)."""
-    if not isinstance(data, dict):
-        raise ValueError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    fields = {}
-    for f in _stored(cls):
-        if f.name not in data:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ValueError(f"{cls.__name__}.{f.name}: missing")
-            continue
-        fields[f.name] = _value(hints[f.name], data[f.name], f"{cls.__name__}.{f.name}")
-    return cls(**fields)
-
-
-def _value(hint, data, where: str):
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if data is None and type(None) in args:
-            return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _value(inner, data, where)
-    if origin is Mapping:
-        if not isinstance(data, dict):
-            raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
-        return types.MappingProxyType({str(k): _value(args[1], v, where) for k, v in data.items()})
-    if origin is tuple:
-        if not isinstance(data, list):
-            raise ValueError(f"{where}: expected a list, got {type(data).__name__}")
-        return tuple(_value(args[0], x, where) for x in data)
-    if dataclasses.is_dataclass(hint):
-        return from_data(hint, data)
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        try:
-            return hint(data)
-        except ValueError:
-            raise ValueError(f"{where}: must be one of {', '.join(str(m.value) for m in hint)}, got {data!r}") from None
-    if hint is float and isinstance(data, int) and not isinstance(data, bool):
-        return float(data)
-    if hint is float and data in ("inf", "-inf"):
-        return float(data)
-    if not isinstance(data, hint) or (hint is int and isinstance(data, bool)):
-        raise ValueError(f"{where}: expected {hint.__name__}, got {data!r}")
-    return data

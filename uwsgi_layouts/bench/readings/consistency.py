@@ -5,10 +5,11 @@ rule, so that an edited or damaged file cannot make a report state what its figu
 by its path in the file: ``peers[0].target.target_readings[1].state: met, but ...``.
 
 The rules are the ones that made the readings, applied to what is stored: a comparison's outcome
-(``paired.outcome_of`` on its interval and margin, undecided with too few rounds or unpaired
-cells), who is ahead (``Side.of``), a target against its threshold (``TargetReading.of``), a
-files target (``target_verdict``), which choice matters more (``Matters.of``), how a peer's
-best variant won, and which way a paired ratio moved (``change_of``). The verdict's targets and
+(``paired.interval_outcomes``: ``outcome_of`` on its interval and margin, undecided with too few
+rounds or unpaired cells; tune's summary checks its finalists by the same function), who is
+ahead (``Side.of``), a target against its threshold (``TargetReading.of``), a files target
+(``target_verdict``), which choice matters more (``Matters.of``), how a peer's best variant won,
+and which way a paired ratio moved (``change_of``). The verdict's targets and
 levels and the layout to run here are checked as they are created (``bench.verdict``,
 ``bench.decisions``). Nothing is judged again from results.json.
 """
@@ -19,7 +20,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 
 from uwsgi_layouts.bench.analysis import FIGURES
-from uwsgi_layouts.bench.paired import UNPAIRED_MIN, Comparison, Direction, outcome_of
+from uwsgi_layouts.bench.paired import Comparison, Direction, interval_outcomes
 from uwsgi_layouts.bench.readings.nginx import FilesTarget, MixedPair, change_of, target_verdict
 from uwsgi_layouts.bench.readings.peers import (
     MatchupReading,
@@ -44,9 +45,7 @@ def _directions(figure: str) -> tuple[bool, ...]:
 def _comparison(c: Comparison) -> str | None:
     if not c.low <= c.high:
         return f"low: {c.low:g} above the interval's high end {c.high:g}"
-    undecided = c.method == "too few rounds" or (c.method == "unpaired" and c.rounds < UNPAIRED_MIN)
-    says = {Direction.UNDECIDED} if undecided else {outcome_of(c.low, c.high, h, c.margin)
-                                                    for h in _directions(c.figure)}
+    says = interval_outcomes(c, _directions(c.figure))
     if c.outcome in says:
         return None
     return (f"outcome: {c.outcome.value}, but its interval {c.bounds()} ({c.how()}, equivalent within "

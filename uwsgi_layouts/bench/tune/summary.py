@@ -17,8 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from uwsgi_layouts.bench.analysis import Tails
-from uwsgi_layouts.bench.paired import Comparison
-from uwsgi_layouts.bench.paired import outcome_of as interval_says
+from uwsgi_layouts.bench.paired import Comparison, interval_outcomes
 from uwsgi_layouts.bench.results import Results
 from uwsgi_layouts.bench.stored import StoredSummary
 from uwsgi_layouts.bench.tune.cautions import TuneCautions, tune_cautions
@@ -119,11 +118,12 @@ class Against:
     def __post_init__(self):
         if self.rps.figure != "rps":
             raise ValueError(f"against: {self.spec}'s comparison is of throughput (rps), got {self.rps.figure!r}")
-        # A t interval decides its own outcome: a stored outcome that is not its interval's was changed.
-        said = interval_says(self.rps.low, self.rps.high, True, self.rps.margin) if self.rps.method == "t" else None
-        if said is not None and self.rps.outcome is not said:
+        # An interval decides its own outcome (as compare's summary is checked: ``paired.interval_outcomes``):
+        # a stored outcome that is not its interval's was changed.
+        said = interval_outcomes(self.rps, (True,))
+        if self.rps.outcome not in said:
             raise ValueError(f"against: {self.spec}'s outcome against the choice is {self.rps.outcome}, but its "
-                             f"interval {self.rps.bounds()} says {said}")
+                             f"interval {self.rps.bounds()} says {' or '.join(sorted(said))}")
 
 
 @dataclass(frozen=True)
