@@ -73,6 +73,10 @@ def _stored() -> dict:
     (lambda d: d["verdict"]["levels"][0].update(direction="fails"), "the comparisons say holds, not fails"),
     # The verdict's pair is also a key comparison: the two copies must agree.
     (lambda d: d["decisions"][0].update(settled=False), "differs from the verdict at 2 connections"),
+    # Another kind's file is named as such (tune's and doctor's are version 1, an old compare version),
+    # and a version that is not a number is a bad field, not a traceback.
+    (lambda d: d.update(kind="tune", version=1), "kind: a summary of a 'tune' run, beside the results of a compare run"),
+    (lambda d: d.update(version=[1]), "Summary.version: expected int, got [1]"),
 ])
 def test_a_summary_that_cannot_be_trusted_is_refused_in_one_line(tmp_path, edit, says):
     data = _stored()
@@ -196,7 +200,7 @@ def test_report_renders_a_run_from_its_summary_json(tmp_path, capsys, monkeypatc
     assert "holds here" in (run / "report.txt").read_text() and not (run / SUMMARY_NAME).exists()
     # The plots are drawn from results.json alone, the same each time (above, for real; test_report's
     # export tests check them): the two reports below skip them, which was two thirds of this test's CPU.
-    monkeypatch.setattr(plots, "plot_all", lambda results, out_dir: [])
+    monkeypatch.setattr(plots, "plot_all", lambda results, out_dir, summary=None: [])
     _with_level(_stored(), 2, {"ratio": 1.2, "low": 1.1, "high": 1.3, "outcome": "better"}, "straddles",
                 "holds").save(run / SUMMARY_NAME)
     assert bench_main(["report", str(run)]) == 0

@@ -61,14 +61,17 @@ class StoredSummary:
         """The summary stored at ``path``; ResultsError (one line naming the field) when it cannot be read."""
         try:
             data = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep to be ours
             raise ResultsError(f"{path}: not a readable summary ({exc})") from None
         cls.refuse(path, data)
         try:
             summary = from_data(cls, data)
         except (TypeError, ValueError, KeyError) as exc:
             raise ResultsError(f"{path}: {exc}") from None
-        problem = summary.contradiction()
+        try:
+            problem = summary.contradiction()
+        except (TypeError, ValueError, KeyError, ArithmeticError, AttributeError) as exc:
+            problem = f"its figures cannot be checked ({exc})"  # well typed, but not what we write
         if problem is not None:
             raise ResultsError(f"{path}: {problem}")
         return summary

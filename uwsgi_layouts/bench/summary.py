@@ -220,9 +220,13 @@ class Summary(StoredSummary):
 
     @classmethod
     def refuse(cls, path: Path | str, data) -> None:
-        """A summary of an old version is refused in one line (``OldSummary``): its run is judged again."""
-        if isinstance(data, dict) and data.get("version") in OLD_VERSIONS:
-            old = data["version"]
+        """Another kind's file (tune's, doctor's) is refused as such; a summary of an old version in one
+        line (``OldSummary``): its run is judged again."""
+        if isinstance(data, dict) and "kind" in data:
+            super().refuse(path, data)  # tune's and doctor's are version 1 too: not an old compare one
+        version = data.get("version") if isinstance(data, dict) else None
+        if type(version) is int and version in OLD_VERSIONS:  # not a list or a dict: unhashable
+            old = version
             raise OldSummary(f"{path}: a summary of version {old} ({OLD_VERSIONS[old]}); this tool reads version "
                              f"{SUMMARY_VERSION}")
 
