@@ -385,12 +385,10 @@ def wrk_counts(output: str) -> dict[str, int]:
 
 
 @contextmanager
-def under_wrk(c: Container, connections: int, close: bool = False, settle: float = 1.0):
+def under_wrk(c: Container, connections: int, close: bool = False, settle: float = 2.0):
     """wrk (inside the container) on a 50 ms request through nginx for the whole block, from
     ``settle`` s before it to ``settle`` s after; yields the dict its counts land in. ``close``:
-    a new connection per request (/bundles/close.lua) instead of keep-alive. One second is about
-    20 requests per connection on each side of the change (it was 2 s: 10 s of the test's five
-    blocks); a request the change broke fails inside the block, where install or restart runs."""
+    a new connection per request (/bundles/close.lua) instead of keep-alive."""
     script = ["-s", "/bundles/close.lua"] if close else []
     wrk = c.popen("wrk", "-t2", f"-c{connections}", "-d300s", "--timeout", "10s", *script, "-H", f"Host: {HOST}",
                   "http://127.0.0.1:8080/slow?ms=50")
