@@ -75,7 +75,8 @@ def _stored() -> dict:
     (lambda d: d["decisions"][0].update(settled=False), "differs from the verdict at 2 connections"),
     # Another kind's file is named as such (tune's and doctor's are version 1, an old compare version),
     # and a version that is not a number is a bad field, not a traceback.
-    (lambda d: d.update(kind="tune", version=1), "kind: a summary of a 'tune' run, beside the results of a compare run"),
+    (lambda d: d.update(kind="tune", version=1),
+     "kind: a summary of a 'tune' run, beside the results of a compare run"),
     (lambda d: d.update(version=[1]), "Summary.version: expected int, got [1]"),
 ])
 def test_a_summary_that_cannot_be_trusted_is_refused_in_one_line(tmp_path, edit, says):

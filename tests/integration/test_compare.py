@@ -197,6 +197,8 @@ def test_compare_with_a_budget_adds_rounds_of_undecided_key_comparisons_only(tmp
     assert all(c["round"] == c["repeat"] for c in cells) and {c["round"] for c in cells if c["round"] <= 2} == {1, 2}
     planned = [c for c in cells if c["round"] <= 2]
     assert len(planned) == 6  # every layout in every planned round
+    # Nothing can be settled on two planned rounds: no round added is only the budget's doing.
+    assert state["rounds"] or state["stop"] == "the budget ended with the planned rounds", state
     for added in state["rounds"]:  # only the layouts of undecided key comparisons, and never all three
         here = {c["layout"] for c in cells if c["round"] == added["round"]}
         assert here == set(added["layouts"]) and len(here) == 2

@@ -201,7 +201,7 @@ def test_a_compare_stack_mid_run_is_closed_to_nobody_and_stores_no_cookie(tmp_pa
                         raise
                     continue
                 assert read_as("nobody", address) == f"errno {errno.EACCES}"
-                masters = [p for p in psutil.Process(proc.pid).children(recursive=True) if p.name() == "uwsgi"]
+                masters = [p for p in psutil.Process(proc.pid).children(recursive=True) if uwsgi_command(p)]
                 assert masters and all(uwsgi_tcp_listeners(p.pid) == set() for p in masters), "uWSGI on TCP"
             break
         rc = proc.wait(timeout=150)

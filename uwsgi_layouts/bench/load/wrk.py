@@ -225,8 +225,13 @@ class WrkProcess:
         self._out = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
         self._err = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
         # Load ends with the benchmark, even a SIGKILLed one: nothing left hammering a dead stack.
-        self.proc = subprocess.Popen(self.cmd, stdout=self._out, stderr=self._err,
-                                     preexec_fn=child_setup(death_signal=signal.SIGKILL))
+        try:
+            self.proc = subprocess.Popen(self.cmd, stdout=self._out, stderr=self._err,
+                                         preexec_fn=child_setup(death_signal=signal.SIGKILL))
+        except BaseException:  # no wrk started (missing binary...): nothing will call stop()
+            self._out.close()
+            self._err.close()
+            raise
 
     def result(self) -> WrkRun:
         try:
