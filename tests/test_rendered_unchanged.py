@@ -30,7 +30,7 @@ from uwsgi_layouts.bench.capacity import RateStep, make_plan
 from uwsgi_layouts.bench.readings import judge_plan
 from uwsgi_layouts.bench.report import markdown_lines, plots, terminal_lines
 from uwsgi_layouts.bench.report.plan import read_plan, write_plan_reports
-from uwsgi_layouts.bench.results import Results, load
+from uwsgi_layouts.bench.results import Results, ResultsError, load
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RENDERED = FIXTURES / "rendered"
@@ -130,14 +130,24 @@ def test_a_plan_with_its_stored_judgement_renders_as_one_judged_again():
     assert judged["next_miss"] == 7.5 and judged["validation"]["within"] is False
 
 
-def test_the_report_words_the_stored_judgement_not_its_own():
-    """The stored judgement is what the report states: edited (in a way that is still consistent),
-    the report says what the file says."""
+@pytest.mark.parametrize("edit, says", [
+    (lambda j: j["validation"].update(target=0.2, within=True), "judgement.validation: "),
+    (lambda j: j.update(met=[*j["met"], 7.5]),
+     "judgement.met: (4.0, 6.0, 7.5), but the plan's own steps and rows say (4, 6)"),
+    (lambda j: j.update(met="12"), "judgement.met: must be a list of rates, got '12'"),
+    (lambda j: j.update(next_miss=None), "judgement.next_miss: None, but the plan's own steps and rows say 7.5"),
+])
+def test_a_stored_judgement_its_own_steps_contradict_is_refused_in_one_line(tmp_path, edit, says):
+    """The report words the stored judgement (tests/test_report_decides_nothing.py: it calls no
+    judge); one edited, even consistently with itself, is refused when the plan is read."""
     data = plan_data()
     judged = judge_plan(data).to_dict()
-    judged["validation"] |= {"target": 0.2, "within": True}
-    text = plan_renders(data | {"judgement": judged})["plan-report.txt"].decode()
-    assert "is within 20% of every count measured (largest difference +12%" in text
+    edit(judged)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data | {"judgement": judged}))
+    with pytest.raises(ResultsError) as err:
+        read_plan(path)
+    assert says in str(err.value) and "\n" not in str(err.value), err.value
 
 
 @pytest.mark.parametrize("name", ["memory.txt", "memory.md"])

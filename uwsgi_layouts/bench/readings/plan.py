@@ -65,7 +65,10 @@ class PlanJudgement:
         v = data["validation"]
         if v is not None and not isinstance(v, dict):
             raise ValueError(f"judgement.validation: must be an object or null, got {type(v).__name__}")
-        return cls(tuple(float(r) for r in data["met"]), data["next_miss"],
+        met = data["met"]
+        if not isinstance(met, list) or any(isinstance(r, bool) or not isinstance(r, (int, float)) for r in met):
+            raise ValueError(f"judgement.met: must be a list of rates, got {met!r}")
+        return cls(tuple(float(r) for r in met), data["next_miss"],
                    None if v is None else Validation(v["target"], v["difference"], v["replicas"], v["within"]))
 
 
@@ -99,6 +102,15 @@ def judge_plan(data: dict) -> PlanJudgement:
 
 
 def plan_judgement(data: dict) -> PlanJudgement:
-    """The judgement plan.json stores, or, for a file written before it was stored, judged again."""
+    """The judgement plan.json stores, or, for a file written before it was stored, judged again. A
+    stored one that the plan's own steps and rows contradict (edited, or damaged) is a ValueError
+    naming the field, as a stored compare summary's readings are checked against their intervals."""
     stored = data.get("judgement")
-    return PlanJudgement.from_dict(stored) if stored is not None else judge_plan(data)
+    if stored is None:
+        return judge_plan(data)
+    judged, again = PlanJudgement.from_dict(stored), judge_plan(data)
+    for field in ("met", "next_miss", "validation"):
+        if getattr(judged, field) != getattr(again, field):
+            raise ValueError(f"judgement.{field}: {getattr(judged, field)!r}, but the plan's own steps and rows "
+                             f"say {getattr(again, field)!r}")
+    return judged
