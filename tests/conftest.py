@@ -99,13 +99,8 @@ def module_run_dirs():
     covers its own ``run_dirs`` only), so no process may still name them once the module is done."""
     with run_dir_factory() as new:
         yield new
-        left = wait_no_processes(new.dirs, timeout=5.0)
-        for p in left:
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
-        assert not left, f"processes still running for {new.dirs} after the module: {describe(left)}"
+        left = kill_leftovers(new.dirs)
+        assert not left, f"processes still running for {new.dirs} after the module: {left}"
 
 
 @pytest.fixture
@@ -237,6 +232,19 @@ def describe(procs: list[psutil.Process]) -> str:
     return "; ".join(out)
 
 
+def kill_leftovers(dirs: list[str]) -> str:
+    """The processes still naming ``dirs`` after a grace, described ("" for none), then killed: they
+    were started by the test or module that owns ``dirs``, and must not leak into the next one."""
+    left = wait_no_processes(dirs, timeout=5.0)
+    text = describe(left)
+    for p in left:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    return text
+
+
 @pytest.fixture
 def leftover_processes():
     """``leftover_processes(dirs, timeout)``: processes still referencing ``dirs`` after polling."""
@@ -250,12 +258,6 @@ def _no_leftover_processes(request, run_dirs):
         return
     request.getfixturevalue("integration_tools")
     yield
-    left = wait_no_processes(run_dirs.dirs, timeout=5.0)
+    left = kill_leftovers(run_dirs.dirs)
     if left:
-        text = describe(left)
-        for p in left:  # these were started by this test: do not leak them into the next one
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
-        pytest.fail(f"processes still running for {run_dirs.dirs} after the test: {text}", pytrace=False)
+        pytest.fail(f"processes still running for {run_dirs.dirs} after the test: {left}", pytrace=False)
