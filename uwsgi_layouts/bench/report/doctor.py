@@ -3,15 +3,15 @@ suggestion, and the window's figures per worker, per listen queue and from the a
 
 Functions of a ``Results`` of kind ``doctor`` that RETURN lines. What was judged (the findings,
 the tune command, whether a worker's memory growth is quoted) comes from the run's ``DoctorSummary``
-(``bench.doctor_summary``: stored as summary.json beside results.json; given none, a run stored
-before summaries, it is made from the stored figures); the figures from results.json. The report
-judges nothing and holds no threshold.
+(``bench.doctor_summary``: stored as summary.json beside results.json; for a run stored before
+summaries, made once per report from the stored figures by ``bench.report.judged``); the figures
+from results.json. The report judges nothing and holds no threshold.
 """
 
 from __future__ import annotations
 
 from uwsgi_layouts.bench.diagnosis import layout_words
-from uwsgi_layouts.bench.doctor_summary import DoctorSummary, Judgement, summarize
+from uwsgi_layouts.bench.doctor_summary import DoctorSummary, Judgement
 from uwsgi_layouts.bench.report.text import comment, md_footer, md_table, pct, table, wrap
 from uwsgi_layouts.bench.results import Diagnosis, Results
 
@@ -87,8 +87,7 @@ def access_line(d: Diagnosis) -> str:
     return text + ("; only the first 256 MB were read" if a.get("cut") else "")
 
 
-def terminal_lines(results: Results, summary: DoctorSummary | None = None) -> list[str]:
-    summary = summary if summary is not None else summarize(results)
+def terminal_lines(results: Results, summary: DoctorSummary) -> list[str]:
     out = [f"note: {comment(results)}", ""] if comment(results) else []
     for d, j in zip(results.diagnoses, summary.diagnoses, strict=True):
         out += _header(d, results) + ["", "Findings:"]
@@ -122,8 +121,7 @@ def terminal_lines(results: Results, summary: DoctorSummary | None = None) -> li
     return out
 
 
-def markdown_lines(results: Results, plot_files: list[str], summary: DoctorSummary | None = None) -> list[str]:
-    summary = summary if summary is not None else summarize(results)
+def markdown_lines(results: Results, plot_files: list[str], summary: DoctorSummary) -> list[str]:
     out = ["# Doctor: a running uWSGI, diagnosed", ""]
     if comment(results):
         out += [f"> **Note:** {comment(results)}", ""]

@@ -4,9 +4,10 @@ stopped, how the budget was spent, and warnings.
 
 Everything is rendered from the run's ``TuneSummary`` (``bench.tune.summary``): what the search
 decided, stored as summary.json beside results.json, so ``uwsgi-layouts report`` renders what the
-run concluded without taking the search again; given none (a run stored before summaries), the
-summary is made from the stored cells and clock. Facts of the run (its app, budget, wall time,
-recommended files, load average) come from results.json. Functions return lines; nothing prints.
+run concluded without taking the search again; for a run stored before summaries, the summary is
+made once per report from the stored cells and clock (``bench.report.judged``) and handed here.
+Facts of the run (its app, budget, wall time, recommended files, load average) come from
+results.json. Functions return lines; nothing prints.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from uwsgi_layouts.bench.report.subject import subject_lines, subject_markdown
 from uwsgi_layouts.bench.report.text import fmt_interval, md_table, num, plot_lines, table, wrap
 from uwsgi_layouts.bench.results import Results
 from uwsgi_layouts.bench.tune.outcome import STAGES
-from uwsgi_layouts.bench.tune.summary import Measured, StallFigures, Tail, TuneSummary, summarize
+from uwsgi_layouts.bench.tune.summary import Measured, StallFigures, Tail, TuneSummary
 
 RULES = {
     "threads": ("too few threads", "P x T below the requests in flight: the rest would queue"),
@@ -230,8 +231,7 @@ def tune_warnings(results: Results, summary: TuneSummary) -> list[str]:
     return out
 
 
-def terminal_lines(results: Results, summary: TuneSummary | None = None) -> list[str]:
-    summary = summary if summary is not None else summarize(results)
+def terminal_lines(results: Results, summary: TuneSummary) -> list[str]:
     out = [_subject_head(results)]
     out += subject_lines(results)
     out += wrap("objective: " + summary.objective.words())
@@ -254,8 +254,7 @@ def terminal_lines(results: Results, summary: TuneSummary | None = None) -> list
     return out
 
 
-def markdown_lines(results: Results, plot_files: list[str], summary: TuneSummary | None = None) -> list[str]:
-    summary = summary if summary is not None else summarize(results)
+def markdown_lines(results: Results, plot_files: list[str], summary: TuneSummary) -> list[str]:
     a = results.arguments
     out = ["# Tune: which layout to run", "", _subject_head(results) + ".", "",
            f"**Objective:** {summary.objective.words()}.", "", POINT_NOTE, ""]
