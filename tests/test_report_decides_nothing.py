@@ -147,13 +147,18 @@ def _module_of(node: ast.expr, modules: dict[str, str]) -> str | None:
     return full if _judging(full) and _is_module(full) else None
 
 
+def _class_name(name: str) -> bool:
+    """``TargetReading``, ``Stat``: a class's name (a constant's, ``ARTICLE``, is all upper case)."""
+    return name[:1].isupper() and not name.isupper()
+
+
 def _owner(node: ast.expr, names: dict[str, tuple[str, str]], modules: dict[str, str]) -> tuple[str, str] | None:
     """(judging module, prefix) when ``node`` names a judging module (prefix "") or a class of one
     (``TargetReading``, ``readings.Matters``: prefix "TargetReading."), whose attributes a use reaches."""
-    if isinstance(node, ast.Name) and node.id in names and names[node.id][1][:1].isupper():
+    if isinstance(node, ast.Name) and node.id in names and _class_name(names[node.id][1]):
         module, cls = names[node.id]
         return module, f"{cls}."
-    if isinstance(node, ast.Attribute) and node.attr[:1].isupper():
+    if isinstance(node, ast.Attribute) and _class_name(node.attr):
         module = _module_of(node.value, modules)
         return None if module is None else (module, f"{node.attr}.")
     module = _module_of(node, modules)
@@ -355,6 +360,7 @@ def test_the_rules_catch_a_judgement_put_back(source, says):
     # An enum member or a class's constant is no method; a reading from its own module under another name.
     "from uwsgi_layouts.bench.readings import Side\nahead = t.side is Side.UWSGI\nname = Side.PEER.value\n",
     "from uwsgi_layouts.bench.summary import summarize as judged_once\ns = judged_once(results)\n",
+    "from uwsgi_layouts.bench.verdict import ARTICLE\ntitle = ARTICLE.title()\n",
 ])
 def test_the_rules_let_rendering_be(source):
     assert violations(source) == []
