@@ -5,7 +5,11 @@ steady minimum, the plots' sizes) changes where it is decided, never what is wri
 ``tests/fixtures/rendered/`` holds what the code before the move (commit 9114b9c) rendered of
 the stored fixtures: the compare report (terminal and Markdown) of results-tails.json and of
 results-small.json with memory, the open-loop reports of both stored openloop versions, a plan's
-report.txt and report.md, and the SHA-256 of every plot. Regenerate them only for a change meant
+report.txt and report.md, and the SHA-256 of every plot. The tune and doctor reports (of
+results-tune.json and results-v2-doctor.json, and variants of each that reach the branches the
+fixtures do not: recommended files and every warning, no layout met, an interrupted search; a run stopped early, two
+diagnoses, no findings, no access log) are what the code rendered before their text and Markdown
+were written from one section spec (commit 1cc8396). Regenerate them only for a change meant
 to alter a report (and say so in its commit):
 
     .venv/bin/python tests/test_rendered_unchanged.py tests/fixtures/rendered
@@ -26,11 +30,14 @@ from pathlib import Path
 import matplotlib
 import pytest
 
+from uwsgi_layouts.bench import doctor_summary
 from uwsgi_layouts.bench.capacity import RateStep, make_plan
 from uwsgi_layouts.bench.readings import judge_plan
-from uwsgi_layouts.bench.report import markdown_lines, plots, terminal_lines
+from uwsgi_layouts.bench.report import AnySummary, markdown_lines, plots, terminal_lines
 from uwsgi_layouts.bench.report.plan import read_plan, write_plan_reports
 from uwsgi_layouts.bench.results import Results, ResultsError, load
+from uwsgi_layouts.bench.tune import summary as tune_summary
+from uwsgi_layouts.bench.tune.cautions import Noisy, ThinTail, TuneCautions, Unsteady
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RENDERED = FIXTURES / "rendered"
@@ -74,6 +81,63 @@ def plan_data() -> dict:
             "steps": [s.to_dict() for s in steps], "check": check, "validation": rows}
 
 
+def edited(fixture: str, edit) -> Results:
+    """The fixture ``fixture`` as loaded after ``edit`` changed its JSON data in place."""
+    data = json.loads((FIXTURES / fixture).read_text())
+    edit(data)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / fixture
+        path.write_text(json.dumps(data))
+        return load(path)
+
+
+def _recommended(data: dict) -> None:
+    data["arguments"]["tune"]["recommended"] = {
+        "dir": "results/tune-x/recommended", "files": ["uwsgi.ini", "nginx.conf"], "bundle": "bundle",
+        "serve": "uwsgi-layouts serve results/tune-x/recommended", "note": "install the bundle as root",
+        "install": "sudo results/tune-x/recommended/bundle/install.sh"}
+    data["environment"]["loadavg_at_start"] = [1.25, 1.0, 0.5]
+    data["environment"]["loadavg_at_end"] = [2.5, 1.5, 0.75]
+
+
+def _stopped(data: dict) -> None:
+    d = data["diagnoses"][0]
+    d.update(ended="stopped", end_note="the stats server stopped answering")
+    d.pop("access", None)
+    d["layout"].pop("config", None)
+
+
+def _two(data: dict) -> None:
+    data["diagnoses"].append(json.loads(json.dumps(data["diagnoses"][0])) | {"address": "127.0.0.1:9192"})
+
+
+def tune_and_doctor() -> list[tuple[str, Results, AnySummary]]:
+    """Tune and doctor runs with the summary each is rendered from: the fixtures, and variants that
+    reach the branches the fixtures do not (edited summaries: made up, as the fixtures are)."""
+    tune = load(FIXTURES / "results-tune.json")
+    judged = tune_summary.summarize(tune)
+    none = dataclasses.replace(judged, pod=None, choice=dataclasses.replace(
+        judged.choice, chosen="", runner_up="", closest=judged.candidates[1].spec, why="none met the objective",
+        against=()))
+    interrupted = dataclasses.replace(judged, search=dataclasses.replace(judged.search, interrupted=True))
+    doctor = load(FIXTURES / "results-v2-doctor.json")
+    stopped = edited("results-v2-doctor.json", _stopped)
+    two = edited("results-v2-doctor.json", _two)
+    empty = doctor_summary.summarize(stopped)
+    empty = dataclasses.replace(empty, diagnoses=tuple(dataclasses.replace(j, findings=(), tune="")
+                                                       for j in empty.diagnoses))
+    files = edited("results-tune.json", _recommended)
+    spec = judged.choice.chosen
+    cautions = TuneCautions(("the machine was busy",), (Unsteady("2x4-shared", 0.4, 3, 12.0, 18.0, 0.05, False),
+                                                         Unsteady(spec, 0.3, 7, 15.0, 21.0, 0.04, True)),
+                            Noisy(spec, 0.3, 7), spec, ThinTail(spec, 4), True)
+    warned = dataclasses.replace(tune_summary.summarize(files), cautions=cautions)
+    return [("tune", tune, judged), ("tune-files", files, warned),
+            ("tune-none", tune, none), ("tune-interrupted", tune, interrupted),
+            ("doctor", doctor, doctor_summary.summarize(doctor)), ("doctor-stopped", stopped, empty),
+            ("doctor-two", two, doctor_summary.summarize(two))]
+
+
 def renders() -> dict[str, bytes]:
     """Every rendering of the fixtures, by file name (plots as their SHA-256)."""
     out: dict[str, bytes] = {}
@@ -90,6 +154,10 @@ def renders() -> dict[str, bytes]:
             # stored with them, and compared against another only by the files' names.
             out[f"{name}-plots.sha256"] = (f"# matplotlib {matplotlib.__version__}\n" + "".join(
                 f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}\n" for p in drawn)).encode()
+    for name, results, summary in tune_and_doctor():
+        out[f"{name}.txt"] = ("\n".join(terminal_lines(results, summary)) + "\n").encode()
+        md = markdown_lines(results, plots.plot_file_names(results), summary)
+        out[f"{name}.md"] = ("\n".join(md) + "\n").encode()
     return out | plan_renders(plan_data())
 
 
@@ -154,6 +222,21 @@ def test_a_stored_judgement_its_own_steps_contradict_is_refused_in_one_line(tmp_
 def test_the_memory_fixture_shows_the_fit(name):
     """The memory rendering holds the fitted costs (a fixture that fitted nothing would prove nothing)."""
     assert b"one more worker process" in (RENDERED / name).read_bytes().lower()
+
+
+@pytest.mark.parametrize("name, says", [
+    ("tune.txt", "RECOMMENDATION: "), ("tune.md", "## Pruned before measuring"),
+    ("tune-files.txt", "recommended files: "), ("tune-files.md", "## Recommended files"),
+    ("tune-files.txt", "load average 1.2 at the start"), ("tune-files.md", "## Warnings"),
+    ("tune-files.txt", "chosen anyway"), ("tune-files.txt", "the budget ended before the final stage"),
+    ("tune-none.txt", "NO LAYOUT MEETS THE OBJECTIVE."), ("tune-none.md", "**Closest:**"),
+    ("tune-interrupted.txt", "INTERRUPTED after "),
+    ("doctor.txt", "-> "), ("doctor.md", "## Access log"), ("doctor-stopped.txt", "STOPPED EARLY: "),
+    ("doctor-stopped.txt", "none: no sample was read"), ("doctor-two.md", "127.0.0.1:9192"),
+])
+def test_the_tune_and_doctor_fixtures_reach_their_branches(name, says):
+    """Each variant shows the branch it was made for (a variant rendering what another does proves nothing)."""
+    assert says in (RENDERED / name).read_text()
 
 
 def test_the_plan_fixture_shows_the_judgements_that_moved():

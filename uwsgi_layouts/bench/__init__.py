@@ -35,4 +35,7 @@ Add an experiment kind (``tune`` is the latest example):
 3. Its report: ``bench/report/NAME.py`` with ``terminal_lines(results)`` and
    ``markdown_lines(results, plot_files)``, one entry in ``bench.report.RENDERERS``, and its
    plots (if any) in ``bench.report.plots.PLOTS``. ``uwsgi-layouts report`` then renders it.
+   A kind that judges stores its judgements as a summary (``bench.stored``): its views then take
+   it as a last argument and never judge; ``Renderer.summary`` loads it and ``Renderer.judge``
+   makes it once per report for a run stored without one.
 """

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from uwsgi_layouts.bench.report import AnySummary, terminal_lines
+from uwsgi_layouts.bench.report import AnySummary, judged, terminal_lines
 from uwsgi_layouts.bench.report.exporters import export_all
 from uwsgi_layouts.bench.results import Results
 from uwsgi_layouts.bench.summary import SUMMARY_NAME
@@ -51,8 +51,10 @@ def publish(results: Results, out: Path, saved: Path | None = None, screen: list
     kind's plots), print the terminal report (or ``screen``: what the kind shows instead, e.g.
     compare's headline) and what was written (``saved``: the results file, when this run wrote it).
     ``summary``: a compare, tune or doctor run's judgements, which every format renders; a run that
-    wrote its results also stores them beside, as summary.json (``report`` renders from it later)."""
+    wrote its results also stores them beside, as summary.json (``report`` renders from it later).
+    Given none (a run stored without it), they are made once here and every format renders those."""
     out.mkdir(parents=True, exist_ok=True)
+    summary = judged(results, summary)
     written = export_all(results, out, summary=summary)
     if summary is not None and saved is not None:
         written.insert(0, summary.save(saved.parent / SUMMARY_NAME))

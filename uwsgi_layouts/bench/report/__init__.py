@@ -6,6 +6,8 @@
 A run's judgements come from its kind's summary (given, e.g. loaded from summary.json, or made
 from the results): compare's ``bench.summary.Summary``, tune's ``bench.tune.summary.TuneSummary``,
 doctor's ``bench.doctor_summary.DoctorSummary`` (``Renderer.summary``); openloop and faults take none.
+A summary not given is made once per report by ``judged`` (``Renderer.judge``) and handed to every
+view: a kind's own ``terminal_lines`` and ``markdown_lines`` take it and never judge.
 
 Both dispatch on ``results.kind`` through ``RENDERERS``: ``compare`` (with the nginx
 scenarios' sections of ``nginx``), ``openloop``, ``faults``, ``tune`` and ``doctor`` each render in their own module.
@@ -19,10 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from uwsgi_layouts.bench import doctor_summary
+from uwsgi_layouts.bench import summary as compare_summary
 from uwsgi_layouts.bench.doctor_summary import DoctorSummary
 from uwsgi_layouts.bench.report import compare, doctor, faults, openloop, tune
 from uwsgi_layouts.bench.results import Results, ResultsError
 from uwsgi_layouts.bench.summary import Summary
+from uwsgi_layouts.bench.tune import summary as tune_summary
 from uwsgi_layouts.bench.tune.summary import TuneSummary
 
 AnySummary = Summary | TuneSummary | DoctorSummary
@@ -33,14 +38,15 @@ class Renderer:
     terminal_lines: Callable[..., list[str]]  # (results) or, for a summarized kind, (results, summary)
     markdown_lines: Callable[..., list[str]]  # (results, plot_files) or (results, plot_files, summary)
     summary: type | None = None  # the kind's stored judgements (summary.json): a class with load and matches
+    judge: Callable[[Results], AnySummary] | None = None  # makes them from the results (a run stored without)
 
 
 RENDERERS: dict[str, Renderer] = {
-    "compare": Renderer(compare.terminal_lines, compare.markdown_lines, Summary),
+    "compare": Renderer(compare.terminal_lines, compare.markdown_lines, Summary, compare_summary.summarize),
     "openloop": Renderer(openloop.terminal_lines, openloop.markdown_lines),
     "faults": Renderer(faults.terminal_lines, faults.markdown_lines),
-    "tune": Renderer(tune.terminal_lines, tune.markdown_lines, TuneSummary),
-    "doctor": Renderer(doctor.terminal_lines, doctor.markdown_lines, DoctorSummary),
+    "tune": Renderer(tune.terminal_lines, tune.markdown_lines, TuneSummary, tune_summary.summarize),
+    "doctor": Renderer(doctor.terminal_lines, doctor.markdown_lines, DoctorSummary, doctor_summary.summarize),
 }
 
 
@@ -52,15 +58,28 @@ def renderer(results: Results) -> Renderer:
                            f"(reports exist for {', '.join(RENDERERS)})") from None
 
 
+def judged(results: Results, summary: AnySummary | None = None) -> AnySummary | None:
+    """The run's judgements, for every view of one report: ``summary`` when given (stored, or the
+    run's own), else made here, once, from the results (a run stored without its summary: the
+    search taken again, the figures judged again); None for a kind that takes none. A caller
+    rendering several views calls this first and hands every view its answer."""
+    if summary is not None:
+        return summary
+    judge = renderer(results).judge
+    return None if judge is None else judge(results)
+
+
 def _summary_args(summary: AnySummary | None) -> tuple:
     return () if summary is None else (summary,)
 
 
 def terminal_lines(results: Results, summary: AnySummary | None = None) -> list[str]:
-    """The plain-text report of any kind (lines of at most about 100 columns)."""
-    return renderer(results).terminal_lines(results, *_summary_args(summary))
+    """The plain-text report of any kind (lines of at most about 100 columns); ``summary`` as
+    ``judged`` takes it."""
+    return renderer(results).terminal_lines(results, *_summary_args(judged(results, summary)))
 
 
 def markdown_lines(results: Results, plot_files: list[str], summary: AnySummary | None = None) -> list[str]:
-    """The Markdown report of any kind; ``plot_files`` are embedded by relative link."""
-    return renderer(results).markdown_lines(results, plot_files, *_summary_args(summary))
+    """The Markdown report of any kind; ``plot_files`` are embedded by relative link; ``summary``
+    as ``judged`` takes it."""
+    return renderer(results).markdown_lines(results, plot_files, *_summary_args(judged(results, summary)))

@@ -304,14 +304,13 @@ def warnings_section(summary: Summary) -> Section:
     return Section("Warnings", (Items(summary.cautions),) if summary.cautions else (Note("None."),))
 
 
-def terminal_lines(results: Results, summary: Summary | None = None) -> list[str]:
+def terminal_lines(results: Results, summary: Summary) -> list[str]:
     """The plain-text report: per scenario and level a table, the best layout, then the verdict
-    and the warnings, as ``summary`` (by default the one ``results`` makes) decided them.
+    and the warnings, as ``summary`` decided them.
 
     Medians across repeats; "±" is half the low–high range as a percentage of the median;
     latencies in ms. Lines fit in 100 columns for layout names up to about 14 characters.
     """
-    summary = summary if summary is not None else summarize(results)
     by_sc = _by_scenario(results)
     all_groups = [g for gs in by_sc.values() for g in gs]
     a = results.arguments
@@ -486,13 +485,12 @@ def _md_inflight(results: Results, by_sc: dict[str, list[Group]], summary: Summa
     return out
 
 
-def markdown_lines(results: Results, plot_files: list[str], summary: Summary | None = None) -> list[str]:
+def markdown_lines(results: Results, plot_files: list[str], summary: Summary) -> list[str]:
     """The Markdown report: verdict first, how to reproduce, environment, workload, per-level
     tables (median and low–high for every figure, noisy cells flagged), best layout per level,
     per-worker shares, warnings, and the plots (``plot_files``, relative to the report) embedded;
-    the judgements are ``summary``'s (by default the one ``results`` makes).
+    the judgements are ``summary``'s.
     """
-    summary = summary if summary is not None else summarize(results)
     by_sc = _by_scenario(results)
     out = ["# nginx + uWSGI layout benchmark", ""]
     meta = [f"Results created {results.created}" if results.created else "Results creation time not recorded",

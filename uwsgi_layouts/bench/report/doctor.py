@@ -3,15 +3,22 @@ suggestion, and the window's figures per worker, per listen queue and from the a
 
 Functions of a ``Results`` of kind ``doctor`` that RETURN lines. What was judged (the findings,
 the tune command, whether a worker's memory growth is quoted) comes from the run's ``DoctorSummary``
-(``bench.doctor_summary``: stored as summary.json beside results.json; given none, a run stored
-before summaries, it is made from the stored figures); the figures from results.json. The report
-judges nothing and holds no threshold.
+(``bench.doctor_summary``: stored as summary.json beside results.json; for a run stored before
+summaries, made once per report from the stored figures by ``bench.report.judged``); the figures
+from results.json. The report judges nothing and holds no threshold.
+
+Each diagnosis is built once into a ``DiagnosisSpec`` (what both formats show); ``DoctorText``
+(report.txt, the terminal) and ``DoctorMarkdown`` (report.md) each say only how its parts are
+written, so the two cannot show different findings or figures (``bench.report.views`` does the
+same for compare's sections).
 """
 
 from __future__ import annotations
 
-from uwsgi_layouts.bench.diagnosis import layout_words
-from uwsgi_layouts.bench.doctor_summary import DoctorSummary, Judgement, summarize
+from dataclasses import dataclass
+
+from uwsgi_layouts.bench.diagnosis import Finding, layout_words
+from uwsgi_layouts.bench.doctor_summary import DoctorSummary, Judgement
 from uwsgi_layouts.bench.report.text import comment, md_footer, md_table, pct, table, wrap
 from uwsgi_layouts.bench.results import Diagnosis, Results
 
@@ -64,18 +71,6 @@ def _ms(figures: dict, key: str) -> str:
     return f"{figures[key]:.1f}" if key in figures else "n/a"
 
 
-def access_tables(d: Diagnosis) -> list[tuple[str, list[str], list[list[str]]]]:
-    a = d.access
-    status = [[c, str(f["requests"]), _ms(f, "p50_ms"), _ms(f, "p99_ms"), _ms(f, "max_ms")]
-              for c, f in a.get("status", {}).items()]
-    ups = [[u, str(f["requests"]), _ms(f, "p50_ms"), _ms(f, "p99_ms"), _ms(f, "mean_ms")]
-           for u, f in a.get("upstreams", {}).items()]
-    out = [("answers per status class", ["status", "requests", "p50 ms", "p99 ms", "max ms"], status)]
-    if ups:
-        out.append(("per upstream socket (each attempt)", ["upstream", "attempts", "p50 ms", "p99 ms", "mean ms"], ups))
-    return out
-
-
 def access_line(d: Diagnosis) -> str:
     a = d.access
     formats = ", ".join(f"{n} {f}" for f, n in a.get("formats", {}).items()) or "none recognised"
@@ -87,60 +82,119 @@ def access_line(d: Diagnosis) -> str:
     return text + ("; only the first 256 MB were read" if a.get("cut") else "")
 
 
-def terminal_lines(results: Results, summary: DoctorSummary | None = None) -> list[str]:
-    summary = summary if summary is not None else summarize(results)
-    out = [f"note: {comment(results)}", ""] if comment(results) else []
-    for d, j in zip(results.diagnoses, summary.diagnoses, strict=True):
-        out += _header(d, results) + ["", "Findings:"]
-        found = j.findings
-        for i, f in enumerate(found, 1):
+@dataclass(frozen=True)
+class Figures:
+    """One table of the window's figures: its heading in each format (the text's carries what the
+    Markdown says in ``note`` under its own), its columns and rows."""
+
+    text_title: str
+    title: str
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    align: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class DiagnosisSpec:
+    """One diagnosis as both formats show it, built once from the figures and their judgement:
+    the window's facts, the findings (each with what to do), the tune command to try ("": none),
+    the workers' and listen queues' tables, the access log's line ("": not read) and its tables."""
+
+    facts: tuple[str, ...]
+    findings: tuple[Finding, ...]
+    tune: str
+    workers: Figures
+    queues: Figures
+    access: str
+    access_tables: tuple[Figures, ...]
+
+
+def _figures(text_title: str, title: str, headers: list[str], rows: list[list[str]], align: str,
+             note: str = "") -> Figures:
+    return Figures(text_title, title, tuple(headers), tuple(tuple(r) for r in rows), align, note)
+
+
+def access_tables(d: Diagnosis) -> tuple[Figures, ...]:
+    """The access log's tables that hold rows: per status class, and per upstream socket when logged."""
+    a = d.access
+    status = [[c, str(f["requests"]), _ms(f, "p50_ms"), _ms(f, "p99_ms"), _ms(f, "max_ms")]
+              for c, f in a.get("status", {}).items()]
+    ups = [[u, str(f["requests"]), _ms(f, "p50_ms"), _ms(f, "p99_ms"), _ms(f, "mean_ms")]
+           for u, f in a.get("upstreams", {}).items()]
+    tables = [("answers per status class", ["status", "requests", "p50 ms", "p99 ms", "max ms"], status),
+              ("per upstream socket (each attempt)", ["upstream", "attempts", "p50 ms", "p99 ms", "mean ms"], ups)]
+    return tuple(_figures(title, title[:1].upper() + title[1:], headers, rows, "<" + ">" * (len(headers) - 1))
+                 for title, headers, rows in tables if rows)
+
+
+def diagnosis_spec(d: Diagnosis, j: Judgement, results: Results) -> DiagnosisSpec:
+    inflight, queue = d.inflight, d.queue
+    workers = _figures(f"Workers over the window (pile-up {pct(inflight.get('pileup'))}, some worker full "
+                       f"{pct(inflight.get('full', 0.0))}, every thread busy {pct(inflight.get('saturated', 0.0))}, "
+                       f"peak {inflight.get('peak', 0)} in flight)", "Workers", *worker_rows(d, j), "<>>>>>>>")
+    overflows, errors = queue.get("kernel_overflows"), queue.get("uwsgi_queue_errors")
+    queues = _figures(f"Listen queues ({queue.get('source', '')}"
+                      + (f"; uWSGI found a queue full {errors} time(s) in the window" if errors else "")
+                      + (f"; kernel TCP listen overflows in the window: {overflows}" if overflows is not None else "")
+                      + ")", "Listen queues", *queue_rows(d), "<>>>", note=f"Read from: {queue.get('source', '')}.")
+    return DiagnosisSpec(tuple(_header(d, results)), j.findings, j.tune, workers, queues,
+                         access_line(d) if d.access else "", access_tables(d) if d.access else ())
+
+
+def specs(results: Results, summary: DoctorSummary) -> list[DiagnosisSpec]:
+    return [diagnosis_spec(d, j, results) for d, j in zip(results.diagnoses, summary.diagnoses, strict=True)]
+
+
+class DoctorText:
+    """report.txt and the terminal: facts as lines, findings numbered with their action below."""
+
+    def table(self, f: Figures) -> list[str]:
+        return [f"{f.text_title}:"] + table(list(f.headers), [list(r) for r in f.rows], f.align)
+
+    def lines(self, s: DiagnosisSpec) -> list[str]:
+        out = list(s.facts) + ["", "Findings:"]
+        for i, f in enumerate(s.findings, 1):
             out += wrap(f"{i}. {f.text}", "  ", "     ")
             out += wrap(f"-> {f.action}", "     ", "        ")
-        if not found:
+        if not s.findings:
             out.append("  none: no sample was read")
-        if j.tune:
+        if s.tune:
             out += ["", "Try (where uwsgi-layouts is installed, with the app's code; measures layouts with your app):",
-                    f"  {j.tune}"]
-        headers, rows = worker_rows(d, j)
-        out += ["", f"Workers over the window (pile-up {pct(d.inflight.get('pileup'))}, some worker full "
-                    f"{pct(d.inflight.get('full', 0.0))}, every thread busy {pct(d.inflight.get('saturated', 0.0))}, "
-                    f"peak {d.inflight.get('peak', 0)} in flight):"]
-        out += table(headers, rows, "<>>>>>>>")
-        headers, rows = queue_rows(d)
-        overflows = d.queue.get("kernel_overflows")
-        errors = d.queue.get("uwsgi_queue_errors")
-        out += ["", f"Listen queues ({d.queue.get('source', '')}"
-                    + (f"; uWSGI found a queue full {errors} time(s) in the window" if errors else "")
-                    + (f"; kernel TCP listen overflows in the window: {overflows}" if overflows is not None else "")
-                    + "):"]
-        out += table(headers, rows, "<>>>")
-        if d.access:
-            out += [""] + wrap(access_line(d))
-            for title, headers, rows in access_tables(d):
-                if rows:
-                    out += [f"{title}:"] + table(headers, rows, "<" + ">" * (len(headers) - 1))
-    return out
+                    f"  {s.tune}"]
+        out += [""] + self.table(s.workers) + [""] + self.table(s.queues)
+        if s.access:
+            out += [""] + wrap(s.access) + [x for f in s.access_tables for x in self.table(f)]
+        return out
 
 
-def markdown_lines(results: Results, plot_files: list[str], summary: DoctorSummary | None = None) -> list[str]:
-    summary = summary if summary is not None else summarize(results)
+class DoctorMarkdown:
+    """report.md: facts as a list, a ``##`` section each, the tune command as a shell block."""
+
+    def table(self, f: Figures) -> list[str]:
+        return md_table(list(f.headers), [list(r) for r in f.rows], f.align) + [""]
+
+    def lines(self, s: DiagnosisSpec) -> list[str]:
+        out = [f"- {line}" for line in s.facts] + ["", "## Findings", ""]
+        out += [f"{i}. {f.text}  \n   **Do:** {f.action}" for i, f in enumerate(s.findings, 1)] + [""]
+        if s.tune:
+            out += ["## Layout to try", "", "```sh", s.tune, "```", ""]
+        for f in (s.workers, s.queues):
+            out += [f"## {f.title}", ""] + ([f.note, ""] if f.note else []) + self.table(f)
+        if s.access:
+            out += ["## Access log", "", s.access, ""]
+            out += [x for f in s.access_tables for x in [f"{f.title}:", ""] + self.table(f)]
+        return out
+
+
+def terminal_lines(results: Results, summary: DoctorSummary) -> list[str]:
+    out = [f"note: {comment(results)}", ""] if comment(results) else []
+    return out + [x for s in specs(results, summary) for x in DoctorText().lines(s)]
+
+
+def markdown_lines(results: Results, plot_files: list[str], summary: DoctorSummary) -> list[str]:
     out = ["# Doctor: a running uWSGI, diagnosed", ""]
     if comment(results):
         out += [f"> **Note:** {comment(results)}", ""]
-    for d, j in zip(results.diagnoses, summary.diagnoses, strict=True):
-        out += [f"- {line}" for line in _header(d, results)] + ["", "## Findings", ""]
-        out += [f"{i}. {f.text}  \n   **Do:** {f.action}" for i, f in enumerate(j.findings, 1)] + [""]
-        if j.tune:
-            out += ["## Layout to try", "", "```sh", j.tune, "```", ""]
-        headers, rows = worker_rows(d, j)
-        out += ["## Workers", ""] + md_table([h.replace("\n", " ") for h in headers], rows, "<>>>>>>>") + [""]
-        headers, rows = queue_rows(d)
-        out += ["## Listen queues", "", f"Read from: {d.queue.get('source', '')}.", ""]
-        out += md_table(headers, rows, "<>>>") + [""]
-        if d.access:
-            out += ["## Access log", "", access_line(d), ""]
-            for title, headers, rows in access_tables(d):
-                if rows:
-                    out += [f"{title[0].upper()}{title[1:]}:", ""]
-                    out += md_table(headers, rows, "<" + ">" * (len(headers) - 1)) + [""]
+    out += [x for s in specs(results, summary) for x in DoctorMarkdown().lines(s)]
     return out + md_footer(results, plot_files)

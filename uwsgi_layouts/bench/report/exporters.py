@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from uwsgi_layouts.bench.report import AnySummary, markdown_lines, plots, terminal_lines
+from uwsgi_layouts.bench.report import AnySummary, judged, markdown_lines, plots, terminal_lines
 from uwsgi_layouts.bench.results import Results
 from uwsgi_layouts.files import write_atomic
 
@@ -84,10 +84,12 @@ ORDER = ("png", "md", "txt")
 def export_all(results: Results, out_dir: Path | str, formats: tuple[str, ...] | list[str] = ORDER,
                summary: AnySummary | None = None) -> list[Path]:
     """Write every requested format into ``out_dir``; return the written paths (plots, md, txt
-    order). ``summary``: a compare, tune or doctor run's judgements, which every format renders."""
+    order). ``summary``: a compare, tune or doctor run's judgements, which every format renders
+    (given none, made once here, not once per format)."""
     unknown = [f for f in formats if f not in EXPORTERS]
     if unknown:
         raise ValueError(f"unknown report format(s) {unknown}; choose from {list(EXPORTERS)}")
+    summary = judged(results, summary)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []

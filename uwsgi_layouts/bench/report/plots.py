@@ -33,9 +33,10 @@ from uwsgi_layouts.bench.analysis import (  # noqa: E402
     Stat,
     group_cells,
 )
+from uwsgi_layouts.bench.report import AnySummary, judged  # noqa: E402
 from uwsgi_layouts.bench.report.limits import LimitFigures, has_limits, limit_figures  # noqa: E402
 from uwsgi_layouts.bench.results import Results  # noqa: E402
-from uwsgi_layouts.bench.tune.summary import TuneSummary, summarize  # noqa: E402
+from uwsgi_layouts.bench.tune.summary import TuneSummary  # noqa: E402
 from uwsgi_layouts.files import write_atomic  # noqa: E402
 
 FIGSIZE = (9, 5.5)
@@ -435,12 +436,11 @@ def plot_reply_rate(results: Results, path: Path | str) -> list[Path]:
         plt.close(fig)
 
 
-def plot_tune(results: Results, path: Path | str, summary: TuneSummary | None = None) -> list[Path]:
+def plot_tune(results: Results, path: Path | str, summary: TuneSummary) -> list[Path]:
     """Tune: p99 against throughput for every measured candidate (pooled over its cells, bars: the
     p99's 95% interval and the throughput's low–high range), marker area proportional to the app
     server's memory; the chosen one starred, the p99 limit dashed. Up-left is better. Drawn
-    from the run's summary (given none: made from the results)."""
-    summary = summary if summary is not None else summarize(results)
+    from the run's summary."""
     evals = list(summary.candidates)
     if not evals:
         return []
@@ -543,9 +543,10 @@ def plot_file_names(results: Results) -> list[str]:
             if stem != "inflight" or has_inflight(results, sc)]
 
 
-def plot_all(results: Results, out_dir: Path | str, summary: TuneSummary | None = None) -> list[Path]:
+def plot_all(results: Results, out_dir: Path | str, summary: AnySummary | None = None) -> list[Path]:
     """Every plot of this kind into ``out_dir``; returns the written paths in ``plot_file_names`` order.
-    ``summary``: the run's judgements, for the kinds whose plots draw them (``DRAWN_FROM_SUMMARY``)."""
+    ``summary``: the run's judgements, for the kinds whose plots draw them (``DRAWN_FROM_SUMMARY``;
+    given none, made once by ``judged``)."""
     out_dir = Path(out_dir)
-    given = (summary,) if summary is not None and results.kind in DRAWN_FROM_SUMMARY else ()
+    given = (judged(results, summary),) if results.kind in DRAWN_FROM_SUMMARY else ()
     return [p for stem, fn in PLOTS.get(results.kind, {}).items() for p in fn(results, out_dir / f"{stem}.png", *given)]

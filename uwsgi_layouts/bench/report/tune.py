@@ -4,19 +4,27 @@ stopped, how the budget was spent, and warnings.
 
 Everything is rendered from the run's ``TuneSummary`` (``bench.tune.summary``): what the search
 decided, stored as summary.json beside results.json, so ``uwsgi-layouts report`` renders what the
-run concluded without taking the search again; given none (a run stored before summaries), the
-summary is made from the stored cells and clock. Facts of the run (its app, budget, wall time,
-recommended files, load average) come from results.json. Functions return lines; nothing prints.
+run concluded without taking the search again; for a run stored before summaries, the summary is
+made once per report from the stored cells and clock (``bench.report.judged``) and handed here.
+Facts of the run (its app, budget, wall time, recommended files, load average) come from
+results.json. Functions return lines; nothing prints.
+
+The report is built once into a ``TuneSpec`` (what both formats show); ``TuneText`` (report.txt,
+the terminal) and ``TuneMarkdown`` (report.md) each say only how its parts are written and in what
+order, so the two cannot show different choices or figures (``bench.report.views`` does the same
+for compare's sections).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from uwsgi_layouts.bench.report.limits import pod_sentence
 from uwsgi_layouts.bench.report.subject import subject_lines, subject_markdown
 from uwsgi_layouts.bench.report.text import fmt_interval, md_table, num, plot_lines, table, wrap
 from uwsgi_layouts.bench.results import Results
 from uwsgi_layouts.bench.tune.outcome import STAGES
-from uwsgi_layouts.bench.tune.summary import Measured, StallFigures, Tail, TuneSummary, summarize
+from uwsgi_layouts.bench.tune.summary import Measured, StallFigures, Tail, TuneSummary
 
 RULES = {
     "threads": ("too few threads", "P x T below the requests in flight: the rest would queue"),
@@ -185,20 +193,6 @@ def search_sentences(results: Results, summary: TuneSummary) -> list[str]:
     return out
 
 
-def recommended_lines(results: Results) -> list[str]:
-    rec = results.arguments["tune"].get("recommended")
-    if not rec:
-        return []
-    # Commands on lines of their own, never wrapped: they are meant to be copied.
-    out = wrap(f"recommended files: {rec['dir']}/ ({', '.join(rec['files'])})"
-               + (f" and the production bundle in {rec['dir']}/{rec['bundle']}/" if rec.get("bundle") else ""))
-    out += ["  serve them here:", f"    {rec['serve']}"]
-    out += wrap(f"production: {rec['note']}" + (":" if rec.get("install") else "."), indent="  ")
-    if rec.get("install"):
-        out += [f"    {rec['install']}"]
-    return out
-
-
 def tune_warnings(results: Results, summary: TuneSummary) -> list[str]:
     """The cautions ``bench.tune.cautions`` judged, in words."""
     c = summary.cautions
@@ -230,65 +224,137 @@ def tune_warnings(results: Results, summary: TuneSummary) -> list[str]:
     return out
 
 
-def terminal_lines(results: Results, summary: TuneSummary | None = None) -> list[str]:
-    summary = summary if summary is not None else summarize(results)
-    out = [_subject_head(results)]
-    out += subject_lines(results)
-    out += wrap("objective: " + summary.objective.words())
-    out += [""] + [x for line in recommendation(results, summary) for x in wrap(line)]
+@dataclass(frozen=True)
+class RecommendedFiles:
+    """What tune wrote for the recommended layout (results.json's ``tune.recommended``): its
+    directory and files, the production bundle ("" none), the command that serves them here, the
+    production note and its install command ("" none)."""
+
+    dir: str
+    files: tuple[str, ...]
+    bundle: str
+    serve: str
+    note: str
+    install: str
+
+    @classmethod
+    def of(cls, results: Results) -> "RecommendedFiles | None":
+        rec = results.arguments["tune"].get("recommended")
+        if not rec:
+            return None
+        return cls(rec["dir"], tuple(rec["files"]), rec.get("bundle") or "", rec["serve"], rec["note"],
+                   rec.get("install") or "")
+
+
+@dataclass(frozen=True)
+class TuneSpec:
+    """The tune report as both formats show it, built once from the run's summary: the run in one
+    line, the objective, the answer (one sentence each, opening with its label), every candidate
+    measured (its figures; the last column why it stopped), the pruned groups, how the budget was
+    spent, the recommended files, the warnings and the command that reproduces the run."""
+
+    head: str
+    objective: str
+    answer: tuple[str, ...]
+    space: int
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    pruned_count: int
+    pruned: tuple[str, ...]
+    budget: tuple[str, ...]
+    files: RecommendedFiles | None
+    warnings: tuple[str, ...]
+    command: str
+
+    @property
+    def align(self) -> str:
+        """The figures' columns (every one but why a candidate stopped)."""
+        return _figures_align(len(self.headers) - 1)
+
+
+def tune_spec(results: Results, summary: TuneSummary) -> TuneSpec:
     headers, rows = measured_rows(summary)
-    out += ["", f"candidates: {summary.space} in the space, {len(summary.candidates)} measured, "
-                f"{len(summary.pruned)} pruned"]
-    out += table(headers[:-1], [r[:-1] for r in rows], _figures_align(len(headers) - 1))
-    out += ["", "why each candidate stopped:"]
-    out += [x for r in rows for x in wrap(f"{r[0]}: {r[-1]}", indent="  ")]
-    groups = pruned_groups(summary)
-    out += [""] + ([f"pruned before measuring ({len(summary.pruned)}):"] if groups else
-                   ["pruned before measuring: none"])
-    out += [x for g in groups for x in wrap(g, indent="  ")]
-    out += [""] + [x for line in search_sentences(results, summary) for x in wrap(line)]
-    out += recommended_lines(results)
-    warns = tune_warnings(results, summary)
-    if warns:
-        out += ["", "warnings:"] + [x for w in warns for x in wrap(w, indent="  ")]
-    return out
+    return TuneSpec(_subject_head(results), summary.objective.words(), tuple(recommendation(results, summary)),
+                    summary.space, tuple(headers), tuple(tuple(r) for r in rows), len(summary.pruned),
+                    tuple(pruned_groups(summary)), tuple(search_sentences(results, summary)),
+                    RecommendedFiles.of(results), tuple(tune_warnings(results, summary)),
+                    str(results.arguments.get("command", "")))
 
 
-def markdown_lines(results: Results, plot_files: list[str], summary: TuneSummary | None = None) -> list[str]:
-    summary = summary if summary is not None else summarize(results)
-    a = results.arguments
-    out = ["# Tune: which layout to run", "", _subject_head(results) + ".", "",
-           f"**Objective:** {summary.objective.words()}.", "", POINT_NOTE, ""]
-    out += subject_markdown(results)
-    bold = {"RECOMMENDATION:": "**Recommendation:**", "POD:": "**Pod:**", "runner-up:": "**Runner-up:**",
-            "closest:": "**Closest:**",
-            "NO LAYOUT MEETS THE OBJECTIVE.": "**No layout meets the objective.**"}
-    out += ["## Recommendation", ""]
-    for line in recommendation(results, summary):
-        for plain, strong in bold.items():
+class TuneText:
+    """report.txt and the terminal: the figures' table, then why each candidate stopped, a line each."""
+
+    def files(self, f: RecommendedFiles | None) -> list[str]:
+        if f is None:
+            return []
+        # Commands on lines of their own, never wrapped: they are meant to be copied.
+        out = wrap(f"recommended files: {f.dir}/ ({', '.join(f.files)})"
+                   + (f" and the production bundle in {f.dir}/{f.bundle}/" if f.bundle else ""))
+        out += ["  serve them here:", f"    {f.serve}"]
+        out += wrap(f"production: {f.note}" + (":" if f.install else "."), indent="  ")
+        return out + ([f"    {f.install}"] if f.install else [])
+
+    def lines(self, results: Results, s: TuneSpec) -> list[str]:
+        out = [s.head] + subject_lines(results) + wrap("objective: " + s.objective)
+        out += [""] + [x for line in s.answer for x in wrap(line)]
+        out += ["", f"candidates: {s.space} in the space, {len(s.rows)} measured, {s.pruned_count} pruned"]
+        out += table(list(s.headers[:-1]), [list(r[:-1]) for r in s.rows], s.align)
+        out += ["", "why each candidate stopped:"]
+        out += [x for r in s.rows for x in wrap(f"{r[0]}: {r[-1]}", indent="  ")]
+        out += [""] + ([f"pruned before measuring ({s.pruned_count}):"] if s.pruned else
+                       ["pruned before measuring: none"])
+        out += [x for g in s.pruned for x in wrap(g, indent="  ")]
+        out += [""] + [x for line in s.budget for x in wrap(line)]
+        out += self.files(s.files)
+        if s.warnings:
+            out += ["", "warnings:"] + [x for w in s.warnings for x in wrap(w, indent="  ")]
+        return out
+
+
+class TuneMarkdown:
+    """report.md: a ``##`` section each, the answer's labels in bold, lists, the commands as shell blocks."""
+
+    BOLD = {"RECOMMENDATION:": "**Recommendation:**", "POD:": "**Pod:**", "runner-up:": "**Runner-up:**",
+            "closest:": "**Closest:**", "NO LAYOUT MEETS THE OBJECTIVE.": "**No layout meets the objective.**"}
+
+    def sentence(self, line: str) -> str:
+        for plain, strong in self.BOLD.items():
             if line.startswith(plain):
                 line = strong + line[len(plain):]
-        out += [line, ""]
-    rec_data = a["tune"].get("recommended")
-    if rec_data:
-        out += ["## Recommended files", "", f"`{rec_data['dir']}/`: {', '.join(f'`{f}`' for f in rec_data['files'])}"
-                + (", and the production bundle in `bundle/`" if rec_data.get("bundle") else "") + ".", "",
-                "Serve them here:", "", "```sh", rec_data["serve"], "```", "",
-                f"Production: {rec_data['note']}" + (":" if rec_data.get("install") else "."), ""]
-        if rec_data.get("install"):
-            out += ["```sh", rec_data["install"], "```", ""]
-    headers, rows = measured_rows(summary)
-    out += ["## Every candidate measured", "", "Stage: the last stage a candidate was measured in (1 screen, 2 "
-            "narrow, 3 final). req/s: median of its cells (low–high); p50 and p99 pooled over its cells, p99 with "
-            "its 95% bootstrap interval; PSS: the app server's memory after load.", ""]
-    out += md_table(headers, rows, _figures_align(len(headers) - 1) + "<") + [""]
-    out += ["## Pruned before measuring", ""] + ([f"- {g}" for g in pruned_groups(summary)] or ["None."]) + [""]
-    out += ["## How the budget was spent", ""] + [f"- {x}" for x in search_sentences(results, summary)] + [""]
-    warns = tune_warnings(results, summary)
-    if warns:
-        out += ["## Warnings", ""] + [f"- {w}" for w in warns] + [""]
-    out += plot_lines(plot_files)
-    out += ["## Reproduce", "", "```sh", str(a.get("command", "")), "```", "",
-            "Re-render this report: `uwsgi-layouts report results.json`; take the decisions again on the stored "
-            "cells (timing nothing): `uwsgi-layouts tune --replay results.json`.", ""]
-    return out
+        return line
+
+    def files(self, f: RecommendedFiles | None) -> list[str]:
+        if f is None:
+            return []
+        out = ["## Recommended files", "", f"`{f.dir}/`: {', '.join(f'`{x}`' for x in f.files)}"
+               + (", and the production bundle in `bundle/`" if f.bundle else "") + ".", "",
+               "Serve them here:", "", "```sh", f.serve, "```", "",
+               f"Production: {f.note}" + (":" if f.install else "."), ""]
+        return out + (["```sh", f.install, "```", ""] if f.install else [])
+
+    def lines(self, results: Results, s: TuneSpec, plot_files: list[str]) -> list[str]:
+        out = ["# Tune: which layout to run", "", s.head + ".", "", f"**Objective:** {s.objective}.", "",
+               POINT_NOTE, ""]
+        out += subject_markdown(results)
+        out += ["## Recommendation", ""] + [x for line in s.answer for x in (self.sentence(line), "")]
+        out += self.files(s.files)
+        out += ["## Every candidate measured", "", "Stage: the last stage a candidate was measured in (1 screen, 2 "
+                "narrow, 3 final). req/s: median of its cells (low–high); p50 and p99 pooled over its cells, p99 "
+                "with its 95% bootstrap interval; PSS: the app server's memory after load.", ""]
+        out += md_table(list(s.headers), [list(r) for r in s.rows], s.align + "<") + [""]
+        out += ["## Pruned before measuring", ""] + ([f"- {g}" for g in s.pruned] or ["None."]) + [""]
+        out += ["## How the budget was spent", ""] + [f"- {x}" for x in s.budget] + [""]
+        if s.warnings:
+            out += ["## Warnings", ""] + [f"- {w}" for w in s.warnings] + [""]
+        out += plot_lines(plot_files)
+        return out + ["## Reproduce", "", "```sh", s.command, "```", "",
+                      "Re-render this report: `uwsgi-layouts report results.json`; take the decisions again on the "
+                      "stored cells (timing nothing): `uwsgi-layouts tune --replay results.json`.", ""]
+
+
+def terminal_lines(results: Results, summary: TuneSummary) -> list[str]:
+    return TuneText().lines(results, tune_spec(results, summary))
+
+
+def markdown_lines(results: Results, plot_files: list[str], summary: TuneSummary) -> list[str]:
+    return TuneMarkdown().lines(results, tune_spec(results, summary), plot_files)
