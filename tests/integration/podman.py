@@ -118,16 +118,11 @@ class Podman:
         write_storage_config(self.dir, self.stores)
         return name
 
-    def build(self, context: Path, target: str, tag: str, build_args: dict[str, str],
-              layers: bool = True) -> subprocess.CompletedProcess:
-        """podman build with the host's network and CA certificates (pip and apt-get fetch).
-        ``layers=False``: every instruction still runs, in one working container committed once at
-        the end, instead of an intermediate image per instruction (each a tar of its changes,
-        unpacked again into the store): for an image whose steps no later build reuses."""
+    def build(self, context: Path, target: str, tag: str, build_args: dict[str, str]) -> subprocess.CompletedProcess:
+        """podman build with the host's network and CA certificates (pip and apt-get fetch)."""
         args = [f"--build-arg={k}={v}" for k, v in build_args.items()]
-        return self.run("build", f"--layers={str(layers).lower()}", "--network", "host", "-v",
-                        "/etc/ssl/certs:/etc/ssl/certs:ro", "--target", target, "-t", tag, *args, str(context),
-                        timeout=BUILD_TIMEOUT)
+        return self.run("build", "--network", "host", "-v", "/etc/ssl/certs:/etc/ssl/certs:ro", "--target", target,
+                        "-t", tag, *args, str(context), timeout=BUILD_TIMEOUT)
 
 
 def write_config(directory: Path) -> None:

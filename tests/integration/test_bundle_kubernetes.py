@@ -100,17 +100,13 @@ def make_bundle(root: Path, app: Path, name: str, port: int, probe_port: int, wa
 def build_images(podman: Podman, out: Path, name: str, bases: dict[str, str]) -> None:
     """The images of the bundle, built at the same time: buildah (1.27 on, podman 4.3's) builds only
     the stages a --target uses, and the app's, the sidecar's and the exporter's share none, so the
-    sidecar and the exporter are made while the app's build stage compiles uWSGI.
-    Only the app's intermediate images are kept: the broken app's build takes its build stage (apt-get,
-    the requirements, uWSGI's compile) from them. Nothing reuses the others': the broken app has no
-    exporter, and its sidecar's steps differ from the first on (the bundle's name is in them)."""
+    sidecar and the exporter are made while the app's build stage compiles uWSGI."""
     args = {"BASE_IMAGE": bases["python"], "NGINX_IMAGE": bases["nginx"], "WATCH_BASE_IMAGE": bases["python"]}
     targets = {"app": f"localhost/ul-test-{name}:1", "nginx": f"localhost/ul-test-{name}-nginx:1"}
     if (out / "image/watch").is_dir():
         targets["watch"] = f"localhost/ul-test-{name}-watch:1"
     with ThreadPoolExecutor(len(targets)) as pool:
-        builds = [pool.submit(podman.build, out / "image", target, tag, args, layers=target == "app")
-                  for target, tag in targets.items()]
+        builds = [pool.submit(podman.build, out / "image", target, tag, args) for target, tag in targets.items()]
         for build in builds:
             build.result()  # a failed build raises here, with podman's stderr
 
