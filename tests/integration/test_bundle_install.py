@@ -34,6 +34,7 @@ from tests.bundles import make_cert, make_trial_root, tree_state
 from tests.integration.attacks import read_as
 from tests.integration.support import REPO_ROOT
 from tests.integration.test_stats_server import SECRETS, request_in_flight, wait_for_secret
+from tests.test_cli import cli_in_process
 from uwsgi_layouts.deploy.run import nginx_binary, read_stats
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -43,8 +44,18 @@ GREETING = "50% off, p%40ss%"
 
 
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """A real `uwsgi-layouts` process: kept for the first install and the first uninstall of the
+    module, where the command is run as a user runs it."""
     return subprocess.run([sys.executable, "-m", "uwsgi_layouts", *args], cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=timeout)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    """`uwsgi-layouts ARGS` run by the console's main in this process (tests/test_cli.py): bundle,
+    install and uninstall start nothing that outlives them, and a new interpreter per call (about
+    0.4 s of CPU, some 50 calls) was most of this module's CPU. What they write, run (nginx -t,
+    the app's import) and print is the same."""
+    return cli_in_process(*args)
 
 
 @pytest.fixture
@@ -59,7 +70,7 @@ def cert_pair(tmp_path_factory) -> tuple[Path, Path]:
 
 def make_bundle(out: Path, flask_app, *extra: str, spec: str = "2x4-mapped", host: str = HOST) -> Path:
     # No --uwsgi: the default, pyuwsgi in the app's virtualenv (tests/flaskapp.py installs it there)
-    proc = run_cli("bundle", spec, "--out", str(out), *flask_app.cli_args(), "--server-name", host, *extra)
+    proc = cli("bundle", spec, "--out", str(out), *flask_app.cli_args(), "--server-name", host, *extra)
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -268,7 +279,7 @@ def test_install_serves_the_flask_app_over_http_and_https(flask_app, trial_root,
         assert https(https_port, cert, "/")[0] == 200
 
     # Installing the same bundle again changes nothing and still tests nginx.
-    again = run_cli("install", str(bundle), "--root", str(trial_root))
+    again = cli("install", str(bundle), "--root", str(trial_root))
     assert again.returncode == 0, again.stderr
     assert again.stdout.rstrip().endswith("bundle shop under " + str(trial_root) + ", slot blue: nothing changed")
     assert "test is successful" in again.stdout
@@ -276,9 +287,9 @@ def test_install_serves_the_flask_app_over_http_and_https(flask_app, trial_root,
 
 def test_a_new_layout_goes_to_the_other_slot_and_the_old_slot_goes(flask_app, trial_root, run_dirs):
     first = make_bundle(run_dirs() / "b1", flask_app)
-    assert run_cli("install", str(first), "--root", str(trial_root)).returncode == 0
+    assert cli("install", str(first), "--root", str(trial_root)).returncode == 0
     second = make_bundle(run_dirs() / "b2", flask_app, spec="3x2-overflow")
-    proc = run_cli("install", str(second), "--root", str(trial_root))
+    proc = cli("install", str(second), "--root", str(trial_root))
     assert proc.returncode == 0, proc.stderr
     assert "installing slot green beside blue: uWSGI's configuration changed" in proc.stdout
     assert f"create {trial_root}/etc/uwsgi-layouts/shop@green.ini" in proc.stdout
@@ -291,10 +302,10 @@ def test_a_new_layout_goes_to_the_other_slot_and_the_old_slot_goes(flask_app, tr
     assert json.loads((trial_root / "var/lib/uwsgi-layouts/shop.json").read_text())["slot"] == "green"
     # A change of the site alone (a body limit) keeps the slot; the first layout goes back to blue.
     third = make_bundle(run_dirs() / "b3", flask_app, "--client-max-body-size", "1m", spec="3x2-overflow")
-    proc = run_cli("install", str(third), "--root", str(trial_root))
+    proc = cli("install", str(third), "--root", str(trial_root))
     assert proc.returncode == 0 and "installing slot" not in proc.stdout, proc.stdout
     assert f"update {trial_root}/etc/nginx/sites-available/shop.conf" in proc.stdout
-    proc = run_cli("install", str(first), "--root", str(trial_root))
+    proc = cli("install", str(first), "--root", str(trial_root))
     assert "installing slot blue beside green" in proc.stdout, proc.stdout
 
 
@@ -310,7 +321,7 @@ def test_a_foreign_file_is_refused_and_nothing_changes(flask_app, trial_root, ru
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
         before = tree_state(trial_root)
-        proc = run_cli("install", str(bundle), "--root", str(trial_root))
+        proc = cli("install", str(bundle), "--root", str(trial_root))
         lines = proc.stderr.splitlines()
         assert proc.returncode == 2, (rel, proc.stdout, proc.stderr)
         assert len(lines) == 1 and lines[0].startswith(f"error: {target}: "), lines
@@ -322,7 +333,7 @@ def test_a_foreign_file_is_refused_and_nothing_changes(flask_app, trial_root, ru
     link = trial_root / "etc/nginx/sites-enabled/shop.conf"
     link.symlink_to("/etc/nginx/sites-available/default")
     before = tree_state(trial_root)
-    proc = run_cli("install", str(bundle), "--root", str(trial_root))
+    proc = cli("install", str(bundle), "--root", str(trial_root))
     assert proc.returncode == 2 and proc.stderr.startswith(f"error: {link}: links to ")
     assert tree_state(trial_root) == before
 
@@ -339,7 +350,7 @@ def test_a_bundle_that_breaks_nginx_t_is_rolled_back(flask_app, trial_root, run_
     # Onto a root where it was never installed: everything it created goes.
     initial = tree_state(trial_root)
     broken = broken_bundle(make_bundle(run_dirs() / "broken", flask_app), "blue")
-    proc = run_cli("install", str(broken), "--root", str(trial_root))
+    proc = cli("install", str(broken), "--root", str(trial_root))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "nginx -t" in proc.stderr and "it failed: put back what install changed" in proc.stderr
     assert 'invalid value "maybe"' in proc.stderr + proc.stdout, "nginx's own text is shown"
@@ -347,10 +358,10 @@ def test_a_bundle_that_breaks_nginx_t_is_rolled_back(flask_app, trial_root, run_
 
     # Over a working install: the previous files come back, byte for byte, with their modes.
     good = make_bundle(run_dirs() / "good", flask_app)
-    assert run_cli("install", str(good), "--root", str(trial_root)).returncode == 0
+    assert cli("install", str(good), "--root", str(trial_root)).returncode == 0
     installed = tree_state(trial_root)
     broken = broken_bundle(make_bundle(run_dirs() / "broken2", flask_app, spec="3x2-mapped"), "green")
-    proc = run_cli("install", str(broken), "--root", str(trial_root))
+    proc = cli("install", str(broken), "--root", str(trial_root))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "update " in proc.stdout, "it did replace files before nginx -t"
     assert tree_state(trial_root) == installed
@@ -359,7 +370,7 @@ def test_a_bundle_that_breaks_nginx_t_is_rolled_back(flask_app, trial_root, run_
 def test_dry_run_changes_nothing(flask_app, trial_root, run_dirs):
     bundle = make_bundle(run_dirs() / "bundle", flask_app)
     before = tree_state(trial_root)
-    proc = run_cli("install", str(bundle), "--root", str(trial_root), "--dry-run")
+    proc = cli("install", str(bundle), "--root", str(trial_root), "--dry-run")
     assert proc.returncode == 0, proc.stderr
     assert f"would create {trial_root}/etc/uwsgi-layouts/shop@blue.ini" in proc.stdout
     assert f"would create link {trial_root}/etc/nginx/sites-enabled/shop.conf" in proc.stdout
@@ -399,7 +410,7 @@ def test_install_checks_the_machine_first(flask_app, trial_root, run_dirs):
             package_unit.parent.mkdir(parents=True)
             package_unit.write_text("[Service]\nExecStart=/bin/true\n")
             before = tree_state(trial_root)
-        proc = run_cli("install", str(bundle), "--root", str(trial_root))
+        proc = cli("install", str(bundle), "--root", str(trial_root))
         lines = proc.stderr.splitlines()
         assert proc.returncode == 2, (name, proc.stdout, proc.stderr)
         assert len(lines) == 1 and lines[0].startswith(f"error: {field}: ") and words in lines[0], (name, lines)
@@ -413,13 +424,13 @@ def test_install_refuses_a_world_writable_app_dir_on_the_server_unless_allowed(f
     shared.chmod(0o777)
     bundle = make_bundle(scratch / "bundle", flask_app, "--app-dir", str(shared))
     before = tree_state(trial_root)
-    proc = run_cli("install", str(bundle), "--root", str(trial_root))
+    proc = cli("install", str(bundle), "--root", str(trial_root))
     lines = proc.stderr.splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stdout + proc.stderr
     assert lines[0].startswith(f"error: app_dir: the app dir {shared}: {shared} is writable by every user"), lines
     assert "--allow-world-writable" in lines[0]
     assert tree_state(trial_root) == before
-    proc = run_cli("install", str(bundle), "--root", str(trial_root), "--dry-run", "--allow-world-writable")
+    proc = cli("install", str(bundle), "--root", str(trial_root), "--dry-run", "--allow-world-writable")
     assert proc.returncode == 0, proc.stderr
     assert tree_state(trial_root) == before
 
@@ -438,7 +449,7 @@ def test_another_site_with_the_same_name_fails_the_install_and_is_named(flask_ap
     nginx_t_once(trial_root)
     before = tree_state(trial_root)
     bundle = make_bundle(run_dirs() / "bundle", flask_app, "--listen", f"127.0.0.1:{port}")
-    proc = run_cli("install", str(bundle), "--root", str(trial_root))
+    proc = cli("install", str(bundle), "--root", str(trial_root))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     first = proc.stderr.splitlines()[0]
     assert f'conflicting server name "{HOST}" on 127.0.0.1:{port}: also in {site}' in first, first
@@ -446,15 +457,15 @@ def test_another_site_with_the_same_name_fails_the_install_and_is_named(flask_ap
     assert tree_state(trial_root) == before
     # Another port: no conflict.
     site.write_text(f"server {{ listen 127.0.0.1:{port + 1}; server_name {HOST}; return 200 old; }}\n")
-    assert run_cli("install", str(bundle), "--root", str(trial_root)).returncode == 0
+    assert cli("install", str(bundle), "--root", str(trial_root)).returncode == 0
 
 
 def test_two_bundles_with_catch_alls_live_side_by_side(flask_app, trial_root, run_dirs):
     """Each catch-all has its own name: two unnamed ones would be a conflicting server name ""."""
     shop = make_bundle(run_dirs() / "shop", flask_app)
     blog = make_bundle(run_dirs() / "blog", flask_app, "--name", "blog", host="blog.example.com")
-    assert run_cli("install", str(shop), "--root", str(trial_root)).returncode == 0
-    proc = run_cli("install", str(blog), "--root", str(trial_root))
+    assert cli("install", str(shop), "--root", str(trial_root)).returncode == 0
+    proc = cli("install", str(blog), "--root", str(trial_root))
     assert proc.returncode == 0 and "[warn]" not in proc.stdout, proc.stdout + proc.stderr
 
 
@@ -488,7 +499,7 @@ def test_a_renewed_certificate_is_served_after_a_reload(flask_app, trial_root, r
     bundle = make_bundle(run_dirs() / "bundle", flask_app, "--tls-cert", str(cert), "--tls-key", str(key),
                          "--listen", f"127.0.0.1:{http_port}", "--tls-listen", f"127.0.0.1:{https_port}",
                          "--acme-webroot", str(webroot))
-    proc = run_cli("install", str(bundle), "--root", str(trial_root))
+    proc = cli("install", str(bundle), "--root", str(trial_root))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     first = x509.load_pem_x509_certificate(cert.read_bytes()).serial_number
     with served(trial_root) as procs:
@@ -539,11 +550,11 @@ def test_uninstall_removes_exactly_what_install_wrote(flask_app, trial_root, run
     nginx_t_once(trial_root)
     initial = tree_state(trial_root)
     bundle = make_bundle(run_dirs() / "bundle", flask_app)
-    assert run_cli("install", str(bundle), "--root", str(trial_root)).returncode == 0
+    assert cli("install", str(bundle), "--root", str(trial_root)).returncode == 0
     (trial_root / "etc/uwsgi-layouts/notes.txt").write_text("the admin's own\n")  # not ours: stays
     installed = tree_state(trial_root)
 
-    dry = run_cli("uninstall", "shop", "--root", str(trial_root), "--dry-run")
+    dry = cli("uninstall", "shop", "--root", str(trial_root), "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert f"would disable the site: remove {trial_root}/etc/nginx/sites-enabled/shop.conf" in dry.stdout
     assert f"would remove {trial_root}/etc/uwsgi-layouts/shop@blue.ini" in dry.stdout
@@ -560,24 +571,24 @@ def test_uninstall_removes_exactly_what_install_wrote(flask_app, trial_root, run
     assert all(left[k] == v for k, v in initial.items()), "uninstall changed something install did not write"
 
     # Again: nothing installed. Then --purge takes the logs too.
-    again = run_cli("uninstall", "shop", "--root", str(trial_root))
+    again = cli("uninstall", "shop", "--root", str(trial_root))
     assert again.returncode == 2 and again.stderr.startswith("error: name: bundle shop is not installed")
     (trial_root / "etc/uwsgi-layouts/notes.txt").unlink()  # the admin tidies up what was theirs
     (trial_root / "etc/uwsgi-layouts").rmdir()
-    assert run_cli("install", str(bundle), "--root", str(trial_root)).returncode == 0
+    assert cli("install", str(bundle), "--root", str(trial_root)).returncode == 0
     (trial_root / "var/log/nginx/shop.access.log.1").write_text("rotated\n")  # as logrotate leaves it
-    proc = run_cli("uninstall", "shop", "--root", str(trial_root), "--purge")
+    proc = cli("uninstall", "shop", "--root", str(trial_root), "--purge")
     assert proc.returncode == 0, proc.stderr
     assert tree_state(trial_root) == initial
 
 
 def test_uninstall_refuses_a_file_that_is_no_longer_ours(flask_app, trial_root, run_dirs):
     bundle = make_bundle(run_dirs() / "bundle", flask_app)
-    assert run_cli("install", str(bundle), "--root", str(trial_root)).returncode == 0
+    assert cli("install", str(bundle), "--root", str(trial_root)).returncode == 0
     ini = trial_root / "etc/uwsgi-layouts/shop@blue.ini"
     ini.write_text("[uwsgi]\n; rewritten by hand\n")
     before = tree_state(trial_root)
-    proc = run_cli("uninstall", "shop", "--root", str(trial_root))
+    proc = cli("uninstall", "shop", "--root", str(trial_root))
     assert proc.returncode == 2 and proc.stderr.startswith(f"error: {ini}: no longer carries bundle shop's header")
     assert len(proc.stderr.splitlines()) == 1 and tree_state(trial_root) == before
 
@@ -589,7 +600,7 @@ def test_the_installed_bundles_stats_server_is_closed_to_nobody(flask_app, trial
     our reader (what doctor, chain reloads and samplers read) drops it."""
     port = free_ports(1)[0]
     bundle = make_bundle(run_dirs() / "bundle", flask_app, "--listen", f"127.0.0.1:{port}")
-    assert run_cli("install", str(bundle), "--root", str(trial_root)).returncode == 0
+    assert cli("install", str(bundle), "--root", str(trial_root)).returncode == 0
     address = str(trial_root / "run/shop/blue/stats.sock")
     with served(trial_root) as procs:
         deadline = time.monotonic() + 60

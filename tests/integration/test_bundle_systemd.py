@@ -35,6 +35,7 @@ from tests.bundles import make_cert
 from tests.flaskapp import write_pyuwsgi_launcher
 from tests.integration.nspawn import Container, ContainerUnavailable
 from tests.integration.support import REPO_ROOT
+from tests.test_cli import cli_in_process
 
 # One xdist worker boots the systemd containers of this module, one at a time (each is a whole
 # systemd with its nginx: two at once would only compete for the same two cores).
@@ -50,12 +51,17 @@ WORKERS = ("import json, socket, sys; s = socket.socket(socket.AF_UNIX); s.conne
 
 # doctor on the installed unit: its unix stats socket and nginx's log of the site, under wrk through TLS.
 # wrk sends the name in the URL as SNI (the site refuses a handshake without it): /etc/hosts names it.
+# The load starts once doctor says it watches (its first line), not before: its start-up takes seconds
+# on a loaded machine, and a load begun earlier spent them burning both cores unseen (as
+# tests/integration/test_doctor.py does). wrk then runs until doctor is done: its window is loaded to
+# its end.
 DOCTOR = (f"grep -q ' {HOST}$' /etc/hosts || echo '127.0.0.1 {HOST}' >> /etc/hosts; "
-          # wrk runs until doctor is done: doctor's start-up takes seconds on a loaded machine
-          f"wrk -t1 -c4 -d60s https://{HOST}/ >/tmp/wrk.out 2>&1 & load=$!; sleep 1; "
           f"{PY} -m uwsgi_layouts doctor --stats /run/shop/blue/stats.sock --for 2 "
-          "--access-log /var/log/nginx/shop.access.log "
-          "--out /tmp/doctor; rc=$?; kill $load; wait; exit $rc")
+          "--access-log /var/log/nginx/shop.access.log --out /tmp/doctor >/tmp/doctor.out 2>/tmp/doctor.err & "
+          "doctor=$!; until grep -q '^doctor: watching' /tmp/doctor.out || ! kill -0 $doctor 2>/dev/null; "
+          "do sleep 0.05; done; "  # polling doctor's first line
+          f"wrk -t1 -c4 -d60s https://{HOST}/ >/tmp/wrk.out 2>&1 & load=$!; "
+          "wait $doctor; rc=$?; kill $load; wait; cat /tmp/doctor.out; cat /tmp/doctor.err >&2; exit $rc")
 
 
 # The server's uwsgi-layouts, for the exporter's unit (bundle --watch): this checkout's, bound at the same path.
@@ -99,12 +105,12 @@ def unit_cgroup_limits(c: Container, unit: str) -> dict[str, str] | None:
 
 
 def make_bundle(out: Path, flask_app, spec: str, *extra: str) -> Path:
-    proc = subprocess.run(
-        [sys.executable, "-m", "uwsgi_layouts", "bundle", spec, "--out", str(out), "--app", flask_app.app, "--app-dir",
-         "/srv/shop", "--virtualenv", "/srv/shop/venv", "--static", f"{flask_app.static_prefix}=/srv/shop/static",
-         "--user", "shop", "--server-name", HOST, "--env",
-         f"{flask_app.greeting_var}=from systemd", *extra],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    # In this process (tests/test_cli.py): rendering starts nothing, and what this module tests is
+    # install, run for real inside the container.
+    proc = cli_in_process(
+        "bundle", spec, "--out", str(out), "--app", flask_app.app, "--app-dir", "/srv/shop", "--virtualenv",
+        "/srv/shop/venv", "--static", f"{flask_app.static_prefix}=/srv/shop/static", "--user", "shop", "--server-name",
+        HOST, "--env", f"{flask_app.greeting_var}=from systemd", *extra)
     assert proc.returncode == 0, proc.stderr
     return out
 
