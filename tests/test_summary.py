@@ -138,7 +138,7 @@ def _check_every_view(results, summary: Summary) -> Outcome:
     """Render the headline, report.txt and report.md from ``summary``; in each, the verdict's outcome
     and its level lines must be what the target table's standings combine to. Returns that outcome."""
     text, md = terminal_lines(results, summary), markdown_lines(results, [], summary)
-    head = headline_lines(results, "run", summary)
+    head = headline_lines(results, summary, "run")
     levels = {lv.concurrency for lv in summary.verdict.levels}
     claim = r"the article's claim \([^)]*\)"
     for table in (_text_table(text), _md_table(md)):
