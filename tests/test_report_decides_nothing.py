@@ -173,10 +173,16 @@ class Entity:
 
 class Sources:
     """The project's modules as read from the tree (``planted`` stands in for some: the planted
-    violations' own judging modules), each parsed once."""
+    violations' own judging modules), each parsed once for every check (the tree's, and what its
+    names are, are shared between Sources without planted modules)."""
+
+    _read: dict[str, ast.Module | None] = {}
+    _entities: dict[tuple[str, str], Entity] = {}
 
     def __init__(self, planted: dict[str, str] | None = None):
-        self.planted, self.trees, self.entities = planted or {}, {}, {}
+        self.planted = planted or {}
+        self.trees = {} if self.planted else Sources._read
+        self.entities = {} if self.planted else Sources._entities
 
     def tree(self, module: str) -> ast.Module | None:
         if module not in self.trees:
