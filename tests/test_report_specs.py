@@ -7,11 +7,14 @@ Specs built from the stored fixtures pass (they are the ones every report render
 
 from __future__ import annotations
 
+import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from uwsgi_layouts.bench.cli import main
 from uwsgi_layouts.bench.diagnosis import Finding
 from uwsgi_layouts.bench.doctor_summary import DoctorSummary
 from uwsgi_layouts.bench.report.doctor import DiagnosisSpec, Figures, specs
@@ -111,3 +114,16 @@ def test_recommended_files_are_read_and_checked():
 def test_stored_recommended_files_of_the_wrong_shape_are_refused_in_one_line(recommended):
     with pytest.raises(ResultsError, match=r"^arguments\.tune\.recommended: [^\n]+$"):
         RecommendedFiles.of(_with_recommended(recommended))
+
+
+def test_report_refuses_a_stored_run_whose_files_are_of_the_wrong_shape_and_writes_nothing(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    data = json.loads((FIXTURES / "results-tune.json").read_text())
+    data["arguments"]["tune"]["recommended"] = {**RECOMMENDED, "files": "uwsgi.ini"}
+    (run / "results.json").write_text(json.dumps(data))
+    shutil.copy(FIXTURES / "summary-tune.json", run / "summary.json")
+    assert main(["report", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: arguments.tune.recommended: a mapping whose files are a list\n"
+    assert sorted(p.name for p in run.iterdir()) == ["results.json", "summary.json"]  # no plot, no report
