@@ -7,6 +7,7 @@ from uwsgi_layouts.bench.analysis import layout_choice, steady_scenarios
 from uwsgi_layouts.bench.report import markdown_lines, terminal_lines
 from uwsgi_layouts.bench.report.choice import choice_lines
 from uwsgi_layouts.bench.results import Cell, Results
+from uwsgi_layouts.bench.summary import summarize
 
 LAYOUTS = ("2x4-shared", "2x4-mapped", "2x4-overflow")
 
@@ -51,7 +52,7 @@ def test_overflow_meets_the_goal_when_close_to_best_everywhere():
     assert by["2x4-mapped"].worst_where == "stall at 4 connections"
     assert not by["2x4-shared"].meets_goal  # p99 1.44x the best in steady state, and 0.8x the throughput
     assert by["2x4-overflow"].stalled_p99_ms == {"stall": 3050}
-    text = "\n".join(choice_lines(r))
+    text = "\n".join(choice_lines(r, summarize(r)))
     assert "Meets the goal: 2x4-overflow" in text
     assert all(len(line) <= 100 for line in terminal_lines(r)), "terminal lines fit 100 columns"
     assert "## Choosing a layout" in "\n".join(markdown_lines(r, []))
@@ -62,10 +63,10 @@ def test_no_layout_meets_the_goal_names_the_closest():
         ("2x4-mapped", "article", 4): (20, 250), ("2x4-mapped", "stall", 4): (11, 900, 3100),
         ("2x4-overflow", "article", 4): (17, 300), ("2x4-overflow", "stall", 4): (14, 600, 3050),
     })
-    text = " ".join(choice_lines(r))
+    text = " ".join(choice_lines(r, summarize(r)))
     assert "No layout meets the goal" in text and "closest: 2x4-overflow" in text
 
 
 def test_single_steady_scenario_has_no_choice_section():
     r = results({("2x4-mapped", "article", 2): (20, 200), ("2x4-shared", "article", 2): (15, 300)})
-    assert choice_lines(r) == []
+    assert choice_lines(r, summarize(r)) == []

@@ -33,7 +33,7 @@ import pytest
 from uwsgi_layouts.bench import doctor_summary
 from uwsgi_layouts.bench.capacity import RateStep, make_plan
 from uwsgi_layouts.bench.readings import judge_plan
-from uwsgi_layouts.bench.report import AnySummary, markdown_lines, plots, terminal_lines
+from uwsgi_layouts.bench.report import AnySummary, judged, markdown_lines, plots, terminal_lines
 from uwsgi_layouts.bench.report.plan import read_plan, write_plan_reports
 from uwsgi_layouts.bench.results import Results, ResultsError, load
 from uwsgi_layouts.bench.tune import summary as tune_summary
@@ -145,11 +145,12 @@ def renders() -> dict[str, bytes]:
         for name, results in (("tails", load(FIXTURES / "results-tails.json")), ("memory", memory_results()),
                               ("openloop-v2", load(FIXTURES / "results-v2-openloop.json")),
                               ("openloop-v1", load(FIXTURES / "openloop-v1.json"))):
-            out[f"{name}.txt"] = ("\n".join(terminal_lines(results)) + "\n").encode()
+            summary = judged(results)  # once for the three views, as a report does (None: openloop)
+            out[f"{name}.txt"] = ("\n".join(terminal_lines(results, summary)) + "\n").encode()
             names = plots.plot_file_names(results)
-            out[f"{name}.md"] = ("\n".join(markdown_lines(results, names)) + "\n").encode()
+            out[f"{name}.md"] = ("\n".join(markdown_lines(results, names, summary)) + "\n").encode()
             (Path(tmp) / name).mkdir()
-            drawn = plots.plot_all(results, Path(tmp) / name)
+            drawn = plots.plot_all(results, Path(tmp) / name, summary)
             # The PNG's bytes are matplotlib's (its version is in each file's metadata): the version is
             # stored with them, and compared against another only by the files' names.
             out[f"{name}-plots.sha256"] = (f"# matplotlib {matplotlib.__version__}\n" + "".join(

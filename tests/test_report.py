@@ -26,6 +26,7 @@ from uwsgi_layouts.bench.report.compare import verdict_lines
 from uwsgi_layouts.bench.report.exporters import EXPORTERS, MarkdownExporter, PlotExporter, TerminalExporter, export_all
 from uwsgi_layouts.bench.report.text import fmt_stat
 from uwsgi_layouts.bench.results import Latency, Results, ResultsError, load
+from uwsgi_layouts.bench.summary import summarize
 from uwsgi_layouts.bench.verdict import TARGET_EFFICIENCY
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -176,7 +177,7 @@ def test_terminal_rows_flag_noise_and_errors(results):
 def test_verdict_reports_the_missed_target_and_by_how_much(results, raw):
     eff = raw_median(raw, "2x4-mapped", 4, lambda c: c["efficiency"])
     assert eff < TARGET_EFFICIENCY  # the fixture misses the efficiency target at 2P
-    text = "\n".join(verdict_lines(results))
+    text = "\n".join(verdict_lines(summarize(results)))
     assert re.search(rf"4 \(2P\)\s+efficiency >= 0.85 \(check\)\s+{eff:.2f}\s+"
                      rf"misses: \w* ?below by {TARGET_EFFICIENCY - eff:.2f}", text)
     assert len(re.findall(r"\s{2}clears", text)) == 7
@@ -184,7 +185,7 @@ def test_verdict_reports_the_missed_target_and_by_how_much(results, raw):
 
 
 def test_verdict_not_reproduced_when_mapped_is_worse(results, raw):
-    lines = verdict_lines(mapped_worse(results))
+    lines = verdict_lines(summarize(mapped_worse(results)))
     text = " ".join(line.strip() for line in lines)
     assert lines[0].startswith("Verdict: the article's claim") and "): does not hold here." in text
     m = raw_median(raw, "2x4-mapped", 2, lambda c: c["rps"]) * 0.6
@@ -197,7 +198,7 @@ def test_verdict_not_reproduced_when_mapped_is_worse(results, raw):
 
 def test_verdict_explains_a_missing_layout(results):
     r = with_cells(results, (c for c in results.cells if c.layout != "2x4-mapped"))
-    text = " ".join(verdict_lines(r))
+    text = " ".join(verdict_lines(summarize(r)))
     assert "cannot be checked" in text
     assert "2x4-mapped" in text and "at 2 and 4 connections" in text
     assert "cannot be checked.**" in "\n".join(markdown_lines(r, []))
@@ -205,9 +206,9 @@ def test_verdict_explains_a_missing_layout(results):
 
 def test_verdict_explains_missing_processes_and_scenario(results):
     no_pt = replace(results, arguments={k: v for k, v in results.arguments.items() if k != "processes"})
-    assert "processes/threads" in " ".join(verdict_lines(no_pt))
+    assert "processes/threads" in " ".join(verdict_lines(summarize(no_pt)))
     stall_only = with_cells(results, (replace(c, scenario="stall") for c in results.cells))
-    assert "no 'article' scenario" in " ".join(verdict_lines(stall_only))
+    assert "no 'article' scenario" in " ".join(verdict_lines(summarize(stall_only)))
 
 
 def test_several_scenarios_and_extra_fields(results):
@@ -385,7 +386,7 @@ def test_missing_field_is_refused(raw, tmp_path, field):
 def test_verdict_with_one_level_missing_is_not_a_reproduction(results):
     # Only the P level (2 connections) measured: the claim may hold there, but 2P is unchecked.
     r = with_cells(results, (c for c in results.cells if c.concurrency != 4))
-    lines = verdict_lines(r)
+    lines = verdict_lines(summarize(r))
     text = " ".join(line.strip() for line in lines)
     assert lines[0].startswith("Verdict: the article's claim") and "): holds in part here." in text
     assert "at 2 connections (P): holds:" in text and "Not checked" in text and "at 4 connections" in text

@@ -10,11 +10,13 @@ import json
 import math
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from uwsgi_layouts.bench.cli import main as bench_main
+from uwsgi_layouts.bench.kinds.base import publish
 from uwsgi_layouts.bench.paired import Comparison, Direction
 from uwsgi_layouts.bench.report import markdown_lines, plots, terminal_lines
 from uwsgi_layouts.bench.report.headline import headline_lines
@@ -138,7 +140,7 @@ def _check_every_view(results, summary: Summary) -> Outcome:
     """Render the headline, report.txt and report.md from ``summary``; in each, the verdict's outcome
     and its level lines must be what the target table's standings combine to. Returns that outcome."""
     text, md = terminal_lines(results, summary), markdown_lines(results, [], summary)
-    head = headline_lines(results, "run", summary)
+    head = headline_lines(results, summary, "run")
     levels = {lv.concurrency for lv in summary.verdict.levels}
     claim = r"the article's claim \([^)]*\)"
     for table in (_text_table(text), _md_table(md)):
@@ -213,3 +215,29 @@ def test_report_renders_a_run_from_its_summary_json(tmp_path, capsys, monkeypatc
     assert bench_main(["report", str(run)]) == 0
     assert "is not this results file's summary" in capsys.readouterr().err
     assert "holds here" in (run / "report.txt").read_text()
+
+
+def test_publish_stores_only_the_summary_the_run_made(tmp_path, monkeypatch, capsys):
+    """summary.json holds what a run concluded: ``publish`` stores the summary it is handed; one it
+    makes itself, for a run handed none (every view needs one), is rendered and not stored."""
+    monkeypatch.setattr(plots, "plot_all", lambda results, out_dir, summary=None: [])  # drawn elsewhere
+    results, saved = load(RESULTS), tmp_path / "results.json"
+    publish(results, tmp_path / "made", saved=saved)
+    assert "holds here" in (tmp_path / "made" / "report.txt").read_text()
+    assert not (tmp_path / SUMMARY_NAME).exists()
+    summary = summarize(results)
+    written = publish(results, tmp_path / "given", saved=saved, summary=summary)
+    assert written[0] == tmp_path / SUMMARY_NAME and Summary.load(tmp_path / SUMMARY_NAME) == summary
+    assert f"wrote {saved} and {SUMMARY_NAME}" in capsys.readouterr().out
+
+
+def test_the_line_plots_circle_the_points_the_summary_found_noisy(tmp_path):
+    """The throughput and p99 plots circle what ``GroupRow.noisy`` holds (the plot judges no spread):
+    the same run with a summary that found nothing noisy draws other images."""
+    results = load(RESULTS)
+    summary = summarize(results)
+    assert any("p99" in r.noisy for r in summary.groups)  # the fixture has noisy p99s to circle
+    quiet = replace(summary, groups=tuple(replace(r, noisy=()) for r in summary.groups))
+    noisy = [p.read_bytes() for p in plots.plot_p99(results, tmp_path / "noisy.png", summary)]
+    calm = [p.read_bytes() for p in plots.plot_p99(results, tmp_path / "quiet.png", quiet)]
+    assert len(noisy) == len(calm) == len(results.scenarios) and noisy != calm

@@ -29,6 +29,7 @@ from uwsgi_layouts.bench.load.wrk import compress
 from uwsgi_layouts.bench.report import terminal_lines
 from uwsgi_layouts.bench.report.headline import headline_lines
 from uwsgi_layouts.bench.results import Cell
+from uwsgi_layouts.bench.summary import summarize
 from uwsgi_layouts.bench.verdict import Outcome, article_verdict
 
 # mapped far past the claim at both levels (decided within a few added rounds), at a real run's rates:
@@ -104,7 +105,7 @@ def test_a_decided_level_gets_rounds_for_its_tails_until_every_quoted_p99_is_quo
     assert v.outcome is Outcome.HOLDS and v.rounds == tuple(sorted(set(through.values())))
     assert all(t.comparison.rounds == through[t.concurrency] for t in v.targets if t.comparison is not None)
     assert clock.t <= plan.budget_min * 60 - RESERVE_S
-    head = " ".join(headline_lines(results, "x"))
+    head = " ".join(headline_lines(results, summarize(results), "x"))
     assert "every verdict cell's pooled p99 quotable" in head
 
 
@@ -117,7 +118,7 @@ def test_the_tails_stop_at_the_budget_and_the_headline_says_how_many_requests_th
     assert [lv for lv in (2, 4) if all(g.p99_quotable for g in verdict_groups(results) if g.concurrency == lv)] == [4]
     thin = [g for g in verdict_groups(results) if not g.p99_quotable]
     assert thin, "the budget was meant to end first"
-    head = " ".join(" ".join(headline_lines(results, "x")).split())
+    head = " ".join(" ".join(headline_lines(results, summarize(results), "x")).split())
     for g in thin:
         assert f"{g.layout.partition('-')[2]} {g.requests:,}" in head, head
     assert f"need {requests_for_p99():,} requests" in head

@@ -43,6 +43,7 @@ from uwsgi_layouts.bench.load.wrk import (
 )
 from uwsgi_layouts.bench.observe import Sample, Sampler, inflight_summary, read_sample
 from uwsgi_layouts.bench.results import Cell, Results, ResultsError, load
+from uwsgi_layouts.bench.summary import summarize
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TAILS = FIXTURES / "results-tails.json"
@@ -383,13 +384,13 @@ def test_direction_undecided_yet_the_claim_missed_declares_no_winner(tails_resul
     # and the claim's 1.25x lies outside every throughput interval: it does not hold
     stall_as_article = replace(tails_results, cells=tuple(replace(c, scenario="article") for c in tails_results.cells
                                                           if c.scenario == "stall"))
-    lines = verdict_lines(stall_as_article)
+    lines = verdict_lines(summarize(stall_as_article))
     text = " ".join(line.strip() for line in lines)
     assert lines[0].startswith("Verdict: the article's claim") and "): does not hold here." in text
     assert text.count("): undecided") == 4 and "better" not in text and "worse" not in text
     assert "at 2 connections (P): does not hold: throughput 0.96x (0.77–1.19): misses it" in text
     assert "p99 1.03x (0.57–1.86): straddles the 0.7x claimed" in text
-    assert "): holds here." in " ".join(x.strip() for x in verdict_lines(tails_results))
+    assert "): holds here." in " ".join(x.strip() for x in verdict_lines(summarize(tails_results)))
 
 
 def test_markdown_in_flight_section_and_totals_note(tails_results):
@@ -434,7 +435,8 @@ def test_layout_choice_declares_no_verdict_where_an_interval_straddles_the_slack
     # 95% t intervals over 3 rounds: wider than the old 75% range, so 4 connections straddles too
     assert mapped.p99_unsure == ("stall at 2 connections", "stall at 4 connections") and not mapped.p99_misses
     assert mapped.goal == "undecided" and not mapped.meets_goal
-    assert "No layout meets the goal beyond noise; undecided" in " ".join(choice_lines(tails_results))
+    undecided = " ".join(choice_lines(tails_results, summarize(tails_results)))
+    assert "No layout meets the goal beyond noise; undecided" in undecided
     shared = next(c for c in layout_choice(tails_results) if c.layout == "2x4-shared")
     assert "article at 4 connections" in shared.p99_misses and not shared.meets_goal
 

@@ -14,6 +14,7 @@ from uwsgi_layouts.bench.report import markdown_lines
 from uwsgi_layouts.bench.report.compare import verdict_lines
 from uwsgi_layouts.bench.report.headline import headline_lines
 from uwsgi_layouts.bench.results import Cell, Results, load
+from uwsgi_layouts.bench.summary import summarize
 from uwsgi_layouts.bench.verdict import (
     Outcome,
     Standing,
@@ -100,7 +101,7 @@ def test_one_missed_target_decides_a_level_while_the_other_straddles():
     assert at_2p.outcome is Outcome.HOLDS and v.outcome is Outcome.PARTLY
     keys = {k.level: k for k in key_comparisons(r) if k.kind == "verdict"}
     assert keys[2].settled and keys[4].settled
-    head = " ".join(" ".join(headline_lines(r, "x")).split())
+    head = " ".join(" ".join(headline_lines(r, summarize(r), "x")).split())
     assert "P: does not hold: throughput" in head and "holds in part here" in head
 
 
@@ -115,7 +116,7 @@ def test_direction_undecided_but_the_claim_plainly_missed():
     assert at_p.claim_targets[0].standing is Standing.MISSES and at_p.outcome is Outcome.DOES_NOT_HOLD
     assert "far below the 1.25x claimed" in at_p.claim_targets[0].words()
     assert v.outcome is Outcome.DOES_NOT_HOLD
-    text = " ".join(" ".join(verdict_lines(r)).split())
+    text = " ".join(" ".join(verdict_lines(summarize(r))).split())
     assert "Verdict: the article's claim" in text and "does not hold here" in text and "undecided" not in text.split(
         "at 2 connections (P):")[1].split(";")[0]
 
@@ -163,7 +164,7 @@ def test_the_rendered_verdict_agrees_with_its_target_table(name):
     """From a stored run: each level's sentence is the combination of the claim rows the table
     shows for it, and the first line's outcome that of all of them (read back from the text)."""
     results = load(FIXTURES / name)
-    lines = verdict_lines(results)
+    lines = verdict_lines(summarize(results))
     rows = [m.groups() for m in map(ROW.match, lines) if m]
     claim_rows = [r for r in rows if "(check)" not in r[2]]
     assert len(claim_rows) == 4 and len(rows) == 8
@@ -178,13 +179,13 @@ def test_the_rendered_verdict_agrees_with_its_target_table(name):
     md = " ".join(" ".join(markdown_lines(results, [])).split())
     assert f"): {overall} here." in md
     assert md.index("## The answer") < md.index("## Verdict")
-    head = " ".join(" ".join(headline_lines(results, "results/x")).split())
+    head = " ".join(" ".join(headline_lines(results, summarize(results), "results/x")).split())
     assert f"): {overall} here." in head and head.count("straddles") == [r[4] for r in claim_rows].count("straddles")
 
 
 def test_the_headline_is_short_and_names_the_layout():
     r = results_of({2: [(1.00, 0.88), (1.05, 0.85), (1.03, 0.90)], 4: [(1.21, 0.77), (1.25, 0.80), (1.18, 0.74)]})
-    lines = headline_lines(r, "results/run")
+    lines = headline_lines(r, summarize(r), "results/run")
     assert lines[:2] == ["", "== the answer =="] and len(lines[2:]) <= 15, "\n".join(lines)
     rec = recommend(r, "article")
     text = " ".join(" ".join(lines).split())
@@ -214,7 +215,7 @@ def test_one_round_is_judged_as_nothing():
     assert v.outcome is Outcome.UNDECIDED
     rps = v.levels[0].claim_targets[0]
     assert rps.judged() == "straddles: too few rounds" and "too few rounds to judge" in rps.words()
-    assert "inf" not in " ".join(verdict_lines(r)) + " ".join(headline_lines(r, "x"))
+    assert "inf" not in " ".join(verdict_lines(summarize(r))) + " ".join(headline_lines(r, summarize(r), "x"))
 
 
 @pytest.mark.parametrize("cells_each, judged", [(1, False), (2, False), (3, True)])
@@ -261,7 +262,7 @@ def test_the_headline_stays_short_with_thin_tails_and_every_line_in_use():
                 arguments={**r.arguments, "max_rounds": 9, "final_share": 0.75, "final_round": 8,
                            "until_decided": {"rounds": [{"round": n, "layouts": {}} for n in range(4, 9)],
                                              "settled_at": {}, "stop": "the budget ended"}})
-    lines = headline_lines(r, "results/20260101-120000-compare")
+    lines = headline_lines(r, summarize(r), "results/20260101-120000-compare")
     text = " ".join(" ".join(lines).split())
     assert len(lines[2:]) <= 15, "\n".join(lines)
     assert "Tails: p99 not quotable (need 1,000 requests): P mapped 400, shared 400; 2P mapped 400, shared 400." in text

@@ -260,12 +260,6 @@ def summarize(results: Results) -> Summary:
                    nginx_reading(results), tls_costs(results), memory_costs(results))
 
 
-def claim_verdict(results: Results, summary: Summary) -> Verdict:
-    """The summary's verdict; for a run it is not about (not the demo app's own requests), the
-    article's claim judged all the same, for the verdict section asked for it."""
-    return summary.verdict if summary.verdict is not None else article_verdict(results)
-
-
 def _choice(results: Results) -> tuple:
     choices = tuple(layout_choice(results))
     stall = tuple(sc for sc in results.scenarios if sc not in steady_scenarios(results))

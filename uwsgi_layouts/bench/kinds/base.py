@@ -50,14 +50,17 @@ def publish(results: Results, out: Path, saved: Path | None = None, screen: list
     """Write every report format of ``results`` into ``out`` (report.txt, report.md, the
     kind's plots), print the terminal report (or ``screen``: what the kind shows instead, e.g.
     compare's headline) and what was written (``saved``: the results file, when this run wrote it).
-    ``summary``: a compare, tune or doctor run's judgements, which every format renders; a run that
-    wrote its results also stores them beside, as summary.json (``report`` renders from it later).
-    Given none (a run stored without it), they are made once here and every format renders those."""
+    ``summary``: a compare, tune or doctor run's judgements, made by the run that measured (or read
+    from its summary.json), which every format renders; with ``saved``, it is also stored beside the
+    results as summary.json (``report`` renders from it later). Given none (a run stored without
+    it), they are made once here for every format and not stored: summary.json holds only what the
+    run itself concluded."""
     out.mkdir(parents=True, exist_ok=True)
+    given = summary
     summary = judged(results, summary)
     written = export_all(results, out, summary=summary)
-    if summary is not None and saved is not None:
-        written.insert(0, summary.save(saved.parent / SUMMARY_NAME))
+    if given is not None and saved is not None:
+        written.insert(0, given.save(saved.parent / SUMMARY_NAME))
     print("\n".join(terminal_lines(results, summary) if screen is None else screen))
     names = ", ".join(p.name for p in written)
     print(f"\nwrote {saved} and {names} in {out}" if saved else f"\nwrote {names} in {out}")

@@ -390,7 +390,7 @@ def run(args) -> int:
     # The answer where the eye lands; the tables are in report.txt (or here with --full).
     summary = summarize(results)  # decided once: the headline, every report file and summary.json
     publish(results, out, saved=results_path, summary=summary,
-            screen=None if args.full else headline_lines(results, str(out), summary))
+            screen=None if args.full else headline_lines(results, summary, str(out)))
     return 0
 
 

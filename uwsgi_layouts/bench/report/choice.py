@@ -5,11 +5,11 @@ the ``Summary``), as one section written by each view."""
 from __future__ import annotations
 
 from uwsgi_layouts.bench.analysis import GOAL_P99_SLACK, GOAL_RPS_OF_MAPPED, Answer, group_cells
-from uwsgi_layouts.bench.report import nginx
+from uwsgi_layouts.bench.readings import only_nginx
 from uwsgi_layouts.bench.report.text import num, quoted_p99
 from uwsgi_layouts.bench.report.views import Conclusion, Grid, Items, MarkdownView, Note, Section, TextView, written
 from uwsgi_layouts.bench.results import Results
-from uwsgi_layouts.bench.summary import Summary, summarize
+from uwsgi_layouts.bench.summary import Summary
 
 
 def goal_words(summary: Summary) -> str:
@@ -43,7 +43,7 @@ def choice_section(results: Results, summary: Summary) -> Section | None:
     mapped layout, the stalled requests' p99, and whether it meets the goal. Only shown when
     the run has more than one scenario or a stall scenario."""
     stall = summary.stall_scenarios
-    if (len(results.scenarios) <= 1 and not stall) or nginx.only_nginx(results):
+    if (len(results.scenarios) <= 1 and not stall) or only_nginx(results):
         return None
     p, t = results.arguments.get("processes"), results.arguments.get("threads")
     headers = (("layout",) + tuple(f"p99/best {sc}" for sc in results.scenarios)
@@ -68,7 +68,6 @@ def choice_section(results: Results, summary: Summary) -> Section | None:
                     Items(lowest)), text_title="choosing a layout (steady state and stalls)")
 
 
-def choice_lines(results: Results, markdown: bool = False, summary: Summary | None = None) -> list[str]:
-    """The choice section of ``summary`` (by default the one ``results`` makes), in one format."""
-    return written(MarkdownView() if markdown else TextView(),
-                   choice_section(results, summary if summary is not None else summarize(results)))
+def choice_lines(results: Results, summary: Summary, markdown: bool = False) -> list[str]:
+    """The choice section of ``summary``, in one format."""
+    return written(MarkdownView() if markdown else TextView(), choice_section(results, summary))

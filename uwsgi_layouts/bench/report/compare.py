@@ -5,11 +5,11 @@ report; the layout choice's section comes from ``bench.report.choice``, the alte
 ``bench.report.hosts``, each wording the summary's readings (``bench.readings``).
 
 Every function here takes a ``Results`` (freshly measured or loaded from JSON) and its
-``Summary`` (what the analysis decided; made from the results when not given) and RETURNS lines;
-nothing prints, times, starts processes or judges: the verdict, decisions, best layouts,
-mechanism and warnings are the summary's, and sections built once (``bench.report.views``) are
-written by the text and the Markdown view alike. Printing is the CLI's job; writing files is
-``bench.report.exporters``'s.
+``Summary`` (what the analysis decided, always given: ``bench.report.judged`` makes one for a
+run stored without it) and RETURNS lines; nothing prints, times, starts processes or judges: the
+verdict, decisions, best layouts, mechanism and warnings are the summary's, and sections built
+once (``bench.report.views``) are written by the text and the Markdown view alike. Printing is
+the CLI's job; writing files is ``bench.report.exporters``'s.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from uwsgi_layouts.bench.analysis import (
     unpaired_note,
 )
 from uwsgi_layouts.bench.paired import Direction
+from uwsgi_layouts.bench.readings import only_nginx
 from uwsgi_layouts.bench.report import hosts, nginx, peers
 from uwsgi_layouts.bench.report.choice import choice_section
 from uwsgi_layouts.bench.report.headline import claim_sentence, headline_markdown, level_sentence
@@ -65,7 +66,7 @@ from uwsgi_layouts.bench.report.views import (
     written,
 )
 from uwsgi_layouts.bench.results import Results
-from uwsgi_layouts.bench.summary import Best, Summary, claim_verdict, summarize
+from uwsgi_layouts.bench.summary import Best, Summary
 from uwsgi_layouts.bench.verdict import Verdict, confidence_words
 
 EFFICIENCY_NOTE = (
@@ -139,11 +140,10 @@ def verdict_section(v: Verdict) -> Section:
     return Section("Verdict", tuple(blocks))
 
 
-def verdict_lines(results: Results, summary: Summary | None = None) -> list[str]:
-    """The verdict section, text form: the summary's verdict (by default the one ``results``
-    makes; for a run the verdict is not about, the article's claim still judged, as before)."""
-    return TextView().lines(verdict_section(claim_verdict(results, summary if summary is not None
-                                                          else summarize(results))))
+def verdict_lines(summary: Summary) -> list[str]:
+    """The verdict section of ``summary``, text form (none for a run the verdict is not about:
+    ``Summary.verdict`` is None)."""
+    return [] if summary.verdict is None else TextView().lines(verdict_section(summary.verdict))
 
 
 # --------------------------------------------------------------------------- the key comparisons
@@ -184,12 +184,6 @@ def decision_section(summary: Summary) -> Section | None:
     if undecided:
         head += f" Undecided: {len(undecided)} of {len(keys)}: measure more (a larger --budget or more --repeats)."
     return Section("Decisions", (Note(head), Items(tuple(items))))
-
-
-def decision_lines(results: Results, markdown: bool = False, summary: Summary | None = None) -> list[str]:
-    """The decisions section of ``summary`` (by default the one ``results`` makes), in one format."""
-    return written(MarkdownView() if markdown else TextView(),
-                   decision_section(summary if summary is not None else summarize(results)))
 
 
 # --------------------------------------------------------------------------- terminal
@@ -354,11 +348,11 @@ def terminal_lines(results: Results, summary: Summary) -> list[str]:
     out += nginx.nginx_lines(results, summary=summary)
     out += hosts.host_lines(results, summary=summary)
     text = TextView()
-    out += written(text, decision_section(summary)) if not nginx.only_nginx(results) else []
+    out += written(text, decision_section(summary)) if not only_nginx(results) else []
     out += written(text, choice_section(results, summary))
     out += peers.alternatives_lines(results, summary=summary)
     # The article's verdict is about the demo app's own request (``Summary.verdict``: None otherwise).
-    if not nginx.only_nginx(results) and summary.verdict is not None:
+    if not only_nginx(results) and summary.verdict is not None:
         out.append("")
         out.extend(text.lines(verdict_section(summary.verdict)))
     if summary.cautions:
@@ -503,9 +497,9 @@ def markdown_lines(results: Results, plot_files: list[str], summary: Summary) ->
     out += headline_markdown(results, summary)
     out += subject_markdown(results)
     md = MarkdownView()
-    if not nginx.only_nginx(results) and summary.verdict is not None:
+    if not only_nginx(results) and summary.verdict is not None:
         out += md.lines(verdict_section(summary.verdict))
-    if not nginx.only_nginx(results):
+    if not only_nginx(results):
         out += written(md, decision_section(summary))
     note = unpaired_note(results)
     if note:

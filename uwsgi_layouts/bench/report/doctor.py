@@ -7,10 +7,13 @@ the tune command, whether a worker's memory growth is quoted) comes from the run
 summaries, made once per report from the stored figures by ``bench.report.judged``); the figures
 from results.json. The report judges nothing and holds no threshold.
 
-Each diagnosis is built once into a ``DiagnosisSpec`` (what both formats show); ``DoctorText``
-(report.txt, the terminal) and ``DoctorMarkdown`` (report.md) each say only how its parts are
-written, so the two cannot show different findings or figures (``bench.report.views`` does the
-same for compare's sections).
+Each diagnosis is built once into a ``DiagnosisSpec``; ``DoctorText`` (report.txt, the terminal)
+and ``DoctorMarkdown`` (report.md) each say only how its parts are written (``bench.report.views``
+does the same for compare's sections), so the two show the same facts, findings, tune command and
+table rows. Not every figure, though: a table's heading is its own per format, and the text's
+(``Figures.text_title``) carries figures the Markdown does not show (the workers' pile-up, full and
+busy shares and their peak in flight; the listen queues' full count and kernel overflows), as the
+reports did before the spec.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 from uwsgi_layouts.bench.diagnosis import Finding, layout_words
 from uwsgi_layouts.bench.doctor_summary import DoctorSummary, Judgement
 from uwsgi_layouts.bench.report.text import comment, md_footer, md_table, pct, table, wrap
+from uwsgi_layouts.bench.report.views import check_lines, check_table, check_text
 from uwsgi_layouts.bench.results import Diagnosis, Results
 
 ENDINGS = {"complete": "", "stopped": "STOPPED EARLY", "interrupted": "INTERRUPTED"}
@@ -94,6 +98,11 @@ class Figures:
     align: str
     note: str = ""
 
+    def __post_init__(self):
+        for name in ("text_title", "title", "note"):
+            check_text(name, getattr(self, name))
+        check_table("figures", self.headers, self.rows, self.align, len(self.headers))
+
 
 @dataclass(frozen=True)
 class DiagnosisSpec:
@@ -108,6 +117,16 @@ class DiagnosisSpec:
     queues: Figures
     access: str
     access_tables: tuple[Figures, ...]
+
+    def __post_init__(self):
+        check_lines("facts", self.facts)
+        check_text("tune", self.tune)
+        check_text("access", self.access)
+        if not isinstance(self.findings, tuple) or not all(isinstance(f, Finding) for f in self.findings):
+            raise ValueError(f"findings: a tuple of Finding, got {self.findings!r:.80}")
+        tables = (self.workers, self.queues, *self.access_tables) if isinstance(self.access_tables, tuple) else ()
+        if not tables or not all(isinstance(f, Figures) for f in tables):
+            raise ValueError("workers, queues, access_tables: Figures (access_tables a tuple of them)")
 
 
 def _figures(text_title: str, title: str, headers: list[str], rows: list[list[str]], align: str,

@@ -69,10 +69,12 @@ class TerminalExporter:
 
     filename: str = "report.txt"
     summary: AnySummary | None = None  # a compare, tune or doctor run's judgements (None: made from the results)
+    lines: list[str] | None = None  # the report already rendered (``export_all`` renders it before writing)
     name = "txt"
 
     def export(self, results: Results, out_dir: Path) -> list[Path]:
-        text = "\n".join(terminal_lines(results, self.summary)) + "\n"
+        lines = self.lines if self.lines is not None else terminal_lines(results, self.summary)
+        text = "\n".join(lines) + "\n"
         return [write_atomic(Path(out_dir) / self.filename, text)]
 
 
@@ -90,6 +92,9 @@ def export_all(results: Results, out_dir: Path | str, formats: tuple[str, ...] |
     if unknown:
         raise ValueError(f"unknown report format(s) {unknown}; choose from {list(EXPORTERS)}")
     summary = judged(results, summary)
+    # The text report first, in memory: a stored run it cannot render (a field of the wrong shape,
+    # refused by the report's specs) is refused before any file is written.
+    text = terminal_lines(results, summary) if "txt" in formats else None
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -101,7 +106,7 @@ def export_all(results: Results, out_dir: Path | str, formats: tuple[str, ...] |
         elif fmt == "md":
             exporter = MarkdownExporter(plot_files=plot_files, summary=summary)
         else:
-            exporter = TerminalExporter(summary=summary)
+            exporter = TerminalExporter(summary=summary, lines=text)
         paths = exporter.export(results, out_dir)
         if fmt == "png":
             plot_files = [p.relative_to(out_dir).as_posix() for p in paths]

@@ -14,10 +14,10 @@ from __future__ import annotations
 from uwsgi_layouts.bench.analysis import MIN_SLOWER_REQUESTS, requests_for_p99
 from uwsgi_layouts.bench.decisions import Lead, Recommendation
 from uwsgi_layouts.bench.paired import percent
-from uwsgi_layouts.bench.report import nginx
+from uwsgi_layouts.bench.readings import only_nginx
 from uwsgi_layouts.bench.report.text import wrap
 from uwsgi_layouts.bench.results import Results
-from uwsgi_layouts.bench.summary import Summary, summarize
+from uwsgi_layouts.bench.summary import Summary
 from uwsgi_layouts.bench.verdict import (
     ARTICLE,
     TARGET_P99_RATIO,
@@ -163,17 +163,15 @@ def machine(results: Results, busy: bool) -> str:
     return text + ("; busy: differences of a few percent are suspect." if busy else ".")
 
 
-def headline_lines(results: Results, where: str | None = None, summary: Summary | None = None) -> list[str]:
-    """The headline (terminal form) of ``summary`` (by default, the one ``results`` makes);
-    ``where``: the directory holding the full report (None: the report that follows it, as in
-    report.md)."""
-    summary = summary if summary is not None else summarize(results)
+def headline_lines(results: Results, summary: Summary, where: str | None = None) -> list[str]:
+    """The headline (terminal form) of ``summary``; ``where``: the directory holding the full
+    report (None: the report that follows it, as in report.md)."""
     out = ["", "== the answer =="]
     rec = summary.run_here
     if rec is not None:
         out += wrap(run_here(rec))
     # The verdict's line here needs the article's scenario (the full report says why it is missing).
-    v = summary.verdict if not nginx.only_nginx(results) and ARTICLE in results.scenarios else None
+    v = summary.verdict if not only_nginx(results) and ARTICLE in results.scenarios else None
     if v is not None:
         out += wrap(short_claim(v))
         for lv in v.levels:
@@ -193,8 +191,8 @@ def headline_lines(results: Results, where: str | None = None, summary: Summary 
     return out
 
 
-def headline_markdown(results: Results, summary: Summary | None = None) -> list[str]:
+def headline_markdown(results: Results, summary: Summary) -> list[str]:
     """The same headline at the top of report.md."""
-    lines = headline_lines(results, summary=summary)[2:]
+    lines = headline_lines(results, summary)[2:]
     text = "\n".join(lines)
     return ["## The answer", "", "```text", text, "```", ""]

@@ -34,7 +34,6 @@ from uwsgi_layouts.bench.readings import (
     cells_by_repeat,
     files_blocks,
     mixed_blocks,
-    only_nginx,
     pairs,
     reuseport_blocks,
     variant_options,
@@ -45,7 +44,7 @@ from uwsgi_layouts.bench.results import Results
 from uwsgi_layouts.bench.summary import Summary
 
 # Re-exported: the label helpers and the scenarios, for the report's other sections and older callers.
-__all__ = ["NGINX_SCENARIOS", "files_section", "mixed_section", "nginx_lines", "only_nginx", "pairs",
+__all__ = ["NGINX_SCENARIOS", "files_section", "mixed_section", "nginx_lines", "pairs",
            "reuseport_section", "variant_options", "without"]
 NAMES = dict(ROUTES)
 

@@ -1,9 +1,10 @@
 """PNG plots of a stored run, made from ``Results`` only (never by re-running anything).
 
 ``PLOTS`` maps a results kind to its plots (file stem -> function); a kind may have none
-(faults). Each ``plot_*`` function takes a ``Results`` and a target path and returns the paths
-it wrote. Compare's plots write one file when the run has one scenario, else one per scenario
-with the scenario as a file-name suffix (``throughput.png`` -> ``throughput-article.png``,
+(faults). Each ``plot_*`` function takes a ``Results`` and a target path (and the run's summary,
+for those that draw what it concluded: ``DRAWN_FROM_SUMMARY``) and returns the paths it wrote.
+Compare's plots write one file when the run has one scenario, else one per scenario with the
+scenario as a file-name suffix (``throughput.png`` -> ``throughput-article.png``,
 ``throughput-stall.png``). ``plot_file_names`` predicts the names without drawing, so the
 Markdown report can link them. Files are written atomically (temp file + rename) and every
 figure is closed.
@@ -36,6 +37,7 @@ from uwsgi_layouts.bench.analysis import (  # noqa: E402
 from uwsgi_layouts.bench.report import AnySummary, judged  # noqa: E402
 from uwsgi_layouts.bench.report.limits import LimitFigures, has_limits, limit_figures  # noqa: E402
 from uwsgi_layouts.bench.results import Results  # noqa: E402
+from uwsgi_layouts.bench.summary import Summary  # noqa: E402
 from uwsgi_layouts.bench.tune.summary import TuneSummary  # noqa: E402
 from uwsgi_layouts.files import write_atomic  # noqa: E402
 
@@ -77,9 +79,11 @@ def _repeats(groups: list[Group]) -> int:
     return max((g.rps.n for g in groups), default=0)
 
 
-def _line_plot(results: Results, path: Path | str, *, value: Callable[[Group], Stat], ylabel: str,
-               what: str) -> list[Path]:
-    """Median vs concurrency per layout, low–high error bars, noisy points circled."""
+def _line_plot(results: Results, path: Path | str, summary: Summary, *, figure: str, value: Callable[[Group], Stat],
+               ylabel: str, what: str) -> list[Path]:
+    """Median vs concurrency per layout, low–high error bars, the points the summary found noisy
+    (``GroupRow.noisy`` holds ``figure``) circled."""
+    noisy_at = {(r.scenario, r.layout, r.concurrency) for r in summary.groups if figure in r.noisy}
     written = []
     for sc, out in scenario_paths(results, path):
         groups = group_cells(results, sc)
@@ -98,7 +102,8 @@ def _line_plot(results: Results, path: Path | str, *, value: Callable[[Group], S
                 yerr = [[s.median - s.low for s in stats], [s.high - s.median for s in stats]]
                 ax.errorbar(xs, ys, yerr=yerr, label=layout, marker=MARKERS[i % len(MARKERS)], markersize=6,
                             capsize=4, linewidth=1.6, linestyle="-" if "mapped" in layout else "--")
-                noisy = [(x, s.median) for x, s in zip(xs, stats, strict=True) if s.noisy]
+                noisy = [(x, s.median) for x, s, g in zip(xs, stats, gs, strict=True)
+                         if (g.scenario, g.layout, g.concurrency) in noisy_at]
                 if noisy:
                     ax.scatter(*zip(*noisy, strict=True), s=260, facecolors="none", edgecolors="red", linewidths=1.5,
                                label=noisy_label, zorder=5)
@@ -131,15 +136,16 @@ def _line_plot(results: Results, path: Path | str, *, value: Callable[[Group], S
     return written
 
 
-def plot_throughput(results: Results, path: Path | str) -> list[Path]:
+def plot_throughput(results: Results, path: Path | str, summary: Summary) -> list[Path]:
     """Requests per second vs connections, one line per layout."""
-    return _line_plot(results, path, value=lambda g: g.rps, ylabel="throughput (requests/s)", what="Throughput")
+    return _line_plot(results, path, summary, figure="rps", value=lambda g: g.rps, ylabel="throughput (requests/s)",
+                      what="Throughput")
 
 
-def plot_p99(results: Results, path: Path | str) -> list[Path]:
+def plot_p99(results: Results, path: Path | str, summary: Summary) -> list[Path]:
     """99th-percentile latency vs connections, one line per layout."""
-    return _line_plot(results, path, value=lambda g: g.latency["p99"], ylabel="p99 latency (ms)",
-                      what="p99 latency")
+    return _line_plot(results, path, summary, figure="p99", value=lambda g: g.latency["p99"],
+                      ylabel="p99 latency (ms)", what="p99 latency")
 
 
 def share_level(results: Results, groups: list[Group], level: int | None = None) -> int | None:
@@ -516,7 +522,7 @@ def plot_timeline(results: Results, path: Path | str) -> list[Path]:
 
 
 # Results kind -> file stem -> plot function; the order is the order of the plots in the Markdown report.
-PLOTS: dict[str, dict[str, Callable[[Results, Path], list[Path]]]] = {
+PLOTS: dict[str, dict[str, Callable[..., list[Path]]]] = {
     "compare": {"throughput": plot_throughput, "p99": plot_p99, "worker-share": plot_worker_share,
                 "inflight": plot_inflight, "memory": plot_memory, "throttling": plot_throttling},
     "openloop": {"reply-rate": plot_reply_rate},
@@ -524,8 +530,9 @@ PLOTS: dict[str, dict[str, Callable[[Results, Path], list[Path]]]] = {
     "tune": {"p99-throughput": plot_tune},
     "doctor": {"timeline": plot_timeline},
 }
-# Kinds whose plots take the run's summary as a third argument (what the run concluded, not judged again).
-DRAWN_FROM_SUMMARY = ("tune",)
+# Plots that take the run's summary as a third argument (what the run concluded, not judged again:
+# tune's candidates, compare's noisy points).
+DRAWN_FROM_SUMMARY = frozenset({plot_tune, plot_throughput, plot_p99})
 
 
 def plot_file_names(results: Results) -> list[str]:
@@ -548,5 +555,7 @@ def plot_all(results: Results, out_dir: Path | str, summary: AnySummary | None =
     ``summary``: the run's judgements, for the kinds whose plots draw them (``DRAWN_FROM_SUMMARY``;
     given none, made once by ``judged``)."""
     out_dir = Path(out_dir)
-    given = (judged(results, summary),) if results.kind in DRAWN_FROM_SUMMARY else ()
-    return [p for stem, fn in PLOTS.get(results.kind, {}).items() for p in fn(results, out_dir / f"{stem}.png", *given)]
+    plots = PLOTS.get(results.kind, {})
+    given = (judged(results, summary),) if DRAWN_FROM_SUMMARY & set(plots.values()) else ()
+    return [p for stem, fn in plots.items()
+            for p in fn(results, out_dir / f"{stem}.png", *(given if fn in DRAWN_FROM_SUMMARY else ()))]

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from uwsgi_layouts.bench.report.limits import pod_sentence
 from uwsgi_layouts.bench.report.subject import subject_lines, subject_markdown
 from uwsgi_layouts.bench.report.text import fmt_interval, md_table, num, plot_lines, table, wrap
-from uwsgi_layouts.bench.results import Results
+from uwsgi_layouts.bench.report.views import check_lines, check_table, check_text
+from uwsgi_layouts.bench.results import Results, ResultsError
 from uwsgi_layouts.bench.tune.outcome import STAGES
 from uwsgi_layouts.bench.tune.summary import Measured, StallFigures, Tail, TuneSummary
 
@@ -237,13 +238,26 @@ class RecommendedFiles:
     note: str
     install: str
 
+    def __post_init__(self):
+        for name in ("dir", "bundle", "serve", "note", "install"):
+            check_text(name, getattr(self, name))
+        check_lines("files", self.files)
+        if not self.dir or not self.files or not self.serve:
+            raise ValueError("dir, files, serve: the recommended files need a directory, its files and a command")
+
     @classmethod
     def of(cls, results: Results) -> "RecommendedFiles | None":
+        """From results.json; a stored entry of the wrong shape is refused in one line (ResultsError)."""
         rec = results.arguments["tune"].get("recommended")
         if not rec:
             return None
-        return cls(rec["dir"], tuple(rec["files"]), rec.get("bundle") or "", rec["serve"], rec["note"],
-                   rec.get("install") or "")
+        try:
+            if not isinstance(rec, dict) or not isinstance(rec.get("files"), list):
+                raise ValueError("a mapping whose files are a list")
+            return cls(rec["dir"], tuple(rec["files"]), rec.get("bundle") or "", rec["serve"], rec["note"],
+                       rec.get("install") or "")
+        except (KeyError, ValueError) as e:
+            raise ResultsError(f"arguments.tune.recommended: {e}") from None
 
 
 @dataclass(frozen=True)
@@ -265,6 +279,18 @@ class TuneSpec:
     files: RecommendedFiles | None
     warnings: tuple[str, ...]
     command: str
+
+    def __post_init__(self):
+        for name in ("head", "objective", "command"):
+            check_text(name, getattr(self, name))
+        for name in ("answer", "pruned", "budget", "warnings"):
+            check_lines(name, getattr(self, name))
+        # the figures' columns are aligned, the last (why a candidate stopped) is written after them
+        check_table("candidates", self.headers, self.rows, self.align, len(self.headers) - 1)
+        if self.space < 0 or self.pruned_count < 0:
+            raise ValueError(f"space, pruned_count: 0 or more, got {self.space} and {self.pruned_count}")
+        if self.files is not None and not isinstance(self.files, RecommendedFiles):
+            raise ValueError(f"files: RecommendedFiles or None, got {type(self.files).__name__}")
 
     @property
     def align(self) -> str:

@@ -16,6 +16,33 @@ from dataclasses import dataclass
 from uwsgi_layouts.bench.report.text import md_table, table, wrap
 
 
+def check_text(field: str, value) -> None:
+    """A spec's field that holds one string (a list or None there is a spec built wrong)."""
+    if not isinstance(value, str):
+        raise ValueError(f"{field}: a string, got {type(value).__name__}")
+
+
+def check_lines(field: str, value) -> None:
+    """A spec's field that holds strings, as a tuple: a string there would be written letter by letter."""
+    if not isinstance(value, tuple) or not all(isinstance(x, str) for x in value):
+        raise ValueError(f"{field}: a tuple of strings, got {value!r:.80}")
+
+
+def check_table(field: str, headers, rows, align: str, columns: int) -> None:
+    """A table of a spec: string headers, rows of strings each as long as the headers, and an
+    alignment (``<`` or ``>``) for ``columns`` of them (the ones after it align left)."""
+    check_lines(f"{field}.headers", headers)
+    if not isinstance(rows, tuple) or not all(isinstance(r, tuple) for r in rows):
+        raise ValueError(f"{field}.rows: a tuple of rows (tuples), got {type(rows).__name__}")
+    for i, row in enumerate(rows):
+        check_lines(f"{field}.rows[{i}]", row)
+        if len(row) != len(headers):
+            raise ValueError(f"{field}.rows[{i}]: {len(row)} cells, the headers name {len(headers)}")
+    check_text(f"{field}.align", align)
+    if len(align) != columns or set(align) - {"<", ">"}:
+        raise ValueError(f"{field}.align: {columns} of '<' or '>' for {len(headers)} headers, got {align!r}")
+
+
 @dataclass(frozen=True)
 class Lead:
     text: str
