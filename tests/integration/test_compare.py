@@ -107,14 +107,15 @@ def test_smoke_stall_scenario_separates_stalled_clients(tmp_path):
 def test_cells_carry_histograms_and_in_flight_samples(tmp_path):
     """Pooled tails and the mechanism from a real run: each cell's histogram holds exactly wrk's
     requests (its phantom coordinated-omission samples removed), in-flight samples come at 20 or
-    more per second of load, and the report shows the new figures. 1-s cells, and the article's
-    request with fib(15) for fib(25): each assertion is on what a cell records, none on a figure,
-    and the CPU-bound request kept both cores busy for the cells' whole time."""
+    more per second of load, and the report shows the new figures. The article's request with
+    fib(15) for fib(25): each assertion is on what a cell records, none on a figure, and the
+    CPU-bound request kept both cores busy for the cells' whole time. 2-s cells: at load 15-19 on
+    2 cores, 1-s cells held 17 samples of the 21 asked."""
     out = tmp_path / "tails"
     # 40 Hz for margin: on a machine loaded by other test runs the sampler misses a tick now and then
     # (the uWSGI master answers late); 20 per second is what the test asks for.
-    proc = compare(out, "--layouts", "2x4-shared,2x4-mapped", "--concurrency", "4", "--duration", "1",
-                   "--key-duration", "1", "--scenario", "article", "--fib", "15", "--inflight-hz", "40", "--full")
+    proc = compare(out, "--layouts", "2x4-shared,2x4-mapped", "--concurrency", "4", "--duration", "2",
+                   "--key-duration", "2", "--scenario", "article", "--fib", "15", "--inflight-hz", "40", "--full")
     data = json.loads((out / "results.json").read_text())
     assert data["arguments"]["inflight_hz"] == 40.0
     for cell in data["cells"]:
