@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.test_cli import cli_in_process
 from uwsgi_layouts.bench.results import load
 from uwsgi_layouts.bench.summary import Summary
 
@@ -39,10 +40,15 @@ def bench_processes() -> list[psutil.Process]:
     return found
 
 
-def compare(out: Path, *args: str, timeout: float = 150) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "uwsgi_layouts", "compare", "--out", str(out), "--warmup", "1", "--repeats", "1",
-           *args]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
+def compare(out: Path, *args: str, timeout: float = 150, in_process: bool = True) -> subprocess.CompletedProcess:
+    """compare through the console's main in this process (an interpreter of its own costs 2-3 s of
+    CPU: numpy, scipy, matplotlib), or, ``in_process=False``, as a user runs it: the smoke test's run."""
+    argv = ["compare", "--out", str(out), "--warmup", "1", "--repeats", "1", *args]
+    if in_process:
+        proc = cli_in_process(*argv)
+    else:
+        proc = subprocess.run([sys.executable, "-m", "uwsgi_layouts", *argv], cwd=REPO_ROOT, capture_output=True,
+                              text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert not bench_processes(), "compare left processes running"
     return proc
@@ -50,7 +56,10 @@ def compare(out: Path, *args: str, timeout: float = 150) -> subprocess.Completed
 
 def test_smoke_compare_records_every_field(tmp_path):
     out = tmp_path / "run"
-    proc = compare(out, "--layouts", "2x2-shared,2x2-mapped", "--concurrency", "2", "--duration", "2")
+    # 2-s cells of the article's own request (its query is asserted below): at load 14 on 2 cores a
+    # 1-s cell of it held no answer at all.
+    proc = compare(out, "--layouts", "2x2-shared,2x2-mapped", "--concurrency", "2", "--duration", "2",
+                   in_process=False)
     data = json.loads((out / "results.json").read_text())
     assert data["format_version"] == 2 and data["kind"] == "compare" and data["arguments"]["complete"] is True
     for key in ("nproc", "nginx", "uwsgi", "wrk", "python", "git_commit", "kernel"):
@@ -98,12 +107,15 @@ def test_smoke_stall_scenario_separates_stalled_clients(tmp_path):
 def test_cells_carry_histograms_and_in_flight_samples(tmp_path):
     """Pooled tails and the mechanism from a real run: each cell's histogram holds exactly wrk's
     requests (its phantom coordinated-omission samples removed), in-flight samples come at 20 or
-    more per second of load, and the report shows the new figures."""
+    more per second of load, and the report shows the new figures. The article's request with
+    fib(15) for fib(25): each assertion is on what a cell records, none on a figure, and the
+    CPU-bound request kept both cores busy for the cells' whole time. 2-s cells: at load 15-19 on
+    2 cores, 1-s cells held 17 samples of the 21 asked."""
     out = tmp_path / "tails"
     # 40 Hz for margin: on a machine loaded by other test runs the sampler misses a tick now and then
     # (the uWSGI master answers late); 20 per second is what the test asks for.
     proc = compare(out, "--layouts", "2x4-shared,2x4-mapped", "--concurrency", "4", "--duration", "2",
-                   "--key-duration", "2", "--scenario", "article", "--inflight-hz", "40", "--full")
+                   "--key-duration", "2", "--scenario", "article", "--fib", "15", "--inflight-hz", "40", "--full")
     data = json.loads((out / "results.json").read_text())
     assert data["arguments"]["inflight_hz"] == 40.0
     for cell in data["cells"]:

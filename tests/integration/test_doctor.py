@@ -2,7 +2,8 @@
 
 Each stack comes from ``bench.stack.Lab`` (in this test's run directories: the leak check covers
 them) and is loaded by wrk through nginx for a few seconds; doctor runs as a user runs it (the
-CLI, in its own process) for 2-3 s of that load, and its results.json is read back. The
+CLI, in its own process) for 2-3 s of that load, and its results.json is read back (a window
+with no load of this test's to overlap, through the console's main in this process). The
 figures that decide (pile-up share, queue length) are the sampler's, so each test can fail
 both ways: 2x4-shared at 2P must pile up, 2x4-mapped must not, an idle stack must show no
 traffic, a small backlog under saturation must fill. The bundle under systemd (unix stats
@@ -24,6 +25,7 @@ from tests.integration.attacks import ROOT_ONLY
 from tests.integration.support import REPO_ROOT, SLOW
 from tests.integration.test_stats_server import SECRETS, request_in_flight, wait_for_secret
 from tests.refusals import refusal
+from tests.test_cli import cli_in_process
 from uwsgi_layouts import console
 from uwsgi_layouts.bench.load.wrk import WrkProcess
 from uwsgi_layouts.bench.stack import Lab
@@ -39,9 +41,11 @@ def lab(run_dirs, free_ports):
         yield lab
 
 
-def doctor(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "uwsgi_layouts", "doctor", *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+def doctor(*args: str) -> subprocess.CompletedProcess:
+    """doctor for its whole window through the console's main in this process: an interpreter of its
+    own costs 2-3 s of CPU (numpy, scipy, matplotlib). The tests that watch while a load runs, or
+    signal doctor, run it in its own process (``watching``), as a user does."""
+    return cli_in_process("doctor", *args)
 
 
 def record(out: Path) -> dict:

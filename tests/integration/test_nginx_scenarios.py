@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_compare import bench_processes
+from tests.test_cli import cli_in_process
 from uwsgi_layouts.bench.dataset import make_dataset
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -31,17 +32,26 @@ def data_dir(run_dirs) -> Path:
     return root
 
 
-def bench(out: Path, *args: str, timeout: float = 200) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "uwsgi_layouts", *args, "--out", str(out)]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
+def bench(out: Path, *args: str, timeout: float = 200, in_process: bool = False) -> subprocess.CompletedProcess:
+    """The command as a user runs it, in a process of its own; ``in_process``: through the console's
+    main in this process (an interpreter of its own costs 2-3 s of CPU: numpy, scipy, matplotlib),
+    for the runs whose command another test of this module already runs as a process."""
+    argv = [*args, "--out", str(out)]
+    if in_process:
+        proc = cli_in_process(*argv)
+    else:
+        proc = subprocess.run([sys.executable, "-m", "uwsgi_layouts", *argv], cwd=REPO_ROOT, capture_output=True,
+                              text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert not bench_processes(), "the benchmark left processes running"
     return proc
 
 
-def compare(out: Path, data_dir: Path, *args: str) -> tuple[dict, str]:
-    """The results and the full text report (the terminal shows the headline only)."""
-    bench(out, "compare", "--warmup", "1", "--repeats", "1", "--duration", "2", "--data-dir", str(data_dir), *args)
+def compare(out: Path, data_dir: Path, *args: str, in_process: bool = False) -> tuple[dict, str]:
+    """The results and the full text report (the terminal shows the headline only). 1-s cells: every
+    assertion is on what a cell records (fields, routes, errors), none on a figure."""
+    bench(out, "compare", "--warmup", "1", "--repeats", "1", "--duration", "1", "--data-dir", str(data_dir), *args,
+          in_process=in_process)
     return json.loads((out / "results.json").read_text()), (out / "report.txt").read_text()
 
 
@@ -66,7 +76,8 @@ def test_smoke_files_four_routes(tmp_path, data_dir):
 
 def test_smoke_files_mixed_cold_cache(tmp_path, data_dir):
     data, stdout = compare(tmp_path / "mixed", data_dir, "--scenario", "files-mixed", "--concurrency", "2",
-                           "--hot-clients", "1", "--layouts", "2x2-mapped@aio=off,2x2-mapped@aio=threads")
+                           "--hot-clients", "1", "--layouts", "2x2-mapped@aio=off,2x2-mapped@aio=threads",
+                           in_process=True)
     assert [c["layout"] for c in data["cells"]] == ["2x2-mapped@aio=off", "2x2-mapped@aio=threads"]
     for cell in data["cells"]:
         extra = cell["extra"]
@@ -82,7 +93,7 @@ def test_smoke_files_mixed_cold_cache(tmp_path, data_dir):
 def test_smoke_reuseport_records_each_nginx_worker(tmp_path, data_dir):
     data, _ = compare(tmp_path / "reuse", data_dir, "--scenario", "reuseport", "--concurrency", "8",
                       "--layouts", "1x2-mapped@nginx_workers=2,reuseport=off,1x2-mapped@nginx_workers=2,"
-                                   "reuseport=on")
+                                   "reuseport=on", in_process=True)
     assert len(data["cells"]) == 2
     for cell in data["cells"]:
         extra = cell["extra"]

@@ -16,6 +16,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from contextlib import ExitStack, contextmanager
@@ -25,6 +26,8 @@ import pytest
 
 from tests.integration.prometheus import prometheus
 from tests.integration.support import REPO_ROOT, SLOW
+from tests.refusals import refusal
+from uwsgi_layouts import console
 from uwsgi_layouts.bench.load.wrk import WrkProcess
 from uwsgi_layouts.bench.observe import Sampler, unix_listen_queues
 from uwsgi_layouts.bench.stack import Lab
@@ -246,7 +249,11 @@ def run_watch(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(watch_command(*args), cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
 
 
-def test_bad_input_is_one_line_exit_2_and_nothing_left_running(free_ports, tmp_path):
+def test_bad_input_is_one_line_exit_2_and_nothing_left_running(free_ports, tmp_path, capsys):
+    """The two refusals that come after watch tried to listen (a port taken, a path that exists) run as
+    a user runs them, in a process of their own that must exit 2 having left nothing; the refusals
+    that come before anything starts run through the console's main in this process (an interpreter
+    each made most of this test's CPU), which must leave no thread behind."""
     port, stats = free_ports(2)
     combined = tmp_path / "combined.log"
     combined.write_text('127.0.0.1 - - [27/Nov/2026:06:00:00 +0000] "GET / HTTP/1.1" 200 5 "-" "curl/7.88"\n')
@@ -257,11 +264,13 @@ def test_bad_input_is_one_line_exit_2_and_nothing_left_running(free_ports, tmp_p
         assert occupied.stdout.readline() == "ok\n"
         existing = tmp_path / "metrics.sock"
         existing.write_text("not ours")
-        cases = {
+        in_its_process = {
             ("--listen", f"127.0.0.1:{port}"): "listen: cannot listen on 127.0.0.1:",
+            ("--listen", str(existing)): "listen: cannot listen on",
+        }
+        in_this_process = {
             ("--listen", "0.0.0.0:9717"): "listen: 0.0.0.0:9717 would serve the metrics on every interface",
             ("--listen", "192.0.2.1:9717"): "or pass --allow-public-listen",
-            ("--listen", str(existing)): "listen: cannot listen on",
             ("--listen", "nonsense"): "listen: must be HOST:PORT",
             ("--access-log", str(combined)): "access_log: " + str(combined) + " is not in a timed format",
             ("--access-log", str(tmp_path / "none.log")): "access_log: cannot read",
@@ -269,15 +278,21 @@ def test_bad_input_is_one_line_exit_2_and_nothing_left_running(free_ports, tmp_p
             ("--hz", "0"): "hz: must be a number in 1..50",
             ("--window", "1"): "window: must be an integer in 5..3600",
         }
-        for args, expected in cases.items():
-            extra = ("--stats", f"127.0.0.1:{stats}") if args[0] != "--stats" else ()
-            proc = run_watch(*extra, *args)
+        for args, expected in in_its_process.items():
+            proc = run_watch("--stats", f"127.0.0.1:{stats}", *args)
             assert proc.returncode == 2 and proc.stdout == "", (args, proc.stdout, proc.stderr)
             assert proc.stderr.count("\n") == 1 and expected in proc.stderr, (args, proc.stderr)
+        threads = threading.active_count()
+        for args, expected in in_this_process.items():
+            extra = ("--stats", f"127.0.0.1:{stats}") if args[0] != "--stats" else ()
+            line = refusal(console.main, ["watch", *extra, *args], capsys, silent=True)
+            assert expected in line, (args, line)
+        assert refusal(console.main, ["watch"], capsys, silent=True).endswith(
+            "nothing to watch: give --stats (uWSGI), --socket (any server) or --access-log")
+        assert "urt=" in refusal(console.main, ["watch", "--access-log", str(combined)], capsys), \
+            "names the format needed"
+        assert threading.active_count() == threads, "a refusal left a thread running"
         assert existing.read_text() == "not ours"
-        proc = run_watch()
-        assert proc.returncode == 2 and "nothing to watch" in proc.stderr
-        assert "urt=" in run_watch("--access-log", str(combined)).stderr, "names the format needed"
     finally:
         occupied.kill()
         occupied.wait()
