@@ -8,6 +8,9 @@
 #   scripts/install-pyuwsgi.sh PYTHON VERSION|REQUIREMENT [KEEP_DIR]
 #   scripts/install-pyuwsgi.sh PYTHON WHEEL
 #
+# PYUWSGI_PIP (optional): a python whose environment has pip, run against PYTHON's environment (pip
+# --python) for a PYTHON without a pip of its own (scripts/build-uwsgi.sh makes its venvs so).
+#
 # KEEP_DIR: the wheel just compiled is left there (the only file in it), so that another venv can
 # get the very same build without compiling it again: make venv keeps .venv's in .venv/pyuwsgi-wheel,
 # which scripts/build-uwsgi.sh pyuwsgi installs (the second form) when it is the build .venv runs.
@@ -28,6 +31,7 @@ if [ $# -lt 2 ] || [ $# -gt 3 ]; then
 fi
 python=$1 wanted=$2 keep=${3:-}
 venv_bin=$(dirname "$python")
+if [ -n "${PYUWSGI_PIP:-}" ]; then pip=("$PYUWSGI_PIP" -m pip --python "$python"); else pip=("$python" -m pip); fi
 src=$(mktemp -d)
 trap 'rm -rf "$src"' EXIT
 case "$wanted" in
@@ -40,7 +44,7 @@ case "$wanted" in
         wheel=$wanted ;;
     *)
         case "$wanted" in [0-9]*) wanted="uwsgi==$wanted" ;; esac
-        "$python" -m pip download -q --no-cache-dir --no-deps --no-binary :all: -d "$src" "$wanted"
+        "${pip[@]}" download -q --no-cache-dir --no-deps --no-binary :all: -d "$src" "$wanted"
         sdists=("$src"/uwsgi-*.tar.gz)
         if [ ${#sdists[@]} -ne 1 ] || [ ! -f "${sdists[0]}" ]; then
             echo "error: pip downloaded no single uWSGI sdist for $wanted" >&2
@@ -51,7 +55,7 @@ case "$wanted" in
         tar -xzf "${sdists[0]}" -C "$src"
         cp "$src/uwsgi-$version/setup.pyuwsgi.py" "$src/uwsgi-$version/setup.py"
         # A wheel first, then installed: what pip install of the directory does in one step.
-        "$python" -m pip wheel -q --no-cache-dir --no-deps -w "$src/wheel" "$src/uwsgi-$version"
+        "${pip[@]}" wheel -q --no-cache-dir --no-deps -w "$src/wheel" "$src/uwsgi-$version"
         wheels=("$src"/wheel/pyuwsgi-*.whl)
         if [ ${#wheels[@]} -ne 1 ] || [ ! -f "${wheels[0]}" ]; then
             echo "error: pip built no single pyuwsgi wheel from uWSGI $version" >&2
@@ -59,7 +63,7 @@ case "$wanted" in
         fi
         wheel=${wheels[0]} ;;
 esac
-"$python" -m pip install -q --no-cache-dir --force-reinstall --no-deps "$wheel"
+"${pip[@]}" install -q --no-cache-dir --force-reinstall --no-deps "$wheel"
 cp -p "$venv_bin/pyuwsgi" "$venv_bin/uwsgi"
 if [ -n "$keep" ]; then
     # only our own wheels are replaced: KEEP_DIR may be a directory that holds other files
