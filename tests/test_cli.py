@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import subprocess
 import sys
+import sysconfig
+import threading
+import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
+import psutil
 import pytest
 
 from uwsgi_layouts import console
@@ -24,12 +29,27 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     )
 
 
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+LEFTOVER_GRACE_S = 5.0  # for a thread or child the command told to stop and did not wait for
+# A library's data file kept open for the life of the process (matplotlib's font, opened by the first
+# plot a worker draws) is a cache, not a leak.
+LIBRARY_DIRS = tuple({sysconfig.get_paths()[k] + os.sep for k in ("purelib", "platlib")})
+
+
 def cli_in_process(*args: str) -> subprocess.CompletedProcess:
     """``cli(*args)`` run by the console's main in this process, from the checkout as ``cli`` runs it,
-    its output captured: for commands that start nothing that outlives them (render, bundle), where a
-    new interpreter per call was most of a test's time (about 0.5 s of CPU each). argparse's refusals
-    leave through SystemExit, as they end the process; an exception escaping main fails the test, as
-    the traceback a user would see. The tests of this module keep running the real process."""
+    its output captured: a new interpreter per call (0.5 CPU-s for the deploy side, about 2.3 for the
+    bench side's imports) was most of many tests' CPU. Used for renders and bundles, for installs and
+    for runs of compare, doctor and the refusals, where another test covers the command as a real
+    process. argparse's refusals leave through SystemExit, as they end the process; an exception
+    escaping main fails the test, as the traceback a user would see.
+
+    What a real process's exit would clean up lives on in the test worker here, so what the call
+    leaves behind fails the test: a thread, a child process, an open file descriptor, a changed
+    signal handler. Not observable here, so covered by real-process tests: the
+    exit on a signal, and output written past Python's sys.stdout. No timeout of its own: pytest's
+    per-test timeout bounds it."""
+    before = _process_state()
     out, err = io.StringIO(), io.StringIO()
     here = os.getcwd()
     os.chdir(REPO_ROOT)
@@ -41,7 +61,66 @@ def cli_in_process(*args: str) -> subprocess.CompletedProcess:
                 code = exc.code
     finally:
         os.chdir(here)
+    _assert_nothing_left(before, args)
     return subprocess.CompletedProcess(["uwsgi-layouts", *map(str, args)], code, out.getvalue(), err.getvalue())
+
+
+def _process_state() -> dict:
+    me = psutil.Process()
+    return {"threads": {t.ident for t in threading.enumerate()},
+            "children": {c.pid for c in me.children(recursive=True)},
+            "fds": set(os.listdir("/proc/self/fd")),
+            "signals": {s: signal.getsignal(s) for s in HANDLED_SIGNALS}}
+
+
+def _assert_nothing_left(before: dict, args: tuple, grace_s: float = LEFTOVER_GRACE_S) -> None:
+    deadline = time.monotonic() + grace_s
+    while True:
+        after = _process_state()
+        fds = {fd: target for fd in after["fds"] - before["fds"] if (target := _fd_target(fd)) is not None}
+        left = {k: v for k, v in (("threads", after["threads"] - before["threads"]),
+                                  ("children", after["children"] - before["children"]), ("fds", fds)) if v}
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    changed = [s.name for s in HANDLED_SIGNALS if after["signals"][s] != before["signals"][s]]
+    assert not left and not changed, f"uwsgi-layouts {' '.join(map(str, args))} left behind {left} {changed}"
+
+
+def _fd_target(fd: str) -> str | None:
+    """What the fd opens, None for one closed since (listdir's own) or a library's data file."""
+    try:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+    return None if target.startswith(LIBRARY_DIRS) else target
+
+
+def test_an_in_process_call_fails_on_what_it_leaves_behind():
+    """The check cli_in_process runs after each call must be able to fail: a thread, a child, an open
+    pipe and a signal handler planted after the state before it was read are each named."""
+    before = _process_state()
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, daemon=True)
+    thread.start()
+    child = subprocess.Popen(["sleep", "30"])
+    read_end, write_end = os.pipe()
+    previous = signal.signal(signal.SIGHUP, lambda *_: None)
+    try:
+        with pytest.raises(AssertionError) as caught:
+            _assert_nothing_left(before, ("planted",), grace_s=0.2)
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+        stop.set()
+        thread.join()
+        child.kill()
+        child.wait()
+        os.close(read_end)
+        os.close(write_end)
+    message = str(caught.value)
+    assert str(thread.ident) in message and str(child.pid) in message, message
+    assert "pipe:" in message and "SIGHUP" in message, message
+    _assert_nothing_left(before, ("cleaned up",), grace_s=0.2)  # and passes once they are gone
 
 
 def port_args(free_ports, n_sockets: int) -> list[str]:

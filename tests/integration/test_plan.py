@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 LEFTOVER_NOTE = re.compile(r"removed cgroup ul-[\w-]+ left by a run that died \(pid \d+\): ")
 SLEEPY = "/?rounds=1&fib=1&io_ms=100"  # 100 ms per request, almost no CPU: ~10 req/s on one thread
 # 125 ms per request: 8 req/s on one thread, between the ladder's first two rates (6 at 75% of it,
-# 9 a ninth over it: its replies fall behind by far more than the 3% a step may)
+# 9 an eighth over it: its replies fall behind by far more than the 3% a step may)
 SLOWER = "/?rounds=1&fib=1&io_ms=125"
 
 

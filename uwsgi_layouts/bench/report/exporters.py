@@ -92,8 +92,8 @@ def export_all(results: Results, out_dir: Path | str, formats: tuple[str, ...] |
     if unknown:
         raise ValueError(f"unknown report format(s) {unknown}; choose from {list(EXPORTERS)}")
     summary = judged(results, summary)
-    # The text report first, in memory: a stored run it cannot render (a field of the wrong shape,
-    # refused by the report's specs) is refused before any file is written.
+    # The text report first, in memory: a stored run the text view cannot render (a field of the
+    # wrong shape, refused by the report's specs) is refused before any file is written.
     text = terminal_lines(results, summary) if "txt" in formats else None
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
