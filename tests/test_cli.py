@@ -46,9 +46,9 @@ def cli_in_process(*args: str) -> subprocess.CompletedProcess:
 
     What a real process's exit would clean up lives on in the test worker here, so what the call
     leaves behind fails the test: a thread, a child process, an open file descriptor, a changed
-    signal handler. Not observable here, so covered by real-process tests: the
-    exit on a signal, and output written past Python's sys.stdout. No timeout of its own: pytest's
-    per-test timeout bounds it."""
+    signal handler. Not observable here, so covered by real-process tests: the exit on a signal, and
+    output written past Python's sys.stdout. No timeout of its own: pytest's per-test timeout bounds
+    it."""
     before = _process_state()
     out, err = io.StringIO(), io.StringIO()
     here = os.getcwd()
@@ -67,7 +67,8 @@ def cli_in_process(*args: str) -> subprocess.CompletedProcess:
 
 def _process_state() -> dict:
     me = psutil.Process()
-    return {"threads": {t.ident for t in threading.enumerate()},
+    # Thread objects, not idents: an ident of a thread that ended may be given to a new one
+    return {"threads": set(threading.enumerate()),
             "children": {c.pid for c in me.children()},
             "fds": set(os.listdir("/proc/self/fd")),
             "signals": {s: signal.getsignal(s) for s in HANDLED_SIGNALS}}
