@@ -6,16 +6,19 @@ from __future__ import annotations
 
 from typing import Callable
 
+from tests.leaks import nothing_left
+
 PROG = "uwsgi-layouts"
 
 
 def refusal(main: Callable[[list[str]], int], argv: list[str], capsys, silent: bool = False) -> str:
     """The one line ``main(argv)`` refuses with (asserting exit 2 and nothing else on stderr; ``silent``:
-    nothing on stdout either)."""
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # the parser refused a value
-        code = exc.code
+    nothing on stdout either), having left nothing running or open (``tests.leaks``)."""
+    with nothing_left(f"{PROG} {' '.join(map(str, argv))}"):
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # the parser refused a value
+            code = exc.code
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and captured.err.count("\n") == 1, (code, captured.err)

@@ -7,15 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import sysconfig
 import threading
-import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
-import psutil
 import pytest
 
+from tests.leaks import assert_nothing_left, nothing_left, process_state
 from uwsgi_layouts import console
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -27,13 +25,6 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
         [sys.executable, "-m", "uwsgi_layouts", *map(str, args)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout,
     )
-
-
-HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-LEFTOVER_GRACE_S = 5.0  # for a thread or child the command told to stop and did not wait for
-# A library's data file kept open for the life of the process (matplotlib's font, opened by the first
-# plot a worker draws) is a cache, not a leak.
-LIBRARY_DIRS = tuple({sysconfig.get_paths()[k] + os.sep for k in ("purelib", "platlib")})
 
 
 def cli_in_process(*args: str) -> subprocess.CompletedProcess:
@@ -49,71 +40,24 @@ def cli_in_process(*args: str) -> subprocess.CompletedProcess:
     signal handler. Not observable here, so covered by real-process tests: the exit on a signal, and
     output written past Python's sys.stdout. No timeout of its own: pytest's per-test timeout bounds
     it."""
-    before = _process_state()
     out, err = io.StringIO(), io.StringIO()
     here = os.getcwd()
     os.chdir(REPO_ROOT)
     try:
-        with redirect_stdout(out), redirect_stderr(err):
+        with nothing_left(f"uwsgi-layouts {' '.join(map(str, args))}"), redirect_stdout(out), redirect_stderr(err):
             try:
                 code = console.main([str(a) for a in args])
             except SystemExit as exc:
                 code = exc.code
     finally:
         os.chdir(here)
-    _assert_nothing_left(before, args)
     return subprocess.CompletedProcess(["uwsgi-layouts", *map(str, args)], code, out.getvalue(), err.getvalue())
-
-
-def _process_state() -> dict:
-    me = psutil.Process()
-    # Thread objects, not idents: an ident of a thread that ended may be given to a new one
-    return {"threads": set(threading.enumerate()),
-            "children": {c.pid for c in me.children()},
-            "fds": set(os.listdir("/proc/self/fd")),
-            "signals": {s: signal.getsignal(s) for s in HANDLED_SIGNALS}}
-
-
-def _assert_nothing_left(before: dict, args: tuple, grace_s: float = LEFTOVER_GRACE_S) -> None:
-    deadline = time.monotonic() + grace_s
-    while True:
-        after = _process_state()
-        fds = {fd: target for fd in after["fds"] - before["fds"] if (target := _fd_target(fd)) is not None}
-        left = {k: v for k, v in (("threads", after["threads"] - before["threads"]),
-                                  ("children", _tree(after["children"] - before["children"])), ("fds", fds)) if v}
-        if not left or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    changed = [s.name for s in HANDLED_SIGNALS if after["signals"][s] != before["signals"][s]]
-    assert not left and not changed, f"uwsgi-layouts {' '.join(map(str, args))} left behind {left} {changed}"
-
-
-def _tree(pids: set[int]) -> set[int]:
-    """``pids`` (children this call started) and their descendants. Not the descendants of a child
-    started before the call: the background uWSGI builds (tests/integration/prebuild.py) start and end
-    compilers all along."""
-    tree = set()
-    for pid in pids:
-        try:
-            tree |= {pid} | {p.pid for p in psutil.Process(pid).children(recursive=True)}
-        except psutil.NoSuchProcess:
-            continue
-    return tree
-
-
-def _fd_target(fd: str) -> str | None:
-    """What the fd opens, None for one closed since (listdir's own) or a library's data file."""
-    try:
-        target = os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return None
-    return None if target.startswith(LIBRARY_DIRS) else target
 
 
 def test_an_in_process_call_fails_on_what_it_leaves_behind():
     """The check cli_in_process runs after each call must be able to fail: a thread, a child, an open
     pipe and a signal handler planted after the state before it was read are each named."""
-    before = _process_state()
+    before = process_state()
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait, daemon=True)
     thread.start()
@@ -122,7 +66,7 @@ def test_an_in_process_call_fails_on_what_it_leaves_behind():
     previous = signal.signal(signal.SIGHUP, lambda *_: None)
     try:
         with pytest.raises(AssertionError) as caught:
-            _assert_nothing_left(before, ("planted",), grace_s=0.2)
+            assert_nothing_left(before, "planted", grace_s=0.2)
     finally:
         signal.signal(signal.SIGHUP, previous)
         stop.set()
@@ -134,7 +78,7 @@ def test_an_in_process_call_fails_on_what_it_leaves_behind():
     message = str(caught.value)
     assert str(thread.ident) in message and str(child.pid) in message, message
     assert "pipe:" in message and "SIGHUP" in message, message
-    _assert_nothing_left(before, ("cleaned up",), grace_s=0.2)  # and passes once they are gone
+    assert_nothing_left(before, "cleaned up", grace_s=0.2)  # and passes once they are gone
 
 
 def port_args(free_ports, n_sockets: int) -> list[str]:

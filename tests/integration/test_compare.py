@@ -109,8 +109,8 @@ def test_cells_carry_histograms_and_in_flight_samples(tmp_path):
     requests (its phantom coordinated-omission samples removed), in-flight samples come at 20 or
     more per second of load, and the report shows the new figures. The article's request with
     fib(15) for fib(25): each assertion is on what a cell records, none on a figure (the fib(25)
-    request kept both cores busy for the cells' whole time); pile-up is recorded here, not provoked. 2-s cells: at load 15-19 on
-    2 cores, 1-s cells held 17 samples of the 21 asked."""
+    request kept both cores busy for the cells' whole time); pile-up is recorded here, not
+    provoked. 2-s cells: at load 15-19 on 2 cores, 1-s cells held 17 samples of the 21 asked."""
     out = tmp_path / "tails"
     # 40 Hz for margin: on a machine loaded by other test runs the sampler misses a tick now and then
     # (the uWSGI master answers late); 20 per second is what the test asks for.
