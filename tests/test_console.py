@@ -3,6 +3,7 @@ held here equal to what the deploy and bench parsers define."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -44,3 +45,42 @@ def test_a_layout_command_does_not_load_the_experiments(tmp_run_dir):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.split()[-3:] == ["0", "False", "False"], out.stdout + out.stderr
     assert (tmp_run_dir / "out" / "uwsgi.ini").is_file()
+
+
+# Each bench command's --help, and input refused before anything runs: what a user mistyping pays
+# at every start. scipy.stats and matplotlib (about 1 and 0.7 CPU-s) are for a run that judges and
+# plots; the t quantile comes from scipy.special (tests/test_paired_quantile.py), the plots through
+# bench.report.exporters.plots() only when a report is written.
+NOT_AT_START = ("scipy.stats", "matplotlib")
+STARTS = (["compare", "--help"], ["compare", "--layouts", "nope"], ["faults", "--only", "nope"],
+          ["tune", "--p99-ms", "-3"], ["openloop", "--help"], ["doctor", "--help"], ["plan", "--help"],
+          ["report", "/nonexistent/results.json"])
+STARTS_PROBE = """
+import contextlib, io, json, sys
+from uwsgi_layouts import console
+from uwsgi_layouts.bench.report import exporters
+
+def loaded():
+    return sorted(m for m in sys.modules if m in NOT_AT_START)
+
+codes, seen = [], []
+for argv in STARTS:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            codes.append(console.main(argv))
+        except SystemExit as exc:  # argparse's --help and its refusals
+            codes.append(exc.code)
+    seen.append(loaded())
+exporters.plots()  # what a run that writes its report does: the check above sees it
+print(json.dumps({"codes": codes, "seen": seen, "plotting": loaded()}))
+"""
+
+
+def test_help_and_refused_input_load_neither_scipy_stats_nor_matplotlib():
+    code = f"NOT_AT_START = {NOT_AT_START!r}\nSTARTS = {STARTS!r}\n{STARTS_PROBE}"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = json.loads(proc.stdout.splitlines()[-1])
+    assert found["codes"] == [0, 2, 2, 2, 0, 0, 0, 2], found
+    assert found["seen"] == [[]] * len(STARTS), dict(zip(map(" ".join, STARTS), found["seen"], strict=True))
+    assert found["plotting"] == ["matplotlib"], found  # the probe sees an import when there is one

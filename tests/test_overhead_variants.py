@@ -20,7 +20,7 @@ import pytest
 from tests.test_peers_render import make, nginx_directives
 from uwsgi_layouts.deploy.machine import checked, find_uwsgi, uwsgi_python
 from uwsgi_layouts.deploy.machine import python as machine_python
-from uwsgi_layouts.deploy.machine.python import check_uwsgi_bin, uwsgi_help
+from uwsgi_layouts.deploy.machine.python import check_uwsgi_bin, uwsgi_has_routing, uwsgi_has_ssl
 from uwsgi_layouts.deploy.model import LayoutError, layout_from_record, parse_variant
 from uwsgi_layouts.deploy.render import LAYOUT_JSON_VERSION, crosscheck, parse_uwsgi_ini, render_texts, write_layout
 from uwsgi_layouts.deploy.run.servers import PYUWSGI_LAUNCHER, process_for
@@ -229,8 +229,27 @@ def test_a_uwsgi_bin_without_pcre_or_ssl_is_bad_input_saying_how_to_get_one(tmp_
     hint = r"--no-binary pyuwsgi pyuwsgi\) or build one: scripts/build-uwsgi.sh pyuwsgi$"
     with pytest.raises(LayoutError, match=r"^uwsgi_bin: .* was built without PCRE .* libpcre2-dev .* " + hint):
         checked(parse_variant(spec, run_dir=str(tmp_path / "out"), virtualenv=str(where)))
-    uwsgi_help.cache_clear()
+    # The same path rewritten (a rebuild): asked again, not answered from what the old file said.
     launcher.write_text(f"#!{where}/bin/python\nprint('    --route-if-not    add a route when not condition')\n")
     assert check_uwsgi_bin(str(launcher)) == str(launcher)  # no TLS: SSL not needed
     with pytest.raises(LayoutError, match=r"^uwsgi_bin: .* was built without SSL .* libssl-dev .* " + hint):
         check_uwsgi_bin(str(launcher), tls=True)
+
+
+def test_a_uwsgi_build_is_asked_its_options_once_per_process_until_it_is_replaced(tmp_path):
+    """render's checks, a layout's uwsgi_bin and the bundle's each ask whether a build has routing
+    and SSL: one ``--help`` answers them all while the file stays the same; a build put in its place
+    (a new file at the same path) is asked again. The stand-in counts how often it runs."""
+    runs, binary = tmp_path / "runs", tmp_path / "uwsgi"
+    build = "#!/bin/sh\necho ran >> {runs}\necho '    --route-if-not    add a route'\n{ssl}"
+    binary.write_text(build.format(runs=runs, ssl=""))
+    binary.chmod(0o755)
+    for _ in range(3):
+        assert uwsgi_has_routing(str(binary)) and not uwsgi_has_ssl(str(binary))
+    assert runs.read_text().splitlines() == ["ran"]
+    replacement = tmp_path / "uwsgi.new"
+    replacement.write_text(build.format(runs=runs, ssl="echo '    --ssl-socket    bind with SSL'\n"))
+    replacement.chmod(0o755)
+    replacement.replace(binary)
+    assert uwsgi_has_ssl(str(binary)) and uwsgi_has_routing(str(binary))
+    assert runs.read_text().splitlines() == ["ran", "ran"]

@@ -5,9 +5,10 @@ The layout commands are deploy's (``uwsgi_layouts.deploy.cli``), the experiments
 only routes the first word; ``uwsgi-layouts COMMAND --help`` is the command's own help.
 
 The routing table is written out rather than read from the parsers so that a command imports
-only the side it belongs to: the bench side pulls in matplotlib and numpy (about 0.5 s of CPU
-at every start), which ``render``, ``run`` or ``install`` never need. tests/test_console.py
-holds the table equal to the parsers' subcommands.
+only the side it belongs to: the bench side pulls in numpy and scipy.special (about half a
+CPU-second at every start; matplotlib only when a run writes its plots), which ``render``, ``run``
+or ``install`` never need. tests/test_console.py holds the table equal to the parsers' subcommands,
+and checks what a layout command and a bench command's --help load.
 """
 
 from __future__ import annotations

@@ -9,11 +9,12 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import psutil
 
-from uwsgi_layouts.deploy.run import Stack
+if TYPE_CHECKING:  # annotations only: watch reads nginx's logs without loading the stack machinery
+    from uwsgi_layouts.deploy.run import Stack
 
 # --------------------------------------------------------------------------- nginx's workers
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import psutil
 
 from uwsgi_layouts.deploy.machine import CgroupReading
 from uwsgi_layouts.deploy.model import StackError
-from uwsgi_layouts.deploy.run import Stack
+
+if TYPE_CHECKING:  # annotations only: watch reads processes without loading the stack machinery
+    from uwsgi_layouts.deploy.run import Stack
 
 # --------------------------------------------------------------------------- CPU and requests
 

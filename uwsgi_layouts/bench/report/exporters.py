@@ -14,11 +14,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Protocol
 
-from uwsgi_layouts.bench.report import AnySummary, judged, markdown_lines, plots, terminal_lines
+from uwsgi_layouts.bench.report import AnySummary, judged, markdown_lines, terminal_lines
 from uwsgi_layouts.bench.results import Results
 from uwsgi_layouts.files import write_atomic
+
+
+def plots() -> ModuleType:
+    """``bench.report.plots``, imported on first use: the only import of bench made inside a
+    function, on purpose. It loads matplotlib (about 0.7 CPU-s), and every bench command imports
+    this module at start (each kind ends with ``kinds.base.publish``), so a top-level import made
+    ``compare --help`` or a refused option pay for a plotting library they never use. Only a run
+    that writes its report reaches here. (Python caches the module: the second call is a lookup.)"""
+    from uwsgi_layouts.bench.report import plots as drawing
+
+    return drawing
 
 
 class Exporter(Protocol):
@@ -37,7 +49,7 @@ class PlotExporter:
     name = "png"
 
     def export(self, results: Results, out_dir: Path) -> list[Path]:
-        return plots.plot_all(results, Path(out_dir), self.summary)
+        return plots().plot_all(results, Path(out_dir), self.summary)
 
 
 @dataclass
@@ -58,7 +70,7 @@ class MarkdownExporter:
         out_dir = Path(out_dir)
         files = self.plot_files
         if files is None:
-            files = [n for n in plots.plot_file_names(results) if (out_dir / n).is_file()]
+            files = [n for n in plots().plot_file_names(results) if (out_dir / n).is_file()]
         text = "\n".join(markdown_lines(results, list(files), self.summary)).rstrip("\n") + "\n"
         return [write_atomic(out_dir / self.filename, text)]
 

@@ -301,9 +301,25 @@ def app_virtualenv(app_dir: Path, environ=None) -> tuple[str, str]:
     return "", f"no $VIRTUAL_ENV{skipped}, .venv or venv in {app_dir}"
 
 
-@lru_cache(maxsize=None)
 def uwsgi_help(binary: str) -> str:
-    """``uwsgi --help``: the options this build has ("" if it does not run)."""
+    """``uwsgi --help``: the options this build has ("" if it does not run). Run once per process
+    for a binary as it is now: the answer is kept by the path and the file's identity (inode, size,
+    times), so a build replaced at the same path is asked again, the one it replaced never."""
+    return _probed_help(binary, file_identity(binary))
+
+
+def file_identity(path: str) -> tuple[int, ...] | None:
+    """What changes when a file is rewritten or replaced: device, inode, size, mtime and ctime
+    (ns). None when it cannot be read (the probe then says what running it says)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+@lru_cache(maxsize=None)
+def _probed_help(binary: str, identity: tuple[int, ...] | None) -> str:
     try:
         return subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
