@@ -111,7 +111,8 @@ def test_a_p99_below_the_request_is_refused_after_the_warm_up(tmp_run_dir, lefto
     m = REFUSED_EARLY.match(line)
     assert m and line.endswith("no rate is faster than one connection: give a --p99-ms above it"), line
     fastest, timed = float(m[1]), int(m[2])
-    assert fastest >= 99 and timed >= 10  # the sleep (to nginx's millisecond); enough requests to prove it (bench.warm_up.MIN_TIMED)
+    # the sleep (to nginx's millisecond); enough requests to prove it (bench.warm_up.MIN_TIMED)
+    assert fastest >= 99 and timed >= 10
     assert " req/s for " not in res.stdout  # no step ran
     data = json.loads((out / "plan.json").read_text())
     assert data["plan"] is None and data["steps"] == [] and data["error"] == line
