@@ -33,9 +33,10 @@ HOMES, WHY = homes()
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300),
               pytest.mark.skipif(HOMES is None, reason=f"no writable cgroup controller: {WHY}")]
 REPO = Path(__file__).resolve().parents[2]
-REFUSED_EARLY = re.compile(r"p99_ms: one replica of 1x1-mapped@cpus=0\.5 cannot keep p99 within 50 ms: its fastest "
-                           r"request with one connection took ([\d.]+) ms \((\d+) timed in the warm-up"
-                           r"(?:, [\d.]+ ms of the warm-up throttled by the quota)?\)")
+REFUSED_EARLY = re.compile(r"error: (p99_ms: one replica of 1x1-mapped@cpus=0\.5 cannot keep p99 within 50 ms: its "
+                           r"fastest request with one connection took ([\d.]+) ms \((\d+) timed in the warm-up"
+                           r"(?:, [\d.]+ ms of the warm-up throttled by the quota)?\), and no rate is faster "
+                           r"than one connection: give a --p99-ms above it)")
 LEFTOVER_NOTE = re.compile(r"removed cgroup ul-[\w-]+ left by a run that died \(pid \d+\): ")
 SLEEPY = "/?rounds=1&fib=1&io_ms=100"  # 100 ms per request, almost no CPU: ~10 req/s on one thread
 # 125 ms per request: 8 req/s on one thread, between the ladder's first two rates (6 at 75% of it,
@@ -108,18 +109,18 @@ def test_a_p99_below_the_request_is_refused_after_the_warm_up(tmp_run_dir, lefto
     # run left behind (a run killed elsewhere on the machine, earlier or at the same time).
     *notes, line = res.stderr.strip().splitlines()
     assert all(LEFTOVER_NOTE.match(note) for note in notes), res.stderr
-    m = REFUSED_EARLY.match(line)
-    assert m and line.endswith("no rate is faster than one connection: give a --p99-ms above it"), line
-    fastest, timed = float(m[1]), int(m[2])
+    m = REFUSED_EARLY.fullmatch(line)
+    assert m, line
+    error, fastest, timed = m[1], float(m[2]), int(m[3])
     # the sleep (to nginx's millisecond); enough requests to prove it (bench.warm_up.MIN_TIMED)
     assert fastest >= 99 and timed >= 10
     assert " req/s for " not in res.stdout  # no step ran
     data = json.loads((out / "plan.json").read_text())
-    assert data["plan"] is None and data["steps"] == [] and data["error"] == line
+    assert data["plan"] is None and data["steps"] == [] and data["error"] == error
     assert data["warm_up"]["fastest_ms"] == fastest and data["warm_up"]["timed"] == timed
     assert data["warm_up"]["p99_ms"] >= fastest and data["warm_up"]["seconds"] >= 2
     assert data["judgement"] == {"met": [], "next_miss": None, "validation": None}
     report = (out / "report.txt").read_text()
-    assert f"NO PLAN: {line}" in report and "no rate offered (the warm-up ruled every rate out)" in report
+    assert f"NO PLAN: {error}" in report and "no rate offered (the warm-up ruled every rate out)" in report
     assert not list((out / "raw").glob("step-*"))
     assert leftover_processes([str(out)], timeout=5) == []
