@@ -4,11 +4,11 @@ Before its ladder of open-loop steps, ``plan`` (bench/kinds/plan.py) sends one c
 requests back to back for ``--warmup`` seconds. nginx times them as it times the steps' (the
 ``$request_time`` of its access log), so the warm-up is a sample of the request at the least load
 there is: one request at a time, none queued ahead of it, none sharing its worker or its CPU (the
-CPU quota is the exception, below). When every timed request of that sample took longer than the p99 target, no rate can meet
-it: at any rate the p99 of a step is at least as slow as the step's fastest request, and no
-request at more load is faster than one connection's fastest. Then ``plan`` says no in seconds
-(``ruled_out``), where the ladder would take minutes (three rates down from the first, each step
-long enough for ``--min-requests``).
+CPU quota is the exception, below). When every timed request of that sample took longer than the
+p99 target, no rate can meet it: at any rate the p99 of a step is at least as slow as the step's
+fastest request, and no request at more load is faster than one connection's fastest. Then
+``plan`` says no in seconds (``ruled_out``), where the ladder would take minutes (three rates down
+from the first, each step long enough for ``--min-requests``).
 
 The exact rule, and why each part (``ruled_out``):
 
