@@ -13,6 +13,7 @@ import pytest
 from uwsgi_layouts.bench import cli
 from uwsgi_layouts.bench.analysis import judge_step
 from uwsgi_layouts.bench.capacity import (
+    PlanError,
     RateStep,
     best_rate,
     judge_rate,
@@ -168,6 +169,22 @@ def test_rungs_down_the_ladder_are_not_bisections():
     assert [s.rate for s in steps] == [5.33, 3.55, 4.44]
 
 
+def test_a_p99_no_rate_meets_ends_three_rates_down_the_ladder_in_one_line():
+    """What the warm-up cannot rule out (bench.warm_up: too few requests timed, or a quota that held
+    them) the ladder decides: a replica whose every request takes 100 ms, against 50, at the
+    integration test's 40 requests a step: the first rate misses, two more down the ladder, 15 s
+    each, then no plan, with the best p99 seen and the lowest rate tried."""
+    replica = ModelReplica(10, service_ms=100, min_requests=40)
+    steps = search_capacity(replica.offer, start=6, target_p99_ms=50, bisections=0)
+    assert [s.rate for s in steps] == [6, 4, 2.67] and all(s.verdict == "pass" for s in steps)
+    assert [seconds for _, seconds in replica.offered] == [15, 15, 15]
+    with pytest.raises(PlanError) as info:
+        make_plan("1x1-mapped@cpus=0.5", 0.5, steps, 20, 50)
+    line = str(info.value)
+    assert "\n" not in line and line.startswith("p99_ms: one replica of 1x1-mapped@cpus=0.5 cannot keep p99 within "
+                                                "50 ms at any rate tried (from 2.67 req/s); best p99 seen 100 ms")
+
+
 def plan_data(tmp_path: Path) -> dict:
     steps = [RateStep(rate=r, verdict=v, p99_ms=p, cpu_share=c, busy_ratio=b, requests_logged=n, kept_up=k,
                       step_s=t, throttled_share=0.1)
@@ -199,7 +216,7 @@ def test_report_refuses_a_bad_plan_in_one_line(tmp_path, capsys):
     data = plan_data(tmp_path)
     data["steps"][0]["verdict"] = "maybe"
     (tmp_path / "plan.json").write_text(json.dumps(data))
-    with pytest.raises(ResultsError, match="a bad plan or step"):
+    with pytest.raises(ResultsError, match="a bad plan, step or warm-up"):
         read_plan(tmp_path / "plan.json")
     assert cli.main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()

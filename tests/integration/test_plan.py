@@ -3,16 +3,21 @@ httperf. The demo app sleeping 125 ms on one thread serves at most 8 req/s whate
 the ladder ends on its second step (6 req/s met, 9 falls behind): the plan follows its arithmetic
 from the rate that met the p99, each step held the requests it was sized for, ``report DIR``
 re-renders it, and nothing is left running. The request comes from a ``--requests`` file, as
-compare takes one. A p99 below the request's own 100 ms is met at no rate (6, 4, 2.67 req/s tried:
-down the ladder from the first): one line, exit 2, with the best p99 seen.
+compare takes one. A p99 below the request's own 100 ms is met at no rate, and the one-connection
+warm-up proves it (every request it timed took 100 ms or more): one line, exit 2, before any step.
+(The ladder's own refusal, for what the warm-up cannot rule out, is tested on a modelled replica:
+tests/test_capacity_search.py.)
 
-httperf busy-polls a core through every step (each at least 15 s), so a step costs up to a
-CPU-second a second: hence two steps where two prove the ladder and its end."""
+httperf busy-polls a core through every step, and a step lasts at least 15 s (``--step``'s
+minimum: the ramp's 5-s sample and two steady ones), so a step costs up to a CPU-second a second:
+hence two steps where two prove the ladder and its end, at 90 requests each, what 15 s at 6 req/s
+holds."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -20,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_cli import cli_in_process
 from uwsgi_layouts.deploy.machine import homes
 from uwsgi_layouts.deploy.run import existing_cgroups
 
@@ -27,6 +33,10 @@ HOMES, WHY = homes()
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300),
               pytest.mark.skipif(HOMES is None, reason=f"no writable cgroup controller: {WHY}")]
 REPO = Path(__file__).resolve().parents[2]
+REFUSED_EARLY = re.compile(r"error: (p99_ms: one replica of 1x1-mapped@cpus=0\.5 cannot keep p99 within 50 ms: its "
+                           r"fastest request with one connection took ([\d.]+) ms \((\d+) timed in the warm-up"
+                           r"(?:, [\d.]+ ms of the warm-up throttled by the quota)?\), and no rate is faster "
+                           r"than one connection: give a --p99-ms above it)")
 LEFTOVER_NOTE = re.compile(r"removed cgroup ul-[\w-]+ left by a run that died \(pid \d+\): ")
 SLEEPY = "/?rounds=1&fib=1&io_ms=100"  # 100 ms per request, almost no CPU: ~10 req/s on one thread
 # 125 ms per request: 8 req/s on one thread, between the ladder's first two rates (6 at 75% of it,
@@ -34,10 +44,12 @@ SLEEPY = "/?rounds=1&fib=1&io_ms=100"  # 100 ms per request, almost no CPU: ~10 
 SLOWER = "/?rounds=1&fib=1&io_ms=125"
 
 
+PLAN = ("plan", "--layout", "1x1-mapped@cpus=0.5", "--start", "6", "--bisections", "0")
+
+
 def plan(out: Path, *args: str) -> subprocess.CompletedProcess:
     """The command run to its end; every cgroup it made (named with its pid) is gone after."""
-    proc = subprocess.Popen([sys.executable, "-m", "uwsgi_layouts", "plan", "--layout", "1x1-mapped@cpus=0.5",
-                             "--start", "6", "--bisections", "0", "--warmup", "1", "--out", str(out), *args],
+    proc = subprocess.Popen([sys.executable, "-m", "uwsgi_layouts", *PLAN, "--warmup", "1", "--out", str(out), *args],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stdout, stderr = proc.communicate(timeout=280)
     assert not [d for d in existing_cgroups() if d.endswith(f"-{proc.pid}")]
@@ -54,7 +66,8 @@ def test_plan_from_one_replica(tmp_run_dir, leftover_processes):
     data = json.loads((out / "plan.json").read_text())
     assert data["arguments"]["traffic"]["requests"][0]["target"] == SLOWER
     steps = data["steps"]
-    assert [s["rate"] for s in steps] == [6, 9]  # x1.5 up the ladder, no bisection (--bisections 0)
+    # x1.5 up the ladder, no bisection (--bisections 0); the step lines printed say why a step missed
+    assert [s["rate"] for s in steps] == [6, 9], res.stdout[-3000:]
     assert steps[-1]["verdict"] == "fail" or steps[-1]["p99_ms"] > 1500  # the ladder ended on a miss
     for s in steps:  # every step held >= 90 requests, all timed from nginx's log (one per connection httperf opened)
         assert s["step_s"] % 5 == 0 and s["rate"] * s["step_s"] >= 90, s
@@ -75,26 +88,40 @@ def test_plan_from_one_replica(tmp_run_dir, leftover_processes):
     assert f"PLAN: {p['replicas']} replicas of 1x1-mapped@cpus=0.5" in report and "AUTOSCALER:" in report
     assert "load " in report.splitlines()[0]
     assert leftover_processes([str(out)], timeout=5) == []
+    warm = data["warm_up"]  # one connection at 125 ms a request for 1 s: a handful, none faster than the sleep
+    # (nginx's millisecond clock may log a request 1 ms short)
+    assert warm["fastest_ms"] >= 124 and 0 < warm["timed"] <= 10, warm
+    assert report.splitlines()[2].startswith("warm-up: one connection for ")
     (out / "report.txt").unlink()
-    again = subprocess.run([sys.executable, "-m", "uwsgi_layouts", "report", str(out)], cwd=REPO, capture_output=True,
-                           text=True, timeout=60)
+    again = cli_in_process("report", str(out))
     assert again.returncode == 0, again.stderr
     assert (out / "report.txt").read_text() == report
 
 
-def test_a_p99_no_rate_meets_is_one_line_exit_2(tmp_run_dir, leftover_processes):
+def test_a_p99_below_the_request_is_refused_after_the_warm_up(tmp_run_dir, leftover_processes):
+    """Run in this process (the command as a real process is the test above): 2 s of warm-up time
+    about 19 requests of the 100-ms sleep, every one slower than 50 ms: no step is offered."""
     out = tmp_run_dir / "plan"
-    res = plan(out, "--rate", "20", "--p99-ms", "50", "--path", SLEEPY, "--min-requests", "40")
+    res = cli_in_process(*PLAN, "--warmup", "2", "--out", str(out), "--rate", "20", "--p99-ms", "50", "--path", SLEEPY,
+                         "--min-requests", "40")
+    assert not [d for d in existing_cgroups() if d.endswith(f"-{os.getpid()}")]
     assert res.returncode == 2, res.stdout[-3000:] + res.stderr[-3000:]
     # Besides the error, only what any run on this machine says when it removes a cgroup another
     # run left behind (a run killed elsewhere on the machine, earlier or at the same time).
     *notes, line = res.stderr.strip().splitlines()
     assert all(LEFTOVER_NOTE.match(note) for note in notes), res.stderr
-    assert "p99_ms: one replica of 1x1-mapped@cpus=0.5 cannot keep p99 within 50 ms" in line
-    assert "best p99 seen" in line and "(from 2.67 req/s)" in line, line
+    m = REFUSED_EARLY.fullmatch(line)
+    assert m, line
+    error, fastest, timed = m[1], float(m[2]), int(m[3])
+    # the sleep (to nginx's millisecond); enough requests to prove it (bench.warm_up.MIN_TIMED)
+    assert fastest >= 99 and timed >= 10
+    assert " req/s for " not in res.stdout  # no step ran
     data = json.loads((out / "plan.json").read_text())
-    # down the ladder from the first rate before saying no rate meets it; none beats the 100 ms sleep
-    assert data["plan"] is None and [s["rate"] for s in data["steps"]] == [6, 4, 2.67]
-    assert all(s["p99_ms"] >= 100 for s in data["steps"])
+    assert data["plan"] is None and data["steps"] == [] and data["error"] == error
+    assert data["warm_up"]["fastest_ms"] == fastest and data["warm_up"]["timed"] == timed
+    assert data["warm_up"]["p99_ms"] >= fastest and data["warm_up"]["seconds"] >= 2
     assert data["judgement"] == {"met": [], "next_miss": None, "validation": None}
+    report = (out / "report.txt").read_text()
+    assert f"NO PLAN: {error}" in report and "no rate offered (the warm-up ruled every rate out)" in report
+    assert not list((out / "raw").glob("step-*"))
     assert leftover_processes([str(out)], timeout=5) == []

@@ -17,7 +17,7 @@ options and checks them the same way:
     check_mix_for_httperf(subject, refused)   the open-loop kinds (openloop, plan): a mix httperf
                                    can replay (GET only, no credential headers on its command line)
     httperf_traffic(subject, layout, work_dir, timeout, warmup_s)   on a started stack: the mix
-                                   checked through nginx, as httperf's --wlog list, and wrk's warm-up
+                                   checked through nginx, as httperf's --wlog list, and what starts wrk's warm-up
 
 The demo app (``app.wsgi:application`` from this project) keeps its named scenarios. Another app
 gets the user's requests, ``GET /`` when none are given: its cells run as scenario ``traffic``.
@@ -27,8 +27,10 @@ Bad input raises ``LayoutError`` or ``TrafficError`` (one line, exit 2) before a
 from __future__ import annotations
 
 import argparse
+import functools
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 from uwsgi_layouts.bench.load import httperf
 from uwsgi_layouts.bench.load import scenarios as sc
@@ -274,7 +276,9 @@ class HttperfTraffic:
     subject: Subject  # without the requests that failed the pre-flight (--skip-failing)
     wlog: Path  # httperf's --wlog list of paths, by weight
     headers: tuple
-    warm: WrkProcess  # one connection of the mix, before the first step
+    # starts one connection of the mix, the warm-up before the first step (when called: plan times
+    # the warm-up's requests apart from the pre-flight's in nginx's log)
+    start_warm_up: Callable[[], WrkProcess]
     lines: tuple[str, ...]  # the pre-flight's, to print
 
 
@@ -285,6 +289,6 @@ def httperf_traffic(subject: Subject, layout: Layout, work_dir: Path, timeout: f
     subject, lines = check_traffic(subject, layout.listen_host, layout.listen_port, timeout, where=where)
     mix = subject.mix
     wlog = httperf.write_mix_wlog(work_dir / "traffic" / "mix.wlog", mix)
-    warm = WrkProcess(layout.url, 1, warmup_s, timeout_s=timeout, script_args=["1"],
-                      script=write_mix_script(work_dir / "traffic" / "warmup.lua", mix))
+    warm = functools.partial(WrkProcess, layout.url, 1, warmup_s, timeout_s=timeout, script_args=["1"],
+                             script=write_mix_script(work_dir / "traffic" / "warmup.lua", mix))
     return HttperfTraffic(subject, wlog, tuple(mix.headers), warm, tuple(lines))

@@ -170,7 +170,7 @@ def measure(a: _Args, lab: Lab, raw: Path, steps: list[Step], on_step=print, tra
             print("\n".join(replay.lines), flush=True)
             if traffic is not None:
                 traffic["mix"] = replay.subject.mix
-            wlog, headers, warm = replay.wlog, replay.headers, replay.warm
+            wlog, headers, warm = replay.wlog, replay.headers, replay.start_warm_up()
         else:
             warm_url = f"http://{layout.listen}{a.path}" if not a.files else layout.url + "healthz"
             warm = WrkProcess(warm_url, 1, a.warmup, timeout_s=a.timeout)

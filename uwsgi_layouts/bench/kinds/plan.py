@@ -4,10 +4,13 @@
     uwsgi-layouts plan --app shop:app --requests traffic.txt ...   (your app: bench.subject)
 
 One replica of the layout (its ``@cpus`` quota and ``@memory`` limit in a cgroup of its own) is
-offered fixed rates in open loop (httperf: new connections at a fixed rate, one request each): a
-ladder from half the rate one connection reached in the warm-up, x1.5 a rung, until a rate misses
-the target, then bisections between the last that met it and the first that did not until they
-are within ``--resolution`` (``bench.capacity.search_capacity``). Each step lasts long enough for
+warmed up with one connection for ``--warmup`` seconds, timed as the steps are; when every request
+of it was slower than ``--p99-ms``, no rate can meet the target and the plan says so at once
+(``bench.warm_up``: the exact rule and why). Else it is offered fixed rates in open loop (httperf:
+new connections at a fixed rate, one request each): a ladder from half the rate one connection
+reached in the warm-up, x1.5 a rung, until a rate misses the target, then bisections between the
+last that met it and the first that did not until they are within ``--resolution``
+(``bench.capacity.search_capacity``). Each step lasts long enough for
 ``--min-requests`` requests per replica; it passes by ``bench.capacity.judge_rate`` (replies kept
 up over every steady 5-s sample together, no server-side error) and meets the target when the p99
 of that step's requests is within ``--p99-ms``. The arithmetic is ``bench.capacity``'s: replicas
@@ -36,22 +39,25 @@ many), they run together at that rate behind one nginx (``@replicas``), then one
 down while the p99 is still met (the plan was oversized by that much). Predicted against measured
 per count is in the report.
 
-Writes ``plan.json`` (the arguments, the machine's load, every step, the plan or why there is
-none, the check, and what it judged of the steps and the validation: ``judgement``), ``report.txt``,
-``report.md`` and httperf's raw output under ``raw/``. A replica
-that cannot meet the p99 at any rate tried is bad input for a plan: one line, exit 2 (plan.json
-still records the steps).
+Writes ``plan.json`` (the arguments, the machine's load, the warm-up, every step, the plan or why
+there is none, the check, and what it judged of the steps and the validation: ``judgement``),
+``report.txt``, ``report.md`` and httperf's raw output under ``raw/``. A replica that cannot meet
+the p99 is bad input for a plan: one line, exit 2, either right after the warm-up (which proved
+it: no step run) or after the ladder (no rate tried met it); plan.json still records the warm-up
+and the steps run.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
 import sys
 import time
 from pathlib import Path
+from typing import Callable, NoReturn
 
 from uwsgi_layouts.arguments import Ints, Numbers
 from uwsgi_layouts.bench import subject as subj
@@ -79,7 +85,7 @@ from uwsgi_layouts.bench.load import httperf
 from uwsgi_layouts.bench.load.generator import describe, placed
 from uwsgi_layouts.bench.load.traffic import redact_argv
 from uwsgi_layouts.bench.load.wrk import WrkProcess, run_wrks
-from uwsgi_layouts.bench.observe import Sampler, limit_record, parse_timed_line, stack_memory
+from uwsgi_layouts.bench.observe import Sampler, TimedLine, limit_record, parse_timed_line, stack_memory
 from uwsgi_layouts.bench.options import (
     DEFAULT_PATH,
     MIN_STEP_S,
@@ -92,8 +98,9 @@ from uwsgi_layouts.bench.options import (
     require_tools,
 )
 from uwsgi_layouts.bench.readings import judge_plan
-from uwsgi_layouts.bench.report.plan import PLAN_JSON, write_plan_reports
+from uwsgi_layouts.bench.report.plan import PLAN_JSON, warm_up_lines, write_plan_reports
 from uwsgi_layouts.bench.stack import Lab, dir_name
+from uwsgi_layouts.bench.warm_up import ANSWERED_BELOW, RuledOut, WarmUp, ruled_out
 from uwsgi_layouts.deploy.machine import cpu_limit
 from uwsgi_layouts.deploy.model import parse_variant, total_limits
 from uwsgi_layouts.deploy.run import Stack
@@ -248,21 +255,33 @@ def _log_size(path: Path) -> int:
         return 0
 
 
-def request_times(path: Path, offset: int) -> list[float]:
-    """$request_time of every request nginx logged after ``offset`` bytes (the healthz polls of
-    the stack's start come before, the warm-up too)."""
+def logged_requests(path: Path, offset: int) -> list[TimedLine]:
+    """Every request nginx logged after ``offset`` bytes of its access log (``path``) that carries
+    its $request_time."""
     try:
         with open(path, "rb") as f:
             f.seek(offset)
             text = f.read().decode("utf-8", "replace")
     except OSError:
         return []
-    times = []
-    for line in text.splitlines():
-        timed = parse_timed_line(line)
-        if timed is not None and timed.request_s is not None:
-            times.append(timed.request_s)
-    return times
+    return [timed for timed in map(parse_timed_line, text.splitlines())
+            if timed is not None and timed.request_s is not None]
+
+
+def request_times(path: Path, offset: int) -> list[float]:
+    """$request_time of every request nginx logged after ``offset`` bytes (the healthz polls of
+    the stack's start come before, the warm-up too): a step's, errors included (they fail it)."""
+    return [timed.request_s for timed in logged_requests(path, offset)]
+
+
+def answered_times(path: Path, offset: int) -> list[float]:
+    """$request_time of the requests nginx answered below 400 after ``offset`` bytes: the warm-up's
+    (``bench.warm_up`` says why only those)."""
+    return [timed.request_s for timed in logged_requests(path, offset) if timed.status < ANSWERED_BELOW]
+
+
+def access_log(stack: Stack) -> Path:
+    return Path(stack.layout.run_dir) / "logs" / "access.log"
 
 
 def busy_ratio(sampler: Sampler) -> float | None:
@@ -306,22 +325,24 @@ def drain(stack: Stack, timeout_s: float) -> bool:
 @dataclasses.dataclass(frozen=True)
 class Load:
     """What httperf sends to one started stack: a path, or the user's requests as a --wlog list
-    with their headers; and the one-connection warm-up before the first step."""
+    with their headers; and what starts the one-connection warm-up before the first step (started
+    when called, so that its requests are told apart in nginx's log from the pre-flight's)."""
 
     path: str
     wlog: Path | None
     headers: tuple
-    warm: WrkProcess
+    start_warm_up: Callable[[], WrkProcess]
 
 
 def prepare_load(stack: Stack, a: PlanArgs, work_dir: Path) -> Load:
     """The demo app's path, or the user's requests checked once through this stack's nginx."""
     layout = stack.layout
     if a.mix is None:
-        return Load(a.path, None, (), WrkProcess(f"http://{layout.listen}{a.path}", 1, a.warmup, timeout_s=a.timeout))
+        return Load(a.path, None, (), functools.partial(WrkProcess, f"http://{layout.listen}{a.path}", 1, a.warmup,
+                                                        timeout_s=a.timeout))
     replay = subj.httperf_traffic(a.subject, layout, work_dir, a.timeout, a.warmup, where=a.layout)
     print("\n".join(replay.lines), flush=True)
-    return Load(a.path, replay.wlog, replay.headers, replay.warm)
+    return Load(a.path, replay.wlog, replay.headers, replay.start_warm_up)
 
 
 def offer(stack: Stack, a: PlanArgs, load: Load, rate: float, raw: Path, name: str, sample: bool) -> Offered:
@@ -331,7 +352,7 @@ def offer(stack: Stack, a: PlanArgs, load: Load, rate: float, raw: Path, name: s
     layout = stack.layout
     drained = drain(stack, DRAIN_TIMEOUT_S)
     seconds = step_seconds(rate / layout.replicas, a.min_requests, a.step)
-    log = Path(layout.run_dir) / "logs" / "access.log"
+    log = access_log(stack)
     offset = _log_size(log)
     before, t0 = stack.cgroup_reading(), time.monotonic()
     cmd = httperf.command(layout.listen_port, load.path, rate, seconds, a.timeout, nice=a.client_nice,
@@ -357,27 +378,47 @@ def offer(stack: Stack, a: PlanArgs, load: Load, rate: float, raw: Path, name: s
     return Offered(step, limit, parsed)
 
 
-def warm_up(load: Load) -> float:
-    """One connection for the warm-up's seconds; the rate it reached (req/s)."""
-    (run,), _ = run_wrks(load.warm)
-    return run.rps
+def warm_up(stack: Stack, load: Load) -> WarmUp:
+    """One connection for the warm-up's seconds: the rate it reached, its requests timed from
+    nginx's log as a step's are, and the replica's throttling over it (``bench.warm_up``)."""
+    log = access_log(stack)
+    offset = _log_size(log)
+    before, t0 = stack.cgroup_reading(), time.monotonic()
+    (run,), _ = run_wrks(load.start_warm_up())
+    after, t1 = stack.cgroup_reading(), time.monotonic()
+    throttled = after.since(before).throttled_s if before is not None and after is not None else 0.0
+    return WarmUp.of(round(t1 - t0, 2), run.rps, answered_times(log, offset), throttled)
 
 
 # --------------------------------------------------------------------------- the search and the check
 
 
+@dataclasses.dataclass(frozen=True)
+class Searched:
+    """One search's warm-up, its steps in the order run, and the replicas' PSS after them (MB)."""
+
+    warm_up: WarmUp
+    steps: tuple[RateStep, ...]
+    pss_mb: float | None
+
+
 def search(a: PlanArgs, lab: Lab, raw: Path, on_step=print, replicas: int = 1, start: float | None = None,
-           validating: bool = False) -> tuple[list[RateStep], float | None]:
+           validating: bool = False) -> Searched:
     """``replicas`` replicas (one for the plan) searched for their capacity (``search_capacity``:
-    up the ladder, then bisected to ``a.resolution``); (the steps, their PSS after them in MB).
-    The busy-thread ratio is sampled with one replica only (one stats server). ``validating``:
-    a count of the validation, whose raw files are named apart from the plan's own steps."""
+    up the ladder, then bisected to ``a.resolution``). The busy-thread ratio is sampled with one
+    replica only (one stats server). ``validating``: a count of the validation, whose raw files are
+    named apart from the plan's own steps. The plan's own search raises ``RuledOut`` (its stack
+    stopped) when the warm-up proves no rate can meet the target (``bench.warm_up.ruled_out``)."""
     name, prefix = ((f"capacity-{replicas}", f"capacity-{replicas}x") if validating else
                     (dir_name(a.layout), "step"))
     with lab.stack(a.layout, name=name, replicas=str(replicas), **a.stack_options) as stack:
         load = prepare_load(stack, a, lab.work_dir)
-        reached = warm_up(load)
-        first = start or a.start or max(0.5, round(reached / 2, 2))
+        warm = warm_up(stack, load)
+        print("\n".join(f"  {line}" for line in warm_up_lines(warm)), flush=True)
+        refusal = None if validating else ruled_out(a.layout, warm, a.p99_ms, stack.layout.processes)
+        if refusal is not None:
+            raise refusal
+        first = start or a.start or max(0.5, round(warm.rate / 2, 2))
 
         def one(rate: float) -> RateStep:
             step = offer(stack, a, load, rate, raw, f"{prefix}-{rate:g}.txt", sample=replicas == 1).step
@@ -386,10 +427,10 @@ def search(a: PlanArgs, lab: Lab, raw: Path, on_step=print, replicas: int = 1, s
 
         steps = search_capacity(one, first, a.p99_ms, LADDER_FACTOR, a.resolution, a.bisections)
         pss = stack_memory(stack).get("app_pss_mb")
-    return steps, pss
+    return Searched(warm, tuple(steps), pss)
 
 
-def validation_row(count: int, steps: list[RateStep], plan: Plan, target_p99_ms: float) -> dict:
+def validation_row(count: int, steps: tuple[RateStep, ...], plan: Plan, target_p99_ms: float) -> dict:
     """One replica count's capacity (searched) per replica, against the plan's."""
     carried = best_rate(steps, target_p99_ms)
     per_replica = round(carried / count, 3) if carried is not None else None
@@ -407,9 +448,9 @@ def validate(a: PlanArgs, plan: Plan, lab: Lab, raw: Path, host_cpus: int, on_st
     out = []
     for count in range(1, min(VALIDATE_COUNTS, fits) + 1):
         print(f"validate: {count} replica(s) together, their own capacity", flush=True)
-        steps, _ = search(a, lab, raw, on_step, replicas=count, start=round(0.8 * count * plan.per_replica_rate, 2),
-                          validating=True)
-        out.append(validation_row(count, steps, plan, a.p99_ms))
+        searched = search(a, lab, raw, on_step, replicas=count,
+                          start=round(0.8 * count * plan.per_replica_rate, 2), validating=True)
+        out.append(validation_row(count, searched.steps, plan, a.p99_ms))
     return out
 
 
@@ -432,7 +473,7 @@ def run_count(a: PlanArgs, lab: Lab, raw: Path, count: int, rate: float, per_rep
     replica), with the p99, the summed PSS and throttling."""
     with lab.stack(a.layout, name=f"check-{count}", replicas=str(count), **a.stack_options) as stack:
         load = prepare_load(stack, a, lab.work_dir)
-        warm_up(load)
+        warm_up(stack, load)
         offered = offer(stack, a, load, rate, raw, f"check-{count}x-{rate:g}.txt", sample=False)
         pss = stack_memory(stack).get("app_pss_mb")
     s = offered.step
@@ -517,16 +558,27 @@ def run(args) -> int:
         return 130
 
 
+def refuse(out: Path, data: dict, exc: PlanError, steps: tuple[RateStep, ...]) -> NoReturn:
+    """A run that makes no plan: plan.json (no plan, the steps run, the line) and its reports are
+    written, then the line is raised as bad input (exit 2)."""
+    data |= {"steps": [s.to_dict() for s in steps], "plan": None, "error": str(exc), "load_after": load_average()}
+    write_reports(out, data)
+    raise BadArgument(str(exc)) from None
+
+
 def _measure_and_plan(a: PlanArgs, out: Path, data: dict, cpus: float | None, on_step) -> int:
     with Lab() as lab, sigterm_interrupts():
-        steps, pss = search(a, lab, out / "raw", on_step)
         try:
-            plan = make_plan(a.layout, cpus, steps, a.rate, a.p99_ms, a.headroom, a.spare, pss)
+            searched = search(a, lab, out / "raw", on_step)
+        except RuledOut as exc:  # the warm-up proved it: no step was run, the stack is stopped
+            data["warm_up"] = exc.warm_up.to_dict()
+            refuse(out, data, exc, ())
+        data["warm_up"] = searched.warm_up.to_dict()
+        steps = list(searched.steps)
+        try:
+            plan = make_plan(a.layout, cpus, steps, a.rate, a.p99_ms, a.headroom, a.spare, searched.pss_mb)
         except PlanError as exc:
-            data |= {"steps": [s.to_dict() for s in steps], "plan": None, "error": str(exc),
-                     "load_after": load_average()}
-            write_reports(out, data)
-            raise BadArgument(str(exc)) from None
+            refuse(out, data, exc, searched.steps)
         data |= {"plan": plan.to_dict(), "steps": [s.to_dict() for s in steps]}
         if a.check:
             data["check"] = check(a, plan, lab, out / "raw")

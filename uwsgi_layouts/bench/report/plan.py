@@ -16,6 +16,7 @@ from pathlib import Path
 from uwsgi_layouts.bench.capacity import Plan, RateStep
 from uwsgi_layouts.bench.readings import PlanJudgement, Validation, plan_judgement
 from uwsgi_layouts.bench.results import ResultsError
+from uwsgi_layouts.bench.warm_up import WarmUp
 
 PLAN_JSON = "plan.json"
 PLAN_VERSIONS = (1, 2)
@@ -81,16 +82,29 @@ def check_lines(check: dict) -> list[str]:
     return out
 
 
-def report_lines(data: dict, plan: Plan | None, steps, judged: PlanJudgement) -> list[str]:
-    """The whole report: the header, the steps, the plan (or why there is none), the check, as
-    ``judged`` (``bench.readings.plan_judgement``) decided them."""
+def warm_up_lines(warm: WarmUp | None) -> list[str]:
+    """The one-connection warm-up before the first step, as nginx timed it (none in a plan.json
+    written before it was recorded)."""
+    if warm is None:
+        return []
+    timed = (f"{warm.timed} answered requests timed, fastest {warm.fastest_ms:g} ms, p99 {warm.p99_ms:g} ms"
+             if warm.timed else "no answered request timed")
+    return [f"warm-up: one connection for {warm.seconds:g} s, {warm.rate:g} req/s; {timed}; the replica throttled "
+            f"{1000 * warm.throttled_s:g} ms"]
+
+
+def report_lines(data: dict, plan: Plan | None, steps, judged: PlanJudgement, warm: WarmUp | None = None) -> list[str]:
+    """The whole report: the header, the warm-up, the steps, the plan (or why there is none), the
+    check, as ``judged`` (``bench.readings.plan_judgement``) decided them."""
     a = data["arguments"]
     out = [f"plan: {a['layout']} for {a['rate']:g} req/s within p99 {a['p99_ms']:g} ms (open loop, httperf; p99 "
            f"from nginx's $request_time); load {data['load_before']} before, {data['load_after']} after",
-           *([f"load generator: {data['load_generator']}"] if data.get("load_generator") else []), ""]
+           *([f"load generator: {data['load_generator']}"] if data.get("load_generator") else []),
+           *warm_up_lines(warm), ""]
     rule = (f"each step >= {a['min_requests']} requests, bisected to {a['resolution']:.0%}"
             if "min_requests" in a else "steps of the first plan format")
-    out += [f"One replica under its quota, offered fixed rates ({rule}):", *step_lines(steps, judged.met), ""]
+    out += ([f"One replica under its quota, offered fixed rates ({rule}):", *step_lines(steps, judged.met), ""]
+            if steps else ["One replica under its quota: no rate offered (the warm-up ruled every rate out)", ""])
     out += plan_lines(plan, judged.next_miss) if plan is not None else [f"NO PLAN: {data['error']}"]
     if data.get("check"):
         out += ["", *check_lines(data["check"])]
@@ -140,8 +154,9 @@ def read_plan(path: Path | str) -> dict:
         raise ResultsError(f"{path}: missing {', '.join(missing)}")
     try:
         plan_and_steps(data)
+        warm_up_of(data)
     except (ValueError, KeyError, TypeError) as exc:
-        raise ResultsError(f"{path}: a bad plan or step ({exc})") from None
+        raise ResultsError(f"{path}: a bad plan, step or warm-up ({exc})") from None
     try:
         plan_judgement(data)
     except (ValueError, KeyError, TypeError) as exc:
@@ -154,10 +169,15 @@ def plan_and_steps(data: dict) -> tuple[Plan | None, list[RateStep]]:
     return (Plan.from_dict(data["plan"]) if data.get("plan") else None), steps
 
 
+def warm_up_of(data: dict) -> WarmUp | None:
+    """The warm-up a plan.json records (None in one written before it was recorded)."""
+    return WarmUp.from_dict(data["warm_up"]) if data.get("warm_up") is not None else None
+
+
 def write_plan_reports(out: Path, data: dict) -> list[str]:
     """report.txt and report.md in ``out`` from a plan's data (as plan.json holds it); the lines."""
     plan, steps = plan_and_steps(data)
-    lines = report_lines(data, plan, steps, plan_judgement(data))
+    lines = report_lines(data, plan, steps, plan_judgement(data), warm_up_of(data))
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.txt").write_text("\n".join(lines) + "\n")
     (out / "report.md").write_text("# Capacity plan\n\n```\n" + "\n".join(lines) + "\n```\n")
