@@ -1,6 +1,7 @@
 """``uwsgi-layouts plan`` for real: one replica under a 0.5-CPU quota, real nginx, uWSGI and
 httperf. The demo app sleeping 125 ms on one thread serves at most 8 req/s whatever the CPU, so
-the ladder ends on its second step (6 req/s met, 9 falls behind): the plan follows its arithmetic
+on a quiet machine the ladder ends on its second step (6 req/s met, 9 falls behind); on a busy
+one it may go down instead, and each rung is checked against the ladder's rule: the plan follows its arithmetic
 from the rate that met the p99, each step held the requests it was sized for, ``report DIR``
 re-renders it, and nothing is left running. The request comes from a ``--requests`` file, as
 compare takes one. A p99 below the request's own 100 ms is met at no rate, and the one-connection
@@ -26,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_cli import cli_in_process
+from uwsgi_layouts.bench.capacity import RateStep, next_rate
 from uwsgi_layouts.deploy.machine import homes
 from uwsgi_layouts.deploy.run import existing_cgroups
 
@@ -66,9 +68,18 @@ def test_plan_from_one_replica(tmp_run_dir, leftover_processes):
     data = json.loads((out / "plan.json").read_text())
     assert data["arguments"]["traffic"]["requests"][0]["target"] == SLOWER
     steps = data["steps"]
-    # x1.5 up the ladder, no bisection (--bisections 0); the step lines printed say why a step missed
-    assert [s["rate"] for s in steps] == [6, 9], res.stdout[-3000:]
-    assert steps[-1]["verdict"] == "fail" or steps[-1]["p99_ms"] > 1500  # the ladder ended on a miss
+    # Each rung is the one the ladder's rule gives after the steps before it (x1.5 while every step
+    # met the p99, /1.5 while none did; no bisection, --bisections 0), and the search ended where the
+    # rule says. On a quiet machine that is [6, 9]: 6 met, 9 fell behind. On 2 cores kept busy by 8
+    # other runnable processes, the server's wake-ups come late enough that 6 req/s fell behind (57
+    # of 60 replies, p99 881 ms) or missed the p99 (2,075 ms), and the ladder went down to 4, which
+    # met it: a measurement of that machine, which the test does not dispute.
+    rungs = [RateStep.from_dict(s) for s in steps]
+    assert rungs[0].rate == 6 and len(rungs) >= 2, res.stdout[-3000:]
+    for i in range(1, len(rungs)):
+        assert rungs[i].rate == next_rate(rungs[:i], 1500, bisections_left=0), res.stdout[-3000:]
+    assert next_rate(rungs, 1500, bisections_left=0) is None
+    assert any(r.meets(1500) for r in rungs) and any(not r.meets(1500) for r in rungs)
     for s in steps:  # every step held >= 90 requests, all timed from nginx's log (one per connection httperf opened)
         assert s["step_s"] % 5 == 0 and s["rate"] * s["step_s"] >= 90, s
         assert s["requests_logged"] >= 0.99 * s["rate"] * s["step_s"], s
