@@ -28,11 +28,13 @@ containers, pods and tags go with the session as before.
 
 Sessions share a cache through podman's own locking (concurrent builds into one storage), and a
 lock file of ours (``KEY.lock``) that each session holds shared from its first build to its end
-(its containers run on the cache's layers). Only a session that gets it exclusively (no other
-session is using that cache) cleans: it removes the whole cache when a build left a container
-behind (a run killed during a build), when it holds more than ``BUILD_CACHE_MAX_BYTES``, or when
-it was last used more than ``BUILD_CACHE_MAX_AGE`` ago (also the apt-get layers' age: Debian's
-updates come in then); other keys' caches, unused that long, likewise. To clear it by hand, when
+(its containers run on the cache's layers), and so do its ``podman build`` processes (the
+descriptor is passed on: a build that outlives a killed test process keeps it). Only a session
+that gets it exclusively (no other session is using that cache) cleans: it removes the containers
+a killed build left (``podman rm --force``; the layers committed before stay), and the whole
+cache when it holds more than ``BUILD_CACHE_MAX_BYTES`` or was last used more than
+``BUILD_CACHE_MAX_AGE`` ago (also the apt-get layers' age: Debian's updates come in then); other
+keys' caches, unused that long, likewise. To clear it by hand, when
 no tests run: ``rm -rf /var/tmp/uwsgi-layouts-podman/build-caches`` (umount anything still
 mounted under it first); the next run is a cold one.
 
@@ -337,7 +339,7 @@ def build_cache_key(stores: tuple[Path, ...]) -> str:
 def prune_build_caches(keep: BuildCache) -> None:
     """Each build cache no session is using (its lock taken exclusively, without waiting) is
     removed when unused for BUILD_CACHE_MAX_AGE; ``keep``'s also when it is above
-    BUILD_CACHE_MAX_BYTES or a build left a container in it (a run killed while building)."""
+    BUILD_CACHE_MAX_BYTES, and the containers a killed build left in it are removed."""
     for lock_path in sorted(BUILD_CACHES.glob("*.lock")):
         key = lock_path.stem
         with open(lock_path, "a") as lock:
@@ -348,15 +350,17 @@ def prune_build_caches(keep: BuildCache) -> None:
             directory = BUILD_CACHES / key
             if not directory.exists():
                 continue
-            why = build_cache_stale(directory, time.time() - lock_path.stat().st_mtime,
+            why = clean_build_cache(directory, time.time() - lock_path.stat().st_mtime,
                                     keep if key == keep.key else None)
             if why:
                 print(f"podman: removing the build cache {directory} ({why})", file=sys.stderr)
                 remove_tree(directory)
 
 
-def build_cache_stale(directory: Path, idle: float, ours: BuildCache | None) -> str:
-    """Why the cache in ``directory`` goes (idle for ``idle`` seconds), or ''."""
+def clean_build_cache(directory: Path, idle: float, ours: BuildCache | None) -> str:
+    """Why the cache in ``directory`` (idle for ``idle`` seconds) goes whole, or '' once the
+    containers of killed builds are removed from it (``ours`` only): the layers that their steps
+    committed before are whole and stay; the one a kill cut short c/storage removes itself."""
     if idle > BUILD_CACHE_MAX_AGE:
         return f"unused for {idle / 86400:.0f} days"
     if ours is None:
@@ -369,8 +373,14 @@ def build_cache_stale(directory: Path, idle: float, ours: BuildCache | None) -> 
                           text=True, timeout=120)
     if left.returncode != 0:
         return f"podman cannot read it: {left.stderr.strip()[-300:]}"
-    if left.stdout.split():
-        return "a build killed while running left its containers"
+    left_behind = left.stdout.split()
+    if left_behind:
+        removed = subprocess.run(["podman", "rm", "--force", *left_behind], env=ours.env, capture_output=True,
+                                 text=True, timeout=180)
+        if removed.returncode != 0:
+            return f"the containers of a killed build could not be removed: {removed.stderr.strip()[-300:]}"
+        print(f"podman: removed {len(left_behind)} container(s) that a killed build left in {directory}",
+              file=sys.stderr)
     return ""
 
 
