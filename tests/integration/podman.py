@@ -67,9 +67,10 @@ CACHE = ROOT / "base-images"
 STORES = ROOT / "base-stores"  # read-only image stores holding one base image each
 SESSIONS = ROOT / "sessions"
 BUILD_CACHES = ROOT / "build-caches"  # podman build's layer caches, one storage per KEY
-# Bounds of a build cache: the cold build of the bundle's three images leaves about 1.4 GB (app,
-# nginx and exporter stages, the compiler included); each warm run adds a few MB (its own
-# uwsgi.ini and nginx configuration); a base image made again starts a new KEY.
+# Bounds of a build cache: the cold build of the bundle's three images leaves about 0.6 GB (app,
+# nginx and exporter stages, the compiler included; 1.2 GB when two sessions built it at the same
+# time, each its own chain); each warm run adds a few MB (its own uwsgi.ini and nginx
+# configuration); a base image made again starts a new KEY.
 BUILD_CACHE_MAX_BYTES = 4 * 2**30
 BUILD_CACHE_MAX_AGE = 7 * 86400  # seconds since a session last used it
 SUITE = "bookworm"
