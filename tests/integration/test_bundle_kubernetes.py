@@ -10,8 +10,11 @@ run is removed by the next one.
 
 from __future__ import annotations
 
+import fcntl
 import http.client
 import json
+import os
+import shutil
 import subprocess
 import threading
 import time
@@ -25,7 +28,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import find_free_ports
 from tests.flaskapp import SHOP_PY
-from tests.integration.podman import SESSIONS, Podman, PodmanUnavailable, remove_stale_sessions, write_config
+from tests.integration.podman import (
+    BUILD_CACHE_MAX_AGE,
+    BUILD_CACHES,
+    SESSIONS,
+    BuildCache,
+    Podman,
+    PodmanUnavailable,
+    prune_build_caches,
+    remove_stale_sessions,
+    write_config,
+)
 from uwsgi_layouts.deploy.cli import main
 from uwsgi_layouts.deploy.ship.container import APP_UID, LIVE_PATH, READY_PATH, SOCKET_GID
 from uwsgi_layouts.deploy.ship.container.spec import APP_PRESTOP_SECONDS, PRESTOP_SECONDS
@@ -365,3 +378,28 @@ def test_a_session_left_by_a_killed_run_is_removed(capfd):
     remove_stale_sessions()
     assert not stale.exists()
     assert f"removing the session of test process {gone.pid}" in capfd.readouterr().err
+
+
+def test_a_build_cache_unused_for_long_is_removed_unless_a_session_holds_it(capfd, tmp_path):
+    """The next session removes a build cache unused for BUILD_CACHE_MAX_AGE, but not one that
+    another session holds (its lock shared), however old."""
+    caches = {name: BUILD_CACHES / f"test-{name}-{os.getpid()}" for name in ("unused", "held")}
+    locks = {}
+    try:
+        for name, directory in caches.items():
+            (directory / "graph").mkdir(parents=True)
+            lock_path = directory.with_name(f"{directory.name}.lock")
+            lock_path.touch()
+            old = lock_path.stat().st_mtime - BUILD_CACHE_MAX_AGE - 3600
+            os.utime(lock_path, (old, old))
+            locks[name] = lock_path
+        with open(locks["held"]) as held:
+            fcntl.flock(held, fcntl.LOCK_SH)  # as a session using it does
+            prune_build_caches(keep=BuildCache((), tmp_path))
+        assert not caches["unused"].exists()
+        assert caches["held"].is_dir()
+        assert f"removing the build cache {caches['unused']} (unused for 7 days)" in capfd.readouterr().err
+    finally:
+        for directory in caches.values():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.with_name(f"{directory.name}.lock").unlink(missing_ok=True)
