@@ -356,15 +356,19 @@ def test_requests_in_flight_during_kube_down_are_answered(pod, record_property):
         after = pod.get("/slow?ms=1")[0]
     except OSError as exc:
         after = type(exc).__name__
+    exits = {name: pod.podman.run("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip()
+             for name in (pod.app_container, f"{pod.name}-pod-0-nginx")}
     pod.podman.run("kube", "down", str(pod.out / "kubernetes/deployment.yaml"), timeout=120)
     record_property("answers", dict(counts))
-    print(f"answers while the pod stopped: {dict(counts)}; stopping took {took:.1f} s")
+    print(f"answers while the pod stopped: {dict(counts)}; stopping took {took:.1f} s; exit statuses {exits}")
     assert long_answer.get("status") == 200, long_answer
     assert counts[200] > 0 and set(counts) == {200}, counts
     assert after == "ConnectionRefusedError", after
     # uWSGI and nginx stopped on their signals once the requests were done, not on podman's
-    # SIGKILL after its 10 s stop timeout.
-    assert took < APP_PRESTOP_SECONDS - PRESTOP_SECONDS + 9, took
+    # SIGKILL after its 10 s stop timeout (exit status 137). Read from the containers, not from the
+    # time the stop took: podman's own commands, on 2 cores busy with other work, took the stop
+    # to 11.4 s without a SIGKILL.
+    assert "137" not in exits.values(), (exits, took)
 
 
 def test_a_session_left_by_a_killed_run_is_removed(capfd):
