@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.flaskapp import SYSTEM_PYTHON, _run
+from tests.flaskapp import SYSTEM_PYTHON, _run, make_app_venv
 from tests.shared import shared_build
 
 DJANGO_REQUIREMENT = "django==5.2.19"  # the LTS line that runs on Debian 12's Python 3.11
@@ -140,9 +140,8 @@ def build_django_app(root: Path, python: str = SYSTEM_PYTHON) -> DjangoApp:
         (package / name).write_text(text)
     (app_dir / "manage.py").write_text(MANAGE_PY)
     app = DjangoApp(root=root, app_dir=app_dir, venv=app_dir / ".venv", collected=app_dir / "collected")
-    _run([python, "-m", "venv", str(app.venv)], timeout=120)
+    make_app_venv(python, app.venv, DJANGO_REQUIREMENT)
     python_in_venv = str(app.venv / "bin" / "python")
-    _run([python_in_venv, "-m", "pip", "install", "-q", DJANGO_REQUIREMENT], timeout=600)
     _run([python_in_venv, str(app_dir / "manage.py"), "collectstatic", "--noinput", "-v", "0"], timeout=300)
     for path in [app_dir, *app_dir.rglob("*")]:
         if path.is_relative_to(app.venv) or path.is_symlink():

@@ -171,10 +171,18 @@ def build_flask_app(root: Path, python: str = SYSTEM_PYTHON) -> FlaskApp:
     for path in app_dir.rglob("*"):
         if not path.is_symlink():
             path.chmod(0o755 if path.is_dir() else 0o644)
-    _run([python, "-m", "venv", str(app.venv)], timeout=120)
-    _run([str(app.venv / "bin" / "python"), "-m", "pip", "install", "-q", FLASK_REQUIREMENT], timeout=600)
+    make_app_venv(python, app.venv, FLASK_REQUIREMENT)
     install_pyuwsgi(app.venv)
     return app
+
+
+def make_app_venv(python: str, venv: Path, *requirements: str) -> None:
+    """A virtualenv of ``python`` holding ``requirements``, installed by this venv's pip (``pip
+    --python``): its own pip would cost an ensurepip (about 5.5 CPU-s and 6 s here) that no test
+    uses, at the start of a run, while the workers that need the app wait for it."""
+    _run([python, "-m", "venv", "--without-pip", str(venv)], timeout=120)
+    _run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q", *requirements],
+         timeout=600)
 
 
 def install_pyuwsgi(venv: Path) -> Path:

@@ -62,6 +62,8 @@ from pathlib import Path
 
 import psutil
 
+from uwsgi_layouts.deploy.run.processes import die_with_parent
+
 ROOT = Path("/var/tmp/uwsgi-layouts-podman")
 CACHE = ROOT / "base-images"
 STORES = ROOT / "base-stores"  # read-only image stores holding one base image each
@@ -164,8 +166,9 @@ class Podman:
                                 "/etc/ssl/certs:/etc/ssl/certs:ro", "--target", target, *args, str(context)],
                                env=cache.env, capture_output=True, text=True, timeout=BUILD_TIMEOUT,
                                # The build holds the cache's lock too: should this process be killed,
-                               # no session cleans the cache while the build goes on writing to it.
-                               pass_fds=(cache.lock.fileno(),))
+                               # no session cleans the cache while the build goes on writing to it;
+                               # and it gets SIGTERM then (podman build stops), not left running.
+                               pass_fds=(cache.lock.fileno(),), preexec_fn=die_with_parent)
         if built.returncode != 0:
             raise RuntimeError(f"podman build --target {target} failed ({built.returncode}): {built.stderr[-3000:]}")
         self.run("tag", iidfile.read_text().strip(), tag)

@@ -364,11 +364,12 @@ def test_requests_in_flight_during_kube_down_are_answered(pod, record_property):
     assert long_answer.get("status") == 200, long_answer
     assert counts[200] > 0 and set(counts) == {200}, counts
     assert after == "ConnectionRefusedError", after
-    # uWSGI and nginx stopped on their signals once the requests were done, not on podman's
-    # SIGKILL after its 10 s stop timeout (exit status 137). Read from the containers, not from the
-    # time the stop took: podman's own commands, on 2 cores busy with other work, took the stop
-    # to 11.4 s without a SIGKILL.
-    assert "137" not in exits.values(), (exits, took)
+    # uWSGI and nginx stopped on their signals once the requests were done (exit status 0), not on
+    # podman's SIGKILL after its 10 s stop timeout (137). Read from the containers rather than from
+    # the time the stop took: podman's own commands took the stop to 11.4 s (2 cores busy with other
+    # work) and 12.2 s (not busy) with both exiting 0. The time only bounds a stop far too slow.
+    assert exits == {pod.app_container: "0", f"{pod.name}-pod-0-nginx": "0"}, (exits, took)
+    assert took < 25, took
 
 
 def test_a_session_left_by_a_killed_run_is_removed(capfd):

@@ -415,7 +415,8 @@ def search(a: PlanArgs, lab: Lab, raw: Path, on_step=print, replicas: int = 1, s
         load = prepare_load(stack, a, lab.work_dir)
         warm = warm_up(stack, load)
         print("\n".join(f"  {line}" for line in warm_up_lines(warm)), flush=True)
-        refusal = None if validating else ruled_out(a.layout, warm, a.p99_ms, stack.layout.processes)
+        threads = stack.layout.processes * stack.layout.threads
+        refusal = None if validating else ruled_out(a.layout, warm, a.p99_ms, threads)
         if refusal is not None:
             raise refusal
         first = start or a.start or max(0.5, round(warm.rate / 2, 2))

@@ -23,11 +23,12 @@ from uwsgi_layouts.files import write_atomic
 
 
 def plots() -> ModuleType:
-    """``bench.report.plots``, imported on first use: the only import of bench made inside a
-    function, on purpose. It loads matplotlib (about 0.7 CPU-s), and every bench command imports
-    this module at start (each kind ends with ``kinds.base.publish``), so a top-level import made
-    ``compare --help`` or a refused option pay for a plotting library they never use. Only a run
-    that writes its report reaches here. (Python caches the module: the second call is a lookup.)"""
+    """``bench.report.plots``, imported on first use, on purpose (with map-scale's numpy, timed
+    apart, bench's only import inside a function). It loads matplotlib (about 0.7 CPU-s), and
+    every bench command imports this module at start (each kind ends with ``kinds.base.publish``),
+    so a top-level import made ``compare --help`` or a refused option pay for a plotting library
+    they never use. Only a run that writes its report reaches here. (Python caches the module:
+    the second call is a lookup.)"""
     from uwsgi_layouts.bench.report import plots as drawing
 
     return drawing
