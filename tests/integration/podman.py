@@ -29,7 +29,8 @@ containers, pods and tags go with the session as before.
 Sessions share a cache through podman's own locking (concurrent builds into one storage), and a
 lock file of ours (``KEY.lock``) that each session holds shared from its first build to its end
 (its containers run on the cache's layers), and so do its ``podman build`` processes (the
-descriptor is passed on: a build that outlives a killed test process keeps it). Only a session
+descriptor is passed on: a build that outlives a killed test process, until the SIGTERM that its
+death sends the build, PR_SET_PDEATHSIG, has stopped it, keeps it). Only a session
 that gets it exclusively (no other session is using that cache) cleans: it removes the containers
 a killed build left (``podman rm --force``; the layers committed before stay), and the whole
 cache when it holds more than ``BUILD_CACHE_MAX_BYTES`` or was last used more than
