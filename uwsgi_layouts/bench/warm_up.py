@@ -15,12 +15,13 @@ The exact rule, and why each part (``ruled_out``):
 - **only requests nginx answered below 400** count. wrk stops at its duration with a request in
   flight: nginx logs it 499 with the time until wrk hung up, shorter than the request; a fast
   error (a 5xx) says nothing of the request's own time, and fails every step anyway.
-- **at least ``MIN_TIMED`` of them, and more than the replica's threads (processes x threads).** The odds are
-  not the worry: if some rate kept 99% of requests within the target, one connection (less load)
-  would too, and N requests all slower would have a chance of at most 0.01^N. What is not random
-  is a thread's first request (lazy imports, a connection opened per thread, a cache filled),
-  slower than the rest: with more timed requests than threads, at least one was not a first, whatever
-  the balancing (pigeonhole); and ten requests span more than one stall (a page-in, a collection).
+- **at least ``MIN_TIMED`` of them, and more than the replica's threads (processes x
+  threads).** The odds are not the worry: if some rate kept 99% of requests within the target,
+  one connection (less load) would too, and N requests all slower would have a chance of at most
+  0.01^N. What is not random is a thread's first request (lazy imports, a connection opened per
+  thread, a cache filled), slower than the rest: with more timed requests than threads, at least
+  one was not a first, whatever the balancing (pigeonhole); and ten requests span more than one
+  stall (a page-in, a collection).
   A warm-up with fewer (a request of seconds, a short ``--warmup``) proves nothing: the ladder
   decides as before.
 - **the fastest less the time the replica's cgroup was throttled over the warm-up.** Back to back,
@@ -43,8 +44,9 @@ The exact rule, and why each part (``ruled_out``):
   to the ladder.
 
 What the rule cannot see: a machine whose other load slowed every warm-up request by more than the
-margin (it would slow the steps too, but the steps last minutes and the warm-up seconds). The refusal names the fastest
-request and how many were timed, and plan.json records the warm-up, so such a refusal shows.
+margin (it would slow the steps too, but the steps last minutes and the warm-up seconds). The
+refusal names the fastest request and how many were timed, and plan.json records the warm-up, so
+such a refusal shows.
 """
 
 from __future__ import annotations
