@@ -67,7 +67,7 @@ $(BIN)/.installed: pyproject.toml scripts/install-pyuwsgi.sh scripts/venv-requir
 # compile or write (a syntax error, a __pycache__ owned by root) is a warning, not a failed make.
 venv: $(BIN)/.installed
 	@$(BIN)/python -m compileall -q -j 0 uwsgi_layouts tests scripts deploy.py bench.py \
-	  || echo "warning: not all of the package could be byte-compiled (above): every command compiles it again" >&2
+	  || echo "warning: not all of the package could be byte-compiled (above): every command compiles those files again" >&2
 
 system-deps:
 	@bash scripts/install-system-deps.sh
@@ -138,7 +138,7 @@ watch: venv
 
 # The suite runs in parallel (pytest-xdist), two workers per core: its tests wait on real
 # processes (stack start-up, load windows) in between the CPU they use. Four per core kept 2 cores
-# 99% busy (against 83-88%) and cut about a minute, but then plan's httperf, which runs at the
+# 99% busy (against 79-88%) and cut about a minute, but then plan's httperf, which runs at the
 # lowest CPU priority beside a quota-limited stack (bench/load/generator.py), got no CPU: its
 # test failed in 2 of 6 runs, the server blamed for a generator that could not keep 2.67 req/s.
 # loadgroup hands out one test at a time and keeps each xdist_group (network namespaces, systemd

@@ -80,7 +80,8 @@ def test_plan_from_one_replica(tmp_run_dir, leftover_processes):
         assert rungs[i].rate == next_rate(rungs[:i], 1500, bisections_left=0), res.stdout[-3000:]
     assert next_rate(rungs, 1500, bisections_left=0) is None
     assert any(r.meets(1500) for r in rungs) and any(not r.meets(1500) for r in rungs)
-    # whatever the machine's load, no rate above what one thread of 125 ms can serve met the p99
+    # whatever the machine's load, no rate above what one thread of 125 ms can serve met the target
+    # (it falls behind: the kept-up part of the verdict)
     assert all(r.rate <= 8 for r in rungs if r.meets(1500)), res.stdout[-3000:]
     for s in steps:  # every step held >= 90 requests, all timed from nginx's log (one per connection httperf opened)
         assert s["step_s"] % 5 == 0 and s["rate"] * s["step_s"] >= 90, s

@@ -38,10 +38,10 @@ The exact rule, and why each part (``ruled_out``):
   (less the throttling), a step's request at least that long is logged above that - 1 ms, and
   with the fastest at the target + 2 ms or more every such request is logged above the target: a
   p99 within it needs a request logged within it.
-- **and at least ``LOAD_MARGIN`` x the target.** Other load on the machine slows every request of
-  a warm-up of seconds (a compile, a test suite: a 125-ms request's p99 rose to 881 ms here on 2
-  busy cores), where the steps last minutes: a fastest request only just past the target is left
-  to the ladder.
+- **and at least ``LOAD_MARGIN`` x the target.** Other load on the machine (a compile, a test
+  suite) slows every request of a warm-up of seconds, where the steps last minutes: a fastest
+  request only just past the target is left to the ladder. The margin is a judgement, not a
+  measurement: a heavy enough load slows every request by more (the steps too).
 
 What the rule cannot see: a machine whose other load slowed every warm-up request by more than the
 margin (it would slow the steps too, but the steps last minutes and the warm-up seconds). The
