@@ -39,7 +39,9 @@ keys' caches, unused that long, likewise. To clear it by hand, when
 no tests run: ``rm -rf /var/tmp/uwsgi-layouts-podman/build-caches`` (umount anything still
 mounted under it first); the next run is a cold one.
 
-A session whose test process died (SIGKILL) is removed by the next one, which says so.
+A session whose test process died (SIGKILL) is removed by the next one, which says so: its pods,
+images and volumes, and its builds' cgroups (``--cgroup-parent``, named for the session), killing
+what still runs there (a killed build's RUN step outlives it under runc).
 
 The one path outside the session that podman still writes: /var/lib/containers/cache (as root,
 containers/image keeps its blob-digest cache there; no configuration file moves it).
@@ -47,7 +49,9 @@ containers/image keeps its blob-digest cache there; no configuration file moves 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import errno
 import fcntl
 import hashlib
 import os
@@ -71,6 +75,7 @@ ROOT = Path("/var/tmp/uwsgi-layouts-podman")
 CACHE = ROOT / "base-images"
 STORES = ROOT / "base-stores"  # read-only image stores holding one base image each
 SESSIONS = ROOT / "sessions"
+CGROUP_ROOT = Path("/sys/fs/cgroup")  # one directory per cgroup v1 hierarchy (and unified)
 BUILD_CACHES = ROOT / "build-caches"  # podman build's layer caches, one storage per KEY
 # Bounds of a build cache: the cold build of the bundle's three images leaves about 0.6 GB (app,
 # nginx and exporter stages, the compiler included; 1.2 GB when two sessions built it at the same
@@ -181,7 +186,8 @@ class Podman:
         cache = self._open_build_cache()
         iidfile = self.dir / f"iid-{secrets.token_hex(4)}"
         args = [f"--build-arg={k}={v}" for k, v in build_args.items()]
-        built = subprocess.run(["podman", "build", "--layers", "--iidfile", str(iidfile), "--network", "host", "-v",
+        built = subprocess.run(["podman", "build", "--layers", "--iidfile", str(iidfile), "--network", "host",
+                                "--cgroup-parent", build_cgroup_parent(self.dir), "-v",
                                 "/etc/ssl/certs:/etc/ssl/certs:ro", "--target", target, *args, str(context)],
                                env=cache.env, capture_output=True, text=True, timeout=BUILD_TIMEOUT,
                                # The build holds the cache's lock too: should this process be killed,
@@ -414,13 +420,46 @@ def remove_tree(directory: Path) -> None:
     shutil.rmtree(directory, ignore_errors=True)
 
 
+def build_cgroup_parent(directory: Path) -> str:
+    """The cgroup (cgroupfs path) under which the session's ``podman build`` steps run: buildah makes
+    a ``buildah-buildahN`` cgroup per RUN step and removes it when the step ends, but a killed build
+    leaves it behind; under a parent named for the session, the session's removal finds it."""
+    return f"/ul-podman-build-{directory.name}"
+
+
+def remove_build_cgroups(directory: Path, empty_timeout_s: float = 5.0) -> None:
+    """The session's build cgroups in every hierarchy, deepest first. A killed build's RUN step
+    outlives it (``podman build`` ends on its PR_SET_PDEATHSIG, the step's processes under runc do
+    not): what still runs in them is ours, and is killed first. One that cannot be removed is said."""
+    for hierarchy in CGROUP_ROOT.iterdir():
+        parent = hierarchy / build_cgroup_parent(directory).lstrip("/")
+        if not parent.is_dir():
+            continue
+        for cgroup in sorted((p for p in parent.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [parent]:
+            deadline = time.monotonic() + empty_timeout_s
+            while True:
+                for pid in (cgroup / "cgroup.procs").read_text().split():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(pid), signal.SIGKILL)
+                try:
+                    cgroup.rmdir()
+                    break
+                except OSError as exc:
+                    if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                        print(f"podman: cgroup {cgroup} left: {exc.strerror}", file=sys.stderr)
+                        break
+                    time.sleep(0.05)  # while the killed processes are reaped
+
+
 def remove_session(directory: Path) -> None:
-    """Every pod, container, image and volume of the session, its mounts, then its directory."""
+    """Every pod, container, image and volume of the session, its build cgroups, its mounts, then
+    its directory."""
     if (directory / "containers.conf").exists():
         env = session_env(directory)
         for args in (["pod", "rm", "--all", "--force", "--time", "0"], ["rm", "--all", "--force", "--time", "0"],
                      ["rmi", "--all", "--force"], ["volume", "rm", "--all", "--force"]):
             subprocess.run(["podman", *args], env=env, capture_output=True, timeout=180)
+    remove_build_cgroups(directory)
     remove_tree(directory)
 
 
