@@ -49,9 +49,7 @@ containers/image keeps its blob-digest cache there; no configuration file moves 
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import errno
 import fcntl
 import hashlib
 import os
@@ -69,6 +67,8 @@ from pathlib import Path
 
 import psutil
 
+from uwsgi_layouts.deploy.model import StackError
+from uwsgi_layouts.deploy.run import remove_cgroups
 from uwsgi_layouts.deploy.run.processes import PR_SET_PDEATHSIG
 
 ROOT = Path("/var/tmp/uwsgi-layouts-podman")
@@ -427,28 +427,19 @@ def build_cgroup_parent(directory: Path) -> str:
     return f"/ul-podman-build-{directory.name}"
 
 
-def remove_build_cgroups(directory: Path, empty_timeout_s: float = 5.0) -> None:
+def remove_build_cgroups(directory: Path) -> None:
     """The session's build cgroups in every hierarchy, deepest first. A killed build's RUN step
     outlives it (``podman build`` ends on its PR_SET_PDEATHSIG, the step's processes under runc do
-    not): what still runs in them is ours, and is killed first. One that cannot be removed is said."""
+    not): what still runs in them is ours, and ``remove_cgroups`` kills it first. One that cannot be
+    removed is said."""
     for hierarchy in CGROUP_ROOT.iterdir():
         parent = hierarchy / build_cgroup_parent(directory).lstrip("/")
-        if not parent.is_dir():
-            continue
-        for cgroup in sorted((p for p in parent.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [parent]:
-            deadline = time.monotonic() + empty_timeout_s
-            while True:
-                for pid in (cgroup / "cgroup.procs").read_text().split():
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(int(pid), signal.SIGKILL)
-                try:
-                    cgroup.rmdir()
-                    break
-                except OSError as exc:
-                    if exc.errno != errno.EBUSY or time.monotonic() > deadline:
-                        print(f"podman: cgroup {cgroup} left: {exc.strerror}", file=sys.stderr)
-                        break
-                    time.sleep(0.05)  # while the killed processes are reaped
+        if parent.is_dir():
+            deepest_first = sorted((p for p in parent.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+            try:
+                remove_cgroups([str(p) for p in [*deepest_first, parent]])
+            except StackError as exc:
+                print(f"podman: {exc}", file=sys.stderr)
 
 
 def remove_session(directory: Path) -> None:

@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -23,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -31,10 +33,12 @@ from tests.flaskapp import SHOP_PY
 from tests.integration.podman import (
     BUILD_CACHE_MAX_AGE,
     BUILD_CACHES,
+    CGROUP_ROOT,
     SESSIONS,
     BuildCache,
     Podman,
     PodmanUnavailable,
+    build_cgroup_parent,
     prune_build_caches,
     remove_stale_sessions,
     write_config,
@@ -383,6 +387,39 @@ def test_a_session_left_by_a_killed_run_is_removed(capfd):
     remove_stale_sessions()
     assert not stale.exists()
     assert f"removing the session of test process {gone.pid}" in capfd.readouterr().err
+
+
+KILLED_BUILD = """\
+import sys
+from pathlib import Path
+from tests.integration.podman import Podman
+with Podman() as podman:
+    print(podman.dir, flush=True)
+    podman.build(Path(sys.argv[1]), "step", "localhost/ul-test-killed:1", {"BASE_IMAGE": podman.base_image("python")})
+"""
+
+
+def test_a_killed_builds_step_is_ended_and_its_cgroups_removed_by_the_next_session(tmp_path):
+    """A test process killed while its build runs a step: podman build ends on PR_SET_PDEATHSIG,
+    the step's processes under runc do not. The next session kills them and removes the cgroups
+    (under ``--cgroup-parent``, named for the dead session) in every hierarchy."""
+    (tmp_path / "Containerfile").write_text("ARG BASE_IMAGE\nFROM ${BASE_IMAGE} AS step\nRUN sleep 120\n")
+    repo = Path(__file__).resolve().parents[2]
+    child = subprocess.Popen([sys.executable, "-c", KILLED_BUILD, str(tmp_path)], cwd=repo, stdout=subprocess.PIPE,
+                             text=True)
+    session = Path(child.stdout.readline().strip())
+    step = CGROUP_ROOT / "pids" / build_cgroup_parent(session).lstrip("/")
+    deadline = time.monotonic() + 120
+    while not [p for p in step.rglob("cgroup.procs") if p.read_text().split()] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    running = {int(pid) for procs in step.rglob("cgroup.procs") for pid in procs.read_text().split()}
+    child.kill()
+    child.wait()
+    assert running, f"the step never ran in {step}"
+    with Podman():  # the next session
+        pass
+    assert not [h for h in CGROUP_ROOT.iterdir() if (h / build_cgroup_parent(session).lstrip("/")).exists()]
+    assert not [pid for pid in running if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
 
 
 def test_a_build_cache_unused_for_long_is_removed_unless_a_session_holds_it(capfd, tmp_path):

@@ -10,7 +10,7 @@ Other rooms (and bench/) import these names from ``deploy.run``, never its modul
 """
 
 from uwsgi_layouts.deploy.machine import read_stats
-from uwsgi_layouts.deploy.run.cgroup import ServerCgroup
+from uwsgi_layouts.deploy.run.cgroup import ServerCgroup, remove_cgroups
 from uwsgi_layouts.deploy.run.cgroup import clean_stale as clean_stale_cgroups
 from uwsgi_layouts.deploy.run.cgroup import existing as existing_cgroups
 from uwsgi_layouts.deploy.run.leftover import open_leftover
@@ -35,5 +35,5 @@ __all__ = [
     "ServerProcess", "Stack", "chain_reload", "child_setup", "claim", "clean_stale", "clean_stale_cgroups",
     "die_with_parent", "existing", "existing_cgroups", "free_consecutive_ports", "holder", "http_get",
     "load_run_layout", "nginx_binary", "open_leftover", "port_is_free", "port_taken", "process_for", "read_stats",
-    "reap_orphans", "tail", "terminate_group", "unavailable", "uwsgi_binary",
+    "reap_orphans", "remove_cgroups", "tail", "terminate_group", "unavailable", "uwsgi_binary",
 ]

@@ -54,7 +54,7 @@ def _pids(directory: Path) -> list[int]:
         return []
 
 
-def _remove(directories: list[str]) -> None:
+def remove_cgroups(directories: list[str]) -> None:
     """Kill what still runs in each directory, then remove it once empty (the kernel refuses to
     remove a cgroup while a process, even a dying one, is in it: EBUSY)."""
     for text in directories:
@@ -90,7 +90,7 @@ def _clean_stale() -> list[str]:
     for path, state in dead_owners(STATE_DIR):
         name = f"{PREFIX}{state.get('id', '?')}-{state.get('pid', '?')}"
         directories = [d for d in state.get("directories", []) if Path(d).name == name]  # ours, nothing else
-        _remove(directories)
+        remove_cgroups(directories)
         path.unlink(missing_ok=True)
         cleaned.append(f"removed cgroup {name} left by a run that died (pid {state.get('pid')}): "
                        f"{', '.join(directories) or 'already gone'}")
@@ -198,7 +198,7 @@ class ServerCgroup:
             directories = state["directories"]
         except (OSError, ValueError, KeyError):
             directories = [str(d) for d in self.directories.values()]
-        _remove(directories)
+        remove_cgroups(directories)
         self._state.unlink(missing_ok=True)
         self._state = None
         self.directories = {}
