@@ -49,14 +49,12 @@ containers/image keeps its blob-digest cache there; no configuration file moves 
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import hashlib
 import os
 import resource
 import secrets
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -69,7 +67,7 @@ import psutil
 
 from uwsgi_layouts.deploy.model import StackError
 from uwsgi_layouts.deploy.run import remove_cgroups
-from uwsgi_layouts.deploy.run.processes import PR_SET_PDEATHSIG
+from uwsgi_layouts.deploy.run.processes import child_setup
 
 ROOT = Path("/var/tmp/uwsgi-layouts-podman")
 CACHE = ROOT / "base-images"
@@ -114,22 +112,6 @@ def base_key(kind: str) -> str:
             if file.is_file():
                 digest.update(file.read_bytes())
     return digest.hexdigest()[:16]
-
-
-# Loaded here, not between fork and exec (dlopen there could deadlock, and builds fork from
-# several threads at once).
-LIBC = ctypes.CDLL("libc.so.6", use_errno=True)
-
-
-def die_with(parent: int):
-    """preexec_fn: SIGTERM to the child when the thread that started it ends (the build's thread
-    waits on it to the end, so: when the test process dies), and an end at once if the parent died
-    before that was armed. No new session: Ctrl-C still reaches the build."""
-    def setup():
-        LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent:
-            os._exit(1)
-    return setup
 
 
 class Podman:
@@ -192,8 +174,9 @@ class Podman:
                                env=cache.env, capture_output=True, text=True, timeout=BUILD_TIMEOUT,
                                # The build holds the cache's lock too: should this process be killed,
                                # no session cleans the cache while the build goes on writing to it;
-                               # and it gets SIGTERM then (podman build stops), not left running.
-                               pass_fds=(cache.lock.fileno(),), preexec_fn=die_with(os.getpid()))
+                               # and it gets SIGTERM then (podman build stops), not left running;
+                               # in the terminal's process group, so Ctrl-C reaches it too.
+                               pass_fds=(cache.lock.fileno(),), preexec_fn=child_setup(own_group=False))
         if built.returncode != 0:
             raise RuntimeError(f"podman build --target {target} failed ({built.returncode}): {built.stderr[-3000:]}")
         self.run("tag", iidfile.read_text().strip(), tag)

@@ -39,8 +39,9 @@ def die_with_parent() -> None:  # runs in the child between fork and exec
 
 
 def child_setup(namespace: str = "", run_as: tuple[int, int, list[int]] | None = None,
-                death_signal: int = signal.SIGTERM, cgroup_files: tuple[str, ...] = ()):
-    """preexec_fn: its own process group (stop() signals the workers too), the network
+                death_signal: int = signal.SIGTERM, cgroup_files: tuple[str, ...] = (), own_group: bool = True):
+    """preexec_fn: its own process group (stop() signals the workers too; not with ``own_group``
+    False, for a child that should get the terminal's Ctrl-C as its parent does), the network
     namespace ``namespace`` (entered as root), the cgroup whose ``cgroup.procs`` files are
     ``cgroup_files`` (joined as root, so every process it forks is inside), the user
     ``run_as`` = (uid, gid, groups), and
@@ -50,7 +51,8 @@ def child_setup(namespace: str = "", run_as: tuple[int, int, list[int]] | None =
     parent = os.getpid()
 
     def setup():
-        os.setsid()
+        if own_group:
+            os.setsid()
         if namespace:
             enter(namespace)
         for procs in cgroup_files:
