@@ -76,99 +76,30 @@ for profile in "$@"; do
     fi
     rm -rf "$probe"
 done
-# The binary builds compile in a source tree kept per set of compile inputs under $TREES: uWSGI's
-# own build recompiles only what changed since the tree's last build (uwsgiconfig.py compares each
-# object with its source, uwsgi.h and the CFLAGS it recorded), so shared and static, which differ
-# only in LDFLAGS, compile once and link twice, and a fresh clone links the objects an earlier one
-# compiled. The key names what the compile reads and nothing of the clone: uWSGI's version, CFLAGS,
-# the profile override, the Python that runs uwsgiconfig.py (its version and build, the interpreter
-# it is a venv of, its include directories), the compiler, the Debian packages of the headers it
-# probes and includes, and the environment uwsgiconfig.py and gcc read (UWSGI_*, CC, CPP,
-# APPEND_CFLAGS, include and pkg-config paths). The build date is part of uWSGI's CFLAGS: fixed per
-# tree (SOURCE_DATE_EPOCH, the tree's first build), else every build would recompile everything. pip
-# builds a local directory in place (pip >= 21.3). One build per tree at a time (flock); a build
-# that failed or died leaves its tree marked, and the next one starts from a fresh tree. Builds hold
-# the cache's lock shared; pruning takes it exclusive, only when no build is using the cache.
-TREES="${UWSGI_TREE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/uwsgi-layouts/uwsgi-trees}"
-TREE_MAX_AGE_DAYS=7
-TREE_CACHE_MAX_KIB=$((1024 * 1024))
-
-trusted_tree_cache() {  # $TREES, made 0700 if missing; exit 2 unless ours alone to write
-    (umask 077 && mkdir -p "$TREES") 2>/dev/null || true  # what is there instead is refused below
-    if [ -L "$TREES" ] || [ ! -d "$TREES" ] || [ "$(stat -c %u "$TREES")" != "$(id -u)" ] \
-        || (( 8#$(stat -c %a "$TREES") & 8#022 )); then
-        echo "error: UWSGI_TREE_CACHE: $TREES is not a directory of uid $(id -u) that only it can write: remove it (it is made again) or point UWSGI_TREE_CACHE elsewhere" >&2
-        exit 2
-    fi
-}
-
-header_packages() {  # the installed versions of what uWSGI compiles against (none off Debian)
-    dpkg-query -W -f='${Package}=${Version}\n' libssl-dev libpcre2-dev "libpython$python_version-dev" \
-        libc6-dev gcc zlib1g-dev libxml2-dev libexpat1-dev libcap-dev uuid-dev libjansson-dev libyajl-dev \
-        2>/dev/null || true
-}
-
-compiler() {  # CC as uwsgiconfig.py picks it (else the Python's own CC): its path and version
-    local cc=$1 path
-    path=$(command -v "${cc%% *}" || true)
-    printf '%s\n%s\n' "$cc" "$( [ -n "$path" ] && readlink -f "$path")"
-    ${cc%% *} --version 2>/dev/null | head -n 1 || true  # gcc's Debian package keeps its version when gcc-12 changes
-}
-
-build_environment() {  # the variables uwsgiconfig.py, its plugins and gcc read, set in ours
-    local name
-    for name in $(compgen -e | LC_ALL=C sort); do
-        case "$name" in
-            UWSGI_BUILDS|UWSGI_TREE_CACHE) ;;  # ours: where to put things, not what is compiled
-            UWSGI_*|CC|CPP|APPEND_CFLAGS|CPATH|C_INCLUDE_PATH|PKG_CONFIG_PATH|PKG_CONFIG_LIBDIR|PKG_CONFIG_SYSROOT_DIR)
-                printf '%s=%s\n' "$name" "${!name}" ;;
-        esac
-    done
-    # a profile given as a file outside the tree (UWSGI_PROFILE=/path/x.ini): its content
-    if [[ "${UWSGI_PROFILE:-}" == /* ]] && [ -f "$UWSGI_PROFILE" ]; then sha256sum <"$UWSGI_PROFILE"; fi
-}
-
-tree_key() {  # PYTHON: 16 hex digits naming every compile input, nothing of this clone
-    local python=$1 identity
-    # What uwsgiconfig.py compiles against: sys.version has the version and the build; the base
-    # interpreter (a venv's is its home's); the -I directories its python plugin adds; its CC.
-    identity=$("$python" -c 'import os, sys, sysconfig
-print(sys.version)
-print(os.path.realpath(getattr(sys, "_base_executable", sys.executable)))
-print(sysconfig.get_path("include"), sysconfig.get_path("platinclude"))
-print(sysconfig.get_config_var("CC") or "cc")')
-    printf '%s\n' "$version" "$cflags" "$override" "$identity" "$(compiler "${CC:-$(tail -n 1 <<<"$identity")}")" \
-        "$(header_packages)" "$(build_environment)" | sha256sum | cut -c1-16
-}
-
-prune_trees() {  # KEEP: trees unused for TREE_MAX_AGE_DAYS, then the least recently used over the size
-    local keep=$1 now total mtime lock stem size
-    now=$(date +%s)
-    total=$(du -sk "$TREES" | cut -f1)
-    # A tree's lock is touched at each build: its mtime is when the tree was last used; oldest first.
-    while read -r mtime lock; do
-        stem=${lock%.lock}
-        [ "$stem" = "$keep" ] && continue
-        if (( now - mtime > TREE_MAX_AGE_DAYS * 86400 || total > TREE_CACHE_MAX_KIB )); then
-            size=$(du -sk "$stem" "$stem.sdist" "$stem.building" 2>/dev/null | awk '{s += $1} END {print s + 0}')
-            rm -rf "$stem" "$stem.sdist" "$stem.building" "$lock"
-            total=$((total - size))
-            echo "removed the uWSGI tree $stem (last used $(date -u -d "@$mtime" +%F))"
-        fi
-    done < <(find "$TREES" -maxdepth 1 -name 'uwsgi-*.lock' -printf '%T@ %p\n' | sed 's/\.[0-9]* / /' | sort -n)
-}
+# The binary builds compile in a source tree kept per set of compile inputs in the per-user cache
+# (scripts/uwsgi-tree-cache.sh): uWSGI's own build recompiles only what changed since the tree's last
+# build (uwsgiconfig.py compares each object with its source, uwsgi.h and the CFLAGS it recorded), so
+# shared and static, which differ only in LDFLAGS, compile once and link twice, and a fresh clone
+# links the objects an earlier one compiled. The key (tree_key) names what the compile reads and
+# nothing of the clone: uWSGI's version, CFLAGS, the profile override, the Python that runs
+# uwsgiconfig.py (its version and build, its base interpreter, its include directories), the
+# compiler, the Debian packages of the headers it probes and includes, and the environment
+# uwsgiconfig.py and gcc read (UWSGI_*, CC, CPP, APPEND_CFLAGS, include and pkg-config paths). The
+# build date is part of uWSGI's CFLAGS: fixed per tree (SOURCE_DATE_EPOCH, the tree's first build),
+# else every build would recompile everything. pip builds a local directory in place (pip >= 21.3).
+# One build per tree at a time (flock); a build that failed or died leaves its tree marked, and the
+# next one starts from a fresh tree. Builds hold the cache's lock shared; pruning takes it
+# exclusive, so it runs only when no build is using the cache.
+# shellcheck source=scripts/uwsgi-tree-cache.sh
+source "$ROOT/scripts/uwsgi-tree-cache.sh"
 
 build_binary() {  # PYTHON: pip's uwsgi package, compiled for $cflags/$override, linked with $ldflags
-    local python=$1 key tree lock cache_lock sdists umask_before
-    key=$(tree_key "$python")
+    local python=$1 key tree lock sdists umask_before
+    key=$(tree_key "$python" "$version" "$cflags" "$override")
     tree="$TREES/uwsgi-$version-$key"
     umask_before=$(umask)
     umask 077  # the tree is this user's alone, whatever the cache directory's mode
-    exec {cache_lock}>>"$TREES/.lock"
-    if flock -n -x "$cache_lock"; then
-        prune_trees "$tree"  # no build is using the cache now
-    fi
-    flock -s "$cache_lock"
+    open_tree_cache "$tree"
     exec {lock}>>"$tree.lock"
     flock "$lock"
     touch "$tree.lock"
@@ -198,7 +129,7 @@ build_binary() {  # PYTHON: pip's uwsgi package, compiled for $cflags/$override,
     env SOURCE_DATE_EPOCH="$(cat "$tree/.source-date-epoch")" CFLAGS="$cflags" LDFLAGS="$ldflags" \
         "${overrides[@]}" "$VENV_PY" -m pip --python "$python" install -q --no-cache-dir "$tree"
     rm -f "$tree.building"
-    exec {lock}>&- {cache_lock}>&-
+    exec {lock}>&- {CACHE_LOCK}>&-
     umask "$umask_before"
 }
 
