@@ -70,7 +70,8 @@ prune_trees() {  # KEEP: trees unused for TREE_MAX_AGE_DAYS, then the least rece
         stem=${lock%.lock}
         [ "$stem" = "$keep" ] && continue
         if (( now - mtime > TREE_MAX_AGE_DAYS * 86400 || total > TREE_CACHE_MAX_KIB )); then
-            size=$(du -sk "$stem" "$stem.sdist" "$stem.building" 2>/dev/null | awk '{s += $1} END {print s + 0}')
+            # du fails on the parts that are not there (most often .sdist and .building)
+            size=$({ du -sk "$stem" "$stem.sdist" "$stem.building" 2>/dev/null || true; } | awk '{s += $1} END {print s + 0}')
             touch "$stem.building"  # were this removal killed, the next build would start afresh
             rm -rf "$stem" "$stem.sdist"
             rm -f "$stem.building" "$lock"
