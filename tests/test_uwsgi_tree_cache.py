@@ -43,7 +43,8 @@ def test_another_clones_venv_and_output_directories_give_the_same_key(tmp_path):
     # A fresh clone's venv, made from the same interpreter somewhere else: what uWSGI compiles
     # against is the same, so the tree is (the old key held the venv's path, and missed).
     clone_python = tmp_path / "clone" / ".venv" / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(clone_python.parents[1])], check=True, timeout=60)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(clone_python.parents[1])],
+                   check=True, timeout=60)
     ours = key()
     assert key(clone_python) == ours
     assert key(UWSGI_BUILDS=str(tmp_path / "builds"), UWSGI_TREE_CACHE=str(tmp_path / "cache")) == ours
