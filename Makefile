@@ -123,7 +123,8 @@ overhead: venv
 
 # Other builds of the same uWSGI, into build/uwsgi/PROFILE: -O3, the binary on the shared libpython
 # (pip's default), on the static one (the same objects linked again), and pyuwsgi (make venv's own
-# wheel, in a venv of its own): docs/alternatives.md. Two compiles, about 40 s each on 2 idle cores.
+# wheel, in a venv of its own): docs/alternatives.md. Two compiles, about 40 s each on 2 idle cores,
+# kept in a per-user cache outside the clone (make clean leaves it): a later clone only links.
 uwsgi-builds: venv
 	bash scripts/build-uwsgi.sh o3 shared static pyuwsgi
 

@@ -30,7 +30,16 @@
 # cached wheel would silently be the old build) with the same Python, so its libpython is the one
 # the app's virtualenv was made with. BUILD.json beside it records how it was built.
 # About 40 s per compile on 2 cores, idle (uWSGI compiles ~100 C files); the binary profiles share
-# a source tree per set of compile inputs (below), so static after shared only links again.
+# a source tree per set of compile inputs (below), so static after shared only links again, and so
+# does every later build of the same inputs, from any clone of this user's: the trees live in a
+# per-user cache, like pip's or ccache's,
+#   ${UWSGI_TREE_CACHE:-${XDG_CACHE_HOME:-~/.cache}/uwsgi-layouts/uwsgi-trees}
+# made 0700, and refused (exit 2) unless it is a directory of this user that nobody else can write
+# (objects planted there would be linked into a uWSGI that starts as root). Trees unused for 7 days
+# are removed at the start of a binary build, and then the least recently used ones while the cache
+# holds more than 1 GiB (the tree about to be used stays). make clean leaves the cache (it is outside
+# the clone); remove it with: rm -rf ~/.cache/uwsgi-layouts/uwsgi-trees (or where UWSGI_TREE_CACHE
+# points).
 # Each venv is made without a pip of its own: the project venv's pip installs into it (pip
 # --python), so the venv holds only uWSGI, and each build skips ensurepip and a pip upgrade (about
 # 7 CPU-s, more than the static profile's link).
@@ -67,30 +76,33 @@ for profile in "$@"; do
     fi
     rm -rf "$probe"
 done
-# The binary builds compile in a source tree kept per set of compile inputs (uWSGI's version,
-# CFLAGS, the profile override, the Python, CC, the Debian packages of the headers it includes) under $OUT_ROOT/.trees: uWSGI's own build
-# recompiles only what changed since the tree's last build (uwsgiconfig.py compares each object
-# with its source, uwsgi.h and the CFLAGS it recorded), so shared and static, which differ only in
-# LDFLAGS, compile once and link twice. The build date is part of uWSGI's CFLAGS: fixed per tree
-# (SOURCE_DATE_EPOCH, the tree's first build), else every build would recompile everything. pip
-# builds a local directory in place (pip >= 21.3). One build per tree at a time (flock); a build
-# that failed or died leaves its tree marked, and the next one starts from a fresh tree.
-TREES="$OUT_ROOT/.trees"
-
-header_packages() {  # the installed versions of what uWSGI compiles against (none off Debian)
-    dpkg-query -W -f='${Package}=${Version}\n' libssl-dev libpcre2-dev "libpython$python_version-dev" \
-        libc6-dev gcc 2>/dev/null || true
-    "${CC:-cc}" --version 2>/dev/null | head -n 1  # gcc's Debian package keeps its version when gcc-12 changes
-}
+# The binary builds compile in a source tree kept per set of compile inputs in the per-user cache
+# (scripts/uwsgi-tree-cache.sh): uWSGI's own build recompiles only what changed since the tree's last
+# build (uwsgiconfig.py compares each object with its source, uwsgi.h and the CFLAGS it recorded), so
+# shared and static, which differ only in LDFLAGS, compile once and link twice, and a fresh clone
+# links the objects an earlier one compiled. The key (tree_key) names what the compile reads and
+# nothing of the clone: uWSGI's version, CFLAGS, the profile override, the Python that runs
+# uwsgiconfig.py (its version and build, its base interpreter, its include directories), the
+# compiler, the Debian packages of the headers it probes and includes, and the environment
+# uwsgiconfig.py and gcc read (UWSGI_*, CC, CPP, APPEND_CFLAGS, include and pkg-config paths). The
+# build date is part of uWSGI's CFLAGS: fixed per tree (SOURCE_DATE_EPOCH, the tree's first build),
+# else every build would recompile everything. pip builds a local directory in place (pip >= 21.3).
+# One build per tree at a time (flock); a build that failed or died leaves its tree marked, and the
+# next one starts from a fresh tree. Builds hold the cache's lock shared; pruning takes it
+# exclusive, so it runs only when no build is using the cache.
+# shellcheck source=scripts/uwsgi-tree-cache.sh
+source "$ROOT/scripts/uwsgi-tree-cache.sh"
 
 build_binary() {  # PYTHON: pip's uwsgi package, compiled for $cflags/$override, linked with $ldflags
-    local python=$1 key tree lock sdists
-    key=$(printf '%s\n' "$version" "$cflags" "$override" "$VENV_PY" "$python_version" "${CC:-}" \
-        "${APPEND_CFLAGS:-}" "${UWSGI_PROFILE:-}" "$(header_packages)" | sha256sum | cut -c1-16)
+    local python=$1 key tree lock sdists umask_before
+    key=$(tree_key "$python" "$version" "$cflags" "$override")
     tree="$TREES/uwsgi-$version-$key"
-    mkdir -p "$TREES"
-    exec {lock}>"$tree.lock"
+    umask_before=$(umask)
+    umask 077  # the tree is this user's alone, whatever the cache directory's mode
+    open_tree_cache "$tree"
+    exec {lock}>>"$tree.lock"
     flock "$lock"
+    touch "$tree.lock"
     if [ -e "$tree.building" ] || [ ! -f "$tree/.source-date-epoch" ]; then
         rm -rf "$tree" "$tree.building" "$tree.sdist"
         mkdir -p "$tree.sdist"
@@ -106,6 +118,9 @@ build_binary() {  # PYTHON: pip's uwsgi package, compiled for $cflags/$override,
         mv "$tree.sdist/uwsgi-$version" "$tree"
         rm -rf "$tree.sdist"
         date +%s >"$tree/.source-date-epoch"
+        echo "compiling in a new tree: $tree"
+    else
+        echo "compiling in $tree (only what changed since its last build)"
     fi
     touch "$tree.building"
     # uwsgiconfig.py reads UWSGI_PROFILE_OVERRIDE whenever it is set, even empty (and then fails).
@@ -114,7 +129,8 @@ build_binary() {  # PYTHON: pip's uwsgi package, compiled for $cflags/$override,
     env SOURCE_DATE_EPOCH="$(cat "$tree/.source-date-epoch")" CFLAGS="$cflags" LDFLAGS="$ldflags" \
         "${overrides[@]}" "$VENV_PY" -m pip --python "$python" install -q --no-cache-dir "$tree"
     rm -f "$tree.building"
-    exec {lock}>&-
+    exec {lock}>&- {CACHE_LOCK}>&-
+    umask "$umask_before"
 }
 
 # The pyuwsgi wheel make venv compiled and kept (.venv/pyuwsgi-wheel, scripts/install-pyuwsgi.sh),
@@ -133,6 +149,11 @@ PY
         echo "${wheels[0]}"
     fi
 }
+
+# Checked before anything is built: a refused cache leaves no profile half done.
+for profile in "$@"; do
+    if [ "$profile" != pyuwsgi ]; then trusted_tree_cache; break; fi
+done
 
 # The project's build has internal routing only if it was built with PCRE.
 if "$OURS" --help 2>/dev/null | grep -q -- '--route-if'; then ours_pcre=true; else ours_pcre=false; fi

@@ -6,9 +6,11 @@ map-socket and threads (2 workers x 2 threads all serving; test_stack.py, run wi
 UL_TEST_UWSGI_BIN, checks that each worker serves only its socket), the master FIFO's chain
 reload under load, harakiri. A build ``make uwsgi-builds`` has not made yet is made here first
 (scripts/build-uwsgi.sh; one xdist worker at a time per build), never skipped: shared is compiled
-(about 40 s on 2 idle cores), static links the same objects again (the script keeps a source tree
-per set of compile inputs), and pyuwsgi is make venv's own build, its kept wheel installed into a
-venv of its own (.venv runs that very module, so compiling it again would prove nothing more).
+(about 40 s on 2 idle cores) unless an earlier build of this user's compiled the same inputs (the
+script keeps a source tree per set of compile inputs in a per-user cache, which a second clone
+builds in: checked below), static links the same objects again, and pyuwsgi is make venv's own
+build, its kept wheel installed into a venv of its own (.venv runs that very module, so compiling
+it again would prove nothing more).
 
 The rest of the integration suite runs against a build with UL_TEST_UWSGI_BIN=/path/to/bin/uwsgi
 (tests/conftest.py's make_layout gives every uWSGI layout that uwsgi_bin), e.g.
@@ -18,6 +20,10 @@ The rest of the integration suite runs against a build with UL_TEST_UWSGI_BIN=/p
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import psutil
@@ -44,6 +50,10 @@ ROOT = Path(__file__).resolve().parents[2]
 # make venv's own uWSGI is pyuwsgi (every stack test runs it); these are the builds uwsgi_bin selects,
 # pyuwsgi's among them (its own venv: the app's virtualenv's python starts it all the same).
 PROFILES = ("shared", "static", "pyuwsgi")
+# What a clone needs to run scripts/build-uwsgi.sh (its venv is linked to ours, under another path).
+BUILD_SCRIPTS = ("build-uwsgi.sh", "uwsgi-tree-cache.sh", "static-libpython-ldflags.sh", "install-pyuwsgi.sh")
+# uwsgiconfig.py writes these two sources again at every build, so they are compiled every time.
+COMPILED_AT_EVERY_BUILD = {"core/dot_h.o", "core/config_py.o"}
 
 
 def integration(test):
@@ -148,3 +158,47 @@ def test_the_pyuwsgi_build_is_make_venvs_own_not_a_second_compile():
     assert pyuwsgi_digest(build) == module, f"{build} runs another module than make venv's"
     record = json.loads((build.parents[1] / "BUILD.json").read_text())
     assert record["from_wheel"] == str(wheel), record
+
+
+def clone_like(root: Path) -> Path:
+    """A checkout as scripts/build-uwsgi.sh sees one: its scripts, and a .venv at another path."""
+    (root / "scripts").mkdir(parents=True)
+    for script in BUILD_SCRIPTS:
+        shutil.copy(ROOT / "scripts" / script, root / "scripts" / script)
+    (root / ".venv").symlink_to(ROOT / ".venv")
+    return root
+
+
+def build_shared_in(root: Path) -> tuple[Path, bool]:
+    """scripts/build-uwsgi.sh shared run in ROOT, in the user's tree cache as every clone's build is:
+    the tree it compiled in, and whether that tree was new."""
+    done = subprocess.run(["bash", str(root / "scripts" / "build-uwsgi.sh"), "shared"], cwd=root,
+                          env={k: v for k, v in os.environ.items() if k != "UWSGI_BUILDS"},
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert (root / "build" / "uwsgi" / "shared" / "bin" / "uwsgi").is_file()
+    found = re.search(r"^compiling in (a new tree: )?(\S+)", done.stdout, re.M)
+    assert found, done.stdout
+    return Path(found[2]), bool(found[1])
+
+
+def object_mtimes(tree: Path) -> dict[str, int]:
+    return {str(o.relative_to(tree)): o.stat().st_mtime_ns for o in tree.rglob("*.o")}
+
+
+@integration
+def test_a_second_clone_links_the_objects_the_first_compiled(tmp_path):
+    """Two clones of the same user's build the same profile: the second builds in the tree the first
+    compiled (in the user's cache, not in the clone) and compiles nothing but the two sources
+    uwsgiconfig.py writes at every build. Run in the suite, the first build is a link too, on the
+    tree the run's prebuild compiled."""
+    first_tree, _ = build_shared_in(clone_like(tmp_path / "first"))
+    compiled = object_mtimes(first_tree)
+    assert len(compiled) > 100, sorted(compiled)  # uWSGI's core and its embedded plugins
+    second_tree, new = build_shared_in(clone_like(tmp_path / "second"))
+    assert second_tree == first_tree and not new, (first_tree, second_tree)
+    assert not first_tree.is_relative_to(tmp_path), first_tree
+    after = object_mtimes(second_tree)
+    assert after.keys() == compiled.keys()
+    recompiled = {name for name, mtime in after.items() if mtime != compiled[name]}
+    assert recompiled <= COMPILED_AT_EVERY_BUILD, sorted(recompiled)
