@@ -13,7 +13,7 @@ import pytest
 from uwsgi_layouts.bench.analysis import judge_step
 from uwsgi_layouts.bench.analysis.openloop import MIN_RATE_OF_TARGET
 from uwsgi_layouts.bench.capacity import EDGE_REPLIES, SAMPLE_S, PlanError, RateStep, judge_rate, make_plan
-from uwsgi_layouts.bench.kinds.plan import check_verdict
+from uwsgi_layouts.bench.kinds.plan import LATE_RETRIES, Offered, check_verdict, until_judged
 from uwsgi_layouts.bench.load import httperf, sending
 from uwsgi_layouts.bench.results import Step
 
@@ -186,3 +186,31 @@ def test_openloops_record_keeps_the_burst():
     assert Step.from_dict(step.to_dict()) == step
     older = {k: v for k, v in step.to_dict().items() if k != "max_burst"}  # written before the burst was kept
     assert Step.from_dict(older).max_burst is None
+
+
+def offered(step: RateStep) -> Offered:
+    return Offered(step, {}, {})
+
+
+def test_plan_offers_a_rate_again_while_httperf_sent_late():
+    """A busy machine's load comes and goes: a step httperf sent late is tried again, at most
+    LATE_RETRIES more times, each try's output under its own name; the step kept says how many
+    tries before it were late."""
+    lines, names = [], []
+    tries = iter([starved_step(6), RateStep(rate=6, verdict="pass", p99_ms=130.0)])
+    got = until_judged(lambda name: names.append(name) or offered(next(tries)), "step-6.txt", lines.append)
+    assert (got.step.verdict, got.step.late_tries) == ("pass", 1) and names == ["step-6.txt", "step-6-late1.txt"]
+    assert lines == [f"  6 req/s: not judged, offered again ({starved_step(6).reasons[0]})"]
+    # late every time: the last try counts (invalid), after LATE_RETRIES more
+    names.clear()
+    got = until_judged(lambda name: names.append(name) or offered(starved_step(6)), "check-2x-6.txt", lines.append)
+    assert got.step.verdict == "invalid" and got.step.late_tries == LATE_RETRIES == 2
+    assert names == ["check-2x-6.txt", "check-2x-6-late1.txt", "check-2x-6-late2.txt"]
+    # a failure of the server, or another invalid step (httperf's own limits), is not tried again
+    for step in (RateStep(rate=6, verdict="fail", p99_ms=900.0, reasons=("replies fell behind",)),
+                 RateStep(rate=6, verdict="invalid", p99_ms=None, reasons=("client-side errors fd_unavail=3",))):
+        names.clear()
+        assert until_judged(lambda name, s=step: names.append(name) or offered(s), "step-6.txt").step == step
+        assert names == ["step-6.txt"]
+    assert RateStep.from_dict(got.step.to_dict()) == got.step
+    assert RateStep.from_dict({"rate": 6, "verdict": "pass", "p99_ms": 1.0}).late_tries == 0  # older plan.json

@@ -102,6 +102,9 @@ class RateStep:
     # httperf's own CPU time over its run, % of one core: a busy-poller takes all it is given, so
     # well under 100% means it waited for the CPU (bench.load.generator says where it ran)
     client_cpu_pct: float | None = None
+    # the tries at this rate before this one in which httperf sent late, each offered again
+    # (bench.kinds.plan.until_judged): their output is in raw/, their figures are not the step's
+    late_tries: int = 0
 
     def __post_init__(self):
         if not (isinstance(self.rate, (int, float)) and self.rate > 0):
@@ -112,7 +115,7 @@ class RateStep:
             value = getattr(self, name)
             if value is not None and not (isinstance(value, (int, float)) and value >= 0 and math.isfinite(value)):
                 raise ValueError(f"{name}: must be a finite number >= 0, got {value!r}")
-        for name in ("requests_logged", "errors"):
+        for name in ("requests_logged", "errors", "late_tries"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 0):
                 raise ValueError(f"{name}: must be an integer >= 0, got {getattr(self, name)!r}")
 
@@ -123,12 +126,13 @@ class RateStep:
         return {"rate": self.rate, "verdict": self.verdict, "p99_ms": self.p99_ms, "cpu_share": self.cpu_share,
                 "busy_ratio": self.busy_ratio, "reasons": list(self.reasons),
                 "requests_logged": self.requests_logged, "errors": self.errors, "kept_up": self.kept_up,
-                "step_s": self.step_s, "throttled_share": self.throttled_share, "client_cpu_pct": self.client_cpu_pct}
+                "step_s": self.step_s, "throttled_share": self.throttled_share, "client_cpu_pct": self.client_cpu_pct,
+                "late_tries": self.late_tries}
 
     @classmethod
     def from_dict(cls, data: dict) -> "RateStep":
-        """A stored step (plan.json; files written before errors, kept_up, step_s and throttled_share
-        were recorded load without them). ValueError names a bad field."""
+        """A stored step (plan.json; files written before errors, kept_up, step_s, throttled_share
+        and late_tries were recorded load without them). ValueError names a bad field."""
         if not isinstance(data, dict):
             raise ValueError(f"step: must be a mapping, got {type(data).__name__}")
         known = {f: data[f] for f in cls.__dataclass_fields__ if f in data}

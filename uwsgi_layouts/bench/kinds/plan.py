@@ -83,6 +83,7 @@ from uwsgi_layouts.bench.environment import capture
 from uwsgi_layouts.bench.kinds.base import Kind, sigterm_interrupts
 from uwsgi_layouts.bench.load import httperf
 from uwsgi_layouts.bench.load.generator import describe, placed
+from uwsgi_layouts.bench.load.sending import starved
 from uwsgi_layouts.bench.load.traffic import redact_argv
 from uwsgi_layouts.bench.load.wrk import WrkProcess, run_wrks
 from uwsgi_layouts.bench.observe import Sampler, TimedLine, limit_record, parse_timed_line, stack_memory
@@ -112,6 +113,9 @@ SAMPLE_INTERVAL_S = 0.1  # the stats server, for the busy-thread ratio
 DRAIN_TIMEOUT_S = 60.0  # at most this long waiting for the stack to be idle before a step
 DRAIN_POLL_S = 0.2
 VALIDATE_COUNTS = 3  # --validate searches 1..3 replicas' own capacity (those that fit)
+# A step httperf sent late (bench.load.sending) says nothing of the replicas, and a busy machine's
+# load comes and goes: the rate is offered again, this many times at most, before the step counts.
+LATE_RETRIES = 2
 
 
 # The ranges of plan's own options (each checked while parsing and shown in the help).
@@ -378,6 +382,25 @@ def offer(stack: Stack, a: PlanArgs, load: Load, rate: float, raw: Path, name: s
     return Offered(step, limit, parsed)
 
 
+def late(step: RateStep) -> bool:
+    """Whether httperf sent late in ``step`` (invalid for that alone: bench.load.sending)."""
+    return step.verdict == "invalid" and starved(step.reasons)
+
+
+def until_judged(attempt: Callable[[str], Offered], name: str,
+                 on_line: Callable[[str], None] = functools.partial(print, flush=True)) -> Offered:
+    """``attempt(raw file name)`` again while httperf sent late, at most LATE_RETRIES more times:
+    the last try, with how many before it were late. Each try's output is kept: ``name``, then
+    ``name`` with -late1, -late2 before its suffix."""
+    stem, dot, suffix = name.rpartition(".")
+    offered, tries = attempt(name), 0
+    while tries < LATE_RETRIES and late(offered.step):
+        on_line(f"  {offered.step.rate:g} req/s: not judged, offered again ({offered.step.reasons[0]})")
+        tries += 1
+        offered = attempt(f"{stem}-late{tries}{dot}{suffix}")
+    return dataclasses.replace(offered, step=dataclasses.replace(offered.step, late_tries=tries))
+
+
 def warm_up(stack: Stack, load: Load) -> WarmUp:
     """One connection for the warm-up's seconds: the rate it reached, its requests timed from
     nginx's log as a step's are, and the replica's throttling over it (``bench.warm_up``)."""
@@ -422,7 +445,8 @@ def search(a: PlanArgs, lab: Lab, raw: Path, on_step=print, replicas: int = 1, s
         first = start or a.start or max(0.5, round(warm.rate / 2, 2))
 
         def one(rate: float) -> RateStep:
-            step = offer(stack, a, load, rate, raw, f"{prefix}-{rate:g}.txt", sample=replicas == 1).step
+            step = until_judged(lambda name: offer(stack, a, load, rate, raw, name, sample=replicas == 1),
+                                f"{prefix}-{rate:g}.txt").step
             on_step(step)
             return step
 
@@ -475,7 +499,8 @@ def run_count(a: PlanArgs, lab: Lab, raw: Path, count: int, rate: float, per_rep
     with lab.stack(a.layout, name=f"check-{count}", replicas=str(count), **a.stack_options) as stack:
         load = prepare_load(stack, a, lab.work_dir)
         warm_up(stack, load)
-        offered = offer(stack, a, load, rate, raw, f"check-{count}x-{rate:g}.txt", sample=False)
+        offered = until_judged(lambda name: offer(stack, a, load, rate, raw, name, sample=False),
+                               f"check-{count}x-{rate:g}.txt")
         pss = stack_memory(stack).get("app_pss_mb")
     s = offered.step
     return {"replicas": count, "rate": rate, "per_replica_rate": round(rate / count, 3),
