@@ -15,8 +15,8 @@ last that met it and the first that did not until they are within ``--resolution
 up over every steady 5-s sample together, no server-side error) and meets the target when the p99
 of that step's requests is within ``--p99-ms``. A step in which httperf sent late (too little CPU:
 ``bench.load.sending``) says nothing of the replica: the rate is offered again, at most
-``LATE_RETRIES`` more times (``until_judged``), and a step still late is invalid. The arithmetic is ``bench.capacity``'s: replicas
-= ceil(rate / (one replica's rate x headroom)) + spare, the autoscaler targets (CPU used / limit
+``LATE_RETRIES`` more times (``until_judged``), and a step still late is invalid. The arithmetic
+is ``bench.capacity``'s: replicas = ceil(rate / (one replica's rate x headroom)) + spare, the autoscaler targets (CPU used / limit
 and busy threads / threads at the design rate) and the memory (PSS of one replica after load).
 
 Your app and its requests: the options of ``compare`` and ``openloop`` (``bench.subject``: --app,
