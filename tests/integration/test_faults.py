@@ -18,6 +18,7 @@ from tests.refusals import names, refusal
 from uwsgi_layouts.bench.faultkit import FAULT_APP, FaultApp, Patch
 from uwsgi_layouts.bench.kinds.faults import plan
 from uwsgi_layouts.bench.localfaults import (
+    AFTER_RELOAD_S,
     backlog_full,
     broken_reload,
     chain_reload_under_load,
@@ -113,6 +114,20 @@ def test_chain_reload_under_50_connections(lab, spec):
     met(result)
     assert result.requests_failed == 0
     assert result.figures["changed"] == [1, 2]
+
+
+@integration
+def test_a_reload_slower_than_the_load_is_still_under_load(lab):
+    """The command outlasting the load's own length (as its interpreter's start did on a busy
+    machine: 7.3 s against 6): the load goes on until 1 s after it returned, and the reload is
+    judged under load. Here a load of 0.1 s against a command of about a second."""
+    result = chain_reload_under_load(lab, "2x4-mapped", connections=8, duration=0.1)
+    met(result)
+    assert result.requests_failed == 0 and result.figures["changed"] == [1, 2]
+    figures = result.figures
+    assert figures["done_s"] >= figures["seconds"] > 0.1  # the command outlasted the 0.1 s asked
+    # the load went on 1 s past it (wrk's clock and ours differ by its start: a tenth at most)
+    assert figures["load_s"] >= figures["done_s"] + AFTER_RELOAD_S - 0.1, result.explain()
 
 
 @integration

@@ -18,6 +18,7 @@ import pytest
 from tests.integration.test_compare import bench_processes
 from tests.test_cli import cli_in_process
 from uwsgi_layouts.bench.dataset import make_dataset
+from uwsgi_layouts.bench.load.sending import starved
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -113,7 +114,9 @@ def test_smoke_openloop_one_step(tmp_path):
     data = json.loads((out / "results.json").read_text())
     assert data["format_version"] == 2 and data["kind"] == "openloop" and data["arguments"]["complete"] is True
     (step,) = data["steps"]
-    assert step["rate"] == 20 and step["requests"] == 300 and step["verdict"] in ("pass", "fail")
+    assert step["rate"] == 20 and step["requests"] == 300
+    # the server's verdict, or none when httperf (niced) sent late on a busy machine, which is said
+    assert step["verdict"] in ("pass", "fail") or starved(step["reasons"]), step
     assert step["reply_rate"]["samples"] >= 2 and len(step["reply_rate"]["each"]) >= 2
     assert step["errors"]["fd_unavail"] == 0 and step["status"]["4xx"] == 0
     assert (out / step["raw_output"]).read_text().count("Total: connections") == 1

@@ -28,6 +28,8 @@ import pytest
 
 from tests.test_cli import cli_in_process
 from uwsgi_layouts.bench.capacity import RateStep, next_rate
+from uwsgi_layouts.bench.kinds.plan import LATE_RETRIES
+from uwsgi_layouts.bench.load.sending import starved
 from uwsgi_layouts.deploy.machine import homes
 from uwsgi_layouts.deploy.run import existing_cgroups
 
@@ -73,7 +75,9 @@ def test_plan_from_one_replica(tmp_run_dir, leftover_processes):
     # rule says. On a quiet machine that is [6, 9]: 6 met, 9 fell behind. On 2 cores kept busy by 8
     # other runnable processes, the server's wake-ups come late enough that 6 req/s fell behind (57
     # of 60 replies, p99 881 ms) or missed the p99 (2,075 ms), and the ladder went down to 4, which
-    # met it: a measurement of that machine, which the test does not dispute.
+    # met it: a measurement of that machine, which the test does not dispute. (At four xdist workers
+    # per core httperf itself, at the lowest CPU priority, once had 2-3% of a core and sent in bursts:
+    # such a step is now offered again, and invalid if still late, never the replica's failure.)
     rungs = [RateStep.from_dict(s) for s in steps]
     assert rungs[0].rate == 6 and len(rungs) >= 2, res.stdout[-3000:]
     for i in range(1, len(rungs)):
@@ -90,6 +94,8 @@ def test_plan_from_one_replica(tmp_run_dir, leftover_processes):
         assert s["cpu_share"] is not None and s["cpu_share"] < 0.5  # sleeping, not computing
         assert s["kept_up"] is not None and s["errors"] >= 0
         assert s["client_cpu_pct"] is not None  # httperf's own CPU, which says whether it waited for the CPU
+        # invalid only when httperf sent late after every retry (bench.load.sending), and said so
+        assert s["verdict"] != "invalid" or (starved(s["reasons"]) and s["late_tries"] == LATE_RETRIES), s
     assert data["load_generator"].startswith("httperf in a cgroup of its own")  # the layout has a quota
     p = data["plan"]
     met = [s["rate"] for s in steps if s["verdict"] == "pass" and s["p99_ms"] <= 1500]

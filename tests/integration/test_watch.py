@@ -12,7 +12,9 @@ line, nothing left running).
 
 from __future__ import annotations
 
+import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -239,6 +241,22 @@ def wait_metric(port: int, name: str, value: float, timeout: float = 20.0) -> No
     raise AssertionError(f"{name} stayed {seen}, not {value}, for {timeout:g} s")
 
 
+def wait_said(proc: subprocess.Popen, text: str, timeout: float = 20.0) -> str:
+    """watch's stderr, read until it said ``text``; what was read (the rest is read after it ends).
+    A scrape reads the kernel's sockets itself, while the change is said by the poller at its next
+    read (--hz, 2 a second, later on a busy machine): stopped at once after the scrape saw it, watch
+    could end before saying it."""
+    deadline = time.monotonic() + timeout
+    fd, said = proc.stderr.fileno(), b""
+    while text.encode() not in said and time.monotonic() < deadline:
+        if select.select([fd], [], [], 0.2)[0]:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            said += chunk
+    return said.decode()
+
+
 def test_a_stats_server_that_never_answers_exports_up_0_and_says_it_once(free_ports):
     port, silent = free_ports(2)
     with watching("--stats", f"127.0.0.1:{silent}", "--listen", f"127.0.0.1:{port}") as proc:
@@ -322,7 +340,8 @@ def test_a_peer_without_stats_its_socket_queue_and_busy_ratio_from_the_log(lab, 
             backlog = ss_backlog(path)
             stack.stop()
             wait_metric(port, "uwsgi_layouts_listening", 0.0)
-    err = proc.stderr.read()
+            said = wait_said(proc, f"socket {path} is not listening")
+    err = said + proc.stderr.read()
     busy = metric(text, "uwsgi_layouts_busy_ratio", source="access_log")
     print(spec, busy, err)
     assert busy is not None and 0.3 <= busy <= 0.7, text

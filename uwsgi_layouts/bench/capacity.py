@@ -31,7 +31,11 @@ Here:
   steady replies a step of 200 requests holds, a server more than 3% short of the rate fails;
 - any server-side error (httperf's timeouts, refused or reset connections, a 4xx/5xx) fails the
   step, counted; a reply missing, or a request nginx did not log, too; a client-side error
-  (httperf's own limits) makes it invalid.
+  (httperf's own limits) makes it invalid;
+- so does httperf sending late (``bench.load.sending.shortfall``: it got too little CPU, at the
+  lowest priority on a busy machine) when the server answered every request it was sent without
+  an error: its replies then fall behind, or queue in a burst, through no fault of the server. An
+  error or an unanswered request is the server's whatever the generator did: the step fails.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from uwsgi_layouts.bench.load.httperf import CLIENT_ERRORS, SERVER_ERRORS
+from uwsgi_layouts.bench.load.sending import shortfall, starved
 
 DEFAULT_HEADROOM = 0.8
 DEFAULT_SPARE = 1
@@ -97,6 +102,9 @@ class RateStep:
     # httperf's own CPU time over its run, % of one core: a busy-poller takes all it is given, so
     # well under 100% means it waited for the CPU (bench.load.generator says where it ran)
     client_cpu_pct: float | None = None
+    # the tries at this rate before this one in which httperf sent late, each offered again
+    # (bench.kinds.plan.until_judged): their output is in raw/, their figures are not the step's
+    late_tries: int = 0
 
     def __post_init__(self):
         if not (isinstance(self.rate, (int, float)) and self.rate > 0):
@@ -107,7 +115,7 @@ class RateStep:
             value = getattr(self, name)
             if value is not None and not (isinstance(value, (int, float)) and value >= 0 and math.isfinite(value)):
                 raise ValueError(f"{name}: must be a finite number >= 0, got {value!r}")
-        for name in ("requests_logged", "errors"):
+        for name in ("requests_logged", "errors", "late_tries"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 0):
                 raise ValueError(f"{name}: must be an integer >= 0, got {getattr(self, name)!r}")
 
@@ -118,12 +126,13 @@ class RateStep:
         return {"rate": self.rate, "verdict": self.verdict, "p99_ms": self.p99_ms, "cpu_share": self.cpu_share,
                 "busy_ratio": self.busy_ratio, "reasons": list(self.reasons),
                 "requests_logged": self.requests_logged, "errors": self.errors, "kept_up": self.kept_up,
-                "step_s": self.step_s, "throttled_share": self.throttled_share, "client_cpu_pct": self.client_cpu_pct}
+                "step_s": self.step_s, "throttled_share": self.throttled_share, "client_cpu_pct": self.client_cpu_pct,
+                "late_tries": self.late_tries}
 
     @classmethod
     def from_dict(cls, data: dict) -> "RateStep":
-        """A stored step (plan.json; files written before errors, kept_up, step_s and throttled_share
-        were recorded load without them). ValueError names a bad field."""
+        """A stored step (plan.json; files written before errors, kept_up, step_s, throttled_share
+        and late_tries were recorded load without them). ValueError names a bad field."""
         if not isinstance(data, dict):
             raise ValueError(f"step: must be a mapping, got {type(data).__name__}")
         known = {f: data[f] for f in cls.__dataclass_fields__ if f in data}
@@ -169,6 +178,11 @@ def judge_rate(rate: float, parsed: dict, requests_logged: int) -> Judgement:
     server = {k: e[k] for k in SERVER_ERRORS if e.get(k)} | {
         k: parsed["status"][k] for k in ("4xx", "5xx") if parsed["status"].get(k)}
     errors = sum(server.values())
+    starved = shortfall(rate, parsed)
+    if starved and not errors and parsed["replies"] >= parsed["requests"] <= requests_logged:
+        # httperf sent late and the server answered all it was sent: its replies and p99 say nothing of
+        # the server (bench.load.sending); an error or a lost request is still the server's
+        return Judgement("invalid", starved, 0, None)
     steady = steady_samples(parsed["reply_rate"].get("each") or [], parsed["connections"] / rate)
     if not steady:
         return Judgement("invalid", ("no steady reply-rate sample (httperf samples every 5 s, the first is the "
@@ -287,6 +301,11 @@ def make_plan(layout: str, cpus: float | None, steps: list[RateStep], target_rat
               headroom: float = DEFAULT_HEADROOM, spare: int = DEFAULT_SPARE, pss_mb: float | None = None) -> Plan:
     """The plan, or PlanError (one line, with the best p99 seen) when no rate met the target."""
     per_replica = best_rate(steps, target_p99_ms)
+    late = [s for s in steps if s.verdict == "invalid" and starved(s.reasons)]
+    if per_replica is None and steps and len(late) == len(steps):
+        raise PlanError(f"httperf: no step could be judged, the load generator sent late in all {len(steps)} "
+                        f"({late[0].rate:g} req/s: {late[0].reasons[0]}): run plan on a quieter machine, or leave "
+                        "httperf a CPU (fewer other tasks, or a smaller @cpus)")
     if per_replica is None:
         best = best_p99(steps)
         seen = (f"best p99 seen {best.p99_ms:g} ms at {best.rate:g} req/s ({best.verdict})" if best is not None
@@ -294,7 +313,10 @@ def make_plan(layout: str, cpus: float | None, steps: list[RateStep], target_rat
         lowest = min(s.rate for s in steps) if steps else None
         raise PlanError(f"p99_ms: one replica of {layout} cannot keep p99 within {target_p99_ms:g} ms at any rate "
                         f"tried (from {lowest:g} req/s); {seen}: give a larger pod (@cpus), a lower rate to "
-                        "start from (--start) or a looser --p99-ms")
+                        "start from (--start) or a looser --p99-ms" + (
+                            f"; {len(late)} of {len(steps)} steps were not judged, httperf sent late (the load "
+                            "generator got too little CPU): run plan on a quieter machine, or leave httperf a CPU"
+                            if late else ""))
     design = per_replica * headroom
     cpu_points = [(s.rate, s.cpu_share) for s in steps if s.cpu_share is not None and s.rate <= per_replica]
     busy_points = [(s.rate, s.busy_ratio) for s in steps if s.busy_ratio is not None and s.rate <= per_replica]

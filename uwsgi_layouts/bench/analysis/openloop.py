@@ -4,12 +4,14 @@ step record's own figure, ``bench.results.Step.steady_min``: reports read it the
 from __future__ import annotations
 
 from uwsgi_layouts.bench.load.httperf import CLIENT_ERRORS, SERVER_ERRORS
+from uwsgi_layouts.bench.load.sending import shortfall
 from uwsgi_layouts.bench.results import steady_min
 
 # --- the open loop: one step's verdict ---------------------------------------------------
 
 REPLIES_OF_REQUESTS = 0.99  # a step passes with at least this share of its requests answered
 MIN_RATE_OF_TARGET = 0.95  # ... and its lowest steady reply-rate sample at least this share of the offered rate
+# (httperf itself must have sent at least that share: bench.load.sending.SENT_SHARE, the same)
 
 
 def judge_step(rate: float, parsed: dict) -> tuple[str, list[str]]:
@@ -20,6 +22,13 @@ def judge_step(rate: float, parsed: dict) -> tuple[str, list[str]]:
     if client:
         return "invalid", ["client-side errors " + ", ".join(f"{k}={v}" for k, v in client.items())
                            + ": the load generator, not the server, was the limit"]
+    server = {k: e[k] for k in SERVER_ERRORS if e[k]}
+    bad_status = {k: parsed["status"][k] for k in ("4xx", "5xx") if parsed["status"][k]}
+    starved = shortfall(rate, parsed)
+    if starved and not server and not bad_status and parsed["replies"] >= parsed["requests"]:
+        # httperf sent late and the server answered all it was sent without an error: its reply rate
+        # says nothing of the server (bench.load.sending); an error or a lost reply is still the server's
+        return "invalid", list(starved)
     reasons = []
     if parsed["reply_rate"]["samples"] == 0:
         return "invalid", ["no reply-rate sample (httperf samples every 5 s): use a longer --step"]
@@ -28,8 +37,6 @@ def judge_step(rate: float, parsed: dict) -> tuple[str, list[str]]:
     low = steady_min(parsed["reply_rate"])
     if low < MIN_RATE_OF_TARGET * rate:
         reasons.append(f"min reply rate {low:g}/s < {MIN_RATE_OF_TARGET:.0%} of {rate:g}/s")
-    server = {k: e[k] for k in SERVER_ERRORS if e[k]}
-    bad_status = {k: parsed["status"][k] for k in ("4xx", "5xx") if parsed["status"][k]}
     if server or bad_status:
         reasons.append("server-side errors " + ", ".join(f"{k}={v}" for k, v in {**bad_status, **server}.items()))
     return ("fail" if reasons else "pass"), reasons

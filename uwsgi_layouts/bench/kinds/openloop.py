@@ -13,7 +13,9 @@ rate every 5 s. A step **passes** when replies >= 99% of requests, the lowest re
 sample >= 95% of R (the first sample is left out when there are others: it holds the
 ramp-up, see ``bench.analysis.steady_min``), and there is no server-side error (4xx/5xx,
 client timeouts, refused or reset connections); a client-side error (fd-unavail, addrunavail, ftab-full, other) makes
-the step **invalid**: the client, not the server, was the limit. The knee is the last rate
+the step **invalid**: the client, not the server, was the limit; so does httperf sending late
+(``bench.load.sending``: too little CPU) when the server answered all it was sent without an
+error. The knee is the last rate
 that passed before the first one that did not (stepping stops there unless ``--all``).
 
 httperf busy-polls: it keeps one core at ~100% whatever the rate. On a small machine that

@@ -13,9 +13,12 @@ last that met it and the first that did not until they are within ``--resolution
 (``bench.capacity.search_capacity``). Each step lasts long enough for
 ``--min-requests`` requests per replica; it passes by ``bench.capacity.judge_rate`` (replies kept
 up over every steady 5-s sample together, no server-side error) and meets the target when the p99
-of that step's requests is within ``--p99-ms``. The arithmetic is ``bench.capacity``'s: replicas
-= ceil(rate / (one replica's rate x headroom)) + spare, the autoscaler targets (CPU used / limit
-and busy threads / threads at the design rate) and the memory (PSS of one replica after load).
+of that step's requests is within ``--p99-ms``. A step in which httperf sent late (too little CPU:
+``bench.load.sending``) says nothing of the replica: the rate is offered again, at most
+``LATE_RETRIES`` more times (``until_judged``), and a step still late is invalid. The arithmetic
+is ``bench.capacity``'s: replicas = ceil(rate / (one replica's rate x headroom)) + spare, the
+autoscaler targets (CPU used / limit and busy threads / threads at the design rate) and the memory
+(PSS of one replica after load).
 
 Your app and its requests: the options of ``compare`` and ``openloop`` (``bench.subject``: --app,
 --request, --requests, --access-log...), pre-flighted as openloop does; httperf replays the GET
@@ -83,6 +86,7 @@ from uwsgi_layouts.bench.environment import capture
 from uwsgi_layouts.bench.kinds.base import Kind, sigterm_interrupts
 from uwsgi_layouts.bench.load import httperf
 from uwsgi_layouts.bench.load.generator import describe, placed
+from uwsgi_layouts.bench.load.sending import starved
 from uwsgi_layouts.bench.load.traffic import redact_argv
 from uwsgi_layouts.bench.load.wrk import WrkProcess, run_wrks
 from uwsgi_layouts.bench.observe import Sampler, TimedLine, limit_record, parse_timed_line, stack_memory
@@ -112,6 +116,9 @@ SAMPLE_INTERVAL_S = 0.1  # the stats server, for the busy-thread ratio
 DRAIN_TIMEOUT_S = 60.0  # at most this long waiting for the stack to be idle before a step
 DRAIN_POLL_S = 0.2
 VALIDATE_COUNTS = 3  # --validate searches 1..3 replicas' own capacity (those that fit)
+# A step httperf sent late (bench.load.sending) says nothing of the replicas, and a busy machine's
+# load comes and goes: the rate is offered again, this many times at most, before the step counts.
+LATE_RETRIES = 2
 
 
 # The ranges of plan's own options (each checked while parsing and shown in the help).
@@ -378,6 +385,25 @@ def offer(stack: Stack, a: PlanArgs, load: Load, rate: float, raw: Path, name: s
     return Offered(step, limit, parsed)
 
 
+def late(step: RateStep) -> bool:
+    """Whether httperf sent late in ``step`` (invalid for that alone: bench.load.sending)."""
+    return step.verdict == "invalid" and starved(step.reasons)
+
+
+def until_judged(attempt: Callable[[str], Offered], name: str,
+                 on_line: Callable[[str], None] = functools.partial(print, flush=True)) -> Offered:
+    """``attempt(raw file name)`` again while httperf sent late, at most LATE_RETRIES more times:
+    the last try, with how many before it were late. Each try's output is kept: ``name``, then
+    ``name`` with -late1, -late2 before its suffix."""
+    stem, dot, suffix = name.rpartition(".")
+    offered, tries = attempt(name), 0
+    while tries < LATE_RETRIES and late(offered.step):
+        on_line(f"  {offered.step.rate:g} req/s: not judged, offered again ({offered.step.reasons[0]})")
+        tries += 1
+        offered = attempt(f"{stem}-late{tries}{dot}{suffix}")
+    return dataclasses.replace(offered, step=dataclasses.replace(offered.step, late_tries=tries))
+
+
 def warm_up(stack: Stack, load: Load) -> WarmUp:
     """One connection for the warm-up's seconds: the rate it reached, its requests timed from
     nginx's log as a step's are, and the replica's throttling over it (``bench.warm_up``)."""
@@ -422,7 +448,8 @@ def search(a: PlanArgs, lab: Lab, raw: Path, on_step=print, replicas: int = 1, s
         first = start or a.start or max(0.5, round(warm.rate / 2, 2))
 
         def one(rate: float) -> RateStep:
-            step = offer(stack, a, load, rate, raw, f"{prefix}-{rate:g}.txt", sample=replicas == 1).step
+            step = until_judged(lambda name: offer(stack, a, load, rate, raw, name, sample=replicas == 1),
+                                f"{prefix}-{rate:g}.txt").step
             on_step(step)
             return step
 
@@ -475,7 +502,8 @@ def run_count(a: PlanArgs, lab: Lab, raw: Path, count: int, rate: float, per_rep
     with lab.stack(a.layout, name=f"check-{count}", replicas=str(count), **a.stack_options) as stack:
         load = prepare_load(stack, a, lab.work_dir)
         warm_up(stack, load)
-        offered = offer(stack, a, load, rate, raw, f"check-{count}x-{rate:g}.txt", sample=False)
+        offered = until_judged(lambda name: offer(stack, a, load, rate, raw, name, sample=False),
+                               f"check-{count}x-{rate:g}.txt")
         pss = stack_memory(stack).get("app_pss_mb")
     s = offered.step
     return {"replicas": count, "rate": rate, "per_replica_rate": round(rate / count, 3),
@@ -501,17 +529,25 @@ def check(a: PlanArgs, plan: Plan, lab: Lab, raw: Path, on_line=print) -> dict:
 def check_verdict(count: int, runs: list[dict], target_p99_ms: float) -> str:
     """The planned count meets the p99 and one fewer does not: confirmed; else by how much not."""
     planned = runs[0]
+    if planned["verdict"] == "invalid":  # httperf's limits or its lateness: nothing said of the replicas
+        return (f"NOT JUDGED: {count} replicas at {planned['rate']:g} req/s: "
+                + "; ".join(planned["reasons"]) + " (run the check on a quieter machine)")
     if not planned["meets"]:
         return (f"UNDERSIZED: {count} replicas missed p99 {target_p99_ms:g} ms at {planned['rate']:g} req/s "
                 f"(p99 {planned['p99_ms']} ms, {planned['verdict']})")
     smallest = min(r["replicas"] for r in runs if r["meets"])
+    unjudged = [r for r in runs if r["verdict"] == "invalid"]
+    if smallest == count and unjudged:
+        return (f"CONFIRMED: {count} replicas met p99 {target_p99_ms:g} ms at {planned['rate']:g} req/s; "
+                f"{count - 1} not judged: " + "; ".join(unjudged[0]["reasons"]))
     if smallest == count:
         return (f"CONFIRMED: {count} replicas met p99 {target_p99_ms:g} ms at {planned['rate']:g} req/s and "
                 f"{count - 1} did not" if count > 1 else f"CONFIRMED: 1 replica met p99 {target_p99_ms:g} ms")
     extra = count - smallest
     return (f"OVERSIZED by {extra} replica{'s' if extra > 1 else ''} ({extra / count:.0%}): {smallest} met p99 "
             f"{target_p99_ms:g} ms at {planned['rate']:g} req/s"
-            + (f", {smallest - 1} did not" if any(not r["meets"] for r in runs) else ""))
+            + (f", {smallest - 1} not judged: " + "; ".join(unjudged[0]["reasons"]) if unjudged else
+               f", {smallest - 1} did not" if any(not r["meets"] for r in runs) else ""))
 
 
 # --------------------------------------------------------------------------- the command

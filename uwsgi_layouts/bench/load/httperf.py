@@ -29,6 +29,7 @@ RE_CONN_TIME = re.compile(
     r"Connection time \[ms\]: min ([\d.]+) avg ([\d.]+) max ([\d.]+) median ([\d.]+) stddev ([\d.]+)")
 RE_REQUEST_RATE = re.compile(r"Request rate: ([\d.]+) req/s")
 RE_SAMPLE = re.compile(r"^reply-rate = ([\d.]+)", re.MULTILINE)  # one per 5-s sample, with --verbose
+RE_BURST = re.compile(r"Maximum connect burst length: (\d+)")  # connections opened in one pass of its loop
 RE_CPU = re.compile(r"CPU time \[s\]: user ([\d.]+) system ([\d.]+) \(user ([\d.]+)% system ([\d.]+)% "
                     r"total ([\d.]+)%\)")
 
@@ -72,6 +73,8 @@ def parse(text: str) -> dict:
         out["request_rate"] = float(m[1])
     if m := RE_CPU.search(text):
         out["client_cpu_pct"] = float(m[5])
+    if m := RE_BURST.search(text):
+        out["max_burst"] = int(m[1])
     samples = [float(x) for x in RE_SAMPLE.findall(text)]
     if samples:
         out["reply_rate"]["each"] = samples

@@ -245,6 +245,15 @@ class WrkProcess:
             raise WrkError(f"wrk exited with {self.proc.returncode}:\n{raw[-2000:]}")
         return to_run(parse_output(out), raw, connections=self.connections)
 
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def end_now(self) -> None:
+        """End the load before its duration: wrk stops on SIGINT and prints its summary as at the end
+        (its requests over the time it ran); ``result()`` reads it."""
+        if self.running():
+            self.proc.send_signal(signal.SIGINT)
+
     def _output(self) -> tuple[str, str]:
         """What wrk wrote to stdout and stderr (once it has exited)."""
         texts = []

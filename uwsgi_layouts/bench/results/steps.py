@@ -69,6 +69,8 @@ class Step:
     connection_ms: dict = field(default_factory=dict)  # {"min", "avg", "max", "median", "stddev"}, if printed
     request_rate: float | None = None  # requests/s httperf achieved, if printed
     client_cpu_pct: float | None = None  # httperf's own CPU share, if printed
+    # the most connections httperf opened in one pass of its loop (bench.load.sending), if printed
+    max_burst: int | None = None
 
     def __post_init__(self):
         _check(_is_number(self.rate) and self.rate > 0, f"rate: must be a number > 0, got {self.rate!r}")
@@ -98,6 +100,8 @@ class Step:
         for name in ("request_rate", "client_cpu_pct"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _finite_nonneg(getattr(self, name), name))
+        _check(self.max_burst is None or _is_count(self.max_burst),
+               f"max_burst: must be an integer >= 0, got {self.max_burst!r}")
         for name in ("reply_rate", "status", "errors", "connection_ms"):  # reply_rate["each"]: a list inside
             object.__setattr__(self, name, read_only(getattr(self, name)))
 
@@ -115,6 +119,8 @@ class Step:
         for name in ("request_rate", "client_cpu_pct"):
             if getattr(self, name) is not None:
                 data[name] = getattr(self, name)
+        if self.max_burst is not None:
+            data["max_burst"] = self.max_burst
         data.update({"server_cpu_cores": self.server_cpu_cores, "verdict": self.verdict,
                      "reasons": list(self.reasons), "raw_output": self.raw_output})
         return data

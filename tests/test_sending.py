@@ -1,0 +1,216 @@
+"""Whether httperf sent what it was asked (bench.load.sending), and what the step verdicts of plan
+(``bench.capacity.judge_rate``) and openloop (``bench.analysis.judge_step``) make of a generator
+that sent late: pure, on httperf's REAL captured summaries (tests/fixtures) and on summaries made
+from them with the figures a starved httperf prints (its burst, its duration, its CPU)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from uwsgi_layouts.bench.analysis import judge_step
+from uwsgi_layouts.bench.analysis.openloop import MIN_RATE_OF_TARGET
+from uwsgi_layouts.bench.capacity import EDGE_REPLIES, SAMPLE_S, PlanError, RateStep, judge_rate, make_plan
+from uwsgi_layouts.bench.kinds.plan import LATE_RETRIES, Offered, check_verdict, until_judged
+from uwsgi_layouts.bench.load import httperf, sending
+from uwsgi_layouts.bench.results import Step
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+PASSING = FIXTURES / "httperf-2x4-mapped-rate6.txt"  # real: 6 req/s for 15 s, on time (burst 1)
+FAILING = FIXTURES / "httperf-2x4-mapped-rate30.txt"  # real: 30 req/s, timeouts and 502s, a burst of 30
+RECORDED = sorted((FIXTURES / "plan-steps").glob("httperf-step-*.txt"))  # real plan steps, on time
+
+
+def summary(text: str = "", **lines: str) -> dict:
+    """The passing fixture's summary with some of httperf's lines replaced (``name=line`` by the
+    line's start: burst, total, conn_time, cpu, samples as their text)."""
+    text = text or PASSING.read_text()
+    starts = {"burst": "Maximum connect burst length:", "total": "Total: connections", "conn_time":
+              "Connection time [ms]: min", "cpu": "CPU time [s]:", "errors": "Errors: total", "status":
+              "Reply status:"}
+    for name, line in lines.items():
+        if name == "samples":  # the per-sample lines, one figure each
+            text = re.sub(r"(?m)^reply-rate = .*\n", "", text)
+            text = text.replace("Maximum connect", "".join(f"reply-rate = {x}\n" for x in line.split())
+                                + "Maximum connect", 1)
+            continue
+        text = re.sub(rf"(?m)^{re.escape(starts[name])}.*$", line, text, count=1)
+    return httperf.parse(text)
+
+
+# A step of 4 req/s for 25 s (100 connections) as a test of plan's printed it on 2 cores kept busy
+# by 8 workers: httperf, at the lowest CPU priority, had 2.7% of a core; the replica, sleeping 125 ms
+# a request on one thread, was idle (0.3% of its quota) and answered all 100, but its replies "fell
+# behind" (49 in 3 steady samples for 60 sent) and the p99 was 1,620 ms: a queue of 13 requests
+# (1.6 s / 125 ms), sent at once.
+STARVED = dict(burst="Maximum connect burst length: 13",
+               total="Total: connections 100 requests 100 replies 100 test-duration 25.144 s",
+               conn_time="Connection time [ms]: min 125.1 avg 498.0 max 1621.3 median 251.0 stddev 410.2",
+               cpu="CPU time [s]: user 0.10 system 0.58 (user 0.4% system 2.3% total 2.7%)",
+               samples="2.4 3.2 3.4 3.2",  # its sample timer ran late too: 4 samples in 25 s
+               status="Reply status: 1xx=0 2xx=100 3xx=0 4xx=0 5xx=0")
+
+
+def test_the_shares_are_the_verdicts_own():
+    """The generator is held to the share of the rate the server is (openloop's 95%), over
+    httperf's 5-s samples, with the edges' slack of plan's rule."""
+    assert sending.SENT_SHARE == MIN_RATE_OF_TARGET
+    assert sending.SAMPLE_S == SAMPLE_S and sending.LAG_SLACK == EDGE_REPLIES
+
+
+def test_parse_reads_the_burst():
+    assert httperf.parse(PASSING.read_text())["max_burst"] == 1
+    assert httperf.parse(FAILING.read_text())["max_burst"] == 30
+    assert "max_burst" not in httperf.parse(PASSING.read_text().replace("Maximum connect burst length: 1\n", ""))
+
+
+@pytest.mark.parametrize("path", [PASSING, *RECORDED], ids=lambda p: p.name)
+def test_real_steps_on_time_show_no_shortfall(path):
+    text = path.read_text()
+    rate = float(re.search(r"--rate=([\d.]+)", text)[1])
+    parsed = httperf.parse(text)
+    assert sending.shortfall(rate, parsed) == ()
+    # the bound is at the rate or above for a generator on time (6.045/s for the passing 6/s)
+    bound = sending.sent_rate_bound(parsed)
+    assert bound is None or bound >= rate
+
+
+def test_a_starved_generator_makes_the_step_invalid_not_a_failure_of_the_server():
+    parsed = summary(**STARVED)
+    reasons = sending.shortfall(4, parsed)
+    assert reasons == ("httperf sent nothing for at least 3.00 s, then 13 connections at once (the asked 4/s "
+                       "allows 2 behind): the load generator got too little CPU, not the server's limit (httperf "
+                       "had 2.7% of a core)",)
+    judged = judge_rate(4, parsed, requests_logged=100)
+    assert (judged.verdict, judged.reasons, judged.errors, judged.kept_up) == ("invalid", reasons, 0, None)
+    assert judge_step(4, parsed) == ("invalid", list(reasons))
+    # the same summary from a generator on time is the server's: its replies fell behind
+    on_time = summary(**STARVED | {"burst": "Maximum connect burst length: 1"})
+    behind = judge_rate(4, on_time, requests_logged=100)
+    assert behind.verdict == "fail" and behind.reasons[0].startswith("replies fell behind: 49 in 3 steady 5-s")
+    assert judge_step(4, on_time)[0] == "fail"
+
+
+def test_a_generator_behind_over_the_whole_step_sent_below_the_rate():
+    # 100 connections at 4/s take 24.75 s to send; here the test lasted 30 s with no connection
+    # longer than 0.2 s: at most 99 / 29.8 = 3.32/s were sent, without any burst
+    parsed = summary(**STARVED | {"burst": "Maximum connect burst length: 1",
+                                  "total": "Total: connections 100 requests 100 replies 100 test-duration 30.000 s",
+                                  "conn_time": "Connection time [ms]: min 125.1 avg 130.0 max 200.0 median 126.0 "
+                                               "stddev 5.0"})
+    assert sending.sent_rate_bound(parsed) == pytest.approx(99 / 29.8)
+    (reason,) = sending.shortfall(4, parsed)
+    assert reason.startswith("httperf sent 3.32/s of the asked 4/s (below 95%): the load generator got too little "
+                             "CPU, not the server's limit")
+    assert judge_rate(4, parsed, requests_logged=100).verdict == "invalid"
+    # on time: 24.75 s of sending and the last connection's 0.2 s
+    on_time = summary(**STARVED | {"burst": "Maximum connect burst length: 1",
+                                   "total": "Total: connections 100 requests 100 replies 100 test-duration 24.950 s",
+                                   "conn_time": "Connection time [ms]: min 125.1 avg 130.0 max 200.0 median 126.0 "
+                                                "stddev 5.0"})
+    assert sending.sent_rate_bound(on_time) == pytest.approx(4.0) and sending.shortfall(4, on_time) == ()
+
+
+def test_the_lag_allowed_is_what_a_sample_may_miss():
+    """2 requests behind (the samples' edges) or 5% of one 5-s sample's, whichever is more: a
+    burst of 3 at 4/s is within it, 4 is not; at 1,000/s a fast httperf's bursts of a few are far
+    inside (250)."""
+    assert sending.allowed_lag(4) == 2 and sending.allowed_lag(1000) == pytest.approx(250)
+    assert sending.shortfall(4, summary(**STARVED | {"burst": "Maximum connect burst length: 3"})) == ()
+    assert sending.shortfall(4, summary(**STARVED | {"burst": "Maximum connect burst length: 4"}))
+    fast = summary(**STARVED | {"burst": "Maximum connect burst length: 5",
+                                "total": "Total: connections 25000 requests 25000 replies 25000 test-duration 25.1 s"})
+    assert sending.shortfall(1000, fast) == ()
+
+
+def test_an_error_or_a_lost_request_is_still_the_servers():
+    """A late generator does not excuse what only the server does: an error, a request unanswered
+    or unlogged fails the step (the real 30/s fixture: 261 timeouts and 51 502s, beside a burst of
+    30 from a niced httperf the server's CPU starved)."""
+    failing = httperf.parse(FAILING.read_text())
+    assert sending.shortfall(30, failing)  # late, and said so by the rule...
+    assert judge_step(30, failing)[0] == "fail"  # ... but the server failed
+    assert judge_rate(30, failing, requests_logged=450).verdict == "fail"
+    timed_out = summary(**STARVED | {"errors": "Errors: total 1 client-timo 1 socket-timo 0 connrefused 0 connreset 0",
+                                     "total": "Total: connections 100 requests 100 replies 99 test-duration 25.144 s"})
+    assert judge_rate(4, timed_out, requests_logged=100).verdict == "fail"
+    assert judge_step(4, timed_out)[0] == "fail"
+    bad_status = summary(**STARVED | {"status": "Reply status: 1xx=0 2xx=99 3xx=0 4xx=0 5xx=1"})
+    assert judge_rate(4, bad_status, requests_logged=100).verdict == "fail"
+    assert judge_step(4, bad_status)[0] == "fail"
+    assert judge_rate(4, summary(**STARVED), requests_logged=99).verdict == "fail"  # nginx lost one
+
+
+def starved_step(rate: float) -> RateStep:
+    return RateStep(rate=rate, verdict="invalid", p99_ms=1620.0,
+                    reasons=sending.shortfall(4, summary(**STARVED)))
+
+
+def test_plan_refuses_saying_the_generator_was_starved():
+    with pytest.raises(PlanError) as refused:
+        make_plan("1x1-mapped@cpus=0.5", 0.5, [starved_step(6), starved_step(4), starved_step(2.67)], 20, 1500)
+    line = str(refused.value)
+    assert line.startswith("httperf: no step could be judged, the load generator sent late in all 3 (6 req/s: "
+                           "httperf sent nothing for at least 3.00 s")
+    assert line.endswith("run plan on a quieter machine, or leave httperf a CPU (fewer other tasks, or a smaller "
+                         "@cpus)") and "\n" not in line
+    # a step the server failed besides: the p99 refusal, which says how many steps were not judged
+    failed = RateStep(rate=6, verdict="fail", p99_ms=2075.0, reasons=("replies fell behind",))
+    with pytest.raises(PlanError) as refused:
+        make_plan("1x1-mapped@cpus=0.5", 0.5, [failed, starved_step(4), starved_step(2.67)], 20, 1500)
+    line = str(refused.value)
+    assert line.startswith("p99_ms: one replica of 1x1-mapped@cpus=0.5 cannot keep p99 within 1500 ms")
+    assert "; 2 of 3 steps were not judged, httperf sent late (the load generator got too little CPU): run plan on " \
+           "a quieter machine, or leave httperf a CPU" in line
+
+
+def test_the_check_says_not_judged_for_a_starved_run():
+    reasons = list(sending.shortfall(4, summary(**STARVED)))
+    run = lambda n, verdict, meets: {"replicas": n, "rate": 40, "meets": meets, "p99_ms": 100,  # noqa: E731
+                                     "verdict": verdict, "reasons": reasons if verdict == "invalid" else []}
+    text = check_verdict(3, [run(3, "invalid", False)], 300)
+    assert text.startswith("NOT JUDGED: 3 replicas at 40 req/s: httperf sent nothing for") and "UNDERSIZED" not in text
+    text = check_verdict(3, [run(3, "pass", True), run(2, "invalid", False)], 300)
+    assert text.startswith("CONFIRMED: 3 replicas met p99 300 ms at 40 req/s; 2 not judged: httperf sent")
+    text = check_verdict(4, [run(4, "pass", True), run(3, "pass", True), run(2, "invalid", False)], 300)
+    assert text.startswith("OVERSIZED by 1 replica (25%): 3 met p99 300 ms at 40 req/s, 2 not judged: httperf")
+
+
+def test_openloops_record_keeps_the_burst():
+    parsed = summary(**STARVED)
+    verdict, reasons = judge_step(4, parsed)
+    step = Step(rate=4, num_conns=100, **parsed, server_cpu_cores=0.01, verdict=verdict, reasons=reasons)
+    assert step.max_burst == 13 and step.to_dict()["max_burst"] == 13
+    assert Step.from_dict(step.to_dict()) == step
+    older = {k: v for k, v in step.to_dict().items() if k != "max_burst"}  # written before the burst was kept
+    assert Step.from_dict(older).max_burst is None
+
+
+def offered(step: RateStep) -> Offered:
+    return Offered(step, {}, {})
+
+
+def test_plan_offers_a_rate_again_while_httperf_sent_late():
+    """A busy machine's load comes and goes: a step httperf sent late is tried again, at most
+    LATE_RETRIES more times, each try's output under its own name; the step kept says how many
+    tries before it were late."""
+    lines, names = [], []
+    tries = iter([starved_step(6), RateStep(rate=6, verdict="pass", p99_ms=130.0)])
+    got = until_judged(lambda name: names.append(name) or offered(next(tries)), "step-6.txt", lines.append)
+    assert (got.step.verdict, got.step.late_tries) == ("pass", 1) and names == ["step-6.txt", "step-6-late1.txt"]
+    assert lines == [f"  6 req/s: not judged, offered again ({starved_step(6).reasons[0]})"]
+    # late every time: the last try counts (invalid), after LATE_RETRIES more
+    names.clear()
+    got = until_judged(lambda name: names.append(name) or offered(starved_step(6)), "check-2x-6.txt", lines.append)
+    assert got.step.verdict == "invalid" and got.step.late_tries == LATE_RETRIES == 2
+    assert names == ["check-2x-6.txt", "check-2x-6-late1.txt", "check-2x-6-late2.txt"]
+    # a failure of the server, or another invalid step (httperf's own limits), is not tried again
+    for step in (RateStep(rate=6, verdict="fail", p99_ms=900.0, reasons=("replies fell behind",)),
+                 RateStep(rate=6, verdict="invalid", p99_ms=None, reasons=("client-side errors fd_unavail=3",))):
+        names.clear()
+        assert until_judged(lambda name, s=step: names.append(name) or offered(s), "step-6.txt").step == step
+        assert names == ["step-6.txt"]
+    assert RateStep.from_dict(got.step.to_dict()) == got.step
+    assert RateStep.from_dict({"rate": 6, "verdict": "pass", "p99_ms": 1.0}).late_tries == 0  # older plan.json
