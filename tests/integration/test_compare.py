@@ -228,21 +228,21 @@ def test_compare_with_a_budget_adds_rounds_of_undecided_key_comparisons_only(tmp
 
 @pytest.mark.timeout(300)
 def test_the_verdicts_tails_get_rounds_sized_from_their_rates_once_the_claim_is_judged(tmp_path):
-    """The verdict's pair at P and 2P with 1-s cells of a 10-ms request: the rounds that judge the
+    """The verdict's pair at P and 2P with 1-s cells of a 16-ms request: the rounds that judge the
     claim pool a few hundred requests per cell, then rounds for the tails run each thin cell for the
     seconds its rate says, within the budget; the claim stays judged on its own rounds. Checks the
     record and the bounds, never which layout won.
 
-    The request's length is the test's only lever on its wall: a cell's tails need 1,100 requests
-    whatever their length, and at 10 ms (about 90 a second at 1 connection) the tails' cells run
-    about 10 s at 1 connection instead of 21 s at 20 ms. Shorter would let the claim's own rounds
-    pool the 1,000 requests and leave the tails nothing to do: at 10 ms that takes 11 rounds of
-    1-s cells, and the claim settled within 2 to 7 here (up to load 5 on 2 cores)."""
+    The request's length sets the test's wall: a cell's tails need 1,100 requests whatever their
+    length. It is no shorter than 16 ms, so that at 1 connection (under 62.5 requests a second) the
+    claim's own rounds, at most 16 of 1 s, can never pool the 1,000 requests a p99 needs and leave
+    the tails nothing to do. Under load the claim took up to 13 rounds here (load 18 on 2 cores):
+    at 10 ms one cell at 1 connection had pooled 1,131 by then, and the other fell 2 s short."""
     out = tmp_path / "run"
     start = time.monotonic()
     proc = compare(out, "--processes", "1", "--threads", "2", "--layouts", "1x2-shared,1x2-mapped",
                    "--concurrency", "1,2", "--duration", "1", "--key-duration", "1", "--repeats", "2",
-                   "--rounds", "1", "--fib", "0", "--io-ms", "10", "--budget", "2.5", "--inflight-hz", "0",
+                   "--rounds", "1", "--fib", "0", "--io-ms", "16", "--budget", "2.5", "--inflight-hz", "0",
                    timeout=240)
     wall = time.monotonic() - start
     data = json.loads((out / "results.json").read_text())
