@@ -391,16 +391,20 @@ def wrk_counts(output: str) -> dict[str, int]:
 
 
 @contextmanager
-def under_wrk(c: Container, connections: int, close: bool = False, settle: float = 2.0):
+def under_wrk(c: Container, connections: int, serving: str, close: bool = False, settle: float = 1.0):
     """wrk (inside the container) on a 50 ms request through nginx for the whole block, from
-    ``settle`` s before it to ``settle`` s after; yields the dict its counts land in. ``close``:
-    a new connection per request (/bundles/close.lua) instead of keep-alive."""
+    ``settle`` s after its requests are seen in flight on the ``serving`` slot's workers to
+    ``settle`` s after the block; yields the dict its counts land in. ``close``: a new connection
+    per request (/bundles/close.lua) instead of keep-alive."""
     script = ["-s", "/bundles/close.lua"] if close else []
     wrk = c.popen("wrk", "-t2", f"-c{connections}", "-d300s", "--timeout", "10s", *script, "-H", f"Host: {HOST}",
                   "http://127.0.0.1:8080/slow?ms=50")
     counts: dict[str, int] = {}
     try:
-        time.sleep(settle)  # wrk's connections up and busy before the change
+        # wrk's connections up and busy before the change: seen, not assumed from a sleep of 2 s
+        # (of which the five upgrades spent 20 s waiting).
+        wait_in_flight(c, serving, 1)
+        time.sleep(settle)
         yield counts
         time.sleep(settle)  # and after it
         running = [p for p in psutil.Process(wrk.pid).children(recursive=True) if p.name() == "wrk"]
@@ -445,17 +449,17 @@ def test_upgrades_under_load_fail_no_request(flask_app, run_dirs, record_propert
         # New code, same bundle: install sees it and chain-reloads.
         source = app / "shop.py"
         source.write_text(source.read_text().replace('"Hello from shop"', '"Hello from shop v2"'))
-        with under_wrk(c, 2 * 2) as code:
+        with under_wrk(c, 2 * 2, "blue") as code:
             out = install(c, "/bundles/v1")
         assert "chain reload: 2 workers replaced" in out and "the app's code changed" in out, out
         assert curl(c, f"http://{HOST}:8080/") == ("200", "Hello from shop v2")
 
         # A new layout: green starts beside blue, nginx switches, blue stops gracefully. Then back.
-        with under_wrk(c, 2 * 3, close=True) as layout:
+        with under_wrk(c, 2 * 3, "blue", close=True) as layout:
             out = install(c, "/bundles/v2")
         assert "systemctl stop shop@blue.service (graceful" in out, out
         assert len(workers(c, "green")) == 3 and show(c, "shop@blue", "LoadState")["LoadState"] == "not-found"
-        with under_wrk(c, 2 * 3) as layout_keepalive:
+        with under_wrk(c, 2 * 3, "green") as layout_keepalive:
             out = install(c, "/bundles/v1")
         assert "systemctl stop shop@green.service (graceful" in out and len(workers(c, "blue")) == 2, out
 
@@ -467,7 +471,7 @@ def test_upgrades_under_load_fail_no_request(flask_app, run_dirs, record_propert
             while c.run("curl", "-s", "-o", "/dev/null", "http://127.0.0.1:6000/", check=False).returncode:
                 assert time.monotonic() < deadline and other.poll() is None, "the other service did not start"
                 time.sleep(0.1)  # polling until it listens
-            with under_wrk(c, 2 * 2) as failed_start:
+            with under_wrk(c, 2 * 2, "blue") as failed_start:
                 proc = c.run(PY, "-m", "uwsgi_layouts", "install", "/bundles/broken", check=False, timeout=300)
         finally:
             other.kill()
@@ -481,7 +485,7 @@ def test_upgrades_under_load_fail_no_request(flask_app, run_dirs, record_propert
         assert failed_start["non_2xx"] == failed_start["socket_errors"] == 0, failed_start
 
         # The control: a restart under the same load is seen failing requests.
-        with under_wrk(c, 2 * 3) as restart:
+        with under_wrk(c, 2 * 3, "blue") as restart:
             c.run("systemctl", "restart", "shop@blue")
     results |= {"code": code, "layout": layout, "layout_keepalive": layout_keepalive, "failed_start": failed_start,
                 "restart": restart, "load_after": os.getloadavg()}
