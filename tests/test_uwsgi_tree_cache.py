@@ -190,6 +190,15 @@ def test_a_cache_in_a_sticky_directory_of_roots_is_ours_to_use(tmp_path):
     assert done.returncode == 0 and done.stdout == "used\n", done
 
 
+def without(*names: str) -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in names}
+
+
+def bash_in(environment: dict[str, str], commands: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", f'set -euo pipefail; source "$0"; {commands}', str(LIBRARY)],
+                          env=environment, capture_output=True, text=True, timeout=60)
+
+
 def test_xdg_cache_home_prepared_by_another_user_is_refused_naming_it(tmp_path):
     # XDG_CACHE_HOME=/tmp/x, where another user made x/uwsgi-layouts writable by all beforehand
     if os.geteuid() != 0:
@@ -198,10 +207,8 @@ def test_xdg_cache_home_prepared_by_another_user_is_refused_naming_it(tmp_path):
     planted.mkdir(parents=True)
     os.chown(planted, 65534, 65534)
     planted.chmod(0o777)
-    environment = {k: v for k, v in os.environ.items() if k != "UWSGI_TREE_CACHE"}
-    done = subprocess.run(["bash", "-c", 'set -euo pipefail; source "$0"; enter_tree_cache; echo used', str(LIBRARY)],
-                          env={**environment, "XDG_CACHE_HOME": str(tmp_path / "x")},
-                          capture_output=True, text=True, timeout=60)
+    done = bash_in({**without("UWSGI_TREE_CACHE"), "XDG_CACHE_HOME": str(tmp_path / "x")},
+                   "enter_tree_cache; echo used")
     refused(done, planted / "uwsgi-trees", variable="XDG_CACHE_HOME")
 
 
@@ -213,15 +220,6 @@ def test_a_cache_whose_owner_and_mode_cannot_be_read_is_refused(tmp_path):
                          f'#!/bin/sh\n[ "$4" = "{trees}" ] && exit 1\nexec /usr/bin/stat "$@"\n')
     done = cache_call("enter_tree_cache; echo used", trees, PATH=f"{failing.parent}:{os.environ['PATH']}")
     refused(done, trees)
-
-
-def without(*names: str) -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in names}
-
-
-def bash_in(environment: dict[str, str], commands: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-c", f'set -euo pipefail; source "$0"; {commands}', str(LIBRARY)],
-                          env=environment, capture_output=True, text=True, timeout=60)
 
 
 def test_where_the_cache_is_comes_from_home_or_the_passwd_database_and_only_when_asked(tmp_path):
@@ -258,6 +256,18 @@ def test_build_uwsgi_refuses_a_group_writable_cache_in_one_line_before_building_
                           env={**os.environ, "UWSGI_TREE_CACHE": str(trees), "UWSGI_BUILDS": str(builds)})
     refused(done, trees)
     assert list(trees.iterdir()) == [] and not builds.exists()
+
+
+def test_build_uwsgi_asks_where_the_cache_is_only_for_a_binary_profile_and_refuses_without_a_home(tmp_path):
+    # no HOME, no home in the passwd database: a binary build is refused before anything is built
+    executable(tmp_path / "bin" / "getent", "#!/bin/sh\nexit 2\n")
+    builds = tmp_path / "builds"
+    done = subprocess.run(["bash", str(BUILD_SCRIPT), "pyuwsgi", "shared"], capture_output=True, text=True, timeout=120,
+                          env={**without("UWSGI_TREE_CACHE", "XDG_CACHE_HOME", "HOME"), "UWSGI_BUILDS": str(builds),
+                               "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"})
+    assert done.returncode == 2 and done.stdout == "", done
+    assert done.stderr.startswith("error: HOME: unset") and done.stderr.count("\n") == 1, done.stderr
+    assert not builds.exists()
 
 
 @pytest.mark.parametrize("state", ["prepared", "a build of it died", "no build date", "an empty build date", "missing"])
