@@ -32,23 +32,20 @@
 # About 40 s per compile on 2 cores, idle (uWSGI compiles ~100 C files); the binary profiles share
 # a source tree per set of compile inputs (below), so static after shared only links again, and so
 # does every later build of the same inputs, from any clone of this user's: the trees live in a
-# per-user cache, like pip's or ccache's,
-#   ${UWSGI_TREE_CACHE:-${XDG_CACHE_HOME:-~/.cache}/uwsgi-layouts/uwsgi-trees}
-# made 0700, and refused (exit 2) unless it is a directory of this user that nobody else can write
-# (objects planted there would be linked into a uWSGI that starts as root). Trees unused for 7 days
-# are removed at the start of a binary build, and then the least recently used ones while the cache
-# holds more than 1 GiB (the tree about to be used stays). make clean leaves the cache (it is outside
-# the clone); remove it with: rm -rf ~/.cache/uwsgi-layouts/uwsgi-trees (or where UWSGI_TREE_CACHE
-# points).
+# per-user cache, like pip's or ccache's (scripts/uwsgi-tree-cache.sh says where, how it is bounded
+# and why a cache someone else could write is refused: exit 2, before anything is built). make clean
+# leaves the cache (it is outside the clone); removing it between builds is safe.
 # Each venv is made without a pip of its own: the project venv's pip installs into it (pip
 # --python), so the venv holds only uWSGI, and each build skips ensurepip and a pip upgrade (about
 # 7 CPU-s, more than the static profile's link).
 set -euo pipefail
+shopt -s inherit_errexit  # a failure inside $(...) (tree_key's probe) fails the build
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV_PY="$ROOT/.venv/bin/python"
 OURS="$ROOT/.venv/bin/uwsgi"
 OUT_ROOT="${UWSGI_BUILDS:-$ROOT/build/uwsgi}"
+[[ "$OUT_ROOT" == /* ]] || OUT_ROOT="$PWD/$OUT_ROOT"  # a binary build runs pip from inside the tree cache
 PROFILES="o3, pcre, nopcre, shared, static, pyuwsgi"
 
 if [ $# -eq 0 ]; then
@@ -81,31 +78,33 @@ done
 # build (uwsgiconfig.py compares each object with its source, uwsgi.h and the CFLAGS it recorded), so
 # shared and static, which differ only in LDFLAGS, compile once and link twice, and a fresh clone
 # links the objects an earlier one compiled. The key (tree_key) names what the compile reads and
-# nothing of the clone: uWSGI's version, CFLAGS, the profile override, the Python that runs
+# nothing of the clone: the tree format (TREE_FORMAT, raised when how a tree is prepared changes),
+# uWSGI's version, CFLAGS, the profile override, the Python that runs
 # uwsgiconfig.py (its version and build, its base interpreter, its include directories), the
 # compiler, the Debian packages of the headers it probes and includes, and the environment
 # uwsgiconfig.py and gcc read (UWSGI_*, CC, CPP, APPEND_CFLAGS, include and pkg-config paths). The
 # build date is part of uWSGI's CFLAGS: fixed per tree (SOURCE_DATE_EPOCH, the tree's first build),
 # else every build would recompile everything. pip builds a local directory in place (pip >= 21.3).
 # One build per tree at a time (flock); a build that failed or died leaves its tree marked, and the
-# next one starts from a fresh tree. Builds hold the cache's lock shared; pruning takes it
+# next one starts from a fresh tree (tree_usable). Builds hold the cache's lock shared; pruning takes it
 # exclusive, so it runs only when no build is using the cache.
 # shellcheck source=scripts/uwsgi-tree-cache.sh
 source "$ROOT/scripts/uwsgi-tree-cache.sh"
 
-build_binary() {  # PYTHON: pip's uwsgi package, compiled for $cflags/$override, linked with $ldflags
-    local python=$1 key tree lock sdists umask_before
+build_binary() (  # PYTHON: pip's uwsgi package, compiled for $cflags/$override, linked with $ldflags
+    # A subshell: it works from inside the cache (names relative to it), under umask 077 (the tree is
+    # this user's alone), holding locks, and all of that ends with it.
+    local python=$1 key tree lock sdists
     key=$(tree_key "$python" "$version" "$cflags" "$override")
-    tree="$TREES/uwsgi-$version-$key"
-    umask_before=$(umask)
-    umask 077  # the tree is this user's alone, whatever the cache directory's mode
+    tree="uwsgi-$version-$key"
+    umask 077
     open_tree_cache "$tree"
     exec {lock}>>"$tree.lock"
     flock "$lock"
     touch "$tree.lock"
-    if [ -e "$tree.building" ] || [ ! -f "$tree/.source-date-epoch" ]; then
+    if ! tree_usable "$tree"; then
         rm -rf "$tree" "$tree.building" "$tree.sdist"
-        mkdir -p "$tree.sdist"
+        mkdir "$tree.sdist"
         "$VENV_PY" -m pip download -q --no-cache-dir --no-deps --no-binary :all: -d "$tree.sdist" "uwsgi==$version"
         sdists=("$tree.sdist"/uwsgi-*.tar.gz)
         if [ ${#sdists[@]} -ne 1 ] || [ ! -f "${sdists[0]}" ]; then
@@ -115,23 +114,23 @@ build_binary() {  # PYTHON: pip's uwsgi package, compiled for $cflags/$override,
         # as root, tar would keep the sdist's owners and modes: the tree root compiles must be root's alone
         tar --no-same-owner --no-same-permissions -xzf "${sdists[0]}" -C "$tree.sdist"
         chmod -R go-w "$tree.sdist"
+        # the build date, fixed for the tree's life, written before the tree is in place: a tree
+        # there always has it
+        date +%s >"$tree.sdist/uwsgi-$version/.source-date-epoch"
         mv "$tree.sdist/uwsgi-$version" "$tree"
         rm -rf "$tree.sdist"
-        date +%s >"$tree/.source-date-epoch"
-        echo "compiling in a new tree: $tree"
+        echo "compiling in a new tree: $TREES_REAL/$tree"
     else
-        echo "compiling in $tree (only what changed since its last build)"
+        echo "compiling in $TREES_REAL/$tree (only what changed since its last build)"
     fi
     touch "$tree.building"
     # uwsgiconfig.py reads UWSGI_PROFILE_OVERRIDE whenever it is set, even empty (and then fails).
     local overrides=()
     [ -n "$override" ] && overrides=("UWSGI_PROFILE_OVERRIDE=$override")
     env SOURCE_DATE_EPOCH="$(cat "$tree/.source-date-epoch")" CFLAGS="$cflags" LDFLAGS="$ldflags" \
-        "${overrides[@]}" "$VENV_PY" -m pip --python "$python" install -q --no-cache-dir "$tree"
+        "${overrides[@]}" "$VENV_PY" -m pip --python "$python" install -q --no-cache-dir "./$tree"
     rm -f "$tree.building"
-    exec {lock}>&- {CACHE_LOCK}>&-
-    umask "$umask_before"
-}
+)
 
 # The pyuwsgi wheel make venv compiled and kept (.venv/pyuwsgi-wheel, scripts/install-pyuwsgi.sh),
 # printed if it is of this version and its module has the very bytes .venv runs; else nothing.
@@ -152,7 +151,7 @@ PY
 
 # Checked before anything is built: a refused cache leaves no profile half done.
 for profile in "$@"; do
-    if [ "$profile" != pyuwsgi ]; then trusted_tree_cache; break; fi
+    if [ "$profile" != pyuwsgi ]; then (enter_tree_cache); break; fi
 done
 
 # The project's build has internal routing only if it was built with PCRE.

@@ -7,8 +7,10 @@
 #   bash scripts/tree-cache-cost.sh [RUNS]    (default 5: about 6 min on 2 idle cores)
 #
 # Each clone's .venv is a link to this checkout's (make venv costs the same with or without the
-# cache, and is not the script's). The caches are directories of the run's own, never the user's
-# (~/.cache/uwsgi-layouts), all removed at the end, whatever ends the run.
+# cache, and is not the script's). The clones, their builds and the caches are in a directory of the
+# run's own, never the user's (~/.cache/uwsgi-layouts, UWSGI_BUILDS), removed when the run ends, is
+# interrupted or terminated; a SIGKILL leaves it (its path is printed first: remove it by hand).
+# Needs GNU time at /usr/bin/time (Debian's package time) for the CPU-seconds.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,8 +23,15 @@ if [ ! -x "$ROOT/.venv/bin/uwsgi" ]; then
     echo "error: no project venv with uWSGI at $ROOT/.venv: run make venv first" >&2
     exit 2
 fi
-WORK=$(mktemp -d)
+if ! /usr/bin/time --version 2>&1 | grep -q 'GNU'; then
+    echo "error: /usr/bin/time: GNU time is needed for the CPU-seconds: apt-get install time" >&2
+    exit 2
+fi
+WORK=$(mktemp -d -t tree-cache-cost.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+echo "working in $WORK (removed at the end)"
 
 fresh_clone() {  # DIR: a clone of HEAD whose .venv is this checkout's
     git clone -q "$ROOT" "$1"
@@ -32,7 +41,8 @@ fresh_clone() {  # DIR: a clone of HEAD whose .venv is this checkout's
 build() {  # CLONE CACHE [TIME...]: build-uwsgi.sh shared in CLONE (under TIME), its output kept for a failure
     local clone=$1 cache=$2
     shift 2
-    if ! (cd "$clone" && UWSGI_TREE_CACHE="$cache" "$@" bash -c 'bash scripts/build-uwsgi.sh shared >"$0" 2>&1' "$WORK/log"); then
+    # without the caller's UWSGI_BUILDS: each build goes into its clone (build-uwsgi.sh replaces what it builds)
+    if ! (cd "$clone" && env -u UWSGI_BUILDS UWSGI_TREE_CACHE="$cache" "$@" bash -c 'bash scripts/build-uwsgi.sh shared >"$0" 2>&1' "$WORK/log"); then
         echo "error: scripts/build-uwsgi.sh shared failed in $clone:" >&2
         tail -n 20 "$WORK/log" >&2
         exit 1
