@@ -195,6 +195,9 @@ def test_a_server_that_starved_httperf_is_held_to_what_it_was_sent():
     # and the generator starved by others stays invalid in both
     starved = summary(**STARVED)
     assert judge_rate(4, starved, requests_logged=100).verdict == "invalid" and judge_step(4, starved)[0] == "invalid"
+    # with no steady sample to hold the server to, the lateness is the reason (its timer was late too)
+    unsampled = judge_rate(4, summary(**STARVED | {"samples": "2.4"}), requests_logged=100)
+    assert unsampled.verdict == "invalid" and sending.starved(unsampled.reasons)
     # held to the sending bound: httperf sent at most 3.32/s of the asked 4/s, the server answered
     # 3.2/s in its lowest sample (invalid: within 95% of 3.32); at 2.4/s it fell behind on its own
     slow = {"burst": "Maximum connect burst length: 1",
