@@ -126,8 +126,9 @@ def test_a_reload_slower_than_the_load_is_still_under_load(lab):
     assert result.requests_failed == 0 and result.figures["changed"] == [1, 2]
     figures = result.figures
     assert figures["done_s"] >= figures["seconds"] > 0.1  # the command outlasted the 0.1 s asked
-    # the load went on 1 s past it (wrk's clock and ours differ by its start: a tenth at most)
-    assert figures["load_s"] >= figures["done_s"] + AFTER_RELOAD_S - 0.1, result.explain()
+    # the load went on 1 s past it: done_s counts from before wrk was started, load_s from wrk's own
+    # start, which a busy machine delays (its exec, its threads): half a second of the 1 s is left for it
+    assert figures["load_s"] >= figures["done_s"] + AFTER_RELOAD_S - 0.5, result.explain()
 
 
 @integration

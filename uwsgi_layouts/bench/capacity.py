@@ -34,8 +34,12 @@ Here:
   (httperf's own limits) makes it invalid;
 - so does httperf sending late (``bench.load.sending.shortfall``: it got too little CPU, at the
   lowest priority on a busy machine) when the server answered every request it was sent without
-  an error: its replies then fall behind, or queue in a burst, through no fault of the server. An
-  error or an unanswered request is the server's whatever the generator did: the step fails.
+  an error and its lateness accounts for the whole shortfall: its replies then fall behind, or
+  queue in a burst, through no fault of the server. The server is then held to what it was sent
+  (the lower of the rate and httperf's sending bound, ``sent_rate``), short by at most the rule's
+  allowance plus the requests httperf's largest burst held back (``held_back``); further behind,
+  it fell behind on its own (a server that takes the CPU starves httperf too) and the step fails.
+  An error or an unanswered request is the server's whatever the generator did: the step fails.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from uwsgi_layouts.bench.load.httperf import CLIENT_ERRORS, SERVER_ERRORS
-from uwsgi_layouts.bench.load.sending import shortfall, starved
+from uwsgi_layouts.bench.load.sending import held_back, sent_rate, shortfall, starved
 
 DEFAULT_HEADROOM = 0.8
 DEFAULT_SPARE = 1
@@ -178,18 +182,28 @@ def judge_rate(rate: float, parsed: dict, requests_logged: int) -> Judgement:
     server = {k: e[k] for k in SERVER_ERRORS if e.get(k)} | {
         k: parsed["status"][k] for k in ("4xx", "5xx") if parsed["status"].get(k)}
     errors = sum(server.values())
-    starved = shortfall(rate, parsed)
-    if starved and not errors and parsed["replies"] >= parsed["requests"] <= requests_logged:
-        # httperf sent late and the server answered all it was sent: its replies and p99 say nothing of
-        # the server (bench.load.sending); an error or a lost request is still the server's
-        return Judgement("invalid", starved, 0, None)
+    late = shortfall(rate, parsed, KEPT_UP)
+    answered = not errors and parsed["replies"] >= parsed["requests"] <= requests_logged
     steady = steady_samples(parsed["reply_rate"].get("each") or [], parsed["connections"] / rate)
     if not steady:
-        return Judgement("invalid", ("no steady reply-rate sample (httperf samples every 5 s, the first is the "
-                                     "ramp): a step of at least 10 s with --verbose",), errors, None)
-    expected = len(steady) * SAMPLE_S * rate
+        return Judgement("invalid", late if late and answered else (
+            "no steady reply-rate sample (httperf samples every 5 s, the first is the ramp): a step of at least "
+            "10 s with --verbose",), errors, None)
     replies = sum(steady) * SAMPLE_S
+    expected = len(steady) * SAMPLE_S * rate
     kept_up = round(replies / expected, 4)
+    if late and answered:
+        # httperf sent late and the server answered all it was sent: hold the server to what it was
+        # sent, and let a sample miss what the largest burst held back (bench.load.sending); still
+        # behind, it fell behind on its own
+        sent = len(steady) * SAMPLE_S * sent_rate(rate, parsed)
+        allowed = max(EDGE_REPLIES, (1 - KEPT_UP) * sent) + held_back(parsed)
+        if sent - replies <= allowed + 1e-6:
+            return Judgement("invalid", late, 0, None)
+        return Judgement("fail", (
+            f"replies fell behind what httperf sent: {replies:.0f} in {len(steady)} steady 5-s samples, it sent "
+            f"{sent:.1f} at most ({sent_rate(rate, parsed):.3g}/s; short by more than {EDGE_REPLIES} and "
+            f"{1 - KEPT_UP:.0%}, and the {held_back(parsed)} its largest burst held back)",), 0, kept_up)
     reasons = []
     if expected - replies > max(EDGE_REPLIES, (1 - KEPT_UP) * expected) + 1e-6:
         reasons.append(f"replies fell behind: {replies:.0f} in {len(steady)} steady 5-s samples, {rate:g}/s sends "

@@ -301,13 +301,22 @@ def _recovery(layout: Layout, timeout: float) -> tuple[float, int]:
         time.sleep(0.05)
 
 
+RELOAD_START_S = 30  # the reload command's interpreter may take this long beyond the reload's own --timeout
+
+
+def reload_deadline(timeout: float) -> float:
+    """The longest ``reload_command(timeout=...)`` runs before it is killed (the reload's own
+    --timeout, and its interpreter's start)."""
+    return timeout + RELOAD_START_S
+
+
 def reload_command(layout: Layout, timeout: float = 30.0) -> tuple[int, float, str]:
     """``uwsgi-layouts reload`` on a running layout: (exit code, seconds, output)."""
     t0 = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "uwsgi_layouts", "reload", layout.name, "--run-dir", layout.run_dir,
          "--timeout", str(int(timeout))],
-        cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=timeout + 30,
+        cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=reload_deadline(timeout),
     )
     return proc.returncode, time.monotonic() - t0, (proc.stdout + proc.stderr).strip()
 
@@ -327,7 +336,9 @@ def chain_reload_under_load(lab: Lab, spec: str = "2x4-mapped", connections: int
     with lab.stack(spec, patch, **options) as stack:
         layout = stack.layout
         with Sampler(layout.stats_address) as sampler:
-            load = get_load(lab, layout, FAST_GET, connections, duration + 2 * RELOAD_TIMEOUT_S, mix)
+            # wrk's duration is only a cap: past the longest the command can run, and the time after it
+            cap = duration + reload_deadline(RELOAD_TIMEOUT_S) + AFTER_RELOAD_S
+            load = get_load(lab, layout, FAST_GET, connections, cap, mix)
             try:
                 sampler.wait_flowing(100)
                 old = stack.worker_pids()

@@ -4,14 +4,14 @@ step record's own figure, ``bench.results.Step.steady_min``: reports read it the
 from __future__ import annotations
 
 from uwsgi_layouts.bench.load.httperf import CLIENT_ERRORS, SERVER_ERRORS
-from uwsgi_layouts.bench.load.sending import shortfall
+from uwsgi_layouts.bench.load.sending import SAMPLE_S, held_back, sent_rate, shortfall
 from uwsgi_layouts.bench.results import steady_min
 
 # --- the open loop: one step's verdict ---------------------------------------------------
 
 REPLIES_OF_REQUESTS = 0.99  # a step passes with at least this share of its requests answered
 MIN_RATE_OF_TARGET = 0.95  # ... and its lowest steady reply-rate sample at least this share of the offered rate
-# (httperf itself must have sent at least that share: bench.load.sending.SENT_SHARE, the same)
+# (httperf itself must have sent at least that share: bench.load.sending.shortfall's share)
 
 
 def judge_step(rate: float, parsed: dict) -> tuple[str, list[str]]:
@@ -24,11 +24,20 @@ def judge_step(rate: float, parsed: dict) -> tuple[str, list[str]]:
                            + ": the load generator, not the server, was the limit"]
     server = {k: e[k] for k in SERVER_ERRORS if e[k]}
     bad_status = {k: parsed["status"][k] for k in ("4xx", "5xx") if parsed["status"][k]}
-    starved = shortfall(rate, parsed)
-    if starved and not server and not bad_status and parsed["replies"] >= parsed["requests"]:
-        # httperf sent late and the server answered all it was sent without an error: its reply rate
-        # says nothing of the server (bench.load.sending); an error or a lost reply is still the server's
-        return "invalid", list(starved)
+    late = shortfall(rate, parsed, MIN_RATE_OF_TARGET)
+    if late and not server and not bad_status and parsed["replies"] >= parsed["requests"]:
+        # httperf sent late and the server answered all it was sent without an error: hold its lowest
+        # sample to what it was sent, less what the largest burst held back (bench.load.sending); still
+        # below, the server fell behind on its own. An error or a lost reply is the server's anyway.
+        if parsed["reply_rate"]["samples"] == 0:
+            return "invalid", list(late)
+        low, sent = steady_min(parsed["reply_rate"]), sent_rate(rate, parsed)
+        floor = MIN_RATE_OF_TARGET * sent - held_back(parsed) / SAMPLE_S
+        if low >= floor - 1e-9:
+            return "invalid", list(late)
+        return "fail", [f"min reply rate {low:g}/s < {MIN_RATE_OF_TARGET:.0%} of the {sent:.3g}/s httperf sent at "
+                        f"most, less the {held_back(parsed)} its largest burst held back in a 5-s sample "
+                        f"({floor:.3g}/s)"]
     reasons = []
     if parsed["reply_rate"]["samples"] == 0:
         return "invalid", ["no reply-rate sample (httperf samples every 5 s): use a longer --step"]

@@ -15,7 +15,8 @@ ramp-up, see ``bench.analysis.steady_min``), and there is no server-side error (
 client timeouts, refused or reset connections); a client-side error (fd-unavail, addrunavail, ftab-full, other) makes
 the step **invalid**: the client, not the server, was the limit; so does httperf sending late
 (``bench.load.sending``: too little CPU) when the server answered all it was sent without an
-error. The knee is the last rate
+error and its lowest sample is within 95% of what it was sent less what httperf's largest burst
+held back (further behind, the server fell behind on its own: fail). The knee is the last rate
 that passed before the first one that did not (stepping stops there unless ``--all``).
 
 httperf busy-polls: it keeps one core at ~100% whatever the rate. On a small machine that

@@ -527,19 +527,25 @@ def check(a: PlanArgs, plan: Plan, lab: Lab, raw: Path, on_line=print) -> dict:
 
 
 def check_verdict(count: int, runs: list[dict], target_p99_ms: float) -> str:
-    """The planned count meets the p99 and one fewer does not: confirmed; else by how much not."""
+    """The planned count meets the p99 and one fewer does not: confirmed; else by how much not. A
+    run httperf sent late says nothing of the replicas (NOT JUDGED: a quieter machine would judge
+    it); another invalid run (httperf's own limits, no steady sample) is INVALID, with its reasons'
+    own advice. Either for one fewer: the planned count met, nothing confirmed below it."""
     planned = runs[0]
-    if planned["verdict"] == "invalid":  # httperf's limits or its lateness: nothing said of the replicas
-        return (f"NOT JUDGED: {count} replicas at {planned['rate']:g} req/s: "
-                + "; ".join(planned["reasons"]) + " (run the check on a quieter machine)")
+    if planned["verdict"] == "invalid":
+        reasons = "; ".join(planned["reasons"])
+        if starved(planned["reasons"]):
+            return (f"NOT JUDGED: {count} replicas at {planned['rate']:g} req/s: {reasons} "
+                    "(run the check on a quieter machine)")
+        return f"INVALID: {count} replicas at {planned['rate']:g} req/s: {reasons}"
     if not planned["meets"]:
         return (f"UNDERSIZED: {count} replicas missed p99 {target_p99_ms:g} ms at {planned['rate']:g} req/s "
                 f"(p99 {planned['p99_ms']} ms, {planned['verdict']})")
     smallest = min(r["replicas"] for r in runs if r["meets"])
     unjudged = [r for r in runs if r["verdict"] == "invalid"]
     if smallest == count and unjudged:
-        return (f"CONFIRMED: {count} replicas met p99 {target_p99_ms:g} ms at {planned['rate']:g} req/s; "
-                f"{count - 1} not judged: " + "; ".join(unjudged[0]["reasons"]))
+        return (f"MET: {count} replicas met p99 {target_p99_ms:g} ms at {planned['rate']:g} req/s; "
+                f"{count - 1} not judged, so not confirmed the smallest: " + "; ".join(unjudged[0]["reasons"]))
     if smallest == count:
         return (f"CONFIRMED: {count} replicas met p99 {target_p99_ms:g} ms at {planned['rate']:g} req/s and "
                 f"{count - 1} did not" if count > 1 else f"CONFIRMED: 1 replica met p99 {target_p99_ms:g} ms")

@@ -250,7 +250,9 @@ class WrkProcess:
 
     def end_now(self) -> None:
         """End the load before its duration: wrk stops on SIGINT and prints its summary as at the end
-        (its requests over the time it ran); ``result()`` reads it."""
+        (its requests over the time it ran); ``result()`` reads it. wrk installs its SIGINT handler
+        only once its threads exist: a SIGINT before then is ignored and the load runs to its
+        duration, so call this once the load flows (``Sampler.wait_flowing``), as its callers do."""
         if self.running():
             self.proc.send_signal(signal.SIGINT)
 

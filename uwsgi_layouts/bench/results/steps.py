@@ -127,8 +127,12 @@ class Step:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Step":
+        """A stored openloop step. A field this version does not know is left out, not refused: a
+        newer tool adds optional fields within the format version (as ``max_burst`` was added), and
+        a missing required field is still refused by name."""
         _check(isinstance(data, dict), f"step: must be an object, got {type(data).__name__}")
-        return _build(cls, data, f"step at rate {data.get('rate', '?')}")
+        known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
+        return _build(cls, known, f"step at rate {data.get('rate', '?')}")
 
 
 def find_knee(steps) -> dict:
