@@ -390,15 +390,21 @@ def test_stats_over_a_unix_socket_and_what_is_not_a_stats_server(tmp_path):
         read_stats(path)  # nobody listens any more
 
 
-def test_sampler_says_when_reads_start_failing(tmp_path):
-    path = str(tmp_path / "stats.sock")
-    thread = serve_once(path, [json.dumps(STATS_DOC).encode()] * 3)
-    with Sampler(path, interval=0.02) as sampler:
-        thread.join(timeout=5)
+def sampled_until_failing(path: str, server: threading.Thread, interval: float) -> Sampler:
+    """A Sampler of ``path`` run until the server has answered all it will and a read has failed."""
+    with Sampler(path, interval=interval) as sampler:
+        server.join(timeout=5)
         deadline = 200
         while sampler.failing_since is None and deadline:
             threading.Event().wait(0.02)  # the sampler's thread reads; this waits for its verdict
             deadline -= 1
+    return sampler
+
+
+def test_sampler_says_when_reads_start_failing(tmp_path):
+    path = str(tmp_path / "stats.sock")
+    thread = serve_once(path, [json.dumps(STATS_DOC).encode()] * 3)
+    sampler = sampled_until_failing(path, thread, 0.02)
     assert len(sampler.samples) == 3 and sampler.failing_since is not None and sampler.last_error
     assert sampler.first.counters and sampler.latest.counters and not sampler.samples[1].counters
     assert sampler.latest.sockets == {"127.0.0.1:18125": (0, 0), "127.0.0.1:18126": (0, 0)}
@@ -409,12 +415,7 @@ def test_sampler_counts_the_ticks_a_late_answer_skipped(tmp_path):
     skips (keeping its schedule) and the next sample counts; the summary adds them up."""
     path = str(tmp_path / "stats.sock")
     thread = serve_once(path, [json.dumps(STATS_DOC).encode()] * 3, delays={1: 0.23})
-    with Sampler(path, interval=0.05) as sampler:
-        thread.join(timeout=5)
-        deadline = 200
-        while sampler.failing_since is None and deadline:
-            threading.Event().wait(0.02)  # the sampler's thread reads; this waits for its verdict
-            deadline -= 1
+    sampler = sampled_until_failing(path, thread, 0.05)
     first, _, after_late = sampler.samples
     assert first.missed == 0 and after_late.missed >= 4, [s.missed for s in sampler.samples]
     assert inflight_summary(sampler.samples)["missed"] == sum(s.missed for s in sampler.samples[1:])
