@@ -272,8 +272,9 @@ def test_the_unit_under_systemd_serves_stops_gracefully_and_uninstalls(flask_app
         assert curl(c, f"https://{HOST}/assets/hello.txt") == ("200", "hello from nginx\n")
 
         # The exporter (as shop, with adm) reads the slot's stats socket and nginx's log, whose modes stay.
-        # ... and counts what the workers served: at least the / and /greeting above (uWSGI counts
-        # a request once its answer is sent, so the figure may come a read after curl returned).
+        # ... and its worker counters rise with what the workers served (scrape's own requests to /
+        # count too; uWSGI counts a request once its answer is sent, so a read right after curl
+        # returned may not show it yet: waited for, not asserted once).
         scrape(c, "shop.watch@blue", r'^uwsgi_layouts_up\{stats="/run/shop/blue/stats.sock"\} 1\.0$',
                r'^uwsgi_layouts_worker_requests_total\{worker="1"\} ',
                r'^uwsgi_layouts_worker_requests_total\{worker="2"\} ',
