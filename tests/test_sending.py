@@ -171,9 +171,10 @@ SERVER_STARVED_HTTPERF = dict(
     errors="Errors: total 0 client-timo 0 socket-timo 0 connrefused 0 connreset 0")
 # That run's stack (2x4-mapped computing fib(25) 5 times a request, on a 2-core VM, no quota) at 30
 # req/s, 5 times the 6/s it kept up with, beside a niced httperf that had 50.4% of a core: the raw
-# file holds no figure of the server's (openloop's CPU record was not kept with it), so the evidence
-# is given here as what a server at its limit records: the rest of the 2 cores (openloop), every
-# thread busy and the quota used (plan). The same summary with an idle server's figures is invalid.
+# file holds no figure of the server's, and that run's record was not kept (the openloop fixtures'
+# server_cpu_cores of 0.5 is a placeholder), so the evidence is given here as what a server at its
+# limit records: the rest of the 2 cores (openloop), every thread busy and the quota used (plan).
+# The same summary with an idle server's figures, or none, is invalid.
 AT_ITS_LIMIT = dict(busy_ratio=1.0, cpu_share=0.98, throttled_share=0.95)
 IDLE = dict(plan=dict(busy_ratio=0.02, cpu_share=0.003, throttled_share=0.0),
             openloop=dict(server_cpu_cores=0.01, cores=2))
