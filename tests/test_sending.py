@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from uwsgi_layouts.bench.analysis import judge_step
-from uwsgi_layouts.bench.analysis.openloop import MIN_RATE_OF_TARGET
+from uwsgi_layouts.bench.analysis import SATURATED, judge_step
+from uwsgi_layouts.bench.analysis.openloop import MIN_RATE_OF_TARGET, cpu_of_what_was_left
 from uwsgi_layouts.bench.capacity import EDGE_REPLIES, KEPT_UP, SAMPLE_S, PlanError, RateStep, judge_rate, make_plan
 from uwsgi_layouts.bench.kinds.plan import LATE_RETRIES, Offered, check_verdict, until_judged
 from uwsgi_layouts.bench.load import httperf, sending
@@ -169,45 +169,109 @@ SERVER_STARVED_HTTPERF = dict(
     total="Total: connections 450 requests 450 replies 450 test-duration 19.204 s",
     status="Reply status: 1xx=0 2xx=450 3xx=0 4xx=0 5xx=0",
     errors="Errors: total 0 client-timo 0 socket-timo 0 connrefused 0 connreset 0")
+# That run's stack (2x4-mapped computing fib(25) 5 times a request, on a 2-core VM, no quota) at 30
+# req/s, 5 times the 6/s it kept up with, beside a niced httperf that had 50.4% of a core: the raw
+# file holds no figure of the server's, and that run's record was not kept (the openloop fixtures'
+# server_cpu_cores of 0.5 is a placeholder), so the evidence is given here as what a server at its
+# limit records: the rest of the 2 cores (openloop), every thread busy and the quota used (plan).
+# The same summary with an idle server's figures, or none, is invalid.
+AT_ITS_LIMIT = dict(busy_ratio=1.0, cpu_share=0.98, throttled_share=0.95)
+IDLE = dict(plan=dict(busy_ratio=0.02, cpu_share=0.003, throttled_share=0.0),
+            openloop=dict(server_cpu_cores=0.01, cores=2))
 
 
-def test_a_server_that_starved_httperf_is_held_to_what_it_was_sent():
-    """Lateness excuses only the shortfall it accounts for: the server that took the CPU (the 30/s
-    fixture's, beside a niced httperf) and then answered 34% of what it was sent fails, in both
-    verdicts; the starved generator's step (all but 11 of 60 answered in time, a burst of 13 held
-    back) stays invalid."""
+def all_httperf_left(parsed: dict) -> dict:
+    """openloop's figures of a stack that used all the CPU of 2 cores httperf left it."""
+    return dict(server_cpu_cores=2 - parsed["client_cpu_pct"] / 100, cores=2)
+
+
+def test_a_server_that_starved_httperf_fails_on_the_evidence_of_its_limit():
+    """Lateness excuses only the shortfall it accounts for, and beyond it the step fails only when
+    the server's own figures show it at its limit: the 30/s fixture's server (answered 34% of what
+    it was sent, beside a niced httperf) fails in both verdicts with that evidence, is not judged
+    without it."""
     parsed = summary(FAILING.read_text(), **SERVER_STARVED_HTTPERF)
     assert (parsed["errors"]["total"], parsed["replies"], parsed["max_burst"]) == (0, 450, 30)
     assert sending.sent_rate_bound(parsed) == pytest.approx(449 / (19.204 - 4.9612))
     assert sending.sent_rate(30, parsed) == 30 and sending.held_back(parsed) == 29
     for share in (MIN_RATE_OF_TARGET, KEPT_UP):
         assert sending.shortfall(30, parsed, share)  # late, by the burst
-    judged = judge_rate(30, parsed, requests_logged=450)
+    judged = judge_rate(30, parsed, 450, **AT_ITS_LIMIT)
     assert judged.verdict == "fail" and judged.errors == 0 and judged.kept_up == 0.3433
     assert judged.reasons == ("replies fell behind what httperf sent: 103 in 2 steady 5-s samples, it sent 300.0 at "
-                              "most (30/s; short by more than 2 and 3%, and the 29 its largest burst held back)",)
-    verdict, reasons = judge_step(30, parsed)
-    assert verdict == "fail" and reasons == ["min reply rate 7.2/s < 95% of the 30/s httperf sent at most, less the "
-                                             "29 its largest burst held back in a 5-s sample (22.7/s)"]
+                              "most (30/s; short by more than 2 and 3%, and the 29 its largest burst held back), and "
+                              "the server was at its limit (busy threads 100%, CPU quota used 98%, CFS periods "
+                              "throttled 95%)",)
+    verdict, reasons = judge_step(30, parsed, **all_httperf_left(parsed))
+    assert verdict == "fail" and reasons == [
+        "replies fell behind what httperf sent: 103 in 2 steady 5-s samples, it sent 300.0 at most (30/s; short by "
+        "more than 2 and 5%, and the 29 its largest burst held back), and the server was at its limit (CPU of what "
+        "httperf left 100%)"]
+    # one figure at its limit is evidence enough; none, or none measured, is not
+    assert judge_rate(30, parsed, 450, cpu_share=0.9).verdict == "fail"
+    for figures in (IDLE["plan"], {}):
+        judged = judge_rate(30, parsed, 450, **figures)
+        assert judged.verdict == "invalid" and sending.starved(judged.reasons), judged
+    assert judge_rate(30, parsed, 450, **IDLE["plan"]).reasons[-1].endswith(
+        "but nothing shows the server at its limit (busy threads 2%, CPU quota used 0%, CFS periods throttled 0%, "
+        "below 90%): a generator can be silent longer than its largest burst shows")
+    assert judge_rate(30, parsed, 450).reasons[-1].endswith(
+        "(none of its figures measured): a generator can be silent longer than its largest burst shows")
+    for figures in (IDLE["openloop"], {}):
+        assert judge_step(30, parsed, **figures)[0] == "invalid"
     # the same server a burst of 200 held back from (6.6 s of silence): that accounts for 197 behind
     excused = summary(FAILING.read_text(), **SERVER_STARVED_HTTPERF | {"burst": "Maximum connect burst length: 200"})
-    assert judge_rate(30, excused, requests_logged=450).verdict == "invalid"
-    # and the generator starved by others stays invalid in both
-    starved = summary(**STARVED)
-    assert judge_rate(4, starved, requests_logged=100).verdict == "invalid" and judge_step(4, starved)[0] == "invalid"
+    assert judge_rate(30, excused, 450, **AT_ITS_LIMIT).verdict == "invalid"
+    assert judge_step(30, excused, **all_httperf_left(excused))[0] == "invalid"
     # with no steady sample to hold the server to, the lateness is the reason (its timer was late too)
     unsampled = judge_rate(4, summary(**STARVED | {"samples": "2.4"}), requests_logged=100)
     assert unsampled.verdict == "invalid" and sending.starved(unsampled.reasons)
-    # held to the sending bound: httperf sent at most 3.32/s of the asked 4/s, the server answered
-    # 3.2/s in its lowest sample (invalid: within 95% of 3.32); at 2.4/s it fell behind on its own
+    # held to the sending bound: httperf sent at most 3.32/s of the asked 4/s; the server answered 49
+    # of the 49.8 sent in the steady samples: invalid; with 41, it fell behind, a failure only at its limit
     slow = {"burst": "Maximum connect burst length: 1",
             "total": "Total: connections 100 requests 100 replies 100 test-duration 30.000 s",
             "conn_time": "Connection time [ms]: min 125.1 avg 130.0 max 200.0 median 126.0 stddev 5.0"}
     assert judge_step(4, summary(**STARVED | slow))[0] == "invalid"
-    assert judge_step(4, summary(**STARVED | slow | {"samples": "2.4 3.2 2.4 3.2"}))[0] == "fail"
     assert judge_rate(4, summary(**STARVED | slow), requests_logged=100).verdict == "invalid"
-    behind = summary(**STARVED | slow | {"samples": "2.4 3.2 2.4 3.2"})
-    assert judge_rate(4, behind, requests_logged=100).verdict == "fail"
+    behind = summary(**STARVED | slow | {"samples": "2.4 3.2 2.0 3.0"})
+    assert judge_step(4, behind, **all_httperf_left(behind))[0] == "fail"
+    assert judge_rate(4, behind, 100, **AT_ITS_LIMIT).verdict == "fail"
+    assert judge_step(4, behind, **IDLE["openloop"])[0] == "invalid"
+    assert judge_rate(4, behind, 100, **IDLE["plan"]).verdict == "invalid"
+
+
+@pytest.mark.parametrize("burst", [13, 10, 9, 7, 5, 2])
+def test_an_idle_replica_beside_a_starved_httperf_is_never_failed(burst):
+    """The repo's one real starved run (an idle replica, httperf with 2.7% of a core, 11 replies
+    behind), whatever burst httperf printed: the burst is only a lower bound on its silence, and
+    nothing of the server's shows it at its limit, so both verdicts say not judged, never failed
+    (13 and 10 by the burst's own account: 11 behind within 12 or 9 held back and 2; the others for
+    want of evidence). A burst of 1 says httperf was never late: the rule judges the server."""
+    parsed = summary(**STARVED | {"burst": f"Maximum connect burst length: {burst}"})
+    for figures in (IDLE["plan"], {}):
+        judged = judge_rate(4, parsed, 100, **figures)
+        assert judged.verdict == "invalid" and sending.starved(judged.reasons), judged
+    for figures in (IDLE["openloop"], {}):
+        verdict, reasons = judge_step(4, parsed, **figures)
+        assert verdict == "invalid" and sending.starved(reasons), reasons
+    # the same lateness, with a replica whose threads were all busy: it fell behind on its own
+    # (a burst that accounts for the 11 behind is invalid even then: 10 and more at plan's 97%
+    # (at openloop's 95%, 9 and more: its allowance is 3 behind, plan's 2)
+    assert judge_rate(4, parsed, 100, **AT_ITS_LIMIT).verdict == ("invalid" if burst >= 10 else "fail")
+    assert judge_step(4, parsed, **all_httperf_left(parsed))[0] == ("invalid" if burst >= 9 else "fail")
+
+
+def test_at_its_limit_is_what_the_analysis_calls_saturated():
+    """One threshold, the share ``bench.analysis`` calls saturated, for every figure of the server's."""
+    assert sending.AT_LIMIT == SATURATED == 0.9
+    assert sending.at_limit({"busy threads": 0.9, "CPU quota used": None}) == "busy threads 90%"
+    assert sending.at_limit({"busy threads": 0.89, "CPU quota used": None}) is None
+    assert sending.at_limit({}) is None
+    # openloop's: the stack's CPU over the host's cores less httperf's own, or over its quota when less
+    parsed = summary(**STARVED)  # httperf had 2.7% of a core
+    assert cpu_of_what_was_left(parsed, 1.8, 2) == pytest.approx(1.8 / 1.973)
+    assert cpu_of_what_was_left(parsed, 0.45, 2, quota=0.5) == pytest.approx(0.9)
+    assert cpu_of_what_was_left(parsed, None, 2) is None and cpu_of_what_was_left(parsed, 1.0, None) is None
 
 
 def starved_step(rate: float) -> RateStep:

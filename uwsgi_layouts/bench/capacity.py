@@ -32,14 +32,16 @@ Here:
 - any server-side error (httperf's timeouts, refused or reset connections, a 4xx/5xx) fails the
   step, counted; a reply missing, or a request nginx did not log, too; a client-side error
   (httperf's own limits) makes it invalid;
-- so does httperf sending late (``bench.load.sending.shortfall``: it got too little CPU, at the
-  lowest priority on a busy machine) when the server answered every request it was sent without
-  an error and its lateness accounts for the whole shortfall: its replies then fall behind, or
-  queue in a burst, through no fault of the server. The server is then held to what it was sent
-  (the lower of the rate and httperf's sending bound, ``sent_rate``), short by at most the rule's
-  allowance plus the requests httperf's largest burst held back (``held_back``); further behind,
-  it fell behind on its own (a server that takes the CPU starves httperf too) and the step fails.
-  An error or an unanswered request is the server's whatever the generator did: the step fails.
+- httperf sending late (``bench.load.sending``: it got too little CPU, at the lowest priority on
+  a busy machine) when the server answered every request it was sent without an error, is judged
+  by the rule both verdicts share (``bench.load.sending.judge_late``, at this rule's share): the
+  step is invalid when the lateness accounts for the whole shortfall (the server held to what it
+  was sent, short by at most the rule's allowance plus what httperf's largest burst held back),
+  and further behind it fails only when the replica's own figures over the step show it at its
+  limit (its threads busy, its CPU quota used or throttled: ``RateStep``'s busy_ratio, cpu_share,
+  throttled_share); without that evidence it is invalid, since a generator can be silent longer
+  than its largest burst shows. An error or an unanswered request is the server's whatever the
+  generator did: the step fails.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from uwsgi_layouts.bench.load.httperf import CLIENT_ERRORS, SERVER_ERRORS
-from uwsgi_layouts.bench.load.sending import held_back, sent_rate, shortfall, starved
+from uwsgi_layouts.bench.load.sending import judge_late, starved, steady_samples
 
 DEFAULT_HEADROOM = 0.8
 DEFAULT_SPARE = 1
@@ -163,17 +165,13 @@ class Judgement:
     kept_up: float | None
 
 
-def steady_samples(samples: list[float], sending_s: float) -> list[float]:
-    """httperf's 5-s reply-rate samples that are steady: after the first (the ramp: no reply
-    before one response time) and within the sending (later ones only drain the backlog)."""
-    within = int(sending_s // SAMPLE_S + 1e-9)
-    return samples[1:within]
-
-
-def judge_rate(rate: float, parsed: dict, requests_logged: int) -> Judgement:
+def judge_rate(rate: float, parsed: dict, requests_logged: int, busy_ratio: float | None = None,
+               cpu_share: float | None = None, throttled_share: float | None = None) -> Judgement:
     """The verdict of one step at ``rate`` req/s (all replicas together) from httperf's parsed
-    summary (``bench.load.httperf.parse``, with its per-sample reply rates) and the number of this
-    step's requests nginx logged. See the module's docstring for why each part."""
+    summary (``bench.load.httperf.parse``, with its per-sample reply rates), the number of this
+    step's requests nginx logged and the replicas' own figures over the step (``RateStep``'s: None
+    when not measured), which say whether they were at their limit when httperf sent late. See the
+    module's docstring for why each part."""
     e = parsed["errors"]
     client = {k: e[k] for k in CLIENT_ERRORS if e.get(k)}
     if client:
@@ -182,28 +180,21 @@ def judge_rate(rate: float, parsed: dict, requests_logged: int) -> Judgement:
     server = {k: e[k] for k in SERVER_ERRORS if e.get(k)} | {
         k: parsed["status"][k] for k in ("4xx", "5xx") if parsed["status"].get(k)}
     errors = sum(server.values())
-    late = shortfall(rate, parsed, KEPT_UP)
     answered = not errors and parsed["replies"] >= parsed["requests"] <= requests_logged
     steady = steady_samples(parsed["reply_rate"].get("each") or [], parsed["connections"] / rate)
-    if not steady:
-        return Judgement("invalid", late if late and answered else (
-            "no steady reply-rate sample (httperf samples every 5 s, the first is the ramp): a step of at least "
-            "10 s with --verbose",), errors, None)
     replies = sum(steady) * SAMPLE_S
     expected = len(steady) * SAMPLE_S * rate
-    kept_up = round(replies / expected, 4)
-    if late and answered:
-        # httperf sent late and the server answered all it was sent: hold the server to what it was
-        # sent, and let a sample miss what the largest burst held back (bench.load.sending); still
-        # behind, it fell behind on its own
-        sent = len(steady) * SAMPLE_S * sent_rate(rate, parsed)
-        allowed = max(EDGE_REPLIES, (1 - KEPT_UP) * sent) + held_back(parsed)
-        if sent - replies <= allowed + 1e-6:
-            return Judgement("invalid", late, 0, None)
-        return Judgement("fail", (
-            f"replies fell behind what httperf sent: {replies:.0f} in {len(steady)} steady 5-s samples, it sent "
-            f"{sent:.1f} at most ({sent_rate(rate, parsed):.3g}/s; short by more than {EDGE_REPLIES} and "
-            f"{1 - KEPT_UP:.0%}, and the {held_back(parsed)} its largest burst held back)",), 0, kept_up)
+    kept_up = round(replies / expected, 4) if steady else None
+    # httperf sent late and the server answered all it was sent: the one rule for both verdicts
+    # (bench.load.sending.judge_late), with the replica's figures as the evidence of its limit
+    judged = judge_late(rate, parsed, KEPT_UP, {"busy threads": busy_ratio, "CPU quota used": cpu_share,
+                                                "CFS periods throttled": throttled_share}) if answered else None
+    if judged is not None:
+        verdict, reasons = judged
+        return Judgement(verdict, reasons, 0, kept_up if verdict == "fail" else None)
+    if not steady:
+        return Judgement("invalid", ("no steady reply-rate sample (httperf samples every 5 s, the first is the ramp): "
+                                     "a step of at least 10 s with --verbose",), errors, None)
     reasons = []
     if expected - replies > max(EDGE_REPLIES, (1 - KEPT_UP) * expected) + 1e-6:
         reasons.append(f"replies fell behind: {replies:.0f} in {len(steady)} steady 5-s samples, {rate:g}/s sends "

@@ -4,19 +4,34 @@ step record's own figure, ``bench.results.Step.steady_min``: reports read it the
 from __future__ import annotations
 
 from uwsgi_layouts.bench.load.httperf import CLIENT_ERRORS, SERVER_ERRORS
-from uwsgi_layouts.bench.load.sending import SAMPLE_S, held_back, sent_rate, shortfall
+from uwsgi_layouts.bench.load.sending import judge_late
 from uwsgi_layouts.bench.results import steady_min
 
 # --- the open loop: one step's verdict ---------------------------------------------------
 
 REPLIES_OF_REQUESTS = 0.99  # a step passes with at least this share of its requests answered
 MIN_RATE_OF_TARGET = 0.95  # ... and its lowest steady reply-rate sample at least this share of the offered rate
-# (httperf itself must have sent at least that share: bench.load.sending.shortfall's share)
+# (httperf itself must have sent at least that share: bench.load.sending's share)
 
 
-def judge_step(rate: float, parsed: dict) -> tuple[str, list[str]]:
+def cpu_of_what_was_left(parsed: dict, server_cpu_cores: float | None, cores: float | None,
+                         quota: float | None = None) -> float | None:
+    """The stack's CPU over a step as a share of what it could use: the host's ``cores`` less
+    httperf's own CPU (from its summary: the two share the host), or the stack's CPU ``quota`` when
+    that is less; None when its CPU or the host's cores are not known."""
+    if server_cpu_cores is None or cores is None:
+        return None
+    left = cores - (parsed.get("client_cpu_pct") or 0) / 100
+    if quota is not None:
+        left = min(left, quota)
+    return server_cpu_cores / left if left > 0 else None
+
+
+def judge_step(rate: float, parsed: dict, server_cpu_cores: float | None = None, cores: float | None = None,
+               quota: float | None = None) -> tuple[str, list[str]]:
     """("pass" | "fail" | "invalid", reasons) for one open-loop step at ``rate`` from httperf's
-    parsed summary (see bench.kinds.openloop)."""
+    parsed summary (see bench.kinds.openloop), the stack's CPU over the step (in cores), the host's
+    cores and the stack's CPU quota (None: none, or not known; ``cpu_of_what_was_left``)."""
     e = parsed["errors"]
     client = {k: e[k] for k in CLIENT_ERRORS if e[k]}
     if client:
@@ -24,20 +39,14 @@ def judge_step(rate: float, parsed: dict) -> tuple[str, list[str]]:
                            + ": the load generator, not the server, was the limit"]
     server = {k: e[k] for k in SERVER_ERRORS if e[k]}
     bad_status = {k: parsed["status"][k] for k in ("4xx", "5xx") if parsed["status"][k]}
-    late = shortfall(rate, parsed, MIN_RATE_OF_TARGET)
-    if late and not server and not bad_status and parsed["replies"] >= parsed["requests"]:
-        # httperf sent late and the server answered all it was sent without an error: hold its lowest
-        # sample to what it was sent, less what the largest burst held back (bench.load.sending); still
-        # below, the server fell behind on its own. An error or a lost reply is the server's anyway.
-        if parsed["reply_rate"]["samples"] == 0:
-            return "invalid", list(late)
-        low, sent = steady_min(parsed["reply_rate"]), sent_rate(rate, parsed)
-        floor = MIN_RATE_OF_TARGET * sent - held_back(parsed) / SAMPLE_S
-        if low >= floor - 1e-9:
-            return "invalid", list(late)
-        return "fail", [f"min reply rate {low:g}/s < {MIN_RATE_OF_TARGET:.0%} of the {sent:.3g}/s httperf sent at "
-                        f"most, less the {held_back(parsed)} its largest burst held back in a 5-s sample "
-                        f"({floor:.3g}/s)"]
+    if not server and not bad_status and parsed["replies"] >= parsed["requests"]:
+        # httperf sent late and the server answered all it was sent without an error: the one rule
+        # for both verdicts (bench.load.sending.judge_late); the evidence of the server's limit is
+        # its CPU against what httperf left it. An error or a lost reply is the server's anyway.
+        judged = judge_late(rate, parsed, MIN_RATE_OF_TARGET,
+                            {"CPU of what httperf left": cpu_of_what_was_left(parsed, server_cpu_cores, cores, quota)})
+        if judged is not None:
+            return judged[0], list(judged[1])
     reasons = []
     if parsed["reply_rate"]["samples"] == 0:
         return "invalid", ["no reply-rate sample (httperf samples every 5 s): use a longer --step"]

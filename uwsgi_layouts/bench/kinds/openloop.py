@@ -14,9 +14,10 @@ sample >= 95% of R (the first sample is left out when there are others: it holds
 ramp-up, see ``bench.analysis.steady_min``), and there is no server-side error (4xx/5xx,
 client timeouts, refused or reset connections); a client-side error (fd-unavail, addrunavail, ftab-full, other) makes
 the step **invalid**: the client, not the server, was the limit; so does httperf sending late
-(``bench.load.sending``: too little CPU) when the server answered all it was sent without an
-error and its lowest sample is within 95% of what it was sent less what httperf's largest burst
-held back (further behind, the server fell behind on its own: fail). The knee is the last rate
+(``bench.load.sending.judge_late``: too little CPU) when the server answered all it was sent
+without an error, unless it fell behind what it was sent beyond what httperf's largest burst held
+back **and** its CPU over the step was at its limit (90% of the host's cores less httperf's own,
+or of its quota): then it fails. The knee is the last rate
 that passed before the first one that did not (stepping stops there unless ``--all``).
 
 httperf busy-polls: it keeps one core at ~100% whatever the rate. On a small machine that
@@ -69,7 +70,8 @@ from uwsgi_layouts.bench.options import (
 from uwsgi_layouts.bench.report.openloop import step_line
 from uwsgi_layouts.bench.results import Results, Step, utc_now
 from uwsgi_layouts.bench.stack import Lab, dir_name
-from uwsgi_layouts.deploy.model import TRANSPORTS, parse_variant
+from uwsgi_layouts.deploy.machine import usable_cpus
+from uwsgi_layouts.deploy.model import TRANSPORTS, parse_variant, total_limits
 
 DEFAULT_RATES = (5, 10, 15, 20, 25, 30, 40)
 # The ranges of openloop's own options (each checked while parsing and shown in the help).
@@ -189,10 +191,13 @@ def measure(a: _Args, lab: Lab, raw: Path, steps: list[Step], on_step=print, tra
             name = f"step-{rate:g}.txt"
             (raw / name).write_text(text)
             parsed = httperf.parse(text)
-            verdict, reasons = judge_step(rate, parsed)
             seconds = parsed["test_duration_s"]
+            cores = (cpu1 - cpu0) / seconds if seconds else 0.0
+            # the stack's CPU against what it could have had says whether it was the limit when
+            # httperf sent late (bench.load.sending.judge_late)
+            verdict, reasons = judge_step(rate, parsed, cores, usable_cpus(), total_limits(layout)[0])
             step = Step(rate=rate, num_conns=max(1, round(rate * a.step)), **parsed,
-                        server_cpu_cores=(cpu1 - cpu0) / seconds if seconds else 0.0,
+                        server_cpu_cores=cores,
                         verdict=verdict, reasons=tuple(reasons), raw_output=f"raw/{name}")
             steps.append(step)
             on_step(step)

@@ -15,7 +15,9 @@ last that met it and the first that did not until they are within ``--resolution
 up over every steady 5-s sample together, no server-side error) and meets the target when the p99
 of that step's requests is within ``--p99-ms``. A step in which httperf sent late (too little CPU:
 ``bench.load.sending``) says nothing of the replica: the rate is offered again, at most
-``LATE_RETRIES`` more times (``until_judged``), and a step still late is invalid. The arithmetic
+``LATE_RETRIES`` more times (``until_judged``), and a step still late is invalid, unless the
+replica fell behind what it was sent and its own figures show it at its limit (busy threads, CPU
+quota used or throttled: ``bench.load.sending.judge_late``), when it fails. The arithmetic
 is ``bench.capacity``'s: replicas = ceil(rate / (one replica's rate x headroom)) + spare, the
 autoscaler targets (CPU used / limit and busy threads / threads at the design rate) and the memory
 (PSS of one replica after load).
@@ -116,8 +118,9 @@ SAMPLE_INTERVAL_S = 0.1  # the stats server, for the busy-thread ratio
 DRAIN_TIMEOUT_S = 60.0  # at most this long waiting for the stack to be idle before a step
 DRAIN_POLL_S = 0.2
 VALIDATE_COUNTS = 3  # --validate searches 1..3 replicas' own capacity (those that fit)
-# A step httperf sent late (bench.load.sending) says nothing of the replicas, and a busy machine's
-# load comes and goes: the rate is offered again, this many times at most, before the step counts.
+# A step httperf sent late (bench.load.sending) says nothing of replicas not at their limit, and a
+# busy machine's load comes and goes: the rate is offered again, this many times at most, before
+# the step counts.
 LATE_RETRIES = 2
 
 
@@ -373,20 +376,23 @@ def offer(stack: Stack, a: PlanArgs, load: Load, rate: float, raw: Path, name: s
     (raw / name).write_text(text)
     parsed = httperf.parse(text)
     times = request_times(log, offset)
-    judged = judge_rate(rate, parsed, len(times))
+    limit = limit_record(*total_limits(layout), before, after, t1 - t0)
+    busy = busy_ratio(sampler) if sample else None
+    # the replicas' own figures say whether they were at their limit when httperf sent late
+    judged = judge_rate(rate, parsed, len(times), busy_ratio=busy, cpu_share=limit.get("quota_share"),
+                        throttled_share=limit.get("throttled_share"))
     reasons = judged.reasons
     if not drained:
         reasons = (*reasons, f"started before the previous step's requests drained ({DRAIN_TIMEOUT_S:g} s)")
-    limit = limit_record(*total_limits(layout), before, after, t1 - t0)
     step = RateStep(rate=rate, verdict=judged.verdict, p99_ms=p99_ms(times), cpu_share=limit.get("quota_share"),
-                    busy_ratio=busy_ratio(sampler) if sample else None, reasons=reasons,
+                    busy_ratio=busy, reasons=reasons,
                     requests_logged=len(times), errors=judged.errors, kept_up=judged.kept_up, step_s=seconds,
                     throttled_share=limit.get("throttled_share"), client_cpu_pct=parsed.get("client_cpu_pct"))
     return Offered(step, limit, parsed)
 
 
 def late(step: RateStep) -> bool:
-    """Whether httperf sent late in ``step`` (invalid for that alone: bench.load.sending)."""
+    """Whether ``step`` was not judged because httperf sent late (bench.load.sending)."""
     return step.verdict == "invalid" and starved(step.reasons)
 
 

@@ -25,24 +25,47 @@ the server. httperf's summary says how it sent, in two ways (``shortfall``):
   sample's requests, whichever is more (0.25 s at openloop's share at any rate above 8/s; 2
   requests, 0.75 s, at 2.67/s).
 
-Lateness excuses the server only as far as it goes (each verdict, ``bench.capacity.judge_rate``
-and ``bench.analysis.judge_step``, with ``sent_rate`` and ``held_back``): a server held to what it
-was **sent** (the lower of the rate and the sending bound) with its rule's allowance widened by
-the requests the largest burst held back (K - 1), that still fell behind, fell behind on its own
-(a server that takes the CPU starves the generator, then drains its queue slower than it was
-sent): the step fails. Only when the lateness covers the whole shortfall is the step **invalid**,
-with a reason naming it (``LATE``, first), never a failure of the server.
+Lateness excuses the server as far as it goes, and the burst is only a lower bound on how far
+that is (a silence spread over several passes of httperf's loop shows as several small bursts).
+So both verdicts (``bench.capacity.judge_rate`` and ``bench.analysis.judge_step``) ask one
+question of a step the server answered in full without an error, ``judge_late``, each with its
+share and the server's own figures, whenever httperf gave any sign of sending late (a
+``shortfall``, or any request its largest burst held back):
+
+- the server is held to what it was **sent** (the lower of the rate and the sending bound,
+  ``sent_rate``) over the steady samples (``steady_samples``), with the rule's allowance (``LAG_SLACK``
+  requests or 1 - share of them, whichever is more). Within it: a ``shortfall`` makes the step
+  invalid (its queue can still miss the p99), a small burst leaves it to the verdict's own rule;
+- within that allowance widened by what the largest burst held back (``held_back``), the lateness
+  accounts for the whole shortfall: **invalid**;
+- further behind, the step **fails** only with direct evidence that the server was its own limit
+  (``at_limit``: a figure of the server's at ``AT_LIMIT`` of its limit: its threads busy, its
+  CPU quota used or throttled, or the CPU httperf left it used). Without it, the replies may have
+  fallen behind a generator silent longer than its burst shows (a replica idle at 0.3% of its
+  quota, beside an httperf with 2.7% of a core, 11 replies behind with a burst of 5): **invalid**,
+  never a failure of the server. Every invalid reason of this kind begins ``LATE`` (``starved``).
 
 A fast generator opens a few connections in one pass at high rates (a burst of 5 at 1,000/s is a
-few milliseconds late): far inside the tolerance.
+few milliseconds late): far inside ``shortfall``'s tolerance, but still a sign for ``judge_late``,
+so a server that falls behind it fails only with a figure at its limit. The price: a server that
+falls behind at its own limit that none of its figures shows (all threads waiting on a backend
+plan's busy threads would show, openloop's CPU would not) is not judged, rather than failed.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 SAMPLE_S = 5  # httperf's reply-rate sample (--verbose)
 LAG_SLACK = 2  # requests: what the two outer edges of httperf's samples can move (bench.capacity.EDGE_REPLIES)
 LATE = "httperf sent late: "  # how every reason of ``shortfall`` begins (``starved`` reads it back)
 STARVED = "the load generator got too little CPU, not the server's limit"
+# A server figure at this share of its limit or above shows the server was the limit: the share
+# bench.analysis.mechanism calls saturated (SATURATED: every thread busy 90% of the time), read
+# here of the busy threads, of the CPU quota used, of the CFS periods throttled, or of the CPU
+# httperf left. One threshold for one meaning: at its limit for most of the step, not in a burst
+# (the queue a late generator sends at once keeps a server busy for a moment, not for 90% of a step).
+AT_LIMIT = 0.9
 
 
 def sent_rate_bound(parsed: dict) -> float | None:
@@ -99,3 +122,50 @@ def held_back(parsed: dict) -> int:
 def starved(reasons) -> bool:
     """Whether a step's ``reasons`` say httperf sent late (``shortfall``'s, each starting ``LATE``)."""
     return any(reason.startswith(LATE) for reason in reasons)
+
+
+def steady_samples(samples: list[float], sending_s: float) -> list[float]:
+    """httperf's 5-s reply-rate samples that are steady: after the first (the ramp: no reply
+    before one response time) and within the sending (later ones only drain the backlog)."""
+    within = int(sending_s // SAMPLE_S + 1e-9)
+    return samples[1:within]
+
+
+def at_limit(figures: Mapping[str, float | None]) -> str | None:
+    """The server's figures (name: its share of a limit) at ``AT_LIMIT`` or above, in words
+    ("busy threads 97%"); None when none is (or none was measured)."""
+    shown = [f"{name} {value:.0%}" for name, value in figures.items()
+             if value is not None and value >= AT_LIMIT - 1e-9]
+    return ", ".join(shown) or None
+
+
+def judge_late(rate: float, parsed: dict, share: float,
+               figures: Mapping[str, float | None]) -> tuple[str, tuple[str, ...]] | None:
+    """The verdict of a step at ``rate`` whose server answered every request without an error, when
+    httperf gave a sign of sending late; None when it gave none, or its lateness leaves the step to
+    the verdict's own rule. ``share``: of the rate the verdict holds the server to; ``figures``:
+    the server's own, each a share of a limit (``at_limit``). See the module's docstring."""
+    late, held = shortfall(rate, parsed, share), held_back(parsed)
+    if not late and not held:
+        return None
+    steady = steady_samples(parsed["reply_rate"].get("each") or [], parsed["connections"] / rate)
+    if not steady:
+        return ("invalid", late) if late else None
+    per_s = sent_rate(rate, parsed)
+    sent, replies = len(steady) * SAMPLE_S * per_s, sum(steady) * SAMPLE_S
+    slack = max(LAG_SLACK, (1 - share) * sent)
+    if sent - replies <= slack + 1e-6:
+        return ("invalid", late) if late else None
+    behind = (f"replies fell behind what httperf sent: {replies:.0f} in {len(steady)} steady 5-s samples, it sent "
+              f"{sent:.1f} at most ({per_s:.3g}/s; short by more than {LAG_SLACK} and {1 - share:.0%}, and the "
+              f"{held} its largest burst held back)")
+    if sent - replies <= slack + held + 1e-6:
+        return "invalid", late or (f"{LATE}its largest burst held back {held}, which accounts for the replies behind "
+                                   f"({sent - replies:.0f} of {sent:.1f} sent)",)
+    limit = at_limit(figures)
+    if limit is not None:
+        return "fail", (f"{behind}, and the server was at its limit ({limit})",)
+    measured = ", ".join(f"{name} {value:.0%}" for name, value in figures.items() if value is not None)
+    seen = f"{measured}, below {AT_LIMIT:.0%}" if measured else "none of its figures measured"
+    return "invalid", (*late, f"{LATE}{behind}, but nothing shows the server at its limit ({seen}): a generator "
+                              f"can be silent longer than its largest burst shows")
