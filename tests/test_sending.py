@@ -240,13 +240,13 @@ def test_a_server_that_starved_httperf_fails_on_the_evidence_of_its_limit():
     assert judge_rate(4, behind, 100, **IDLE["plan"]).verdict == "invalid"
 
 
-@pytest.mark.parametrize("burst", [13, 10, 9, 7, 5, 2])
+@pytest.mark.parametrize("burst", [13, 10, 9, 7, 5, 4])
 def test_an_idle_replica_beside_a_starved_httperf_is_never_failed(burst):
     """The repo's one real starved run (an idle replica, httperf with 2.7% of a core, 11 replies
-    behind), whatever burst httperf printed: the burst is only a lower bound on its silence, and
-    nothing of the server's shows it at its limit, so both verdicts say not judged, never failed
-    (13 and 10 by the burst's own account: 11 behind within 12 or 9 held back and 2; the others for
-    want of evidence). A burst of 1 says httperf was never late: the rule judges the server."""
+    behind), whatever burst beyond the allowance httperf printed (4 or more at 4/s): the burst is
+    only a lower bound on its silence, and nothing of the server's shows it at its limit, so both
+    verdicts say not judged, never failed (13 and 10 by the burst's own account: 11 behind within
+    12 or 9 held back and 2; the others for want of evidence)."""
     parsed = summary(**STARVED | {"burst": f"Maximum connect burst length: {burst}"})
     for figures in (IDLE["plan"], {}):
         judged = judge_rate(4, parsed, 100, **figures)
@@ -259,6 +259,18 @@ def test_an_idle_replica_beside_a_starved_httperf_is_never_failed(burst):
     # (at openloop's 95%, 9 and more: its allowance is 3 behind, plan's 2)
     assert judge_rate(4, parsed, 100, **AT_ITS_LIMIT).verdict == ("invalid" if burst >= 10 else "fail")
     assert judge_step(4, parsed, **all_httperf_left(parsed))[0] == ("invalid" if burst >= 9 else "fail")
+
+
+@pytest.mark.parametrize("burst", [1, 2, 3])
+def test_a_burst_within_the_allowance_leaves_the_step_to_the_verdicts_rule(burst):
+    """A burst within the allowance (3 or less at 4/s) is no sign of lateness: the same 11 replies
+    behind fail the step by the verdict's own rule, idle figures or not (so that openloop, without a
+    busy-thread figure, still finds the knee of a server held back by what its CPU does not show;
+    the price, a generator starved in short silences, is written in bench.load.sending)."""
+    parsed = summary(**STARVED | {"burst": f"Maximum connect burst length: {burst}"})
+    assert sending.judge_late(4, parsed, KEPT_UP, {}) is None
+    assert judge_rate(4, parsed, 100, **IDLE["plan"]).verdict == "fail"
+    assert judge_step(4, parsed, **IDLE["openloop"])[0] == "fail"
 
 
 def test_at_its_limit_is_what_the_analysis_calls_saturated():
