@@ -535,7 +535,7 @@ def test_cells_of_servers_without_a_stats_server_record_no_inflight(tmp_path):
         closed = f"127.0.0.1:{s.getsockname()[1]}"
     runner = LiveRunner(None, tmp_path, {}, duration=0.2, warmup=1, timeout=1, inflight_hz=50)
     for layout in (SimpleNamespace(stats_address=closed, has_stats=False), SimpleNamespace(stats_address=closed)):
-        load = SimpleNamespace(started=time.monotonic())
         with runner._inflight_sampler(layout) as sampler:
+            load = SimpleNamespace(started=time.monotonic())
             time.sleep(0.1)
         assert runner._inflight_record(sampler, load) == {}
