@@ -412,13 +412,21 @@ def test_sampler_says_when_reads_start_failing(tmp_path):
 
 def test_sampler_counts_the_ticks_a_late_answer_skipped(tmp_path):
     """The second read takes 0.23 s at 20 Hz: it spans at least 4 ticks' starts, which the sampler
-    skips (keeping its schedule) and the next sample counts; the summary adds them up."""
+    skips (keeping its schedule) and the next sample counts. Against the clock: the first read is
+    at tick 0 and each read starts at or after its tick, so the last sample's time bounds the
+    ticks there were: samples and missed together are those ticks, or one fewer when the last
+    read (its wake-up and answer) ran past a tick's start; no more."""
+    interval = 0.05
     path = str(tmp_path / "stats.sock")
     thread = serve_once(path, [json.dumps(STATS_DOC).encode()] * 3, delays={1: 0.23})
-    sampler = sampled_until_failing(path, thread, 0.05)
+    sampler = sampled_until_failing(path, thread, interval)
     first, _, after_late = sampler.samples
-    assert first.missed == 0 and after_late.missed >= 4, [s.missed for s in sampler.samples]
-    assert inflight_summary(sampler.samples)["missed"] == sum(s.missed for s in sampler.samples[1:])
+    ticks_by_clock = int(after_late.t / interval) + 1  # ticks 0 .. the one at or before the last sample
+    missed = [s.missed for s in sampler.samples]
+    assert first.missed == 0 and 4 <= after_late.missed <= ticks_by_clock - 3, (missed, after_late.t)
+    summary = inflight_summary(sampler.samples)
+    assert summary["samples"] == 3, summary
+    assert ticks_by_clock - 1 <= summary["samples"] + summary["missed"] <= ticks_by_clock, (missed, after_late.t)
 
 
 def test_unix_listen_queue_and_holder_from_the_kernel(tmp_path):

@@ -157,6 +157,24 @@ def test_thin_p99_is_flagged_with_the_duration_to_use():
     assert not pooled_tails(enough).thin
 
 
+def test_sparse_in_flight_samples_are_flagged():
+    """A cell whose sampler missed more ticks than it sampled (18 of 80 answered, as at load 15 on 2
+    cores) gets one warning naming it; 40 of 80 (missed == samples) is not sparse."""
+    rng = np.random.default_rng(7)
+
+    def with_inflight(layout, repeat, samples, missed):
+        cell = synthetic_cell(layout, repeat, lognormal_histogram(rng, 400))
+        return replace(cell, inflight={"samples": samples, "missed": missed, "pileup": 0.5,
+                                       "workers": {"1": {"0": 0.5, "1": 0.5}}})
+
+    ok = [with_inflight("even", r, 40, 40) for r in (1, 2, 3)]
+    (note,) = [w for w in warnings(Results(environment={}, arguments={}, workload={},
+                                           cells=(*ok, with_inflight("late", 1, 18, 62)))) if "sparse" in w]
+    assert note.startswith("1 of 4 cells' in-flight samples are sparse") and "late at 4 connections, 18 of 80" in note
+    assert not [w for w in warnings(Results(environment={}, arguments={}, workload={}, cells=tuple(ok)))
+                if "sparse" in w]
+
+
 # ------------------------------------------------------------------------------ pile-up from stats samples
 
 

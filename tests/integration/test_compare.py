@@ -17,7 +17,12 @@ import psutil
 import pytest
 
 from tests.test_cli import cli_in_process
+from uwsgi_layouts.bench.kinds.closedloop import LiveRunner
+from uwsgi_layouts.bench.kinds.closedloop import runners as closedloop_runners
+from uwsgi_layouts.bench.load.scenarios import SCENARIOS
+from uwsgi_layouts.bench.load.wrk import WrkProcess
 from uwsgi_layouts.bench.results import load
+from uwsgi_layouts.bench.stack import Lab
 from uwsgi_layouts.bench.summary import Summary
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -107,13 +112,14 @@ def test_smoke_stall_scenario_separates_stalled_clients(tmp_path):
 def test_cells_carry_histograms_and_in_flight_samples(tmp_path):
     """Pooled tails and the mechanism from a real run: each cell's histogram holds exactly wrk's
     requests (its phantom coordinated-omission samples removed), the in-flight sampler kept its
-    40-Hz schedule over the whole load (every tick a sample, or counted as missed: a late answer
-    skips ticks; a failed read is neither) and its samples span the load, and the report shows
-    the new figures. The article's request with fib(15) for fib(25): each
-    assertion is on what a cell records, none on a figure (the fib(25) request kept both cores busy
-    for the cells' whole time); pile-up is recorded here, not provoked. 2-s cells. How many ticks
-    the stats server answers in time is the machine's: at load 10-20 on 2 cores (8 test workers)
-    it answered 39 of 80 (47.7 ms apart), at load 15 with 6 CPU hogs 18 (117 ms apart)."""
+    40-Hz schedule over the whole load (every tick between its first and last sample a sample, or
+    counted as missed: a late answer skips ticks; a failed read's own tick is neither) and its
+    samples span the load, and the report shows the new figures. The article's request with
+    fib(15) for fib(25): each assertion is on what a cell records, none on a figure (the fib(25)
+    request kept both cores busy for the cells' whole time); pile-up is recorded here, not
+    provoked. 2-s cells. How many ticks the stats server answers in time is the machine's: at
+    load 10-20 on 2 cores (8 test workers) it answered 39 of 80 (47.7 ms apart), at load 15 with
+    6 CPU hogs 18 (117 ms apart)."""
     out = tmp_path / "tails"
     proc = compare(out, "--layouts", "2x4-shared,2x4-mapped", "--concurrency", "4", "--duration", "2",
                    "--key-duration", "2", "--scenario", "article", "--fib", "15", "--inflight-hz", "40", "--full")
@@ -127,15 +133,21 @@ def test_cells_carry_histograms_and_in_flight_samples(tmp_path):
         top_ms = cell["latency_ms"]["max"]
         assert abs(latencies[-1] / 1000 - top_ms) <= 0.005 * top_ms + 0.001  # the walk saw wrk's slowest request
         inflight = cell["inflight"]
-        # The schedule kept over the load: samples and missed ticks make the 40 a second asked,
-        # within a tenth (a late answer at either end of the window); a sampler that drifted
-        # instead of skipping, or whose reads failed, falls short by the samples it lacks.
-        ticks = 40 * cell["duration_s"]
-        assert abs(inflight["samples"] + inflight["missed"] - ticks) <= ticks / 10, inflight
+        # The schedule kept: samples and missed ticks are, by the sampler's own count, every tick
+        # between the first and the last read; the samples' times, an independent clock, say how
+        # many 25-ms ticks that was (span / 25 ms + 1). A sampler that drifted instead of skipping,
+        # ran at another rate or undercounted what it skipped, falls short by many ticks. Within 1
+        # tick, plus one mean spacing of the samples: a sample's time is when its answer came, and
+        # the first and the last answer can be late by different amounts (a failed read's own tick
+        # is counted by neither).
+        span_ms = inflight["interval_ms"] * (inflight["samples"] - 1)
+        ticks_by_clock = span_ms / 25 + 1
+        slack = 1 + inflight["interval_ms"] / 25
+        assert abs(inflight["samples"] + inflight["missed"] - ticks_by_clock) <= slack, inflight
         # Spread over the whole load (the first and last sample at most a few ticks from its ends),
         # and enough of them for a share to the nearest tenth. How many of the 80 ticks the stats
         # server answers in time is the machine's: 80 on a quiet one, 39 at load 10-20, 18 at load 15.
-        assert inflight["interval_ms"] * (inflight["samples"] - 1) >= 750 * cell["duration_s"], inflight
+        assert span_ms >= 750 * cell["duration_s"], inflight
         assert inflight["samples"] >= 10, inflight
         assert inflight["threads"] == 4 and set(inflight["workers"]) == {"1", "2"}
         assert 0 <= inflight["pileup"] <= 1
@@ -148,6 +160,29 @@ def test_cells_carry_histograms_and_in_flight_samples(tmp_path):
     assert "## Requests in flight per worker (the mechanism)" in (out / "report.md").read_text()
     assert (out / "inflight.png").stat().st_size > 0
     assert "pile-up" in proc.stdout
+
+
+def test_a_cells_wrk_is_stopped_when_the_next_one_cannot_start(tmp_path, monkeypatch, run_dirs, free_ports):
+    """A stall cell starts the healthy clients' wrk, then the stalled clients' own: when that second
+    one cannot start (a missing binary, forced here in front of a real wrk on a real stack), the
+    first is killed and reaped before the error leaves the cell, not left loading the stack for
+    its 5 s."""
+    first: list[WrkProcess] = []
+
+    def the_second_cannot_start(*args, **kwargs) -> WrkProcess:
+        if first:
+            raise FileNotFoundError(2, "No such file or directory", "wrk")
+        first.append(WrkProcess(*args, **kwargs))
+        return first[0]
+
+    monkeypatch.setattr(closedloop_runners, "WrkProcess", the_second_cannot_start)
+    scenario = SCENARIOS["stall"].resolved(2)
+    assert scenario.stall.clients  # the stalled clients get a wrk of their own
+    with Lab(new_dir=run_dirs, free_ports=free_ports) as lab, lab.stack("1x2-mapped") as stack:
+        runner = LiveRunner(lab, tmp_path, {"stall": scenario}, duration=5, warmup=1, timeout=5, inflight_hz=0)
+        with pytest.raises(FileNotFoundError):
+            runner.measure(stack, stack.layout, scenario, 2, 1, 10.0)
+        assert first and first[0].proc.returncode is not None, "the first wrk is still running"
 
 
 def test_peers_in_the_same_cells_as_uwsgi(tmp_path):

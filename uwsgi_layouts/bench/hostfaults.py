@@ -34,6 +34,10 @@ from uwsgi_layouts.bench.results import FaultRecord
 from uwsgi_layouts.bench.stack import Lab
 from uwsgi_layouts.deploy.model import StackError
 
+# "The other hosts keep serving": their rate while one host is down, as a share of their own rate
+# just before (why 40%: at the check).
+SURVIVOR_SHARE = 0.4
+
 
 @contextlib.contextmanager
 def host_samplers(stack, interval: float = 0.1):
@@ -147,13 +151,12 @@ def _host_outage(lab: Lab, name: str, spec: str, fail, restore, duration: float,
         timeline = per_second(samplers, t_fail - 1.0, t_end - 0.2)
         served_before = served(samplers, t_fail - 1.0, t_fail)
         before = sum(served_before.values())
-        # What the other hosts served in that second: the victim's share of the earlier rate goes
-        # with it, and its sockets hold connections meanwhile (its T in flight until it is back,
-        # max_fails connect timeouts per socket), so on a machine with no CPU to spare the others
-        # do not speed up and ~half of the total is what to expect of them even when all is well.
+        # The other hosts are judged on their own: the victim's share of the earlier rate leaves
+        # with it, and whatever it still completes while cut off is not theirs.
         survivors_before = sum(n for h, n in served_before.items() if h != victim)
         outage = served(samplers, t_fail + 0.2, t_restore)
-        outage_rps = sum(outage.values()) / max(0.1, t_restore - t_fail - 0.2)
+        survivors_outage = {h: n for h, n in outage.items() if h != victim}
+        survivors_outage_rps = sum(survivors_outage.values()) / max(0.1, t_restore - t_fail - 0.2)
         after_from = t_ready + (back_after or 0) + 0.2
         after = served(samplers, after_from, t_end - 0.2) if t_end - 0.2 > after_from + 0.5 else {}
         log = access_log(stack)
@@ -171,10 +174,12 @@ def _host_outage(lab: Lab, name: str, spec: str, fail, restore, duration: float,
         load=f"wrk -c{connections} GET {duration:g} s; host {victim} down {down_s:g} s",
         faults_injected=1, requests_sent=sent_requests(run), requests_failed=failed, data_lost=0,
         notes=(
-            f"throughput: {before:.0f} req/s in the second before, {outage_rps:.0f} req/s while {victim} was "
-            f"down (served by {', '.join(h for h, n in outage.items() if n) or 'nobody'}), "
-            f"{victim} served again {back_after:.2f} s after it was back" if back_after is not None else
-            f"{victim} served nothing in the {t_end - t_ready:.1f} s after it was back",
+            f"throughput: {before:.0f} req/s in the second before ({survivors_before:.0f} from the other hosts), "
+            f"{survivors_outage_rps:.0f} req/s from the other hosts while {victim} was down (served by "
+            f"{', '.join(h for h, n in survivors_outage.items() if n) or 'none of them'}; {victim} itself completed "
+            f"{outage.get(victim, 0)}), "
+            + (f"{victim} served again {back_after:.2f} s after it was back" if back_after is not None else
+               f"{victim} served nothing in the {t_end - t_ready:.1f} s after it was back"),
             f"nginx retried {len(retried)} request(s) on another server ({refused} refused connects); "
             f"{len(slow)} request(s) took >= connect_timeout ({layout.connect_timeout} s), {slow_after} of them "
             f"started after the fault (the others were in flight on {victim}); wrk p99 "
@@ -185,14 +190,21 @@ def _host_outage(lab: Lab, name: str, spec: str, fail, restore, duration: float,
             check(f"failed GETs at most those in flight on {victim} (<= {in_flight_bound})",
                    failed <= in_flight_bound, f"{failed} failed ({_classes(run)})"),
             check("0 failed GETs (in-flight GETs are retried too)", failed == 0, f"{failed} failed"),
-            check("the other hosts keep serving (> 30% of their own rate before)",
-                  outage_rps > 0.3 * survivors_before,
-                  f"{outage_rps:.0f} vs {survivors_before:.0f} req/s (all hosts: {before:.0f})"),
+            # 40%, not more: the survivors need not speed up to take the victim's share, they can
+            # slow down (wrk's closed-loop connections held by the victim, its requests in flight
+            # and connect timeouts on its sockets, send nothing to them meanwhile, and a loaded
+            # machine has no CPU to spare): a failing run on a loaded machine measured 44 req/s
+            # from the survivor against its own ~95 before (46%). A host that stopped serving, or
+            # lost more than 60% of its own rate, fails.
+            check(f"the other hosts keep serving (> {SURVIVOR_SHARE:.0%} of their own rate before)",
+                  survivors_outage_rps > SURVIVOR_SHARE * survivors_before,
+                  f"{survivors_outage_rps:.0f} vs {survivors_before:.0f} req/s (all hosts: {before:.0f})"),
             check(f"{victim} gets traffic again once back", back_after is not None,
                    f"after {back_after:.2f} s" if back_after is not None else "no request"),
         ),
-        figures={"before_rps": before, "survivors_before_rps": survivors_before, "outage_rps": outage_rps,
-                 "back_after_s": back_after, "after_share": after_share, "failed": failed, "retried": len(retried),
+        figures={"before_rps": before, "survivors_before_rps": survivors_before,
+                 "survivors_outage_rps": survivors_outage_rps, "back_after_s": back_after,
+                 "after_share": after_share, "failed": failed, "retried": len(retried),
                  "slow": len(slow), "slow_after_fault": slow_after, "refused": refused, "down_s": down_s,
                  "p99_ms": run.latency_ms.p99, "max_ms": run.latency_ms.max, "requests": run.requests,
                  "max_fails": layout.max_fails, "fail_timeout": layout.fail_timeout, "retries": layout.retries,

@@ -58,6 +58,22 @@ def unpaired_note(results: Results) -> str:
     return ""
 
 
+def sparse_inflight_note(results: Results) -> str:
+    """One line when some cell's in-flight sampler missed more ticks than it sampled (``inflight``'s
+    ``missed`` above its ``samples``: the stats server answered fewer than half the reads asked, a
+    busy machine or a late uWSGI master), else "". Its pile-up and in-flight shares still stand for
+    the whole load (the samples stay evenly spread), on fewer samples than asked."""
+    sparse = [c for c in results.cells if c.inflight.get("missed", 0) > c.inflight.get("samples", 0)]
+    if not sparse:
+        return ""
+    worst = max(sparse, key=lambda c: c.inflight["missed"] / c.inflight["samples"])
+    sampled, missed = worst.inflight["samples"], worst.inflight["missed"]
+    return (f"{len(sparse)} of {len(results.cells)} cells' in-flight samples are sparse (the stats server "
+            f"answered fewer than half the reads asked; worst: {worst.layout} at {worst.concurrency} connections, "
+            f"{sampled} of {sampled + missed}): their pile-up and in-flight shares rest on fewer samples than asked; "
+            "rerun on a quieter machine or with a lower --inflight-hz.")
+
+
 def warnings(results: Results) -> list[str]:
     """Advice the reader should act on, pyperf style: what is wrong and what to do."""
     out = machine_cautions(results.environment)
@@ -90,6 +106,9 @@ def warnings(results: Results) -> list[str]:
             + (f" ({slowest.scenario})" if len(results.scenarios) > 1 else "") + ": "
             + f"{tail_advice(slowest, duration if isinstance(duration, (int, float)) else None)}."
         )
+    sparse = sparse_inflight_note(results)
+    if sparse:
+        out.append(sparse)
     errors = sum(g.errors for g in groups)
     if errors:
         out.append(f"{errors} requests failed (see the errors column): figures of cells with errors are suspect.")

@@ -43,7 +43,8 @@ class Sample:
     # (``listen_queue_errors``: TCP sockets, read once a second; this service only, unlike the kernel's).
     queue_errors: int = 0
     # Ticks of the sampler's schedule that passed with no read since the previous sample (a read,
-    # or the thread's wake-up, ran past them: a late stats server or a busy machine).
+    # failed or not, or the thread's wake-up, ran past them: a late stats server or a busy
+    # machine); a failed read's own tick is not among them.
     missed: int = 0
 
 
@@ -169,9 +170,11 @@ def inflight_summary(samples: list[Sample], t_from: float = 0.0, t_to: float = m
     load's own window): {} without samples (no stats server). Keys:
 
     * ``samples``: how many; ``interval_ms``: the mean time between them; ``missed``: the ticks of
-      the sampler's schedule between the first and the last sample that passed without a read (a
-      late stats server, a busy machine): with the samples, every tick of that stretch (a failed
-      read is neither);
+      the sampler's schedule between the first and the last sample that passed while a read was
+      still running or the thread was kept from waking (a late stats server, a busy machine): with
+      the samples, every tick of that stretch but the failed reads' own (a failed read's tick is
+      neither a sample nor missed; the ticks that pass during its timeout are missed, carried by
+      the next sample);
     * ``workers``: per worker id, the share of samples at each in-flight count (the share of time,
       samples being evenly spread): ``{"1": {"0": 0.2, "1": 0.5, "2": 0.3}, ...}``;
     * ``pileup``: the share of samples in which some worker had 2 or more requests in flight

@@ -292,22 +292,29 @@ class LiveRunner:
         rusage = resource.getrusage(resource.RUSAGE_CHILDREN)
         # The sampler first: started after wrk, its thread's start and first read (a good part of a
         # second on a busy machine) left the load's first moments out of the in-flight record.
-        with self._inflight_sampler(layout) as sampler:
+        with self._inflight_sampler(layout) as sampler, ExitStack() as stopping:
+            # Each wrk stopped and reaped on every way out from the moment it runs: a later one that
+            # cannot start, or the spread sampler raising, must not leave it loading the stack.
+            loads: list[WrkProcess] = []
+
+            def started(load: WrkProcess) -> None:
+                stopping.callback(load.stop)
+                loads.append(load)
+
             if stall and stall.fraction:
                 script = fraction_script(script_dir, f"/?{scenario.workload.query}", f"/?{stall.query}",
                                          stall.fraction)
-                loads = [WrkProcess(healthy_url, level, self.duration,
-                                    timeout_s=self.timeout + stall.wait_ms / 1000, script=script)]
+                started(WrkProcess(healthy_url, level, self.duration,
+                                   timeout_s=self.timeout + stall.wait_ms / 1000, script=script))
             else:
-                loads = [self.main_load(layout, scenario, level, self.duration, seed=repeat)]
+                started(self.main_load(layout, scenario, level, self.duration, seed=repeat))
             if stall and stall.clients:
                 # Stalled clients in their own wrk, so their latencies don't mix with the healthy ones.
-                loads.append(WrkProcess(f"{layout.url}?{stall.query}", stall.clients, self.duration,
-                                        timeout_s=self.timeout + stall.wait_ms / 1000))
+                started(WrkProcess(f"{layout.url}?{stall.query}", stall.clients, self.duration,
+                                   timeout_s=self.timeout + stall.wait_ms / 1000))
             if files is not None and files.hot_clients:
                 # The hot-file clients in their own wrk too: their latencies are the figure of interest.
-                loads.append(WrkProcess(self.hot_url(layout), files.hot_clients, self.duration,
-                                        timeout_s=self.timeout))
+                started(WrkProcess(self.hot_url(layout), files.hot_clients, self.duration, timeout_s=self.timeout))
             conns = self._sample_spread(stack, layout, loads) if workers else []
             runs, wrk_cpu = run_wrks(*loads, rusage_before=rusage)
         inflight = self._inflight_record(sampler, loads[0])
