@@ -186,9 +186,12 @@ def judge_rate(rate: float, parsed: dict, requests_logged: int, busy_ratio: floa
     expected = len(steady) * SAMPLE_S * rate
     kept_up = round(replies / expected, 4) if steady else None
     # httperf sent late and the server answered all it was sent: the one rule for both verdicts
-    # (bench.load.sending.judge_late), with the replica's figures as the evidence of its limit
-    judged = judge_late(rate, parsed, KEPT_UP, {"busy threads": busy_ratio, "CPU quota used": cpu_share,
-                                                "CFS periods throttled": throttled_share}) if answered else None
+    # (bench.load.sending.judge_late), with the replica's figures over the step as the evidence of
+    # its limit. Not the throttled share: the kernel counts only the CFS periods in which the
+    # replica ran, so a replica idle most of the step is throttled in nearly all of them when a late
+    # generator's burst takes it above its quota; the quota used already says whether it used it.
+    judged = judge_late(rate, parsed, KEPT_UP, {"busy threads": busy_ratio, "CPU quota used": cpu_share}) \
+        if answered else None
     if judged is not None:
         verdict, reasons = judged
         return Judgement(verdict, reasons, 0, kept_up if verdict == "fail" else None)

@@ -193,9 +193,10 @@ def _host_outage(lab: Lab, name: str, spec: str, fail, restore, duration: float,
             # 40%, not more: the survivors need not speed up to take the victim's share, they can
             # slow down (wrk's closed-loop connections held by the victim, its requests in flight
             # and connect timeouts on its sockets, send nothing to them meanwhile, and a loaded
-            # machine has no CPU to spare): a failing run on a loaded machine measured 44 req/s
-            # from the survivor against its own ~95 before (46%). A host that stopped serving, or
-            # lost more than 60% of its own rate, fails.
+            # machine has no CPU to spare): a run on a loaded machine, failed by the rule before
+            # this one (against all hosts' rate), measured 44 req/s from the survivor against its
+            # own ~95 before (46%), a healthy survivor. A host that stopped serving, or lost more
+            # than 60% of its own rate, fails.
             check(f"the other hosts keep serving (> {SURVIVOR_SHARE:.0%} of their own rate before)",
                   survivors_outage_rps > SURVIVOR_SHARE * survivors_before,
                   f"{survivors_outage_rps:.0f} vs {survivors_before:.0f} req/s (all hosts: {before:.0f})"),

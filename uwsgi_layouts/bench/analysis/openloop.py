@@ -15,23 +15,27 @@ MIN_RATE_OF_TARGET = 0.95  # ... and its lowest steady reply-rate sample at leas
 
 
 def cpu_of_what_was_left(parsed: dict, server_cpu_cores: float | None, cores: float | None,
-                         quota: float | None = None) -> float | None:
-    """The stack's CPU over a step as a share of what it could use: the host's ``cores`` less
-    httperf's own CPU (from its summary: the two share the host), or the stack's CPU ``quota`` when
-    that is less; None when its CPU or the host's cores are not known."""
-    if server_cpu_cores is None or cores is None:
-        return None
-    left = cores - (parsed.get("client_cpu_pct") or 0) / 100
-    if quota is not None:
-        left = min(left, quota)
-    return server_cpu_cores / left if left > 0 else None
+                         quota: float | None = None, app_cpu_cores: float | None = None) -> float | None:
+    """The stack's CPU over a step as a share of what it could use, the larger of two: the stack's
+    (app and nginx) over the host's ``cores`` less httperf's own CPU (from its summary: they share
+    the host), and the app's alone over its CPU ``quota`` (which nginx's CPU is not under); None
+    when neither is known."""
+    shares = []
+    if server_cpu_cores is not None and cores is not None:
+        left = cores - (parsed.get("client_cpu_pct") or 0) / 100
+        if left > 0:
+            shares.append(server_cpu_cores / left)
+    if quota and app_cpu_cores is not None:
+        shares.append(app_cpu_cores / quota)
+    return max(shares) if shares else None
 
 
 def judge_step(rate: float, parsed: dict, server_cpu_cores: float | None = None, cores: float | None = None,
-               quota: float | None = None) -> tuple[str, list[str]]:
+               quota: float | None = None, app_cpu_cores: float | None = None) -> tuple[str, list[str]]:
     """("pass" | "fail" | "invalid", reasons) for one open-loop step at ``rate`` from httperf's
     parsed summary (see bench.kinds.openloop), the stack's CPU over the step (in cores), the host's
-    cores and the stack's CPU quota (None: none, or not known; ``cpu_of_what_was_left``)."""
+    cores, the stack's CPU quota and its app's CPU over the step (None: none, or not known;
+    ``cpu_of_what_was_left``)."""
     e = parsed["errors"]
     client = {k: e[k] for k in CLIENT_ERRORS if e[k]}
     if client:
@@ -44,7 +48,8 @@ def judge_step(rate: float, parsed: dict, server_cpu_cores: float | None = None,
         # for both verdicts (bench.load.sending.judge_late); the evidence of the server's limit is
         # its CPU against what httperf left it. An error or a lost reply is the server's anyway.
         judged = judge_late(rate, parsed, MIN_RATE_OF_TARGET,
-                            {"CPU of what httperf left": cpu_of_what_was_left(parsed, server_cpu_cores, cores, quota)})
+                            {"CPU of what httperf left": cpu_of_what_was_left(parsed, server_cpu_cores, cores, quota,
+                                                                               app_cpu_cores)})
         if judged is not None:
             return judged[0], list(judged[1])
     reasons = []

@@ -183,19 +183,21 @@ def measure(a: _Args, lab: Lab, raw: Path, steps: list[Step], on_step=print, tra
         for rate in a.rates:
             cmd = httperf.command(layout.listen_port, a.path, rate, a.step, a.timeout, nice=a.client_nice, wlog=wlog,
                                   headers=headers)
-            cpu0 = tree_cpu_seconds(stack.pids["app"]) + tree_cpu_seconds(stack.pids["nginx"])
+            # every app member's (replicas, hosts), and nginx's apart: the quota covers the app only
+            app0, nginx0 = sum(tree_cpu_seconds(p) for p in stack.app_pids), tree_cpu_seconds(stack.pids["nginx"])
             with placed(layout) as place:
                 text = httperf.run(cmd, a.step * 2 + a.timeout + 30, place.join_files)
-            cpu1 = tree_cpu_seconds(stack.pids["app"]) + tree_cpu_seconds(stack.pids["nginx"])
+            app1, nginx1 = sum(tree_cpu_seconds(p) for p in stack.app_pids), tree_cpu_seconds(stack.pids["nginx"])
             stack.check_alive()
             name = f"step-{rate:g}.txt"
             (raw / name).write_text(text)
             parsed = httperf.parse(text)
             seconds = parsed["test_duration_s"]
-            cores = (cpu1 - cpu0) / seconds if seconds else 0.0
+            app_cores = (app1 - app0) / seconds if seconds else 0.0
+            cores = app_cores + ((nginx1 - nginx0) / seconds if seconds else 0.0)
             # the stack's CPU against what it could have had says whether it was the limit when
             # httperf sent late (bench.load.sending.judge_late)
-            verdict, reasons = judge_step(rate, parsed, cores, usable_cpus(), total_limits(layout)[0])
+            verdict, reasons = judge_step(rate, parsed, cores, usable_cpus(), total_limits(layout)[0], app_cores)
             step = Step(rate=rate, num_conns=max(1, round(rate * a.step)), **parsed,
                         server_cpu_cores=cores,
                         verdict=verdict, reasons=tuple(reasons), raw_output=f"raw/{name}")

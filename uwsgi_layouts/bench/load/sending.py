@@ -63,9 +63,10 @@ LATE = "httperf sent late: "  # how every reason of ``shortfall`` begins (``star
 STARVED = "the load generator got too little CPU, not the server's limit"
 # A server figure at this share of its limit or above shows the server was the limit: the share
 # bench.analysis.mechanism calls saturated (SATURATED: every thread busy 90% of the time), read
-# here of the busy threads, of the CPU quota used, of the CFS periods throttled, or of the CPU
-# httperf left. One threshold for one meaning: at its limit for most of the step, not in a burst
-# (the queue a late generator sends at once keeps a server busy for a moment, not for 90% of a step).
+# here of the busy threads, of the CPU quota used, or of the CPU httperf left (never of the CFS
+# periods throttled: only those the server ran in are counted, see bench.capacity.judge_rate).
+# One threshold for one meaning: at its limit for most of the step, not in a burst (the queue a
+# late generator sends at once keeps a server busy for a moment, not for 90% of a step).
 AT_LIMIT = 0.9
 
 
