@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from uwsgi_layouts.bench.analysis import SATURATED, judge_step
-from uwsgi_layouts.bench.analysis.openloop import MIN_RATE_OF_TARGET, cpu_of_what_was_left
+from uwsgi_layouts.bench.analysis.openloop import MIN_RATE_OF_TARGET, cpu_of_what_was_left, quota_used
 from uwsgi_layouts.bench.capacity import EDGE_REPLIES, KEPT_UP, SAMPLE_S, PlanError, RateStep, judge_rate, make_plan
 from uwsgi_layouts.bench.kinds.plan import LATE_RETRIES, Offered, check_verdict, until_judged
 from uwsgi_layouts.bench.load import httperf, sending
@@ -283,10 +283,14 @@ def test_at_its_limit_is_what_the_analysis_calls_saturated():
     # openloop's: the stack's CPU over the host's cores less httperf's own, or over its quota when less
     parsed = summary(**STARVED)  # httperf had 2.7% of a core
     assert cpu_of_what_was_left(parsed, 1.8, 2) == pytest.approx(1.8 / 1.973)
-    assert cpu_of_what_was_left(parsed, 0.45, 2, quota=0.5, app_cpu_cores=0.45) == pytest.approx(0.9)
     # nginx's CPU is not under the app's quota: the app's alone is held to it
-    assert cpu_of_what_was_left(parsed, 0.6, 2, quota=0.5, app_cpu_cores=0.3) == pytest.approx(0.3 / 0.5)
-    assert cpu_of_what_was_left(parsed, None, None, quota=0.5, app_cpu_cores=0.3) == pytest.approx(0.6)
+    assert quota_used(0.45, 0.5) == pytest.approx(0.9) and quota_used(0.45, None) is None
+    assert quota_used(None, 0.5) is None
+    # a step failed on its quota: the app at 96% of its half CPU, the stack far from the host's cores
+    failing = summary(FAILING.read_text(), **SERVER_STARVED_HTTPERF)
+    verdict, reasons = judge_step(30, failing, server_cpu_cores=0.6, cores=2, quota=0.5, app_cpu_cores=0.48)
+    assert verdict == "fail" and reasons[-1].endswith("the server was at its limit (CPU quota used 96%)"), reasons
+    assert judge_step(30, failing, server_cpu_cores=0.6, cores=2, quota=0.5, app_cpu_cores=0.2)[0] == "invalid"
     assert cpu_of_what_was_left(parsed, None, 2) is None and cpu_of_what_was_left(parsed, 1.0, None) is None
 
 
@@ -382,7 +386,7 @@ def test_plan_offers_a_rate_again_while_httperf_sent_late():
     assert RateStep.from_dict({"rate": 6, "verdict": "pass", "p99_ms": 1.0}).late_tries == 0  # older plan.json
 
 
-@pytest.mark.parametrize("burst", [13, 7, 4])
+@pytest.mark.parametrize("burst", [9, 7, 4])
 def test_throttled_periods_are_no_evidence_of_a_limit(burst):
     """The kernel counts only the CFS periods a replica ran in: a replica idle most of the step and
     throttled in nearly every period it ran (a late generator's burst above its quota) is not at

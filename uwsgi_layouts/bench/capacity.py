@@ -38,8 +38,8 @@ Here:
   step is invalid when the lateness accounts for the whole shortfall (the server held to what it
   was sent, short by at most the rule's allowance plus what httperf's largest burst held back),
   and further behind it fails only when the replica's own figures over the step show it at its
-  limit (its threads busy, its CPU quota used or throttled: ``RateStep``'s busy_ratio, cpu_share,
-  throttled_share); without that evidence it is invalid, since a generator can be silent longer
+  limit (its threads busy or its CPU quota used: ``RateStep``'s busy_ratio and cpu_share; not its
+  throttled share, see ``judge_rate``); without that evidence it is invalid, since a generator can be silent longer
   than its largest burst shows. An error or an unanswered request is the server's whatever the
   generator did: the step fails.
 """
@@ -170,8 +170,9 @@ def judge_rate(rate: float, parsed: dict, requests_logged: int, busy_ratio: floa
     """The verdict of one step at ``rate`` req/s (all replicas together) from httperf's parsed
     summary (``bench.load.httperf.parse``, with its per-sample reply rates), the number of this
     step's requests nginx logged and the replicas' own figures over the step (``RateStep``'s: None
-    when not measured), which say whether they were at their limit when httperf sent late. See the
-    module's docstring for why each part."""
+    when not measured), which say whether they were at their limit when httperf sent late
+    (``throttled_share`` is taken with them but is no such evidence: see the comment below). See
+    the module's docstring for why each part."""
     e = parsed["errors"]
     client = {k: e[k] for k in CLIENT_ERRORS if e.get(k)}
     if client:

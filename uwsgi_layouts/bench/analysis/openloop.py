@@ -14,20 +14,19 @@ MIN_RATE_OF_TARGET = 0.95  # ... and its lowest steady reply-rate sample at leas
 # (httperf itself must have sent at least that share: bench.load.sending's share)
 
 
-def cpu_of_what_was_left(parsed: dict, server_cpu_cores: float | None, cores: float | None,
-                         quota: float | None = None, app_cpu_cores: float | None = None) -> float | None:
-    """The stack's CPU over a step as a share of what it could use, the larger of two: the stack's
-    (app and nginx) over the host's ``cores`` less httperf's own CPU (from its summary: they share
-    the host), and the app's alone over its CPU ``quota`` (which nginx's CPU is not under); None
-    when neither is known."""
-    shares = []
-    if server_cpu_cores is not None and cores is not None:
-        left = cores - (parsed.get("client_cpu_pct") or 0) / 100
-        if left > 0:
-            shares.append(server_cpu_cores / left)
-    if quota and app_cpu_cores is not None:
-        shares.append(app_cpu_cores / quota)
-    return max(shares) if shares else None
+def cpu_of_what_was_left(parsed: dict, server_cpu_cores: float | None, cores: float | None) -> float | None:
+    """The stack's CPU (app and nginx) over a step as a share of the host's ``cores`` less
+    httperf's own CPU (from its summary: they share the host); None when either is not known."""
+    if server_cpu_cores is None or cores is None:
+        return None
+    left = cores - (parsed.get("client_cpu_pct") or 0) / 100
+    return server_cpu_cores / left if left > 0 else None
+
+
+def quota_used(app_cpu_cores: float | None, quota: float | None) -> float | None:
+    """The app's CPU alone over a step as a share of its CPU ``quota`` (nginx is not under it);
+    None without a quota or the app's CPU."""
+    return app_cpu_cores / quota if quota and app_cpu_cores is not None else None
 
 
 def judge_step(rate: float, parsed: dict, server_cpu_cores: float | None = None, cores: float | None = None,
@@ -35,7 +34,7 @@ def judge_step(rate: float, parsed: dict, server_cpu_cores: float | None = None,
     """("pass" | "fail" | "invalid", reasons) for one open-loop step at ``rate`` from httperf's
     parsed summary (see bench.kinds.openloop), the stack's CPU over the step (in cores), the host's
     cores, the stack's CPU quota and its app's CPU over the step (None: none, or not known;
-    ``cpu_of_what_was_left``)."""
+    ``cpu_of_what_was_left``, ``quota_used``)."""
     e = parsed["errors"]
     client = {k: e[k] for k in CLIENT_ERRORS if e[k]}
     if client:
@@ -46,10 +45,11 @@ def judge_step(rate: float, parsed: dict, server_cpu_cores: float | None = None,
     if not server and not bad_status and parsed["replies"] >= parsed["requests"]:
         # httperf sent late and the server answered all it was sent without an error: the one rule
         # for both verdicts (bench.load.sending.judge_late); the evidence of the server's limit is
-        # its CPU against what httperf left it. An error or a lost reply is the server's anyway.
+        # the stack's CPU against what httperf left it, or the app's against its quota. An error or
+        # a lost reply is the server's anyway.
         judged = judge_late(rate, parsed, MIN_RATE_OF_TARGET,
-                            {"CPU of what httperf left": cpu_of_what_was_left(parsed, server_cpu_cores, cores, quota,
-                                                                               app_cpu_cores)})
+                            {"CPU of what httperf left": cpu_of_what_was_left(parsed, server_cpu_cores, cores),
+                             "CPU quota used": quota_used(app_cpu_cores, quota)})
         if judged is not None:
             return judged[0], list(judged[1])
     reasons = []

@@ -16,8 +16,8 @@ client timeouts, refused or reset connections); a client-side error (fd-unavail,
 the step **invalid**: the client, not the server, was the limit; so does httperf sending late
 (``bench.load.sending.judge_late``: too little CPU) when the server answered all it was sent
 without an error, unless it fell behind what it was sent beyond what httperf's largest burst held
-back **and** its CPU over the step was at its limit (90% of the host's cores less httperf's own,
-or of its quota): then it fails. The knee is the last rate
+back **and** its CPU over the step was at its limit (90%: the stack's of the host's cores less
+httperf's own, or the app's alone of its quota): then it fails. The knee is the last rate
 that passed before the first one that did not (stepping stops there unless ``--all``).
 
 httperf busy-polls: it keeps one core at ~100% whatever the rate. On a small machine that
@@ -183,7 +183,7 @@ def measure(a: _Args, lab: Lab, raw: Path, steps: list[Step], on_step=print, tra
         for rate in a.rates:
             cmd = httperf.command(layout.listen_port, a.path, rate, a.step, a.timeout, nice=a.client_nice, wlog=wlog,
                                   headers=headers)
-            # every app member's (replicas, hosts), and nginx's apart: the quota covers the app only
+            # every app member's (replicas), and nginx's apart: the quota covers the app only
             app0, nginx0 = sum(tree_cpu_seconds(p) for p in stack.app_pids), tree_cpu_seconds(stack.pids["nginx"])
             with placed(layout) as place:
                 text = httperf.run(cmd, a.step * 2 + a.timeout + 30, place.join_files)

@@ -16,8 +16,8 @@ up over every steady 5-s sample together, no server-side error) and meets the ta
 of that step's requests is within ``--p99-ms``. A step in which httperf sent late (too little CPU:
 ``bench.load.sending``) says nothing of the replica: the rate is offered again, at most
 ``LATE_RETRIES`` more times (``until_judged``), and a step still late is invalid, unless the
-replica fell behind what it was sent and its own figures show it at its limit (busy threads, CPU
-quota used or throttled: ``bench.load.sending.judge_late``), when it fails. The arithmetic
+replica fell behind what it was sent and its own figures show it at its limit (busy threads or
+CPU quota used: ``bench.load.sending.judge_late``), when it fails. The arithmetic
 is ``bench.capacity``'s: replicas = ceil(rate / (one replica's rate x headroom)) + spare, the
 autoscaler targets (CPU used / limit and busy threads / threads at the design rate) and the memory
 (PSS of one replica after load).

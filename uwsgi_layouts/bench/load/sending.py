@@ -40,7 +40,7 @@ bound below the share, or its largest burst beyond the allowance):
   accounts for the whole shortfall: **invalid**;
 - further behind, the step **fails** only with direct evidence that the server was its own limit
   (``at_limit``: a figure of the server's at ``AT_LIMIT`` of its limit: its threads busy, its
-  CPU quota used or throttled, or the CPU httperf left it used). Without it, the replies may have
+  CPU quota used, or its CPU against what httperf left it). Without it, the replies may have
   fallen behind a generator silent longer than its burst shows (a replica idle at 0.3% of its
   quota, beside an httperf with 2.7% of a core, 11 replies behind with a burst of 5): **invalid**,
   never a failure of the server. Every invalid reason of this kind begins ``LATE`` (``starved``).

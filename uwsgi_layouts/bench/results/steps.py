@@ -62,7 +62,7 @@ class Step:
     reply_rate: dict
     status: dict  # HTTP status class (1xx..5xx) -> replies
     errors: dict  # httperf's error counters, HTTPERF_ERRORS
-    server_cpu_cores: float  # uWSGI + nginx CPU seconds per second of the step
+    server_cpu_cores: float  # app server (every member) + nginx CPU seconds per second of the step
     verdict: str  # "pass", "fail" or "invalid" (the rule: bench.analysis.judge_step)
     reasons: tuple[str, ...] = ()
     raw_output: str = ""  # httperf's output, relative to the results directory
