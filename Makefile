@@ -144,7 +144,7 @@ watch: venv
 # but then plan's httperf, at the lowest CPU priority beside a quota-limited stack
 # (bench/load/generator.py), gets almost no CPU: plan offers such a step again, and calls it
 # invalid rather than the replica's failure unless the replica's own figures show it at its limit
-# (busy threads, CPU quota used or throttled: bench/load/sending.py), so its test took 255 s.
+# (busy threads or CPU quota used: bench/load/sending.py), so its test took 255 s.
 # loadgroup hands out one test at a time and keeps each xdist_group on one worker. At most 16.
 # TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= $(shell n=$$(( $$(nproc) * 2 )); echo $$(( n < 16 ? n : 16 )))
