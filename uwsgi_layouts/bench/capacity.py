@@ -51,7 +51,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from uwsgi_layouts.bench.load.httperf import CLIENT_ERRORS, SERVER_ERRORS
-from uwsgi_layouts.bench.load.sending import judge_late, starved, steady_samples
+
+# One figure each, shared with the late-generator rule: httperf's reply-rate sample (--verbose),
+# and the replies the two outer edges of consecutive samples can move in or out.
+from uwsgi_layouts.bench.load.sending import LAG_SLACK as EDGE_REPLIES
+from uwsgi_layouts.bench.load.sending import SAMPLE_S, judge_late, starved, steady_samples
 
 DEFAULT_HEADROOM = 0.8
 DEFAULT_SPARE = 1
@@ -68,9 +72,7 @@ MAX_BISECTIONS = 8
 MAX_STEPS = 20
 # The pass rule (see the module's docstring).
 MIN_REQUESTS = 200  # per replica and step
-SAMPLE_S = 5  # httperf's reply-rate sample
 KEPT_UP = 0.97  # steady replies / what the rate sends in those samples
-EDGE_REPLIES = 2  # replies the two outer edges of consecutive samples can move in or out
 
 
 class PlanError(ValueError):
@@ -166,12 +168,12 @@ class Judgement:
 
 
 def judge_rate(rate: float, parsed: dict, requests_logged: int, busy_ratio: float | None = None,
-               cpu_share: float | None = None, throttled_share: float | None = None) -> Judgement:
+               cpu_share: float | None = None) -> Judgement:
     """The verdict of one step at ``rate`` req/s (all replicas together) from httperf's parsed
     summary (``bench.load.httperf.parse``, with its per-sample reply rates), the number of this
     step's requests nginx logged and the replicas' own figures over the step (``RateStep``'s: None
     when not measured), which say whether they were at their limit when httperf sent late
-    (``throttled_share`` is taken with them but is no such evidence: see the comment below). See
+    (busy threads and CPU quota used; not the throttled share: see the comment below). See
     the module's docstring for why each part."""
     e = parsed["errors"]
     client = {k: e[k] for k in CLIENT_ERRORS if e.get(k)}

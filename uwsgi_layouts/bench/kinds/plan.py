@@ -379,8 +379,7 @@ def offer(stack: Stack, a: PlanArgs, load: Load, rate: float, raw: Path, name: s
     limit = limit_record(*total_limits(layout), before, after, t1 - t0)
     busy = busy_ratio(sampler) if sample else None
     # the replicas' own figures say whether they were at their limit when httperf sent late
-    judged = judge_rate(rate, parsed, len(times), busy_ratio=busy, cpu_share=limit.get("quota_share"),
-                        throttled_share=limit.get("throttled_share"))
+    judged = judge_rate(rate, parsed, len(times), busy_ratio=busy, cpu_share=limit.get("quota_share"))
     reasons = judged.reasons
     if not drained:
         reasons = (*reasons, f"started before the previous step's requests drained ({DRAIN_TIMEOUT_S:g} s)")
