@@ -29,7 +29,10 @@ from uwsgi_layouts.bench.analysis import (
     percentile_of,
     pool,
     pooled_tails,
+    requests_for_p99,
+    requests_to_quote,
     tail_advice,
+    tail_seconds,
     warnings,
 )
 from uwsgi_layouts.bench.load.wrk import (
@@ -155,6 +158,25 @@ def test_thin_p99_is_flagged_with_the_duration_to_use():
     assert any("rest on fewer than 10 slower requests" in w and "--duration 28" in w for w in warnings(r))
     enough = [synthetic_cell("x", r, lognormal_histogram(rng, 500)) for r in (1, 2, 3)]
     assert not pooled_tails(enough).thin
+
+
+def test_ties_at_the_p99_size_the_next_rounds_from_the_share_above_it():
+    # 1,200 pooled requests in coarse bins: the p99 (rank 1,188) falls in a bin of 12, and only the
+    # 6 slowest lie above it, so 1,200 requests were not enough and more are asked for
+    hist = ((100000, 1182), (120000, 12), (150000, 6))
+    cells = [synthetic_cell("x", r, tuple((v, c // 3) for v, c in hist), rps=20.0) for r in (1, 2, 3)]
+    (g,) = group_cells(Results(environment={}, arguments={}, workload={}, cells=tuple(cells)))
+    assert g.tails.requests == 1200 >= requests_for_p99() and g.tails.slower < MIN_SLOWER_REQUESTS
+    assert not g.p99_quotable
+    # 10 above at the share seen (6 in 1,200): 2,000 pooled, with 10% to spare, at 20 req/s
+    assert requests_to_quote(g) == 2000
+    assert tail_seconds(g) == pytest.approx((math.ceil(2000 * 1.1) - 1200) / 20.0)
+    assert "--duration 34 " in tail_advice(g)  # 2,000 over 3 repeats at 20 req/s
+    # without ties, 1,000 requests are the need, as before
+    rng = np.random.default_rng(5)
+    thin = [synthetic_cell("y", r, lognormal_histogram(rng, 60), rps=12.0) for r in (1, 2, 3)]
+    (h,) = group_cells(Results(environment={}, arguments={}, workload={}, cells=tuple(thin)))
+    assert requests_to_quote(h) == requests_for_p99()
 
 
 def test_sparse_in_flight_samples_are_flagged():

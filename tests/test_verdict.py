@@ -268,3 +268,17 @@ def test_the_headline_stays_short_with_thin_tails_and_every_line_in_use():
     assert "Tails: p99 not quotable (need 1,000 requests): P mapped 400, shared 400; 2P mapped 400, shared 400." in text
     assert "(looks at 3-9 rounds: interim 99.8%, final 96.2%)" in text and "straddles 1.25x" in text
     assert all(len(x) <= 100 for x in lines)
+
+
+def test_the_headline_marks_a_tail_that_pooled_enough_requests_yet_ties_at_its_p99():
+    """1,200 requests each, all in one latency bin: none lies above the p99, so more requests were
+    needed than the 1,000 the line names, and it says why."""
+    steady = [(1.3, 0.6)] * 8
+    r = results_of({2: steady, 4: steady})
+    r = replace(r, cells=tuple(replace(c, histogram=((int(c.latency_ms.p99 * 1000), 150),), requests=150)
+                               for c in r.cells))
+    lines = headline_lines(r, summarize(r), "results/20260101-120000-compare")
+    text = " ".join(" ".join(lines).split())
+    assert ("Tails: p99 not quotable (need 1,000 requests): P mapped 1,200 (ties at its p99), shared 1,200 "
+            "(ties at its p99); 2P mapped 1,200 (ties at its p99), shared 1,200 (ties at its p99).") in text
+    assert all(len(x) <= 100 for x in lines) and len(lines[2:]) <= 15

@@ -313,11 +313,8 @@ def test_the_verdicts_tails_get_rounds_sized_from_their_rates_once_the_claim_is_
         assert all(n >= 1000 for n in pooled.values()), pooled
         assert "every verdict cell's pooled p99 quotable" in shown
     else:
-        assert state["tails_stop"] in ("the budget ended", "3 rounds for the tails",
-                                       "every verdict cell pooled the requests a p99 needs (ties at some p99 leave it "
-                                       "unquotable)")
-        if state["tails_stop"].startswith("every verdict cell pooled"):  # ties: enough requests, not 10 above
-            assert all(n >= 1000 for n in pooled.values()), pooled
+        # ties at a p99 do not stop the rounds: they size the next one from the share above it
+        assert state["tails_stop"] in ("the budget ended", "3 rounds for the tails")
         assert "Tails: p99 not quotable (need 1,000 requests):" in shown
     # the claim is judged on its own rounds: every comparison of the verdict rests on those only
     report = (out / "report.txt").read_text()

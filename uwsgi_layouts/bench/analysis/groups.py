@@ -326,24 +326,34 @@ def requests_for_p99(slower: int = MIN_SLOWER_REQUESTS) -> int:
 TAILS_HEADROOM = 1.1
 
 
+def requests_to_quote(g: Group) -> int:
+    """The pooled requests ``g``'s p99 needs to be quotable: ``requests_for_p99()``, or, where it pooled
+    that many and ties at its p99 (latencies in 0.1-ms bins) still left fewer than MIN_SLOWER_REQUESTS
+    above it, as many as the share above it seen so far says (none above: ten times as many)."""
+    target = requests_for_p99()
+    if g.tails is not None and g.tails.pooled and g.tails.requests >= target:
+        return max(target, math.ceil(MIN_SLOWER_REQUESTS * g.tails.requests / max(g.tails.slower, 1)))
+    return target
+
+
 def tail_seconds(g: Group, more_requests: float = 0.0) -> float:
     """Seconds more of ``g``'s cells, at its median rate, until its pooled p99 is quotable (``TAILS_HEADROOM``
-    x ``requests_for_p99()`` pooled requests); 0 when it is, inf when it served nothing to measure a rate by.
+    x ``requests_to_quote``); 0 when it is, inf when it served nothing to measure a rate by.
     ``more_requests``: as if it had pooled that many more (rounds still to come)."""
     if g.p99_quotable:
         return 0.0
     pooled = (g.tails.requests if g.tails is not None and g.tails.pooled else g.requests) + more_requests
-    need = math.ceil(requests_for_p99() * TAILS_HEADROOM) - pooled
+    need = math.ceil(requests_to_quote(g) * TAILS_HEADROOM) - pooled
     rate = g.rps.median
     return max(0.0, need / rate) if rate > 0 else math.inf
 
 
 def tail_advice(g: Group, duration: float | None = None) -> str:
     """``"p99 rests on N slower requests: use --duration X or more --repeats"``, X computed from
-    the group's measured rate so that its repeats pool ``requests_for_p99()`` requests."""
+    the group's measured rate so that its repeats pool ``requests_to_quote`` requests."""
     repeats = max(1, g.rps.n)
     rate = g.rps.median or 1e-9
-    need = requests_for_p99()
+    need = requests_to_quote(g)
     seconds = math.ceil(need / (repeats * rate))
     slower = f"{g.tails.slower} slower request" + ("" if g.tails.slower == 1 else "s")
     text = f"p99 rests on {slower}: use --duration {seconds} or more --repeats"

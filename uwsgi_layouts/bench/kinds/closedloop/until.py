@@ -153,6 +153,9 @@ def _stored(blocks: dict[str, dict[str, list[int]]], round_: int, cells: frozens
 
 
 MAX_TAIL_ROUNDS = 3  # a rate that fell short of its estimate gets another go, at most this many in all
+# Why the rounds for the tails stopped with none left to ask for: ``tail_blocks`` asks for more while
+# any verdict cell's p99 is not quotable, ties at it included.
+TAILS_QUOTABLE = "every verdict cell's p99 quotable"
 
 
 def tail_round_seconds(seconds: dict[str, dict[str, dict[int, float]]], plan: Plan, overhead_s: float) -> float:
@@ -204,7 +207,7 @@ def _tail_rounds(plan: Plan, until: Until, snapshot, block, overhead_s: float, s
         keys = key_comparisons(snapshot(False))
         need = tail_blocks(keys)
         if not need:
-            state["tails_stop"] = _tails_done(keys)
+            state["tails_stop"] = TAILS_QUOTABLE
             break
         seconds = _fitting_levels(need, plan, overhead_s, until.left_s())
         if not seconds:
@@ -217,17 +220,8 @@ def _tail_rounds(plan: Plan, until: Until, snapshot, block, overhead_s: float, s
                                                            for x, scs in seconds.items()}})
     else:  # the last round may have pooled enough: say which ended them
         keys = key_comparisons(snapshot(False))
-        state["tails_stop"] = _tails_done(keys) if not tail_blocks(keys) else f"{MAX_TAIL_ROUNDS} rounds for the tails"
+        state["tails_stop"] = TAILS_QUOTABLE if not tail_blocks(keys) else f"{MAX_TAIL_ROUNDS} rounds for the tails"
     return rounds
-
-
-def _tails_done(keys) -> str:
-    """Why no verdict cell needs another round for its tails: each is quotable, or each pooled the
-    requests a quotable p99 needs while ties at its p99 (many equal latencies) leave fewer than
-    MIN_SLOWER_REQUESTS above it, which more of the same rounds would not change."""
-    if all(g.p99_quotable for k in keys if k.kind == "verdict" for g in k.groups):
-        return "every verdict cell's p99 quotable"
-    return "every verdict cell pooled the requests a p99 needs (ties at some p99 leave it unquotable)"
 
 
 def _fitting_levels(need: dict[str, dict[str, dict[int, float]]], plan: Plan, overhead_s: float,
