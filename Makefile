@@ -137,17 +137,15 @@ doctor-cost: venv
 watch: venv
 	$(BIN)/uwsgi-layouts watch $(ARGS)
 
-# The suite runs in parallel (pytest-xdist), two workers per core: its tests wait on real
+# The suite runs in parallel (pytest-xdist), three workers per core: its tests wait on real
 # processes (stack start-up, load windows, containers) in between the CPU they use, and the four
 # xdist_group groups (network namespaces, systemd, podman, the wheel) each hold a worker from the
-# start. Four per core keep the cores nearly 100% busy (against about 79%) and took 6 min 6 s once,
-# but then plan's httperf, at the lowest CPU priority beside a quota-limited stack
-# (bench/load/generator.py), gets almost no CPU: plan offers such a step again, and calls it
-# invalid rather than the replica's failure unless the replica's own figures show it at its limit
-# (busy threads or CPU quota used: bench/load/sending.py), so its test took 255 s.
+# start. Two per core left the cores about 70% busy; four starved plan's httperf, which runs at
+# the lowest CPU priority beside a quota-limited stack (bench/load/generator.py), so that its
+# test took 255 s once. Figures: docs/repository.md.
 # loadgroup hands out one test at a time and keeps each xdist_group on one worker. At most 16.
 # TEST_WORKERS=0 runs it in this process.
-TEST_WORKERS ?= $(shell n=$$(( $$(nproc) * 2 )); echo $$(( n < 16 ? n : 16 )))
+TEST_WORKERS ?= $(shell n=$$(( $$(nproc) * 3 )); echo $$(( n < 16 ? n : 16 )))
 PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=20
 
 test: venv
