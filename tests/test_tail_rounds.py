@@ -224,3 +224,41 @@ def test_the_decisions_section_says_what_the_rounds_for_the_tails_did():
     text = " ".join(" ".join(terminal_lines(results)).split())
     assert f"Then 1 round for the verdict's tails (rounds {rounds[0]}–{rounds[-1]}): every verdict cell's p99 " \
            "quotable." in text
+
+
+class CoarseRunner(RateRunner):
+    """RateRunner whose latencies come in 50-ms bins: ties at a p99 leave fewer than 10 requests
+    above it even once a cell pooled 1,100."""
+
+    def run_block(self, *args, **kwargs):
+        out = []
+        for c in super().run_block(*args, **kwargs):
+            binned: dict[int, int] = {}
+            for value, count in c.histogram:
+                binned[value // 50000 * 50000] = binned.get(value // 50000 * 50000, 0) + count
+            out.append(replace(c, histogram=compress(sorted(binned.items()))))
+        return out
+
+
+def test_ties_at_a_p99_get_another_round_sized_from_the_share_above_it():
+    plan, clock = plan_of(10), FakeClock()
+    results = run_sweep(plan, CoarseRunner(MODEL, clock, plan, noise=0.02), {},
+                        until=Until(plan.budget_min * 60, clock))
+    state = results.arguments["until_decided"]
+    assert len(state["tails"]) >= 2, state["tails"]
+    first, second = state["tails"][0]["round"], state["tails"][1]["round"]
+    # a cell in the second round had pooled what 1,000 requests need (1,100) by the end of the first:
+    # only ties at its p99 asked for more of it
+    asked = [(x, int(lv)) for x, scs in state["tails"][1]["seconds"].items() for lv in scs["article"]]
+    pooled = {key: sum(c.requests for c in results.cells if (c.layout, c.concurrency) == key and c.round <= first)
+              for key in asked}
+    assert any(n >= 1100 for n in pooled.values()), pooled
+    assert second == first + 1
+    thin = [g for g in verdict_groups(results) if not g.p99_quotable]
+    assert state["tails_stop"] in (("the budget ended", "3 rounds for the tails") if thin
+                                   else ("every verdict cell's p99 quotable",))
+    head = " ".join(" ".join(headline_lines(results, summarize(results), "x")).split())
+    for g in thin:  # the headline says why a cell with the requests is still not quotable
+        mark = " (ties at its p99)" if g.tails.requests >= requests_for_p99() else ""
+        assert f"{g.layout.partition('-')[2]} {g.requests:,}{mark}" in head, head
+    assert any(g.tails.requests >= requests_for_p99() for g in thin), "the fixture was meant to leave ties"

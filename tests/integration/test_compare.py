@@ -136,13 +136,13 @@ def test_cells_carry_histograms_and_in_flight_samples(tmp_path):
         # The schedule kept: samples and missed ticks are, by the sampler's own count, every tick
         # between the first and the last read; the samples' times, an independent clock, say how
         # many 25-ms ticks that was (span / 25 ms + 1). A sampler that drifted instead of skipping,
-        # ran at another rate or undercounted what it skipped, falls short by many ticks. Within 1
-        # tick, plus one mean spacing of the samples: a sample's time is when its answer came, and
+        # ran at another rate or undercounted what it skipped, falls short by many ticks. Within 2
+        # ticks, plus one mean spacing of the samples: a sample's time is when its answer came, and
         # the first and the last answer can be late by different amounts (a failed read's own tick
-        # is counted by neither).
+        # is counted by neither): at six test workers on 2 cores the count was 2.1 ticks off.
         span_ms = inflight["interval_ms"] * (inflight["samples"] - 1)
         ticks_by_clock = span_ms / 25 + 1
-        slack = 1 + inflight["interval_ms"] / 25
+        slack = 2 + inflight["interval_ms"] / 25
         assert abs(inflight["samples"] + inflight["missed"] - ticks_by_clock) <= slack, inflight
         # Spread over the whole load (the first and last sample at most a few ticks from its ends),
         # and enough of them for a share to the nearest tenth. How many of the 80 ticks the stats

@@ -25,7 +25,15 @@ import enum
 import math
 from dataclasses import dataclass, field
 
-from uwsgi_layouts.bench.analysis import Group, compare_groups, group_cells, group_of, rule_of, tail_advice
+from uwsgi_layouts.bench.analysis import (
+    Group,
+    compare_groups,
+    group_cells,
+    group_of,
+    requests_for_p99,
+    rule_of,
+    tail_advice,
+)
 from uwsgi_layouts.bench.paired import UNPAIRED_MIN, Comparison, Direction, percent
 from uwsgi_layouts.bench.results import Results
 
@@ -303,15 +311,25 @@ class ClaimAtLevel:
 
 @dataclass(frozen=True)
 class TailCount:
-    """A verdict group's pooled tail: how many requests it pooled and whether its p99 can be quoted."""
+    """A verdict group's pooled tail: how many requests it pooled, whether its p99 can be quoted,
+    and whether it pooled the requests a p99 needs yet ties at it (latencies in 0.1-ms bins) left
+    fewer than MIN_SLOWER_REQUESTS above it (``ties``; absent from older summaries: False)."""
 
     layout: str
     requests: int
     quotable: bool
+    ties: bool = False
 
     def __post_init__(self):
         if self.requests < 0:
             raise ValueError(f"requests: must be 0 or more, got {self.requests}")
+        if self.ties and self.quotable:
+            raise ValueError("ties: only a tail that cannot be quoted has too few requests above its p99")
+
+    @classmethod
+    def of(cls, g: Group) -> "TailCount":
+        ties = g.tails.pooled and g.tails.requests >= requests_for_p99() and not g.p99_quotable
+        return cls(g.layout, g.requests, g.p99_quotable, ties)
 
 
 @dataclass(frozen=True)
@@ -343,7 +361,7 @@ class LevelJudgement:
 
     @classmethod
     def of(cls, pair: ClaimAtLevel) -> "LevelJudgement":
-        tails = tuple(TailCount(g.layout, g.requests, g.p99_quotable) for g in (pair.mapped, pair.shared))
+        tails = tuple(TailCount.of(g) for g in (pair.mapped, pair.shared))
         return cls(pair.concurrency, pair.judgements(), pair.rps, pair.p99, pair.outcome, tails, pair.cautions(),
                    pair)
 

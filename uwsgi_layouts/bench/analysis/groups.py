@@ -331,18 +331,19 @@ def requests_to_quote(g: Group) -> int:
     that many and ties at its p99 (latencies in 0.1-ms bins) still left fewer than MIN_SLOWER_REQUESTS
     above it, as many as the share above it seen so far says (none above: ten times as many)."""
     target = requests_for_p99()
-    if g.tails is not None and g.tails.pooled and g.tails.requests >= target:
+    if g.tails is not None and g.tails.pooled and g.tails.requests >= target and not g.p99_quotable:
         return max(target, math.ceil(MIN_SLOWER_REQUESTS * g.tails.requests / max(g.tails.slower, 1)))
     return target
 
 
 def tail_seconds(g: Group, more_requests: float = 0.0) -> float:
     """Seconds more of ``g``'s cells, at its median rate, until its pooled p99 is quotable (``TAILS_HEADROOM``
-    x ``requests_to_quote``); 0 when it is, inf when it served nothing to measure a rate by.
+    x ``requests_to_quote``); 0 when it is or cannot be (cells without histograms), inf when it served
+    nothing to measure a rate by.
     ``more_requests``: as if it had pooled that many more (rounds still to come)."""
-    if g.p99_quotable:
-        return 0.0
-    pooled = (g.tails.requests if g.tails is not None and g.tails.pooled else g.requests) + more_requests
+    if g.p99_quotable or (g.tails is not None and not g.tails.pooled):
+        return 0.0  # a group without histograms has only each cell's own p99: more rounds pool nothing
+    pooled = (g.tails.requests if g.tails is not None else g.requests) + more_requests
     need = math.ceil(requests_to_quote(g) * TAILS_HEADROOM) - pooled
     rate = g.rps.median
     return max(0.0, need / rate) if rate > 0 else math.inf

@@ -120,9 +120,7 @@ def tails(v: Verdict) -> str:
     # claim's line above names both): what the budget left short, on one screen line.
     short = []
     for lv in v.levels:
-        # enough requests yet not quotable: ties at its p99 left fewer than MIN_SLOWER_REQUESTS above it
-        cells = [f"{g.layout.partition('-')[2] or g.layout} {g.requests:,}"
-                 + (" (ties at its p99)" if g.requests >= requests_for_p99() else "")
+        cells = [f"{g.layout.partition('-')[2] or g.layout} {g.requests:,}" + (" (ties at its p99)" if g.ties else "")
                  for g in lv.tails if not g.quotable]
         if cells:
             short.append(f"{v.level_name(lv.concurrency) or lv.concurrency} {', '.join(cells)}")

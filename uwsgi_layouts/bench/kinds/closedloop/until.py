@@ -153,9 +153,10 @@ def _stored(blocks: dict[str, dict[str, list[int]]], round_: int, cells: frozens
 
 
 MAX_TAIL_ROUNDS = 3  # a rate that fell short of its estimate gets another go, at most this many in all
-# Why the rounds for the tails stopped with none left to ask for: ``tail_blocks`` asks for more while
-# any verdict cell's p99 is not quotable, ties at it included.
+# Why the rounds for the tails stopped with none left to ask for (``_tails_done``): ``tail_blocks``
+# asks for more while a verdict cell's pooled p99 is not quotable, ties at it included.
 TAILS_QUOTABLE = "every verdict cell's p99 quotable"
+TAILS_UNPOOLED = "a verdict cell's latencies cannot be pooled (a cell without a histogram): more rounds would not help"
 
 
 def tail_round_seconds(seconds: dict[str, dict[str, dict[int, float]]], plan: Plan, overhead_s: float) -> float:
@@ -207,7 +208,7 @@ def _tail_rounds(plan: Plan, until: Until, snapshot, block, overhead_s: float, s
         keys = key_comparisons(snapshot(False))
         need = tail_blocks(keys)
         if not need:
-            state["tails_stop"] = TAILS_QUOTABLE
+            state["tails_stop"] = _tails_done(keys)
             break
         seconds = _fitting_levels(need, plan, overhead_s, until.left_s())
         if not seconds:
@@ -220,8 +221,15 @@ def _tail_rounds(plan: Plan, until: Until, snapshot, block, overhead_s: float, s
                                                            for x, scs in seconds.items()}})
     else:  # the last round may have pooled enough: say which ended them
         keys = key_comparisons(snapshot(False))
-        state["tails_stop"] = TAILS_QUOTABLE if not tail_blocks(keys) else f"{MAX_TAIL_ROUNDS} rounds for the tails"
+        state["tails_stop"] = _tails_done(keys) if not tail_blocks(keys) else f"{MAX_TAIL_ROUNDS} rounds for the tails"
     return rounds
+
+
+def _tails_done(keys) -> str:
+    """Why no verdict cell asks for another round for its tails."""
+    if all(g.p99_quotable for k in keys if k.kind == "verdict" for g in k.groups):
+        return TAILS_QUOTABLE
+    return TAILS_UNPOOLED
 
 
 def _fitting_levels(need: dict[str, dict[str, dict[int, float]]], plan: Plan, overhead_s: float,
