@@ -25,12 +25,13 @@ from uwsgi_layouts.bench.kinds.closedloop import (
     Until,
     run_sweep,
 )
+from uwsgi_layouts.bench.kinds.closedloop.until import _fitting_levels
 from uwsgi_layouts.bench.load.wrk import compress
 from uwsgi_layouts.bench.report import terminal_lines
 from uwsgi_layouts.bench.report.headline import headline_lines
 from uwsgi_layouts.bench.results import Cell
 from uwsgi_layouts.bench.summary import summarize
-from uwsgi_layouts.bench.verdict import Outcome, article_verdict
+from uwsgi_layouts.bench.verdict import Outcome, TailCount, article_verdict
 
 # mapped far past the claim at both levels (decided within a few added rounds), at a real run's rates:
 # 4-s cells of 50-110 requests, so that the rounds that decide it pool a few hundred per cell
@@ -262,3 +263,43 @@ def test_ties_at_a_p99_get_another_round_sized_from_the_share_above_it():
         mark = " (ties at its p99)" if g.tails.requests >= requests_for_p99() else ""
         assert f"{g.layout.partition('-')[2]} {g.requests:,}{mark}" in head, head
     assert any(g.tails.requests >= requests_for_p99() for g in thin), "the fixture was meant to leave ties"
+
+
+class UnhistogrammedRunner(RateRunner):
+    """RateRunner whose first cell of 2x4-mapped at 2 connections has no histogram (wrk's output
+    not read as one): that group's latencies cannot be pooled."""
+
+    def run_block(self, spec, repeat, levels, scenarios, on_cell=None, durations=None):
+        return [replace(c, histogram=()) if (c.layout, c.concurrency, c.round) == ("2x4-mapped", 2, 1) else c
+                for c in super().run_block(spec, repeat, levels, scenarios, on_cell, durations)]
+
+
+def test_a_verdict_cell_without_a_histogram_gets_no_round_and_the_stop_says_why():
+    plan, clock = plan_of(10), FakeClock()
+    results = run_sweep(plan, UnhistogrammedRunner(MODEL, clock, plan, noise=0.02), {},
+                        until=Until(plan.budget_min * 60, clock))
+    state = results.arguments["until_decided"]
+    unpooled = [g for g in verdict_groups(results) if not g.tails.pooled]
+    assert [(g.layout, g.concurrency) for g in unpooled] == [("2x4-mapped", 2)]
+    assert all(g.p99_quotable for g in verdict_groups(results) if g.tails.pooled)
+    assert state["tails_stop"] == ("a verdict cell's latencies cannot be pooled (a cell without a histogram): more "
+                                   "rounds would not help")
+    # never asked for on its own account: where it ran in a round for the tails, its partner needed the
+    # paired block, and it ran the plan's duration
+    for record in state["tails"]:
+        asked = record["seconds"].get("2x4-mapped", {}).get("article", {}).get("2")
+        assert asked is None or asked == plan.duration
+
+
+def test_a_cell_with_no_rate_to_size_it_by_is_never_fitted_into_a_round():
+    plan = plan_of(10)
+    need = {"2x4-mapped": {"article": {2: math.inf, 4: 5.0}}, "2x4-shared": {"article": {4: 6.0}}}
+    assert _fitting_levels(need, plan, 2.5, 1000.0) == {"2x4-mapped": {"article": {4: 5.0}},
+                                                        "2x4-shared": {"article": {4: 6.0}}}
+
+
+def test_a_tail_blames_ties_only_with_the_requests_and_no_quote():
+    assert TailCount("2x4-mapped", 1200, False, True).ties
+    for requests, quotable in ((400, False), (1200, True)):
+        with pytest.raises(ValueError, match="ties: only a tail that pooled 1,000 requests or more"):
+            TailCount("2x4-mapped", requests, quotable, True)

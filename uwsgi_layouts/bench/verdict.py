@@ -312,7 +312,7 @@ class ClaimAtLevel:
 @dataclass(frozen=True)
 class TailCount:
     """A verdict group's pooled tail: how many requests it pooled, whether its p99 can be quoted,
-    and whether it pooled the requests a p99 needs yet ties at it (latencies in 0.1-ms bins) left
+    and whether it pooled the requests a p99 needs yet ties at it (latencies kept to 3 significant digits) left
     fewer than MIN_SLOWER_REQUESTS above it (``ties``; absent from older summaries: False)."""
 
     layout: str
@@ -323,8 +323,9 @@ class TailCount:
     def __post_init__(self):
         if self.requests < 0:
             raise ValueError(f"requests: must be 0 or more, got {self.requests}")
-        if self.ties and self.quotable:
-            raise ValueError("ties: only a tail that cannot be quoted has too few requests above its p99")
+        if self.ties and (self.quotable or self.requests < requests_for_p99()):
+            raise ValueError(f"ties: only a tail that pooled {requests_for_p99():,} requests or more and cannot be "
+                             "quoted has ties to blame")
 
     @classmethod
     def of(cls, g: Group) -> "TailCount":

@@ -328,7 +328,7 @@ TAILS_HEADROOM = 1.1
 
 def requests_to_quote(g: Group) -> int:
     """The pooled requests ``g``'s p99 needs to be quotable: ``requests_for_p99()``, or, where it pooled
-    that many and ties at its p99 (latencies in 0.1-ms bins) still left fewer than MIN_SLOWER_REQUESTS
+    that many and ties at its p99 (latencies kept to 3 significant digits) still left fewer than MIN_SLOWER_REQUESTS
     above it, as many as the share above it seen so far says (none above: ten times as many)."""
     target = requests_for_p99()
     if g.tails is not None and g.tails.pooled and g.tails.requests >= target and not g.p99_quotable:

@@ -117,7 +117,7 @@ def tails(v: Verdict) -> str:
     if not thin:
         return f"Tails: every verdict cell's pooled p99 quotable ({spread} requests, {MIN_SLOWER_REQUESTS}+ above it)."
     # Each thin cell with the requests it pooled, level by level (the strategy names the layout: the
-    # claim's line above names both): what the budget left short, on one screen line.
+    # claim's line above names both): what the budget or the rounds left short, on one screen line.
     short = []
     for lv in v.levels:
         cells = [f"{g.layout.partition('-')[2] or g.layout} {g.requests:,}" + (" (ties at its p99)" if g.ties else "")

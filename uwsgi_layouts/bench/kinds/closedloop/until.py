@@ -169,7 +169,8 @@ def tail_round_seconds(seconds: dict[str, dict[str, dict[int, float]]], plan: Pl
 def tails_reserve_s(keys, plan: Plan, overhead_s: float, added: int) -> float:
     """The seconds the rounds for the verdict's tails would still take after ``added`` more rounds
     of its undecided levels (each pooling a cell's duration at its observed rate); 0 when none
-    would be thin, inf when a cell served nothing to measure a rate by."""
+    would be thin or more rounds cannot pool it (no histograms), inf when a cell served nothing to
+    measure a rate by."""
     need: dict[str, dict[str, dict[int, float]]] = {}
     for k in keys:
         if k.kind != "verdict":
@@ -235,14 +236,18 @@ def _tails_done(keys) -> str:
 def _fitting_levels(need: dict[str, dict[str, dict[int, float]]], plan: Plan, overhead_s: float,
                     left_s: float) -> dict[str, dict[str, dict[int, float]]]:
     """Of the tails' needs (layout -> scenario -> level -> seconds), the levels whose cells fit in
-    ``left_s`` together, cheapest level first; each cell at least the plan's duration, whole seconds."""
+    ``left_s`` together, cheapest level first; each cell at least the plan's duration, whole seconds. A
+    level with a cell that served nothing (``tail_seconds`` inf) never fits."""
     by_level: dict[tuple[str, int], dict[str, float]] = {}
     for x, scs in need.items():
         for sc, levels in scs.items():
             for lv, d in levels.items():
-                by_level.setdefault((sc, lv), {})[x] = max(plan.duration, float(math.ceil(d)))
+                seconds = max(plan.duration, float(math.ceil(d))) if math.isfinite(d) else d
+                by_level.setdefault((sc, lv), {})[x] = seconds
     chosen: dict[str, dict[str, dict[int, float]]] = {}
     for (sc, lv), cells in sorted(by_level.items(), key=lambda kv: sum(kv[1].values())):
+        if not all(math.isfinite(d) for d in cells.values()):  # a cell that served nothing: no rate to size it by
+            continue
         trial = {x: {s: dict(levels) for s, levels in scs.items()} for x, scs in chosen.items()}
         for x, d in cells.items():
             trial.setdefault(x, {}).setdefault(sc, {})[lv] = d
