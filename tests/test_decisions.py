@@ -340,13 +340,13 @@ def test_the_budget_error_names_the_minimum(capsys, tmp_path):
 
 
 def test_auto_budget_leaves_the_venvs_build_room_in_six_minutes_on_two_cores():
-    """make compare from a fresh clone: about a minute of venv build, then the budget (plus a few
-    seconds to start and to write the reports) within 5.5 minutes."""
+    """make compare on a bare machine: 30-50 s of system packages and venv build, then the budget (plus a few
+    seconds to start and to write the reports) within 6 minutes."""
     from uwsgi_layouts.bench.kinds.compare import budget_arg, plan_from_args
 
     plan, _ = plan_from_args(bench_cli.build_parser().parse_args(["compare", "--processes", "2"]))
     budget = budget_arg("auto", plan)
-    assert 4.0 <= budget <= 4.5
+    assert 4.0 <= budget <= 5.0
     # a round of the verdict's pairs at P and 2P is left for the rounds until decided
     pairs = 2 * block_time(2.5, plan.warmup, [plan.key_duration] * 2, 1)
     assert plan.estimate_seconds() + 10 + pairs <= budget * 60

@@ -201,7 +201,7 @@ def test_the_verdicts_thin_tails_are_no_round_until_decided(settled):
         for g in k.groups:
             if not g.p99_quotable:
                 seconds = need[g.layout]["article"][k.level]
-                assert seconds == pytest.approx((1100 - g.tails.requests) / g.rps.median)
+                assert seconds == pytest.approx((1200 - g.tails.requests) / g.rps.median)
 
 
 def test_a_budget_that_holds_the_claims_rounds_and_the_tails_keeps_time_for_the_tails():
@@ -229,7 +229,7 @@ def test_the_decisions_section_says_what_the_rounds_for_the_tails_did():
 
 class CoarseRunner(RateRunner):
     """RateRunner whose latencies come in 50-ms bins: ties at a p99 leave fewer than 10 requests
-    above it even once a cell pooled 1,100."""
+    above it even once a cell pooled 1,200."""
 
     def run_block(self, *args, **kwargs):
         out = []
@@ -248,12 +248,12 @@ def test_ties_at_a_p99_get_another_round_sized_from_the_share_above_it():
     state = results.arguments["until_decided"]
     assert len(state["tails"]) >= 2, state["tails"]
     first, second = state["tails"][0]["round"], state["tails"][1]["round"]
-    # a cell in the second round had pooled what 1,000 requests need (1,100) by the end of the first:
+    # a cell in the second round had pooled what 1,000 requests need (1,200) by the end of the first:
     # only ties at its p99 asked for more of it
     asked = [(x, int(lv)) for x, scs in state["tails"][1]["seconds"].items() for lv in scs["article"]]
     pooled = {key: sum(c.requests for c in results.cells if (c.layout, c.concurrency) == key and c.round <= first)
               for key in asked}
-    assert any(n >= 1100 for n in pooled.values()), pooled
+    assert any(n >= 1200 for n in pooled.values()), pooled
     assert second == first + 1
     thin = [g for g in verdict_groups(results) if not g.p99_quotable]
     assert state["tails_stop"] in (("the budget ended", "3 rounds for the tails") if thin

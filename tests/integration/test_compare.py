@@ -278,7 +278,7 @@ def test_the_verdicts_tails_get_rounds_sized_from_their_rates_once_the_claim_is_
     seconds its rate says, within the budget; the claim stays judged on its own rounds. Checks the
     record and the bounds, never which layout won.
 
-    The request's length sets the test's wall: a cell's tails need 1,100 requests whatever their
+    The request's length sets the test's wall: a cell's tails need 1,200 requests whatever their
     length. It is no shorter than 16 ms, so that at 1 connection (under 62.5 requests a second) the
     claim's own rounds, at most 16 of 1 s, can never pool the 1,000 requests a p99 needs and leave
     the tails nothing to do. Under load the claim took up to 13 rounds here (load 18 on 2 cores):
