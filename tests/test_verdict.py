@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from uwsgi_layouts.bench.decisions import KeyComparison, key_comparisons, next_blocks, recommend, tail_blocks
+from uwsgi_layouts.bench.paired import Comparison
 from uwsgi_layouts.bench.report import markdown_lines
 from uwsgi_layouts.bench.report.compare import verdict_lines
 from uwsgi_layouts.bench.report.headline import headline_lines
@@ -153,6 +154,21 @@ def test_a_target_judgement_is_validated_on_creation():
         TargetJudgement(2, "p95", 1.0, True, 1.0, 1.0, 1.0, Standing.CLEARS, False)
     with pytest.raises(ValueError, match="comparison"):
         TargetJudgement(2, "rps", 1.25, False, 1.3, 1.3, 1.3, Standing.CLEARS, True)
+
+
+def test_a_straddle_too_wide_to_measure_says_so_instead_of_percentages():
+    """Two or three noisy rounds: an interval such as 0.19–3.63 straddles 0.7x, and "73% past, 419%
+    short" would say nothing; one four times as wide as its low end says it is too wide."""
+    def p99_target(low, high):
+        c = Comparison("p99", "undecided", (low * high) ** 0.5, low, high, rounds=3, level=0.999)
+        return TargetJudgement(2, "p99", 0.7, True, c.ratio, low, high, Standing.STRADDLES, True, c)
+
+    wide, narrow = p99_target(0.19, 3.63), p99_target(0.68, 0.99)
+    assert wide.brief() == "0.83x (0.19–3.63) straddles 0.7x (too wide to say by how much)"
+    assert wide.judged() == "straddles: too wide to say by how much"
+    assert wide.words().endswith("straddles the 0.7x claimed (an interval too wide to say by how much)")
+    assert "%" not in wide.brief() + wide.judged() + wide.words()
+    assert narrow.brief() == "0.82x (0.68–0.99) straddles 0.7x (3% past, 41% short)"
 
 
 ROW = re.compile(r"^\s+(\d+) \((2?P)\)\s+(.+?)\s{2,}(.+?)\s{2,}(clears|misses|straddles)\b.*$")

@@ -145,10 +145,6 @@ def extension_blocks(keys: list[KeyComparison], thin_too: bool = False) -> dict[
     return {layout: {sc: sorted(lv) for sc, lv in scs.items()} for layout, scs in out.items()}
 
 
-# An interval of the lead whose high end is more than this many times its low end (2x either way
-# of its point) orders nothing: two or three noisy rounds give t intervals such as <0.01–>100.
-UNINFORMATIVE_SPAN = 4.0
-
 
 class Lead(enum.StrEnum):
     """What the layout to run has over its runner-up (``Recommendation.overall``), as stated."""
@@ -170,7 +166,7 @@ class Lead(enum.StrEnum):
             return cls.BEHIND
         if c.outcome == "equivalent":
             return cls.EQUIVALENT
-        if c.method == "too few rounds" or not c.low > 0 or c.high / c.low > UNINFORMATIVE_SPAN:
+        if c.uninformative:
             return cls.UNMEASURED
         return cls.UNDECIDED
 

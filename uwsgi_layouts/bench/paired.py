@@ -151,6 +151,11 @@ class Rule:
                 f"equivalent within ±{percent(self.margin)}")
 
 
+# An interval whose high end is more than this many times its low end (2x either way of its point)
+# says nothing: two or three noisy rounds give t intervals such as <0.01–>100.
+UNINFORMATIVE_SPAN = 4.0
+
+
 @dataclass(frozen=True)
 class Comparison:
     """A against B on one figure: ``ratio`` = A / B (the geometric mean of the per-round ratios),
@@ -187,6 +192,11 @@ class Comparison:
     def settled(self) -> bool:
         """No more rounds needed: decided, or equivalent."""
         return self.outcome != "undecided"
+
+    @property
+    def uninformative(self) -> bool:
+        """Too few rounds, or an interval too wide to order or place anything (``UNINFORMATIVE_SPAN``)."""
+        return self.method == "too few rounds" or not self.low > 0 or self.high / self.low > UNINFORMATIVE_SPAN
 
     def bounds(self) -> str:
         """``"0.52–0.70"``; an end past 100x either way as ``<0.01``/``>100`` (two or three rounds of a

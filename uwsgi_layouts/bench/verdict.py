@@ -179,6 +179,12 @@ class TargetJudgement:
         return self.comparison is not None and self.comparison.method == "too few rounds"
 
     @property
+    def too_wide(self) -> bool:
+        """A straddle whose interval is too wide to say by how much (``Comparison.uninformative``): its
+        reach would read "99% past, 37046% short"."""
+        return self.standing is Standing.STRADDLES and self.comparison is not None and self.comparison.uninformative
+
+    @property
     def nearer_end(self) -> float:
         """The end of a cleared or missed interval nearer the threshold."""
         return self.high if (self.standing is Standing.MISSES) != self.at_most else self.low
@@ -215,6 +221,8 @@ class TargetJudgement:
             return "no failed requests" if self.standing is Standing.CLEARS else f"{self.value:g} failed requests"
         if self.unjudged:
             return f"{self.measured}: too few rounds to judge against {what}"
+        if self.too_wide:
+            return f"{self.measured}: straddles {what} (an interval too wide to say by how much)"
         if self.standing is Standing.STRADDLES:
             past, short = self.reach
             return (f"{self.measured}: straddles {what} (the interval reaches {_share(past)} past it and "
@@ -226,6 +234,8 @@ class TargetJudgement:
         """The target table's cell: ``misses: far below by 0.18``, ``straddles: 4% past, 10% short``."""
         if self.unjudged:
             return "straddles: too few rounds"
+        if self.too_wide:
+            return "straddles: too wide to say by how much"
         if self.standing is Standing.STRADDLES:
             past, short = self.reach
             return f"straddles: {_share(past)} past, {_share(short)} short"
@@ -237,6 +247,8 @@ class TargetJudgement:
         """``1.03x (1.00–1.07) far below 1.25x``, ``1.21x (1.13–1.30) straddles 1.25x (4% past, 10% short)``."""
         if self.unjudged:
             return f"{self.measured}: too few rounds"
+        if self.too_wide:
+            return f"{self.measured} straddles {self.threshold:g}x (too wide to say by how much)"
         if self.standing is Standing.STRADDLES:
             past, short = self.reach
             return f"{self.measured} straddles {self.threshold:g}x ({_share(past)} past, {_share(short)} short)"
