@@ -346,7 +346,9 @@ def test_auto_budget_leaves_the_venvs_build_room_in_six_minutes_on_two_cores():
 
     plan, _ = plan_from_args(bench_cli.build_parser().parse_args(["compare", "--processes", "2"]))
     budget = budget_arg("auto", plan)
-    assert 4.0 <= budget <= 5.0
+    # the planned rounds' estimate is below the minimum on 2 cores: the minimum it is, and with the
+    # bare machine's 50 s (46 s measured: docs/measured.md) and 10 s to start and report, within 6 min
+    assert budget == 5.0 and budget * 60 + 50 + 10 <= 6 * 60
     # a round of the verdict's pairs at P and 2P is left for the rounds until decided
     pairs = 2 * block_time(2.5, plan.warmup, [plan.key_duration] * 2, 1)
     assert plan.estimate_seconds() + 10 + pairs <= budget * 60

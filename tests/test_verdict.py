@@ -3,6 +3,7 @@ views that render it: the verdict, its target table and the headline must never 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -169,6 +170,10 @@ def test_a_straddle_too_wide_to_measure_says_so_instead_of_percentages():
     assert wide.words().endswith("straddles the 0.7x claimed (an interval too wide to say by how much)")
     assert "%" not in wide.brief() + wide.judged() + wide.words()
     assert narrow.brief() == "0.82x (0.68–0.99) straddles 0.7x (3% past, 41% short)"
+    # unpaired cells too few to judge the claim by: the judgement's interval is open, whatever the comparison's
+    few = Comparison("p99", "undecided", 0.8, 0.75, 0.85, rounds=2, method="unpaired")
+    open_ended = TargetJudgement(2, "p99", 0.7, True, 0.8, 0.75, math.inf, Standing.STRADDLES, True, few)
+    assert open_ended.brief() == "0.80x (0.75–0.85): too few rounds" and "inf" not in open_ended.words()
 
 
 ROW = re.compile(r"^\s+(\d+) \((2?P)\)\s+(.+?)\s{2,}(.+?)\s{2,}(clears|misses|straddles)\b.*$")

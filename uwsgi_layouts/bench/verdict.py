@@ -175,8 +175,9 @@ class TargetJudgement:
 
     @property
     def unjudged(self) -> bool:
-        """Too few rounds for an interval: a straddle with nothing to say by how much."""
-        return self.comparison is not None and self.comparison.method == "too few rounds"
+        """Too few rounds for an interval (or, unpaired, for an interval of the claim: its high end
+        open): a straddle with nothing to say by how much."""
+        return self.comparison is not None and (self.comparison.method == "too few rounds" or math.isinf(self.high))
 
     @property
     def too_wide(self) -> bool:

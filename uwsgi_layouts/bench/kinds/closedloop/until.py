@@ -81,8 +81,8 @@ def measure_until_decided(plan: Plan, until: Until, snapshot, block, overhead_s:
         max_rounds = max(plan.repeats, min(MAX_ROUNDS, plan.repeats + fit))
         # Where the budget can hold the claim's rounds (at least CLAIM_ROUNDS of them) and the
         # verdict's tails after them, the maximum leaves the tails their time (the most rounds that
-        # still do); where it cannot (often with a 5-min budget on 2 cores: the tails alone need
-        # about 150 s), the claim gets it all: the answer before its tails.
+        # still do); where it cannot (at times with a 5-min budget on 2 cores: the tails alone need
+        # about 160 s), the claim gets it all: the answer before its tails.
         for r in range(max_rounds, min(max_rounds, CLAIM_ROUNDS) - 1, -1):
             if (r - plan.repeats) * per_round + tails_reserve_s(keys, plan, overhead_s, r - plan.repeats) <= left:
                 max_rounds = r
