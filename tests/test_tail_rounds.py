@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from tests.test_decisions import FakeClock, FakeRunner
-from uwsgi_layouts.bench.analysis import requests_for_p99, rule_of
-from uwsgi_layouts.bench.decisions import key_comparisons, next_blocks, tail_blocks
+from uwsgi_layouts.bench.analysis import group_cells, requests_for_p99, rule_of, tail_seconds
+from uwsgi_layouts.bench.decisions import KeyComparison, key_comparisons, next_blocks, tail_blocks
 from uwsgi_layouts.bench.kinds.closedloop import (
     CLAIM_ROUNDS,
     MAX_ROUNDS,
@@ -25,11 +25,11 @@ from uwsgi_layouts.bench.kinds.closedloop import (
     Until,
     run_sweep,
 )
-from uwsgi_layouts.bench.kinds.closedloop.until import _fitting_levels
+from uwsgi_layouts.bench.kinds.closedloop.until import _tails_done
 from uwsgi_layouts.bench.load.wrk import compress
 from uwsgi_layouts.bench.report import terminal_lines
 from uwsgi_layouts.bench.report.headline import headline_lines
-from uwsgi_layouts.bench.results import Cell
+from uwsgi_layouts.bench.results import Cell, Results
 from uwsgi_layouts.bench.summary import summarize
 from uwsgi_layouts.bench.verdict import Outcome, TailCount, article_verdict
 
@@ -291,11 +291,17 @@ def test_a_verdict_cell_without_a_histogram_gets_no_round_and_the_stop_says_why(
         assert asked is None or asked == plan.duration
 
 
-def test_a_cell_with_no_rate_to_size_it_by_is_never_fitted_into_a_round():
-    plan = plan_of(10)
-    need = {"2x4-mapped": {"article": {2: math.inf, 4: 5.0}}, "2x4-shared": {"article": {4: 6.0}}}
-    assert _fitting_levels(need, plan, 2.5, 1000.0) == {"2x4-mapped": {"article": {4: 5.0}},
-                                                        "2x4-shared": {"article": {4: 6.0}}}
+def test_a_cell_with_no_rate_to_size_it_by_gets_no_round_and_the_stop_says_why():
+    # a verdict cell whose pooled p99 is thin and whose rate reads 0: tail_seconds has nothing to divide by
+    cells = [Cell(layout="2x4-mapped", concurrency=2, repeat=r, round=r, scenario="article", duration_s=4.0,
+                  requests=50, rps=0.0, latency_ms={"p50": 1, "p90": 2, "p99": 3, "p999": 4, "max": 5}, errors={},
+                  worker_requests={"1": 50}, cpu_s={"app": 1.0}, unloaded_latency_ms=1.0, capacity_rps=0.0,
+                  closed_loop_rps=0.0, efficiency=0.0, histogram=((100000, 50),)) for r in (1, 2)]
+    (g,) = group_cells(Results(environment={}, arguments={}, workload={}, cells=tuple(cells)))
+    assert g.tails.pooled and not g.p99_quotable and tail_seconds(g) == math.inf
+    keys = [KeyComparison("verdict", "article", 2, (g,), (), True)]
+    assert tail_blocks(keys) == {}
+    assert _tails_done(keys) == "a verdict cell served nothing to size its rounds by"
 
 
 def test_a_tail_blames_ties_only_with_the_requests_and_no_quote():

@@ -118,14 +118,15 @@ def next_blocks(keys: list[KeyComparison]) -> dict[str, dict[str, list[int]]]:
 
 def tail_blocks(keys: list[KeyComparison]) -> dict[str, dict[str, dict[int, float]]]:
     """The verdict's cells whose pooled p99 cannot be quoted yet: layout -> scenario -> level -> the
-    seconds more of it (at its observed rate, ``tail_seconds``) that make it quotable."""
+    seconds more of it (at its observed rate, ``tail_seconds``) that make it quotable. A cell that
+    served nothing has no rate to size it by, and is left out."""
     out: dict[str, dict[str, dict[int, float]]] = {}
     for k in keys:
         if k.kind != "verdict":
             continue
         for g in k.groups:
             seconds = tail_seconds(g)
-            if seconds > 0:
+            if 0 < seconds < math.inf:
                 out.setdefault(g.layout, {}).setdefault(k.scenario, {})[k.level] = seconds
     return out
 

@@ -342,8 +342,7 @@ class TailCount:
 
     @classmethod
     def of(cls, g: Group) -> "TailCount":
-        ties = g.tails.pooled and g.tails.requests >= requests_for_p99() and not g.p99_quotable
-        return cls(g.layout, g.requests, g.p99_quotable, ties)
+        return cls(g.layout, g.requests, g.p99_quotable, g.ties_at_p99)
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,12 @@ class Group:
         return self.min_cell_requests >= requests_for_p99()
 
     @property
+    def ties_at_p99(self) -> bool:
+        """Pooled the requests a quotable p99 needs (``requests_for_p99()``), yet ties at it (latencies
+        kept to 3 significant digits) left fewer than MIN_SLOWER_REQUESTS above it."""
+        return self.tails.pooled and self.tails.requests >= requests_for_p99() and not self.p99_quotable
+
+    @property
     def p999_quotable(self) -> bool:
         """The repeats' own p99.9 can be quoted: every cell held 10 x ``requests_for_p99()``
         requests (10 above its p99.9)."""
@@ -332,7 +338,7 @@ def requests_to_quote(g: Group) -> int:
     that many and ties at its p99 (latencies kept to 3 significant digits) still left fewer than MIN_SLOWER_REQUESTS
     above it, as many as the share above it seen so far says (none above: ten times as many)."""
     target = requests_for_p99()
-    if g.tails is not None and g.tails.pooled and g.tails.requests >= target and not g.p99_quotable:
+    if g.tails is not None and g.ties_at_p99:
         return max(target, math.ceil(MIN_SLOWER_REQUESTS * g.tails.requests / max(g.tails.slower, 1)))
     return target
 

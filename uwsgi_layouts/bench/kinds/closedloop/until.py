@@ -157,6 +157,7 @@ MAX_TAIL_ROUNDS = 3  # a rate that fell short of its estimate gets another go, a
 # asks for more while a verdict cell's pooled p99 is not quotable, ties at it included.
 TAILS_QUOTABLE = "every verdict cell's p99 quotable"
 TAILS_UNPOOLED = "a verdict cell's latencies cannot be pooled (a cell without a histogram): more rounds would not help"
+TAILS_NO_RATE = "a verdict cell served nothing to size its rounds by"
 
 
 def tail_round_seconds(seconds: dict[str, dict[str, dict[int, float]]], plan: Plan, overhead_s: float) -> float:
@@ -228,26 +229,23 @@ def _tail_rounds(plan: Plan, until: Until, snapshot, block, overhead_s: float, s
 
 def _tails_done(keys) -> str:
     """Why no verdict cell asks for another round for its tails."""
-    if all(g.p99_quotable for k in keys if k.kind == "verdict" for g in k.groups):
+    groups = [g for k in keys if k.kind == "verdict" for g in k.groups]
+    if all(g.p99_quotable for g in groups):
         return TAILS_QUOTABLE
-    return TAILS_UNPOOLED
+    return TAILS_UNPOOLED if any(not g.tails.pooled for g in groups if not g.p99_quotable) else TAILS_NO_RATE
 
 
 def _fitting_levels(need: dict[str, dict[str, dict[int, float]]], plan: Plan, overhead_s: float,
                     left_s: float) -> dict[str, dict[str, dict[int, float]]]:
     """Of the tails' needs (layout -> scenario -> level -> seconds), the levels whose cells fit in
-    ``left_s`` together, cheapest level first; each cell at least the plan's duration, whole seconds. A
-    level with a cell that served nothing (``tail_seconds`` inf) never fits."""
+    ``left_s`` together, cheapest level first; each cell at least the plan's duration, whole seconds."""
     by_level: dict[tuple[str, int], dict[str, float]] = {}
     for x, scs in need.items():
         for sc, levels in scs.items():
             for lv, d in levels.items():
-                seconds = max(plan.duration, float(math.ceil(d))) if math.isfinite(d) else d
-                by_level.setdefault((sc, lv), {})[x] = seconds
+                by_level.setdefault((sc, lv), {})[x] = max(plan.duration, float(math.ceil(d)))
     chosen: dict[str, dict[str, dict[int, float]]] = {}
     for (sc, lv), cells in sorted(by_level.items(), key=lambda kv: sum(kv[1].values())):
-        if not all(math.isfinite(d) for d in cells.values()):  # a cell that served nothing: no rate to size it by
-            continue
         trial = {x: {s: dict(levels) for s, levels in scs.items()} for x, scs in chosen.items()}
         for x, d in cells.items():
             trial.setdefault(x, {}).setdefault(sc, {})[lv] = d
