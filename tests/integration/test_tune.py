@@ -156,8 +156,13 @@ def test_tune_searches_a_peer_and_recommends_it_without_a_bundle(tmp_run_dir, le
                                                    "2x2-gunicorn@keepalive=off"}
     for cell in data["cells"]:
         assert cell["errors"]["total"] == 0
-        assert cell["memory"]["app_pss_mb"] > 0 and cell["cpu_s"]["app"] > 0
+        assert cell["memory"]["app_pss_mb"] > 0 and cell["cpu_s"]["app"] >= 0
         assert sum(cell["worker_requests"].values()) > 0
+    # gunicorn's tree measured for every layout: a cell of io-heavy's sleeping requests can use less
+    # than one of the kernel's 10-ms CPU ticks per process (one read 0.0 at six test workers on 2
+    # cores), so the CPU is summed over each layout's cells
+    for layout in {c["layout"] for c in data["cells"]}:
+        assert sum(c["cpu_s"]["app"] for c in data["cells"] if c["layout"] == layout) > 0, layout
     chosen = data["arguments"]["tune"]["decision"]["chosen"]
     assert "-gunicorn" in chosen and f"RECOMMENDATION: {chosen}: " in proc.stdout
     recommended = out / "recommended"
