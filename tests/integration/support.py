@@ -145,6 +145,17 @@ def worker_requests(layout) -> dict[int, int]:
     return {w["id"]: w["requests"] for w in read_stats(layout.stats_address)["workers"]}
 
 
+def read_until(read, enough, timeout: float = 5.0):
+    """``read()`` every 50 ms until ``enough(value)`` or ``timeout`` seconds; the last value. A uWSGI
+    worker counts a request when it closes it, a moment after the client has the answer."""
+    deadline = time.monotonic() + timeout
+    value = read()
+    while not enough(value) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        value = read()
+    return value
+
+
 def settled_requests(layout, at_least: int = 0, timeout: float = 5.0) -> dict[int, int]:
     """Per-worker request counts once they stop moving (and total >= at_least)."""
     deadline = time.monotonic() + timeout

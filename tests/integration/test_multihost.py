@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.support import SLOW, concurrently, uwsgi_packet
+from tests.integration.support import SLOW, concurrently, read_until, uwsgi_packet
 from tests.test_cli import cli_in_process
 from uwsgi_layouts.bench.hostfaults import kill_host, kill_worker_on_host, unreachable_host
 from uwsgi_layouts.bench.stack import Lab
@@ -76,11 +76,17 @@ def test_requests_spread_over_every_worker_of_every_host(lab):
             ports = {s.address for s in layout.host_sockets(member.host)}
             assert listening(member.proc.pid) == ports
             assert member.layout.stats_address == f"{layout.host_dir(member.host)}/control/stats.sock"
-        before = {h: {w["id"]: w["requests"] for w in s["workers"]} for h, s in stack.host_stats().items()}
+        def counts() -> dict[str, dict[int, int]]:
+            return {h: {w["id"]: w["requests"] for w in s["workers"]} for h, s in stack.host_stats().items()}
+
+        def total(by_host: dict[str, dict[int, int]]) -> int:
+            return sum(n for workers in by_host.values() for n in workers.values())
+
+        before = counts()
         path = SLOW.format(ms=200)
         answers = concurrently(lambda: http_get(front, layout.listen_port, path, timeout=30), [()] * 32)
         assert [status for status, _, _ in answers] == [200] * 32
-        after = {h: {w["id"]: w["requests"] for w in s["workers"]} for h, s in stack.host_stats().items()}
+        after = read_until(counts, lambda now: total(now) - total(before) >= 32)
     served = {h: {w: after[h][w] - before[h][w] for w in after[h]} for h in after}
     print(served)
     assert set(served) == set(layout.hosts)

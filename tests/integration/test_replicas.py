@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.integration.support import FAST, kill_run
+from tests.integration.support import FAST, kill_run, read_until
 from uwsgi_layouts.bench.observe import Snapshot, limit_record, stack_memory
 from uwsgi_layouts.deploy.machine import checked, homes
 from uwsgi_layouts.deploy.model import parse_layout, total_limits
@@ -93,7 +93,9 @@ def test_two_replicas_each_in_its_own_cgroup_both_serving(run_dirs, free_ports):
         for _ in range(40):
             status, _, body = http_get("127.0.0.1", layout.listen_port, FAST)
             assert status == 200 and body == b"Hello, world"
-        after = Snapshot.take(stack)
+        # One run read 39 of the 40 right after the last answer.
+        after = read_until(lambda: Snapshot.take(stack),
+                           lambda now: sum(now.hosts.values()) - sum(start.hosts.values()) >= 40)
         # Requests reached both replicas (each one's own stats server counts its own).
         served = {m.host: sum(w["requests"] for w in stack.stats(m.host)["workers"]) for m in stack.members}
         assert all(n > 0 for n in served.values()), served
