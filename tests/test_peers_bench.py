@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from tests.tunefakes import FIXTURE_DIGITS
 from uwsgi_layouts.bench.analysis import alternatives, group_cells, memory_cost, server_of
 from uwsgi_layouts.bench.kinds.closedloop import LiveRunner
 from uwsgi_layouts.bench.load import scenarios as sc
@@ -61,7 +62,7 @@ def synthetic_cell(rng, scenario: str, layout: str, level: int, repeat: int) -> 
     rps = rates[repeat - 1]
     n = int(rps * 10) if scenario == "article" else 2000
     values = np.round(rng.lognormal(np.log(MEDIAN_US[scenario] * scale), 0.3, n)).astype(int)
-    hist = compress(zip(*np.unique(values, return_counts=True), strict=True))
+    hist = compress(zip(*np.unique(values, return_counts=True), strict=True), digits=FIXTURE_DIGITS)
     hist = tuple((int(v), int(c)) for v, c in hist)
     ms = sorted(values / 1000)
     pick = lambda q: float(ms[min(len(ms) - 1, int(q * len(ms)))])  # noqa: E731

@@ -325,7 +325,7 @@ class ClaimAtLevel:
 @dataclass(frozen=True)
 class TailCount:
     """A verdict group's pooled tail: how many requests it pooled, whether its p99 can be quoted,
-    and whether it pooled the requests a p99 needs yet ties at it (latencies kept to 3 significant digits) left
+    and whether it pooled the requests a p99 needs yet ties at it (latencies kept to 4 significant digits) left
     fewer than MIN_SLOWER_REQUESTS above it (``ties``; absent from older summaries: False)."""
 
     layout: str
