@@ -12,7 +12,7 @@ import pytest
 
 from uwsgi_layouts.bench.analysis import SATURATED, judge_step
 from uwsgi_layouts.bench.analysis.openloop import MIN_RATE_OF_TARGET, cpu_of_what_was_left, quota_used
-from uwsgi_layouts.bench.capacity import EDGE_REPLIES, KEPT_UP, SAMPLE_S, PlanError, RateStep, judge_rate, make_plan
+from uwsgi_layouts.bench.capacity import KEPT_UP, LAG_SLACK, SAMPLE_S, PlanError, RateStep, judge_rate, make_plan
 from uwsgi_layouts.bench.kinds.plan import LATE_RETRIES, Offered, check_verdict, until_judged
 from uwsgi_layouts.bench.load import httperf, sending
 from uwsgi_layouts.bench.results import Step
@@ -57,7 +57,7 @@ def test_the_shares_are_the_verdicts_own():
     """The generator is held to the share of the rate each verdict holds the server to (openloop's
     95%, plan's 97%), over httperf's 5-s samples, with the edges' slack of plan's rule: a sending
     bound of 96% of the rate is late for plan, on time for openloop."""
-    assert sending.SAMPLE_S == SAMPLE_S and sending.LAG_SLACK == EDGE_REPLIES
+    assert sending.SAMPLE_S == SAMPLE_S and sending.LAG_SLACK == LAG_SLACK
     assert (MIN_RATE_OF_TARGET, KEPT_UP) == (0.95, 0.97)
     # 100 connections at 4/s, the last 0.2 s long: 99 / (test-duration - 0.2) = 3.84/s, 96% of 4
     parsed = summary(**STARVED | {"burst": "Maximum connect burst length: 1",

@@ -40,7 +40,7 @@ from uwsgi_layouts.bench.load.wrk import (
     correction_interval,
     measured_histogram,
     parse_histogram,
-    round_significant,
+    round_latency,
     to_run,
     uncorrect,
 )
@@ -316,10 +316,10 @@ def test_histogram_problems_leave_no_histogram_and_say_why():
 
 
 @given(st.integers(1, 10**8))
-def test_compression_error_is_at_most_a_twentieth_of_a_percent(value):
-    rounded = round_significant(value)
-    assert abs(rounded - value) <= 0.0005 * value + 0.5
-    assert len(str(rounded).rstrip("0")) <= 4 or value < 10000
+def test_compression_error_is_at_most_half_a_percent_below_10_ms_and_a_twentieth_above(value):
+    rounded = round_latency(value)
+    assert abs(rounded - value) <= (0.0005 if value >= 10_000 else 0.005) * value + 0.5
+    assert len(str(rounded).rstrip("0")) <= (4 if value >= 10_000 else 3) or value < 1000
 
 
 def test_real_wrk_output_without_histogram_still_parses():

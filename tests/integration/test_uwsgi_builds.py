@@ -38,6 +38,7 @@ from tests.integration.support import (
     kept_pyuwsgi_wheel,
     made,
     pyuwsgi_digest,
+    read_until,
     via_nginx,
 )
 from tests.integration.test_security import raw_uwsgi
@@ -88,7 +89,8 @@ def test_build_serves_mapped_threads_stats_and_refuses_code_loading(start_stack,
     # of which served (test_stack.py's mapped tests, run with UL_TEST_UWSGI_BIN, check more).
     answers = concurrently(lambda: via_nginx(layout, SLOW.format(ms=300)), [()] * 4)
     assert [a[0] for a in answers] == [200] * 4
-    stats = stack.stats()
+    # A worker counts a request when it closes it, a moment after the answer.
+    stats = read_until(stack.stats, lambda s: all(w["requests"] >= 1 for w in s["workers"]))
     assert len(stats["workers"]) == 2 and all(len(w["cores"]) == 2 for w in stats["workers"]), stats["workers"]
     assert all(w["requests"] >= 1 for w in stats["workers"]), stats["workers"]
     ini = (Path(layout.run_dir) / "uwsgi.ini").read_text()

@@ -26,8 +26,8 @@ Here:
   first (the ramp) and within the sending (after it, only the backlog drains), against what the
   rate sends in them. httperf sends at fixed intervals, so in steady state each such sample holds
   rate x 5 replies whatever the latency; summed over consecutive samples, only the two outer
-  edges can move a reply in or out (``EDGE_REPLIES``), however long the step. So the step keeps
-  up when it is short by at most max(EDGE_REPLIES, (1 - ``KEPT_UP``) x expected): with the >= 150
+  edges can move a reply in or out (``LAG_SLACK``), however long the step. So the step keeps
+  up when it is short by at most max(LAG_SLACK, (1 - ``KEPT_UP``) x expected): with the >= 150
   steady replies a step of 200 requests holds, a server more than 3% short of the rate fails;
 - any server-side error (httperf's timeouts, refused or reset connections, a 4xx/5xx) fails the
   step, counted; a reply missing, or a request nginx did not log, too; a client-side error
@@ -53,9 +53,8 @@ from typing import Callable
 from uwsgi_layouts.bench.load.httperf import CLIENT_ERRORS, SERVER_ERRORS
 
 # One figure each, shared with the late-generator rule: httperf's reply-rate sample (--verbose),
-# and the replies the two outer edges of consecutive samples can move in or out.
-from uwsgi_layouts.bench.load.sending import LAG_SLACK as EDGE_REPLIES
-from uwsgi_layouts.bench.load.sending import SAMPLE_S, judge_late, starved, steady_samples
+# and the replies the two outer edges of consecutive samples can move in or out (LAG_SLACK).
+from uwsgi_layouts.bench.load.sending import LAG_SLACK, SAMPLE_S, judge_late, starved, steady_samples
 
 DEFAULT_HEADROOM = 0.8
 DEFAULT_SPARE = 1
@@ -202,9 +201,9 @@ def judge_rate(rate: float, parsed: dict, requests_logged: int, busy_ratio: floa
         return Judgement("invalid", ("no steady reply-rate sample (httperf samples every 5 s, the first is the ramp): "
                                      "a step of at least 10 s with --verbose",), errors, None)
     reasons = []
-    if expected - replies > max(EDGE_REPLIES, (1 - KEPT_UP) * expected) + 1e-6:
+    if expected - replies > max(LAG_SLACK, (1 - KEPT_UP) * expected) + 1e-6:
         reasons.append(f"replies fell behind: {replies:.0f} in {len(steady)} steady 5-s samples, {rate:g}/s sends "
-                       f"{expected:.1f} (short by more than {EDGE_REPLIES} and {1 - KEPT_UP:.0%})")
+                       f"{expected:.1f} (short by more than {LAG_SLACK} and {1 - KEPT_UP:.0%})")
     if errors:
         reasons.append(f"{errors} server-side error(s): " + ", ".join(f"{k}={v}" for k, v in server.items()))
     if parsed["replies"] < parsed["requests"]:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import psutil
 
+from uwsgi_layouts.bench.load.wrk import FINE_FROM_US, HISTOGRAM_DIGITS
 from uwsgi_layouts.deploy.machine import PACKAGE_DIR, cpu_limit
 from uwsgi_layouts.deploy.run import nginx_binary, uwsgi_binary
 
@@ -193,6 +194,9 @@ def capture() -> dict:
         "uwsgi": _first_line([uwsgi_binary(), "--version"]),
         "nginx": _first_line([nginx_binary(), "-v"]).replace("nginx version: ", ""),
         "wrk": _first_line(["wrk", "-v"]).split("[")[0].strip(),
+        # How the cells' latency histograms are rounded (bench.load.wrk.round_latency); files
+        # without it kept 3 significant digits throughout.
+        "histogram_digits": {"digits": HISTOGRAM_DIGITS, "from_us": FINE_FROM_US},
         "git_commit": _git_commit(),
         "hostname": socket.gethostname(),
     }

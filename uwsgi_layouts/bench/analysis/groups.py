@@ -328,8 +328,9 @@ def requests_for_p99(slower: int = MIN_SLOWER_REQUESTS) -> int:
 
 
 # Tails sized to this many times requests_to_quote(): ties in a pooled histogram can leave a little
-# under 1% of the requests above its p99 (at 1.1, five verdict cells of make compare here pooled
-# 1,102-1,139 requests and had 7-9 above their p99), and a rate measured in a few short cells can fall short.
+# under 1% of the requests above its p99 (at 1.1 and 3 significant digits, before bench.load.wrk kept
+# 4 from 10 ms, five verdict cells of make compare here pooled 1,102-1,139 requests and had 7-9 above
+# their p99), and a rate measured in a few short cells can fall short.
 TAILS_HEADROOM = 1.2
 
 

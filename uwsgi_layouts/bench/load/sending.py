@@ -58,7 +58,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 SAMPLE_S = 5  # httperf's reply-rate sample (--verbose)
-LAG_SLACK = 2  # requests: what the two outer edges of httperf's samples can move (bench.capacity's EDGE_REPLIES)
+LAG_SLACK = 2  # requests or replies: what the two outer edges of httperf's samples can move (bench.capacity too)
 LATE = "httperf sent late: "  # how every reason of ``shortfall`` begins (``starved`` reads it back)
 STARVED = "the load generator got too little CPU, not the server's limit"
 # A server figure at this share of its limit or above shows the server was the limit: the share

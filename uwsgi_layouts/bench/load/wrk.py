@@ -10,11 +10,12 @@ histogram (``WrkRun.histogram``):
   n - 2E, ... above E. A closed loop has no schedule to fall behind, so these samples were never
   sent; ``uncorrect`` removes them exactly (o[n] = c[n] - c[n + E] above E), leaving one count
   per measured response. wrk's own percentiles (``latency_ms``) keep the correction, as before.
-* ``compress`` rounds each latency to 4 significant digits (at most 0.05% of the value: well
-  below what repeats vary by). 3 digits (1-ms steps from 100 ms) left several requests tied at a
-  pooled p99 near 100 ms, fewer than 10 above it after 1,200 requests in two of five default
-  compare runs; 4 digits cost a few thousand buckets at most for a fast cell (1-us steps below
-  10 ms), at most one per request.
+* ``compress`` rounds each latency (``round_latency``) to 3 significant digits below 10 ms and 4
+  from 10 ms up: at most 0.5% of the value below 10 ms, 0.05% above, well below what repeats vary
+  by. With 3 digits everywhere (1-ms steps from 100 ms) several requests tied at a pooled p99 near
+  100 ms left fewer than 10 above it after 1,200 requests, in two of five default compare runs.
+  Below 10 ms a cell's thousands of requests leave ties there harmless, and 3 digits keep a fast
+  cell to about a thousand buckets. A cell holds at most one bucket per request.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from uwsgi_layouts.deploy.run import child_setup
 LUA_REPORT = Path(__file__).resolve().parent / "lua" / "report.lua"
 MARKER = "WRK_JSON "
 HISTOGRAM_MARKER = "WRK_HISTOGRAM "
-HISTOGRAM_DIGITS = 4  # significant digits kept per latency (see compress)
+HISTOGRAM_DIGITS = 4  # significant digits kept per latency from FINE_FROM_US up, one fewer below (see compress)
+FINE_FROM_US = 10_000
 
 
 class WrkError(RuntimeError):
@@ -52,7 +54,7 @@ class WrkRun:
     errors: Errors
     cpu_s: float  # wrk's own user+system CPU
     raw: str  # wrk's complete output
-    # Measured latencies (us, HISTOGRAM_DIGITS significant digits) and counts, ascending; () when wrk's walk
+    # Measured latencies (us, rounded by round_significant) and counts, ascending; () when wrk's walk
     # was skipped or did not add up (``histogram_note`` says why).
     histogram: tuple[tuple[int, int], ...] = ()
     histogram_note: str = ""
@@ -121,17 +123,24 @@ def uncorrect(pairs, interval: int) -> list[tuple[int, int]]:
     return out
 
 
-def round_significant(value: int, digits: int = HISTOGRAM_DIGITS) -> int:
+def round_significant(value: int, digits: int) -> int:
     """``value`` rounded to ``digits`` significant digits (123456 -> 123500 at 4)."""
     scale = 10 ** max(0, len(str(int(value))) - digits)
     return int(round(value / scale) * scale)
 
 
-def compress(pairs, digits: int = HISTOGRAM_DIGITS) -> tuple[tuple[int, int], ...]:
-    """Latencies rounded to ``digits`` significant digits, counts of equal values merged."""
+def round_latency(value_us: int) -> int:
+    """A latency as a histogram keeps it: HISTOGRAM_DIGITS significant digits from FINE_FROM_US up,
+    one fewer below (123456 -> 123500, 1234 -> 1230)."""
+    return round_significant(value_us, HISTOGRAM_DIGITS if value_us >= FINE_FROM_US else HISTOGRAM_DIGITS - 1)
+
+
+def compress(pairs, digits: int | None = None) -> tuple[tuple[int, int], ...]:
+    """Latencies rounded by ``round_latency`` (or to ``digits`` significant digits), counts of
+    equal values merged."""
     merged: dict[int, int] = {}
     for value, count in pairs:
-        key = round_significant(value, digits)
+        key = round_latency(value) if digits is None else round_significant(value, digits)
         merged[key] = merged.get(key, 0) + count
     return tuple(sorted(merged.items()))
 
