@@ -32,9 +32,10 @@ fi
 python=$1 wanted=$2 keep=${3:-}
 venv_bin=$(dirname "$python")
 if [ -n "${PYUWSGI_PIP:-}" ]; then pip=("$PYUWSGI_PIP" -m pip --python "$python"); else pip=("$python" -m pip); fi
-# uWSGI's setup.py still names its licence by classifier: newer setuptools warns of it in about 40
-# lines, three times, above make compare's first progress line. Only that warning is silenced.
-export PYTHONWARNINGS="ignore:License classifiers are deprecated${PYTHONWARNINGS:+,$PYTHONWARNINGS}"
+# uWSGI's setup.py still names its licence by classifier: newer setuptools warns of it three times,
+# about 40 lines in all, above make compare's first progress line. Only that warning is silenced
+# (last, as a later filter wins over an earlier one).
+export PYTHONWARNINGS="${PYTHONWARNINGS:+$PYTHONWARNINGS,}ignore:License classifiers are deprecated"
 src=$(mktemp -d)
 trap 'rm -rf "$src"' EXIT
 case "$wanted" in

@@ -82,6 +82,7 @@ from uwsgi_layouts.bench.paired import DEFAULT_MARGIN  # noqa: E402
 from uwsgi_layouts.bench.report.text import md_table, table  # noqa: E402
 from uwsgi_layouts.bench.results import Results, utc_now  # noqa: E402
 from uwsgi_layouts.bench.stack import Lab  # noqa: E402
+from uwsgi_layouts.bench.verdict import straddle_words  # noqa: E402
 from uwsgi_layouts.deploy.machine import checked, find_uwsgi  # noqa: E402
 from uwsgi_layouts.deploy.model import LayoutError, StackError, parse_variant  # noqa: E402
 
@@ -453,7 +454,14 @@ def tables(results: Results, arms: list[Arm], profiles: list[dict], markdown: bo
 
 
 # A target judged on the paired interval (analysis.against): met only when the whole interval clears it.
-VERDICT = {"met": "pass", "missed": "MISS", "unsure": "undecided (the interval straddles it)"}
+VERDICT = {"met": "pass", "missed": "MISS"}
+
+
+def judged(c, threshold: float, at_most: bool) -> str:
+    """``pass``, ``MISS``, or ``undecided: 1% past, 1% short``: by how much its interval straddles."""
+    state = against(c, threshold, at_most)
+    return VERDICT[state] if state in VERDICT else \
+        f"undecided: {straddle_words(c, threshold, at_most)}"
 
 
 def targets(results: Results, here: dict[str, Group], base: Arm, by_label: dict[str, Arm],
@@ -475,14 +483,14 @@ def targets(results: Results, here: dict[str, Group], base: Arm, by_label: dict[
                                   if choice.runner_up is not None else "")
         for name, g in (("baseline", b), ("leanest", leanest)):
             cpu = compare_groups(g, peer, "cpu")
-            ok = VERDICT[against(cpu, 1.0, at_most=True)]
+            ok = judged(cpu, 1.0, at_most=True)
             rows.append([f"CPU per request ({name})", by_label[g.layout].name, won,
                          f"{cpu.text()}: {'uWSGI leaner' if cpu.outcome == 'better' else cpu.outcome}",
                          f"<= 1.0x: {ok}" if choice.server == "gunicorn" else ""])
         rps = compare_groups(fastest, peer, "rps")
         target = ""
         if choice.server == "granian" and scenario == "hello":
-            target = f">= 1.0x: {VERDICT[against(rps, 1.0, at_most=False)]}"
+            target = f">= 1.0x: {judged(rps, 1.0, at_most=False)}"
         rows.append(["throughput (fastest uWSGI)", by_label[fastest.layout].name, won,
                      f"{rps.text()}: {'uWSGI ahead' if rps.outcome == 'better' else rps.outcome}", target])
     return rows

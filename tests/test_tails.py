@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from tests.refusals import refusal
 from uwsgi_layouts.bench.analysis import (
+    BOOTSTRAP_REPLICATES,
     MIN_SLOWER_REQUESTS,
     bootstrap_percentiles,
     compare_groups,
@@ -35,6 +36,7 @@ from uwsgi_layouts.bench.analysis import (
     tail_seconds,
     warnings,
 )
+from uwsgi_layouts.bench.analysis import tails as tails_module
 from uwsgi_layouts.bench.load.wrk import (
     compress,
     correction_interval,
@@ -79,6 +81,19 @@ def test_bootstrap_is_deterministic():
     assert a[9900].low <= a[9900].value <= a[9900].high
     other = bootstrap_percentiles(hists, seed=1)
     assert not np.array_equal(a[9900].replicates, other[9900].replicates)
+
+
+def test_the_bootstrap_in_chunks_draws_what_it_drew_at_once(monkeypatch):
+    """The replicates' mixtures are held 100 at a time; a stored run renders the same intervals as
+    when they were held all at once (the chunk size leaves every replicate as it was)."""
+    rng = np.random.default_rng(11)
+    hists = [lognormal_histogram(rng, n) for n in (900, 1200, 700, 1100)]
+    chunked = bootstrap_percentiles(hists)
+    monkeypatch.setattr(tails_module, "BOOTSTRAP_CHUNK", BOOTSTRAP_REPLICATES)
+    whole = bootstrap_percentiles(hists)
+    for q in (5000, 9900):
+        assert np.array_equal(chunked[q].replicates, whole[q].replicates)
+        assert (chunked[q].low, chunked[q].high) == (whole[q].low, whole[q].high)
 
 
 def test_bootstrap_interval_covers_a_known_p99():

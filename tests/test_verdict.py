@@ -26,6 +26,7 @@ from uwsgi_layouts.bench.verdict import (
     combine,
     combine_levels,
     standing_of,
+    straddle_words,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -174,6 +175,21 @@ def test_a_straddle_too_wide_to_measure_says_so_instead_of_percentages():
     few = Comparison("p99", "undecided", 0.8, 0.75, 0.85, rounds=2, method="unpaired")
     open_ended = TargetJudgement(2, "p99", 0.7, True, 0.8, 0.75, math.inf, Standing.STRADDLES, True, few)
     assert open_ended.brief() == "0.80x (0.75–0.85): too few rounds" and "inf" not in open_ended.words()
+
+
+
+def test_an_undecided_target_says_by_how_much_the_way_the_target_table_does():
+    """``straddle_words``, which the peers' and overhead's targets print: how far the interval
+    reaches either side, or why it cannot say."""
+    def c(low, high, method="t"):
+        return Comparison("p99", "undecided", (low * high) ** 0.5, low, high, rounds=3, method=method)
+
+    assert straddle_words(c(0.68, 0.99), 0.7, True) == "3% past, 41% short"
+    assert straddle_words(c(1.20, 1.30), 1.25, False) == "4% past, 4% short"
+    assert straddle_words(c(0.19, 3.63), 0.7, True) == "too wide to say by how much"
+    assert straddle_words(c(0.75, 0.85, "too few rounds"), 0.7, True) == "too few rounds"
+    assert straddle_words(c(0.90, 0.95), 0.7, True) == "too few rounds"  # undecided for want of rounds only
+    assert straddle_words(c(0.6, math.inf), 0.7, True) == "too few rounds"
 
 
 ROW = re.compile(r"^\s+(\d+) \((2?P)\)\s+(.+?)\s{2,}(.+?)\s{2,}(clears|misses|straddles)\b.*$")

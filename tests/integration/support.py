@@ -156,6 +156,19 @@ def read_until(read, enough, timeout: float = 5.0):
     return value
 
 
+def settled(read, quiet_s: float = 0.3, timeout: float = 5.0):
+    """``read()`` every 50 ms until its value stayed the same for ``quiet_s`` seconds, or
+    ``timeout``; the last value: counts that stopped moving (the readiness probe's included)."""
+    deadline = time.monotonic() + timeout
+    value, since = read(), time.monotonic()
+    while time.monotonic() - since < quiet_s and time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = read()
+        if now != value:
+            value, since = now, time.monotonic()
+    return value
+
+
 def settled_requests(layout, at_least: int = 0, timeout: float = 5.0) -> dict[int, int]:
     """Per-worker request counts once they stop moving (and total >= at_least)."""
     deadline = time.monotonic() + timeout

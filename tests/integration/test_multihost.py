@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.support import SLOW, concurrently, read_until, uwsgi_packet
+from tests.integration.support import SLOW, concurrently, read_until, settled, uwsgi_packet
 from tests.test_cli import cli_in_process
 from uwsgi_layouts.bench.hostfaults import kill_host, kill_worker_on_host, unreachable_host
 from uwsgi_layouts.bench.stack import Lab
@@ -82,7 +82,7 @@ def test_requests_spread_over_every_worker_of_every_host(lab):
         def total(by_host: dict[str, dict[int, int]]) -> int:
             return sum(n for workers in by_host.values() for n in workers.values())
 
-        before = counts()
+        before = settled(counts)
         path = SLOW.format(ms=200)
         answers = concurrently(lambda: http_get(front, layout.listen_port, path, timeout=30), [()] * 32)
         assert [status for status, _, _ in answers] == [200] * 32
@@ -122,7 +122,7 @@ def test_a_client_without_the_certificate_is_refused_by_uwsgi(lab):
         def count() -> int:
             return sum(w["requests"] for w in stack.stats(host)["workers"])
 
-        before = count()
+        before = settled(count)
         assert ask(with_cert=True).startswith(b"HTTP/1.1 200"), "the control: with nginx's certificate"
         served = read_until(count, lambda n: n > before)  # counted when closed, after the answer
         assert served == before + 1

@@ -100,6 +100,28 @@ def standing_of(low: float, high: float, threshold: float, at_most: bool) -> Sta
     return Standing.CLEARS if cleared else Standing.MISSES if missed else Standing.STRADDLES
 
 
+def reach(low: float, high: float, threshold: float, at_most: bool) -> tuple[float, float]:
+    """How far [low, high] reaches on the claimed side of ``threshold`` and on the other, each as
+    a share of it (``(0.03, 0.10)``: 3% past it, 10% short of it)."""
+    t = threshold or 1.0
+    if at_most:
+        return max(0.0, (t - low) / t), max(0.0, (high - t) / t)
+    return max(0.0, (high - t) / t), max(0.0, (t - low) / t)
+
+
+def straddle_words(c: Comparison, threshold: float, at_most: bool) -> str:
+    """By how much an undecided target straddles its threshold: ``4% past, 10% short``; ``too
+    wide to say by how much`` (``Comparison.uninformative``); ``too few rounds`` for an open
+    interval, or one undecided for want of rounds that does not straddle."""
+    if c.method == "too few rounds" or math.isinf(c.high) or \
+            standing_of(c.low, c.high, threshold, at_most) is not Standing.STRADDLES:
+        return "too few rounds"
+    if c.uninformative:
+        return "too wide to say by how much"
+    past, short = reach(c.low, c.high, threshold, at_most)
+    return f"{_share(past)} past, {_share(short)} short"
+
+
 def combine(standings) -> Outcome:
     """The claim at one level, a conjunction of its targets: it does not hold as soon as one
     target is missed (whatever the others do: the claim needs both), it holds when every target
@@ -202,10 +224,7 @@ class TargetJudgement:
     def reach(self) -> tuple[float, float]:
         """For a straddle: how far the interval reaches on the claimed side and on the other,
         each as a share of the threshold (``(0.03, 0.10)``: 3% past it, 10% short of it)."""
-        t = self.threshold or 1.0
-        if self.at_most:
-            return max(0.0, (t - self.low) / t), max(0.0, (self.high - t) / t)
-        return max(0.0, (self.high - t) / t), max(0.0, (t - self.low) / t)
+        return reach(self.low, self.high, self.threshold, self.at_most)
 
     @property
     def side(self) -> str:
@@ -325,8 +344,8 @@ class ClaimAtLevel:
 @dataclass(frozen=True)
 class TailCount:
     """A verdict group's pooled tail: how many requests it pooled, whether its p99 can be quoted,
-    and whether it pooled the requests a p99 needs yet ties at it (latencies kept to 4 significant digits) left
-    fewer than MIN_SLOWER_REQUESTS above it (``ties``; absent from older summaries: False)."""
+    and whether it pooled the requests a p99 needs yet ties at it (latencies kept to 4 significant digits from
+    10 ms) left fewer than MIN_SLOWER_REQUESTS above it (``ties``; absent from older summaries: False)."""
 
     layout: str
     requests: int

@@ -94,7 +94,7 @@ class Group:
     @property
     def ties_at_p99(self) -> bool:
         """Pooled the requests a quotable p99 needs (``requests_for_p99()``), yet ties at it (latencies
-        kept to 4 significant digits, ``bench.load.wrk``) left fewer than MIN_SLOWER_REQUESTS above it."""
+        kept to 4 significant digits from 10 ms, ``bench.load.wrk``) left fewer than MIN_SLOWER_REQUESTS above it."""
         return self.tails.pooled and self.tails.requests >= requests_for_p99() and not self.p99_quotable
 
     @property
@@ -336,8 +336,8 @@ TAILS_HEADROOM = 1.2
 
 def requests_to_quote(g: Group) -> int:
     """The pooled requests ``g``'s p99 needs to be quotable: ``requests_for_p99()``, or, where it pooled
-    that many and ties at its p99 (latencies kept to 4 significant digits) still left fewer than MIN_SLOWER_REQUESTS
-    above it, as many as the share above it seen so far says (none above: ten times as many)."""
+    that many and ties at its p99 (latencies kept to 4 significant digits from 10 ms) still left fewer than
+    MIN_SLOWER_REQUESTS above it, as many as the share above it seen so far says (none above: ten times as many)."""
     target = requests_for_p99()
     if g.tails is not None and g.ties_at_p99:
         return max(target, math.ceil(MIN_SLOWER_REQUESTS * g.tails.requests / max(g.tails.slower, 1)))

@@ -54,7 +54,7 @@ class WrkRun:
     errors: Errors
     cpu_s: float  # wrk's own user+system CPU
     raw: str  # wrk's complete output
-    # Measured latencies (us, rounded by round_significant) and counts, ascending; () when wrk's walk
+    # Measured latencies (us, rounded by round_latency) and counts, ascending; () when wrk's walk
     # was skipped or did not add up (``histogram_note`` says why).
     histogram: tuple[tuple[int, int], ...] = ()
     histogram_note: str = ""

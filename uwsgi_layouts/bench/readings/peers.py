@@ -25,7 +25,7 @@ from uwsgi_layouts.bench.analysis import (
 )
 from uwsgi_layouts.bench.paired import Comparison, Direction
 from uwsgi_layouts.bench.results import Results
-from uwsgi_layouts.bench.verdict import is_demo_run
+from uwsgi_layouts.bench.verdict import is_demo_run, straddle_words
 from uwsgi_layouts.deploy.model import STRATEGIES
 
 TARGET_SCENARIOS = ("article", "io-heavy")  # the demo app's mixes the peers' targets are set for
@@ -126,6 +126,13 @@ class TargetReading:
         margin = threshold - c.ratio if at_most else c.ratio - threshold
         return cls(label, figure, threshold, at_most, c, TargetState(against(c, threshold, at_most)), Side.of(c),
                    margin, clears)
+
+    @property
+    def straddle(self) -> str:
+        """An undecided target: by how much its interval straddles the threshold (``2% past, 4%
+        short``, ``verdict.straddle_words``); "" for a decided one."""
+        return straddle_words(self.comparison, self.threshold, self.at_most) if self.state is TargetState.UNSURE \
+            else ""
 
 
 def target_readings(m: Matchup) -> tuple[TargetReading, ...]:

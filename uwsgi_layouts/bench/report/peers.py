@@ -119,14 +119,18 @@ def what_matters(results: Results, reading: PeerReading) -> str:
             f"{word(w.server)})" + MATTERS[w.answer])
 
 
-RESULT = {TargetState.MET: "pass", TargetState.MISSED: "MISS", TargetState.UNSURE: "undecided (straddles it)"}
+RESULT = {TargetState.MET: "pass", TargetState.MISSED: "MISS"}
 
 
-def _margin(t: TargetReading) -> str:
-    """The point ratio's distance from the threshold (``TargetReading.margin``)."""
+def _result(t: TargetReading) -> str:
+    """``pass (by 0.05x)``, ``MISS (short by 0.02x)``: a decided target with the point ratio's
+    distance from the threshold (``TargetReading.margin``); ``undecided: 2% past, 4%
+    short``: an undecided one with how far its interval reaches either side."""
+    if t.state is TargetState.UNSURE:
+        return f"undecided: {t.straddle}"
     if t.point_clears:
-        return f"by {t.margin:.2f}x"
-    return f"over by {-t.margin:.2f}x" if t.at_most else f"short by {-t.margin:.2f}x"
+        return f"{RESULT[t.state]} (by {t.margin:.2f}x)"
+    return f"{RESULT[t.state]} ({'over' if t.at_most else 'short'} by {-t.margin:.2f}x)"
 
 
 def target_rows(m) -> list[list[str]]:
@@ -138,7 +142,7 @@ def target_rows(m) -> list[list[str]]:
     rows = []
     for t in readings:
         ahead = f"{t.side} ahead" if t.side in (Side.UWSGI, Side.PEER) else str(t.side)
-        rows.append([t.label, f"{t.comparison.text()}, {ahead}", f"{RESULT[t.state]} ({_margin(t)})"])
+        rows.append([t.label, f"{t.comparison.text()}, {ahead}", _result(t)])
     return rows
 
 
