@@ -91,8 +91,11 @@ def test_the_bootstrap_in_chunks_draws_what_it_drew_at_once(monkeypatch):
     chunked = bootstrap_percentiles(hists)
     monkeypatch.setattr(tails_module, "BOOTSTRAP_CHUNK", BOOTSTRAP_REPLICATES)
     whole = bootstrap_percentiles(hists)
+    monkeypatch.setattr(tails_module, "BOOTSTRAP_CHUNK", 333)  # a last chunk of one
+    uneven = bootstrap_percentiles(hists)
     for q in (5000, 9900):
         assert np.array_equal(chunked[q].replicates, whole[q].replicates)
+        assert np.array_equal(uneven[q].replicates, whole[q].replicates)
         assert (chunked[q].low, chunked[q].high) == (whole[q].low, whole[q].high)
 
 

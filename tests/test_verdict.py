@@ -181,15 +181,17 @@ def test_a_straddle_too_wide_to_measure_says_so_instead_of_percentages():
 def test_an_undecided_target_says_by_how_much_the_way_the_target_table_does():
     """``straddle_words``, which the peers' and overhead's targets print: how far the interval
     reaches either side, or why it cannot say."""
-    def c(low, high, method="t"):
-        return Comparison("p99", "undecided", (low * high) ** 0.5, low, high, rounds=3, method=method)
+    def c(low, high, method="t", rounds=3):
+        return Comparison("p99", "undecided", (low * high) ** 0.5, low, high, rounds=rounds, method=method)
 
     assert straddle_words(c(0.68, 0.99), 0.7, True) == "3% past, 41% short"
     assert straddle_words(c(1.20, 1.30), 1.25, False) == "4% past, 4% short"
     assert straddle_words(c(0.19, 3.63), 0.7, True) == "too wide to say by how much"
     assert straddle_words(c(0.75, 0.85, "too few rounds"), 0.7, True) == "too few rounds"
-    assert straddle_words(c(0.90, 0.95), 0.7, True) == "too few rounds"  # undecided for want of rounds only
+    assert straddle_words(c(0.68, 0.99, rounds=1), 0.7, True) == "too few rounds"
     assert straddle_words(c(0.6, math.inf), 0.7, True) == "too few rounds"
+    with pytest.raises(ValueError, match="decided"):
+        straddle_words(c(0.90, 0.95), 0.7, True)  # a miss, not a straddle
 
 
 ROW = re.compile(r"^\s+(\d+) \((2?P)\)\s+(.+?)\s{2,}(.+?)\s{2,}(clears|misses|straddles)\b.*$")

@@ -34,7 +34,7 @@ from uwsgi_layouts.bench.analysis import (
     rule_of,
     tail_advice,
 )
-from uwsgi_layouts.bench.paired import UNPAIRED_MIN, Comparison, Direction, percent
+from uwsgi_layouts.bench.paired import MIN_ROUNDS, UNPAIRED_MIN, Comparison, Direction, percent
 from uwsgi_layouts.bench.results import Results
 
 ARTICLE = "article"  # the scenario whose request is the article's
@@ -110,12 +110,14 @@ def reach(low: float, high: float, threshold: float, at_most: bool) -> tuple[flo
 
 
 def straddle_words(c: Comparison, threshold: float, at_most: bool) -> str:
-    """By how much an undecided target straddles its threshold: ``4% past, 10% short``; ``too
-    wide to say by how much`` (``Comparison.uninformative``); ``too few rounds`` for an open
-    interval, or one undecided for want of rounds that does not straddle."""
-    if c.method == "too few rounds" or math.isinf(c.high) or \
-            standing_of(c.low, c.high, threshold, at_most) is not Standing.STRADDLES:
+    """By how much a target left undecided (``analysis.against``: its interval straddles the
+    threshold, or too few rounds) straddles it: ``4% past, 10% short``; ``too wide to say by how
+    much`` (``Comparison.uninformative``); ``too few rounds`` (an open interval, or paired rounds
+    fewer than MIN_ROUNDS). ValueError for a decided one."""
+    if c.method == "too few rounds" or math.isinf(c.high) or (c.method != "unpaired" and c.rounds < MIN_ROUNDS):
         return "too few rounds"
+    if standing_of(c.low, c.high, threshold, at_most) is not Standing.STRADDLES:
+        raise ValueError(f"{c.text()} against {threshold:g} is decided: it does not straddle it")
     if c.uninformative:
         return "too wide to say by how much"
     past, short = reach(c.low, c.high, threshold, at_most)
