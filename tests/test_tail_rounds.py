@@ -25,7 +25,7 @@ from uwsgi_layouts.bench.kinds.closedloop import (
     Until,
     run_sweep,
 )
-from uwsgi_layouts.bench.kinds.closedloop.until import _tails_done
+from uwsgi_layouts.bench.kinds.closedloop.until import TAILS_KEPT, _tails_done
 from uwsgi_layouts.bench.load.wrk import compress
 from uwsgi_layouts.bench.report import terminal_lines
 from uwsgi_layouts.bench.report.headline import headline_lines
@@ -130,7 +130,7 @@ def test_the_tails_stop_at_the_budget_and_the_headline_says_how_many_requests_th
 
 def test_a_budget_that_holds_no_level_whole_starts_none():
     # the claim decided at the fixed maximum of rounds, with too little left for either level's tails
-    plan, clock, runner, results = measure(budget_min=5.0)
+    plan, clock, runner, results = measure(budget_min=4.0)
     state = results.arguments["until_decided"]
     assert set(state["judged_through"]) == {"2", "4"}
     assert all(k.settled for k in key_comparisons(results) if k.kind == "verdict")
@@ -214,9 +214,30 @@ def test_a_budget_that_holds_the_claims_rounds_and_the_tails_keeps_time_for_the_
     assert state["tails_stop"] == "every verdict cell's p99 quotable"
     assert all(g.p99_quotable for g in verdict_groups(results))
     assert clock.t <= plan.budget_min * 60 - RESERVE_S + 1e-6
-    # the share is only kept where the claim keeps CLAIM_ROUNDS: 5 minutes cannot hold both
+    # the share is only kept where the claim keeps CLAIM_ROUNDS: at 5 minutes the maximum set at the
+    # first look cannot hold both, and the claim's rounds stop at CLAIM_ROUNDS, where a level's tails
+    # still fit after them
     _, _, _, short = measure(budget_min=5.0)
-    assert short.arguments["max_rounds"] >= CLAIM_ROUNDS and short.arguments["until_decided"]["tails"] == []
+    state = short.arguments["until_decided"]
+    assert short.arguments["max_rounds"] > CLAIM_ROUNDS and state["stop"] == TAILS_KEPT
+    assert max(state["judged_through"].values()) == CLAIM_ROUNDS and len(state["tails"]) == 1
+
+
+def test_past_claim_rounds_the_claim_stops_where_its_tails_would_no_longer_fit():
+    """2P straddles the claim (22.5 against 18 req/s: 1.25x) round after round: its rounds used to run
+    to the maximum set at the first look (11 here) and leave no round for the tails. Past
+    CLAIM_ROUNDS a claim round runs only if the tails still fit after it."""
+    model = MODEL | {("2x4-mapped", 4): (22.5, 340)}
+    plan, clock = plan_of(5.0), FakeClock()
+    runner = RateRunner(model, clock, plan, noise=0.02)
+    results = run_sweep(plan, runner, {}, until=Until(plan.budget_min * 60, clock))
+    state = results.arguments["until_decided"]
+    assert results.arguments["max_rounds"] > CLAIM_ROUNDS  # the maximum allowed more claim rounds
+    assert state["stop"] == TAILS_KEPT and max(state["judged_through"].values()) == CLAIM_ROUNDS
+    assert results.arguments["final_round"] == CLAIM_ROUNDS  # the last look keeps the final share
+    assert len(state["tails"]) == 1
+    assert all(g.p99_quotable for g in verdict_groups(results) if g.concurrency == 4)
+    assert clock.t <= plan.budget_min * 60 - RESERVE_S + 1e-6
 
 
 def test_the_decisions_section_says_what_the_rounds_for_the_tails_did():

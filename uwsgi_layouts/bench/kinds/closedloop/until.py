@@ -25,6 +25,8 @@ MAX_ROUNDS = 16  # the most rounds a comparison may reach by measuring until dec
 # the budget: about what make compare's budget gives it on 2 cores, where the claim was decided.
 CLAIM_ROUNDS = 8
 RESERVE_S = 10.0  # of a budget, kept for writing the results and reports
+# Why the claim's rounds stopped before their maximum: the rest of the budget holds the verdict's tails.
+TAILS_KEPT = "the budget left for the verdict's tails"
 
 
 @dataclass
@@ -125,6 +127,15 @@ def measure_until_decided(plan: Plan, until: Until, snapshot, block, overhead_s:
         elif round_seconds(blocks, plan, overhead_s) > until.left_s():
             why = "the budget ended"
             break
+        elif rounds >= CLAIM_ROUNDS and not tails_done and \
+                round_seconds(blocks, plan, overhead_s) + _finite(tails_reserve_s(keys, plan, overhead_s, 1)) > \
+                until.left_s():
+            # Past CLAIM_ROUNDS the claim's rounds go on only while the tails still fit after them. The
+            # maximum was set at the first look, counting on every undecided level pooling more: a level
+            # decided since pools nothing more, and one run spent its last round on 2P while P's cells
+            # stayed at 377 requests, then had 71 s left against the 90 its tails needed.
+            why = TAILS_KEPT
+            break
         rounds += 1
         for _, specs in units(plan, [(rounds, x) for x in round_order(plan.layouts, rounds) if x in blocks]):
             scenarios = [sc for sc in plan.scenarios if any(sc in blocks[x] for x in specs)]
@@ -144,6 +155,11 @@ def measure_until_decided(plan: Plan, until: Until, snapshot, block, overhead_s:
             state["judged_through"].setdefault(str(k.level), rounds)
     if not tails_done and any(k.kind == "verdict" for k in keys):  # a run without a verdict has no tails to pool
         _tail_rounds(plan, until, snapshot, block, overhead_s, state, rounds)
+
+
+def _finite(seconds: float) -> float:
+    """The tails' reserve, 0 where no round could size them (inf: a cell served nothing)."""
+    return 0.0 if math.isinf(seconds) else seconds
 
 
 def _stored(blocks: dict[str, dict[str, list[int]]], round_: int, cells: frozenset) -> bool:
