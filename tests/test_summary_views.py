@@ -231,9 +231,6 @@ def test_run_here_says_a_lead_too_wide_to_order_anything_was_not_measured_well_e
     line = run_here(rec)
     assert "over them: not measured well enough to order (" in line
     assert "1.35x" not in line and "1.20x" not in line and "within noise" not in line
-    assert "<0.01" not in line and ">100" not in line  # an interval that says nothing stays in the report
-    assert line.endswith("no interval).") if rec.overall.method == "too few rounds" else \
-        line.endswith("an interval too wide to order them).")
 
 
 def test_the_lead_is_stored_as_the_run_said_it(tmp_path):

@@ -20,12 +20,13 @@ from uwsgi_layouts.bench.kinds.closedloop import (
     CLAIM_ROUNDS,
     MAX_ROUNDS,
     RESERVE_S,
+    TAILS_KEPT,
     Plan,
     ReplayRunner,
     Until,
     run_sweep,
 )
-from uwsgi_layouts.bench.kinds.closedloop.until import TAILS_KEPT, _tails_done
+from uwsgi_layouts.bench.kinds.closedloop.until import _tails_done
 from uwsgi_layouts.bench.load.wrk import compress
 from uwsgi_layouts.bench.report import terminal_lines
 from uwsgi_layouts.bench.report.headline import headline_lines
@@ -188,8 +189,9 @@ def test_tails_rounds_leave_a_recorded_decision_alone():
 def test_the_verdicts_thin_tails_are_no_round_until_decided(settled):
     """next_blocks: a decided level's thin tails never take a 4-s round of the undecided level's
     kind; tail_blocks sizes them instead, from each cell's rate."""
-    _, _, _, results = measure(budget_min=5.0)  # decided, thin
+    _, _, _, results = measure(budget_min=4.0)  # decided, thin
     keys = [k for k in key_comparisons(results) if k.kind == "verdict"]
+    assert all(k.settled for k in keys) and not all(g.p99_quotable for k in keys for g in k.groups)
     keys = keys if settled else [replace(keys[0], settled=False), *keys[1:]]
     blocks = next_blocks(keys)
     if settled:

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from tests.test_cli import cli_in_process
-from uwsgi_layouts.bench.kinds.closedloop import LiveRunner
+from uwsgi_layouts.bench.kinds.closedloop import TAILS_KEPT, LiveRunner
 from uwsgi_layouts.bench.kinds.closedloop import runners as closedloop_runners
 from uwsgi_layouts.bench.load.scenarios import SCENARIOS
 from uwsgi_layouts.bench.load.wrk import WrkProcess
@@ -253,7 +253,7 @@ def test_compare_with_a_budget_adds_rounds_of_undecided_key_comparisons_only(tmp
     state = a["until_decided"]
     assert a["budget_min"] == budget_min and a["margin"] == 0.05 and 2 <= a["max_rounds"] <= 16
     assert state["stop"] in ("every key comparison settled", "the budget ended", "the budget ended with the planned "
-                             "rounds", f"the fixed maximum of {a['max_rounds']} rounds")
+                             "rounds", f"the fixed maximum of {a['max_rounds']} rounds", TAILS_KEPT)
     assert all(c["round"] == c["repeat"] for c in cells) and {c["round"] for c in cells if c["round"] <= 2} == {1, 2}
     planned = [c for c in cells if c["round"] <= 2]
     assert len(planned) == 6  # every layout in every planned round

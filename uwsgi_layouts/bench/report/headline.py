@@ -81,10 +81,9 @@ def run_here(rec: Recommendation) -> str:
     elif rec.lead is Lead.UNDECIDED:
         text += f"; against {rec.runner_up}{beaten} over them: undecided (throughput interval {c.bounds()} holds 1)"
     else:
-        # Its interval (such as <0.01–>100 from two noisy rounds) says nothing here: the report has it.
         rounds = f"{c.rounds} paired round{'s' if c.rounds != 1 else ''}"
-        why = "no interval" if c.method == "too few rounds" else "an interval too wide to order them"
-        text += f"; against {rec.runner_up}{beaten} over them: not measured well enough to order ({rounds}, {why})"
+        interval = f"interval {c.bounds()}" if c.method != "too few rounds" else "no interval"
+        text += f"; against {rec.runner_up}{beaten} over them: not measured well enough to order ({rounds}, {interval})"
     return text + "."
 
 

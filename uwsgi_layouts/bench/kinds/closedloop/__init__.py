@@ -19,9 +19,9 @@ arithmetic, for tests, from ``plan``).
 from uwsgi_layouts.bench.kinds.closedloop.plan import Plan, default_layouts, default_levels, units
 from uwsgi_layouts.bench.kinds.closedloop.runners import LiveRunner, ReplayError, ReplayRunner
 from uwsgi_layouts.bench.kinds.closedloop.sweep import Progress, run_sweep
-from uwsgi_layouts.bench.kinds.closedloop.until import CLAIM_ROUNDS, MAX_ROUNDS, RESERVE_S, Until
+from uwsgi_layouts.bench.kinds.closedloop.until import CLAIM_ROUNDS, MAX_ROUNDS, RESERVE_S, TAILS_KEPT, Until
 
 __all__ = [
-    "CLAIM_ROUNDS", "MAX_ROUNDS", "RESERVE_S", "LiveRunner", "Plan", "Progress", "ReplayError", "ReplayRunner", "Until",
-    "default_layouts", "default_levels", "run_sweep", "units",
+    "CLAIM_ROUNDS", "MAX_ROUNDS", "RESERVE_S", "TAILS_KEPT", "LiveRunner", "Plan", "Progress", "ReplayError",
+    "ReplayRunner", "Until", "default_layouts", "default_levels", "run_sweep", "units",
 ]

@@ -26,14 +26,15 @@ MAX_ROUNDS = 16  # the most rounds a comparison may reach by measuring until dec
 CLAIM_ROUNDS = 8
 RESERVE_S = 10.0  # of a budget, kept for writing the results and reports
 # Why the claim's rounds stopped before their maximum: the rest of the budget holds the verdict's tails.
-TAILS_KEPT = "the budget left for the verdict's tails"
+TAILS_KEPT = "the rest of the budget kept for the verdict's tails"
 
 
 @dataclass
 class Until:
     """Measuring until decided (``--budget``): after the planned rounds, more interleaved rounds
     of the layouts in key comparisons (``decisions.key_comparisons``) that are not settled, until
-    each is, or the budget or the fixed maximum of rounds ends. ``budget_s`` None: a replay, which
+    each is, or the budget or the fixed maximum of rounds ends, or, past CLAIM_ROUNDS, what is left
+    of the budget is kept for the verdict's tails (``TAILS_KEPT``). ``budget_s`` None: a replay, which
     takes the stored run's rounds (``stored_rounds``) and its fixed maximum (``max_rounds``)."""
 
     budget_s: float | None
@@ -84,7 +85,8 @@ def measure_until_decided(plan: Plan, until: Until, snapshot, block, overhead_s:
         # Where the budget can hold the claim's rounds (at least CLAIM_ROUNDS of them) and the
         # verdict's tails after them, the maximum leaves the tails their time (the most rounds that
         # still do); where it cannot (at times with a 5-min budget on 2 cores: the tails alone need
-        # about 160 s), the claim gets it all: the answer before its tails.
+        # about 160 s), the claim gets it all: the answer before its tails. Past CLAIM_ROUNDS the loop
+        # below checks again, round by round (TAILS_KEPT).
         for r in range(max_rounds, min(max_rounds, CLAIM_ROUNDS) - 1, -1):
             if (r - plan.repeats) * per_round + tails_reserve_s(keys, plan, overhead_s, r - plan.repeats) <= left:
                 max_rounds = r
@@ -133,7 +135,7 @@ def measure_until_decided(plan: Plan, until: Until, snapshot, block, overhead_s:
             # Past CLAIM_ROUNDS the claim's rounds go on only while the tails still fit after them. The
             # maximum was set at the first look, counting on every undecided level pooling more: a level
             # decided since pools nothing more, and one run spent its last round on 2P while P's cells
-            # stayed at 377 requests, then had 71 s left against the 90 its tails needed.
+            # stayed at 377 requests, then had too little left for the ~36 s more each of them needed.
             why = TAILS_KEPT
             break
         rounds += 1
