@@ -11,13 +11,14 @@ from uwsgi_layouts.bench.capacity import (
     PlanError,
     RateStep,
     best_rate,
+    check_verdict,
     interpolate,
     make_plan,
     next_rate,
     p99_ms,
     replicas_needed,
 )
-from uwsgi_layouts.bench.kinds.plan import add_arguments, check_counts, check_verdict, request_times, resolve_args
+from uwsgi_layouts.bench.kinds.plan import add_arguments, check_counts, request_times, resolve_args
 from uwsgi_layouts.bench.load.traffic import TrafficError
 from uwsgi_layouts.bench.options import BadArgument
 from uwsgi_layouts.bench.readings import met_rates, next_miss, validation_of

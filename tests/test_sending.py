@@ -12,8 +12,17 @@ import pytest
 
 from uwsgi_layouts.bench.analysis import SATURATED, judge_step
 from uwsgi_layouts.bench.analysis.openloop import MIN_RATE_OF_TARGET, cpu_of_what_was_left, quota_used
-from uwsgi_layouts.bench.capacity import KEPT_UP, LAG_SLACK, SAMPLE_S, PlanError, RateStep, judge_rate, make_plan
-from uwsgi_layouts.bench.kinds.plan import LATE_RETRIES, Offered, check_verdict, until_judged
+from uwsgi_layouts.bench.capacity import (
+    KEPT_UP,
+    LAG_SLACK,
+    SAMPLE_S,
+    PlanError,
+    RateStep,
+    check_verdict,
+    judge_rate,
+    make_plan,
+)
+from uwsgi_layouts.bench.kinds.plan import LATE_RETRIES, Offered, until_judged
 from uwsgi_layouts.bench.load import httperf, sending
 from uwsgi_layouts.bench.results import Step
 

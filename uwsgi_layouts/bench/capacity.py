@@ -42,6 +42,9 @@ Here:
   throttled share, see ``judge_rate``); without that evidence it is invalid, since a generator can be silent longer
   than its largest burst shows. An error or an unanswered request is the server's whatever the
   generator did: the step fails.
+
+``check_verdict`` says what ``plan --check`` found of the replica counts it ran: confirmed,
+oversized, undersized, or not judged.
 """
 
 from __future__ import annotations
@@ -397,3 +400,33 @@ def resolved(steps: list[RateStep], target_p99_ms: float) -> float | None:
     best = best_rate(steps, target_p99_ms)
     above = [s.rate for s in steps if best is not None and s.rate > best and not s.meets(target_p99_ms)]
     return round(min(above) / best - 1, 4) if above else None
+
+
+def check_verdict(count: int, runs: list[dict], target_p99_ms: float) -> str:
+    """The planned count meets the p99 and one fewer does not: confirmed; else by how much not. A
+    run httperf sent late says nothing of the replicas (NOT JUDGED: a quieter machine would judge
+    it); another invalid run (httperf's own limits, no steady sample) is INVALID, with its reasons'
+    own advice. Either for one fewer: the planned count met, nothing confirmed below it."""
+    planned = runs[0]
+    if planned["verdict"] == "invalid":
+        reasons = "; ".join(planned["reasons"])
+        if starved(planned["reasons"]):
+            return (f"NOT JUDGED: {count} replicas at {planned['rate']:g} req/s: {reasons} "
+                    "(run the check on a quieter machine)")
+        return f"INVALID: {count} replicas at {planned['rate']:g} req/s: {reasons}"
+    if not planned["meets"]:
+        return (f"UNDERSIZED: {count} replicas missed p99 {target_p99_ms:g} ms at {planned['rate']:g} req/s "
+                f"(p99 {planned['p99_ms']} ms, {planned['verdict']})")
+    smallest = min(r["replicas"] for r in runs if r["meets"])
+    unjudged = [r for r in runs if r["verdict"] == "invalid"]
+    if smallest == count and unjudged:
+        return (f"MET: {count} replicas met p99 {target_p99_ms:g} ms at {planned['rate']:g} req/s; "
+                f"{count - 1} not judged, so not confirmed the smallest: " + "; ".join(unjudged[0]["reasons"]))
+    if smallest == count:
+        return (f"CONFIRMED: {count} replicas met p99 {target_p99_ms:g} ms at {planned['rate']:g} req/s and "
+                f"{count - 1} did not" if count > 1 else f"CONFIRMED: 1 replica met p99 {target_p99_ms:g} ms")
+    extra = count - smallest
+    return (f"OVERSIZED by {extra} replica{'s' if extra > 1 else ''} ({extra / count:.0%}): {smallest} met p99 "
+            f"{target_p99_ms:g} ms at {planned['rate']:g} req/s"
+            + (f", {smallest - 1} not judged: " + "; ".join(unjudged[0]["reasons"]) if unjudged else
+               f", {smallest - 1} did not" if any(not r["meets"] for r in runs) else ""))

@@ -77,6 +77,7 @@ from uwsgi_layouts.bench.capacity import (
     PlanError,
     RateStep,
     best_rate,
+    check_verdict,
     judge_rate,
     make_plan,
     p99_ms,
@@ -91,7 +92,7 @@ from uwsgi_layouts.bench.load.generator import describe, placed
 from uwsgi_layouts.bench.load.sending import starved
 from uwsgi_layouts.bench.load.traffic import redact_argv
 from uwsgi_layouts.bench.load.wrk import WrkProcess, run_wrks
-from uwsgi_layouts.bench.observe import Sampler, TimedLine, limit_record, parse_timed_line, stack_memory
+from uwsgi_layouts.bench.observe import Sampler, limit_record, log_size, logged_requests, stack_memory
 from uwsgi_layouts.bench.options import (
     DEFAULT_PATH,
     MIN_STEP_S,
@@ -258,26 +259,6 @@ def resolve_args(args) -> PlanArgs:
 # --------------------------------------------------------------------------- one step
 
 
-def _log_size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-def logged_requests(path: Path, offset: int) -> list[TimedLine]:
-    """Every request nginx logged after ``offset`` bytes of its access log (``path``) that carries
-    its $request_time."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return []
-    return [timed for timed in map(parse_timed_line, text.splitlines())
-            if timed is not None and timed.request_s is not None]
-
-
 def request_times(path: Path, offset: int) -> list[float]:
     """$request_time of every request nginx logged after ``offset`` bytes (the healthz polls of
     the stack's start come before, the warm-up too): a step's, errors included (they fail it)."""
@@ -363,7 +344,7 @@ def offer(stack: Stack, a: PlanArgs, load: Load, rate: float, raw: Path, name: s
     drained = drain(stack, DRAIN_TIMEOUT_S)
     seconds = step_seconds(rate / layout.replicas, a.min_requests, a.step)
     log = access_log(stack)
-    offset = _log_size(log)
+    offset = log_size(log)
     before, t0 = stack.cgroup_reading(), time.monotonic()
     cmd = httperf.command(layout.listen_port, load.path, rate, seconds, a.timeout, nice=a.client_nice,
                           wlog=load.wlog, headers=load.headers)
@@ -413,7 +394,7 @@ def warm_up(stack: Stack, load: Load) -> WarmUp:
     """One connection for the warm-up's seconds: the rate it reached, its requests timed from
     nginx's log as a step's are, and the replica's throttling over it (``bench.warm_up``)."""
     log = access_log(stack)
-    offset = _log_size(log)
+    offset = log_size(log)
     before, t0 = stack.cgroup_reading(), time.monotonic()
     (run,), _ = run_wrks(load.start_warm_up())
     after, t1 = stack.cgroup_reading(), time.monotonic()
@@ -529,36 +510,6 @@ def check(a: PlanArgs, plan: Plan, lab: Lab, raw: Path, on_line=print) -> dict:
         on_line(f"check: {runs[-1]['replicas']} replica(s) at {rate:g} req/s: p99 {runs[-1]['p99_ms']} ms, "
                 f"{runs[-1]['verdict']}")
     return {"rate": rate, "note": note, "runs": runs, "verdict": check_verdict(count, runs, a.p99_ms)}
-
-
-def check_verdict(count: int, runs: list[dict], target_p99_ms: float) -> str:
-    """The planned count meets the p99 and one fewer does not: confirmed; else by how much not. A
-    run httperf sent late says nothing of the replicas (NOT JUDGED: a quieter machine would judge
-    it); another invalid run (httperf's own limits, no steady sample) is INVALID, with its reasons'
-    own advice. Either for one fewer: the planned count met, nothing confirmed below it."""
-    planned = runs[0]
-    if planned["verdict"] == "invalid":
-        reasons = "; ".join(planned["reasons"])
-        if starved(planned["reasons"]):
-            return (f"NOT JUDGED: {count} replicas at {planned['rate']:g} req/s: {reasons} "
-                    "(run the check on a quieter machine)")
-        return f"INVALID: {count} replicas at {planned['rate']:g} req/s: {reasons}"
-    if not planned["meets"]:
-        return (f"UNDERSIZED: {count} replicas missed p99 {target_p99_ms:g} ms at {planned['rate']:g} req/s "
-                f"(p99 {planned['p99_ms']} ms, {planned['verdict']})")
-    smallest = min(r["replicas"] for r in runs if r["meets"])
-    unjudged = [r for r in runs if r["verdict"] == "invalid"]
-    if smallest == count and unjudged:
-        return (f"MET: {count} replicas met p99 {target_p99_ms:g} ms at {planned['rate']:g} req/s; "
-                f"{count - 1} not judged, so not confirmed the smallest: " + "; ".join(unjudged[0]["reasons"]))
-    if smallest == count:
-        return (f"CONFIRMED: {count} replicas met p99 {target_p99_ms:g} ms at {planned['rate']:g} req/s and "
-                f"{count - 1} did not" if count > 1 else f"CONFIRMED: 1 replica met p99 {target_p99_ms:g} ms")
-    extra = count - smallest
-    return (f"OVERSIZED by {extra} replica{'s' if extra > 1 else ''} ({extra / count:.0%}): {smallest} met p99 "
-            f"{target_p99_ms:g} ms at {planned['rate']:g} req/s"
-            + (f", {smallest - 1} not judged: " + "; ".join(unjudged[0]["reasons"]) if unjudged else
-               f", {smallest - 1} did not" if any(not r["meets"] for r in runs) else ""))
 
 
 # --------------------------------------------------------------------------- the command

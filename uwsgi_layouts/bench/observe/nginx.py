@@ -159,6 +159,27 @@ class LogTail:
         self._fh.close()
 
 
+def log_size(path: Path) -> int:
+    """The access log's size in bytes (0 when it cannot be read): where a window's lines begin."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def logged_requests(path: Path, offset: int) -> list[TimedLine]:
+    """Every request nginx logged after ``offset`` bytes of its access log (``path``) that carries
+    its $request_time."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return [timed for timed in map(parse_timed_line, text.splitlines())
+            if timed is not None and timed.request_s is not None]
+
+
 class TimedLine(NamedTuple):
     """What an access log line says of one request: its status, how long nginx took
     ($request_time), and each upstream attempt's address and time ($upstream_addr and
