@@ -85,8 +85,9 @@ faults: venv
 	$(BIN)/uwsgi-layouts faults $(ARGS)
 
 # --budget auto: 5 min on 2 cores (the planned rounds' estimate + 75 s where that is more), so
-# that a bare machine's system packages, a fresh clone's venv build and this fit in 6 min: the planned rounds, then rounds of the
-# key comparisons still undecided, then the verdict's tails; a --budget in ARGS comes later and wins.
+# that a bare machine's system packages, a fresh clone's venv build and this fit in 6 min: the
+# planned rounds, then rounds of the key comparisons still undecided, then the verdict's tails; a
+# --budget in ARGS comes later and wins.
 compare: venv
 	$(BIN)/uwsgi-layouts compare --budget auto $(ARGS)
 

@@ -26,7 +26,7 @@ from uwsgi_layouts.bench.kinds.closedloop import (
     Until,
     run_sweep,
 )
-from uwsgi_layouts.bench.kinds.closedloop.until import _tails_done
+from uwsgi_layouts.bench.kinds.closedloop.until import _tails_done, tails_reserve_s
 from uwsgi_layouts.bench.load.wrk import compress
 from uwsgi_layouts.bench.report import terminal_lines
 from uwsgi_layouts.bench.report.headline import headline_lines
@@ -324,6 +324,7 @@ def test_a_cell_with_no_rate_to_size_it_by_gets_no_round_and_the_stop_says_why()
     assert g.tails.pooled and not g.p99_quotable and tail_seconds(g) == math.inf
     keys = [KeyComparison("verdict", "article", 2, (g,), (), True)]
     assert tail_blocks(keys) == {}
+    assert tails_reserve_s(keys, plan_of(5.0), 2.5, 1) == 0.0  # no round for it, so nothing kept for one
     assert _tails_done(keys) == "a verdict cell served nothing to size its rounds by"
 
 

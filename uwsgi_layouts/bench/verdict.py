@@ -100,6 +100,11 @@ def standing_of(low: float, high: float, threshold: float, at_most: bool) -> Sta
     return Standing.CLEARS if cleared else Standing.MISSES if missed else Standing.STRADDLES
 
 
+# How an undecided target says by how much it straddles (``straddle_words``, ``TargetJudgement.how_far``).
+TOO_FEW = "too few rounds"
+TOO_WIDE = "too wide to say by how much"
+
+
 def reach(low: float, high: float, threshold: float, at_most: bool) -> tuple[float, float]:
     """How far [low, high] reaches on the claimed side of ``threshold`` and on the other, each as
     a share of it (``(0.03, 0.10)``: 3% past it, 10% short of it)."""
@@ -109,19 +114,21 @@ def reach(low: float, high: float, threshold: float, at_most: bool) -> tuple[flo
     return max(0.0, (high - t) / t), max(0.0, (t - low) / t)
 
 
+def _reach_words(reached: tuple[float, float]) -> str:
+    past, short = reached
+    return f"{_share(past)} past, {_share(short)} short"
+
+
 def straddle_words(c: Comparison, threshold: float, at_most: bool) -> str:
     """By how much a target left undecided (``analysis.against``: its interval straddles the
     threshold, or too few rounds) straddles it: ``4% past, 10% short``; ``too wide to say by how
     much`` (``Comparison.uninformative``); ``too few rounds`` (an open interval, or paired rounds
     fewer than MIN_ROUNDS). ValueError for a decided one."""
     if c.method == "too few rounds" or math.isinf(c.high) or (c.method != "unpaired" and c.rounds < MIN_ROUNDS):
-        return "too few rounds"
+        return TOO_FEW
     if standing_of(c.low, c.high, threshold, at_most) is not Standing.STRADDLES:
         raise ValueError(f"{c.text()} against {threshold:g} is decided: it does not straddle it")
-    if c.uninformative:
-        return "too wide to say by how much"
-    past, short = reach(c.low, c.high, threshold, at_most)
-    return f"{_share(past)} past, {_share(short)} short"
+    return TOO_WIDE if c.uninformative else _reach_words(reach(c.low, c.high, threshold, at_most))
 
 
 def combine(standings) -> Outcome:
@@ -210,6 +217,12 @@ class TargetJudgement:
         return self.standing is Standing.STRADDLES and self.comparison is not None and self.comparison.uninformative
 
     @property
+    def how_far(self) -> str:
+        """A straddle, said as the target table and the headline say it: ``too few rounds``, ``too
+        wide to say by how much`` or ``4% past, 10% short`` (``straddle_words``'s words)."""
+        return TOO_FEW if self.unjudged else TOO_WIDE if self.too_wide else _reach_words(self.reach)
+
+    @property
     def nearer_end(self) -> float:
         """The end of a cleared or missed interval nearer the threshold."""
         return self.high if (self.standing is Standing.MISSES) != self.at_most else self.low
@@ -254,13 +267,8 @@ class TargetJudgement:
 
     def judged(self) -> str:
         """The target table's cell: ``misses: far below by 0.18``, ``straddles: 4% past, 10% short``."""
-        if self.unjudged:
-            return "straddles: too few rounds"
-        if self.too_wide:
-            return "straddles: too wide to say by how much"
-        if self.standing is Standing.STRADDLES:
-            past, short = self.reach
-            return f"straddles: {_share(past)} past, {_share(short)} short"
+        if self.unjudged or self.standing is Standing.STRADDLES:
+            return f"straddles: {self.how_far}"
         if self.figure == "errors":
             return self.standing.value
         return f"{self.standing.value}: {self.side} by {abs(self.nearer_end - self.threshold):.2f}"
@@ -268,12 +276,9 @@ class TargetJudgement:
     def brief(self) -> str:
         """``1.03x (1.00–1.07) far below 1.25x``, ``1.21x (1.13–1.30) straddles 1.25x (4% past, 10% short)``."""
         if self.unjudged:
-            return f"{self.measured}: too few rounds"
-        if self.too_wide:
-            return f"{self.measured} straddles {self.threshold:g}x (too wide to say by how much)"
+            return f"{self.measured}: {TOO_FEW}"
         if self.standing is Standing.STRADDLES:
-            past, short = self.reach
-            return f"{self.measured} straddles {self.threshold:g}x ({_share(past)} past, {_share(short)} short)"
+            return f"{self.measured} straddles {self.threshold:g}x ({self.how_far})"
         return f"{self.measured} {self.side} {self.threshold:g}x"
 
 

@@ -70,14 +70,13 @@ from uwsgi_layouts.deploy.ship import make_certs
 # 2P, run as one paired block) 4 s: about 2 minutes on 2 cores. --budget auto (make compare's
 # default) is 5 minutes in all, so that make compare from a fresh clone, even on a bare machine
 # (the system packages and the venv's build, 30-50 s here, included), ends within 6 minutes; the
-# rounds added until decided (the verdict's pair
-# first, about 21 s a round) bring the verdict's pair to up to about 10 rounds: its noise is from round
-# to round (a cell of 2 s varied about as much as one of 10 s in the runs of docs/measured.md),
-# so more, shorter rounds narrow its interval more than longer cells would, and the context
-# layouts' third planned round (about 35 s) buys the verdict two of them. Quotable tails need
-# about 160 s of the verdict's cells at this machine's rates (1,200 requests a cell at 23-43
-# req/s), most of which the claim's rounds pool: the budget held both in 3 of 5 runs
-# (docs/measured.md); the headline says which are short.
+# rounds added until decided (the verdict's pair first, about 21 s a round) bring the verdict's
+# pair to up to about 10 rounds: its noise is from round to round (a cell of 2 s varied about as
+# much as one of 10 s in the runs of docs/measured.md), so more, shorter rounds narrow its interval
+# more than longer cells would, and the context layouts' third planned round (about 35 s) buys the
+# verdict two of them. Quotable tails need about 160 s of the verdict's cells at this machine's
+# rates (1,200 requests a cell at 23-43 req/s), most of which the claim's rounds pool: the budget
+# held both in 10 of 11 fresh-clone runs (docs/measured.md); the headline says which are short.
 DEFAULT_DURATION = 2
 DEFAULT_KEY_DURATION = 4
 DEFAULT_WARMUP = 1

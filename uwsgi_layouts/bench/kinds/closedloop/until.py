@@ -130,8 +130,7 @@ def measure_until_decided(plan: Plan, until: Until, snapshot, block, overhead_s:
             why = "the budget ended"
             break
         elif rounds >= CLAIM_ROUNDS and not tails_done and \
-                round_seconds(blocks, plan, overhead_s) + _finite(tails_reserve_s(keys, plan, overhead_s, 1)) > \
-                until.left_s():
+                round_seconds(blocks, plan, overhead_s) + tails_reserve_s(keys, plan, overhead_s, 1) > until.left_s():
             # Past CLAIM_ROUNDS the claim's rounds go on only while the tails still fit after them. The
             # maximum was set at the first look, counting on every undecided level pooling more: a level
             # decided since pools nothing more, and one run spent its last round on 2P while P's cells
@@ -159,11 +158,6 @@ def measure_until_decided(plan: Plan, until: Until, snapshot, block, overhead_s:
         _tail_rounds(plan, until, snapshot, block, overhead_s, state, rounds)
 
 
-def _finite(seconds: float) -> float:
-    """The tails' reserve, 0 where no round could size them (inf: a cell served nothing)."""
-    return 0.0 if math.isinf(seconds) else seconds
-
-
 def _stored(blocks: dict[str, dict[str, list[int]]], round_: int, cells: frozenset) -> bool:
     """Every cell of ``blocks`` was stored for ``round_`` (an empty ``cells``: not checked)."""
     return not cells or all((x, lv, round_) in cells for x, scs in blocks.items() for lvs in scs.values()
@@ -188,8 +182,8 @@ def tail_round_seconds(seconds: dict[str, dict[str, dict[int, float]]], plan: Pl
 def tails_reserve_s(keys, plan: Plan, overhead_s: float, added: int) -> float:
     """The seconds the rounds for the verdict's tails would still take after ``added`` more rounds
     of its undecided levels (each pooling a cell's duration at its observed rate); 0 when none
-    would be thin or more rounds cannot pool it (no histograms), inf when a cell served nothing to
-    measure a rate by."""
+    would be thin or more rounds cannot pool it (no histograms). A cell that served nothing has no
+    rate to size it by and gets no round (``decisions.tail_blocks``): it reserves nothing."""
     need: dict[str, dict[str, dict[int, float]]] = {}
     for k in keys:
         if k.kind != "verdict":
@@ -197,9 +191,7 @@ def tails_reserve_s(keys, plan: Plan, overhead_s: float, added: int) -> float:
         for g in k.groups:
             more = 0 if k.settled else added * g.rps.median * plan.cell_seconds(g.layout, k.level)
             seconds = tail_seconds(g, more)
-            if seconds == math.inf:
-                return math.inf
-            if seconds > 0:
+            if 0 < seconds < math.inf:
                 need.setdefault(g.layout, {}).setdefault(k.scenario, {})[k.level] = max(plan.duration,
                                                                                         float(math.ceil(seconds)))
     return tail_round_seconds(need, plan, overhead_s) if need else 0.0
